@@ -1,0 +1,499 @@
+// Package compile turns protobuf files carrying Mandate declarations into a
+// manifest and a descriptor set, refusing unsafe declarations. It is the
+// engine of protoc-gen-mandate; it runs on plain descriptors, so tests and
+// other tools can call it without buf.
+package compile
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/api/annotations"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/schema"
+)
+
+// Finding is one refused declaration.
+type Finding struct {
+	// Rule is the stable rule id, e.g. MANDATE1001.
+	Rule string
+	// Code is the command code ("" when the code itself is missing).
+	Code string
+	// Method is the RPC, e.g. examples.helpdesk.v1.HelpdeskService.IssueRefund.
+	Method string
+	// Message says what is wrong and how to fix it.
+	Message string
+}
+
+func (f Finding) String() string {
+	code := f.Code
+	if code == "" {
+		code = "(no code)"
+	}
+	return fmt.Sprintf("%s %s (%s): %s", f.Rule, code, f.Method, f.Message)
+}
+
+// Error lists every finding of a refused build.
+type Error struct {
+	Findings []Finding
+}
+
+func (e *Error) Error() string {
+	lines := make([]string, len(e.Findings))
+	for i, f := range e.Findings {
+		lines[i] = f.String()
+	}
+	return fmt.Sprintf("protoc-gen-mandate refused %d declaration(s):\n%s", len(e.Findings), strings.Join(lines, "\n"))
+}
+
+// Output is what a successful compilation produces.
+type Output struct {
+	// Manifest is the canonical manifest JSON.
+	Manifest []byte
+	// DescriptorSet is the deterministic binary FileDescriptorSet (all
+	// files, imports included, without source info) the manifest refers to.
+	DescriptorSet []byte
+}
+
+var (
+	codePattern       = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$`)
+	sideEffectPattern = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z0-9]+)*$`)
+	permissionPattern = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
+)
+
+const maxCodeLen = 128
+
+// Compile reads the commands declared in the files named by targets (every
+// file of fds when targets is empty) and returns the manifest, or *Error.
+// fds must hold every file and its imports in dependency order, as a
+// CodeGeneratorRequest or `buf build` provides them.
+func Compile(fds *descriptorpb.FileDescriptorSet, targets []string) (*Output, error) {
+	// Re-read through the wire format so custom options are resolved with
+	// the linked-in extension types whatever produced fds.
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(fds)
+	if err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
+	set := new(descriptorpb.FileDescriptorSet)
+	if err := (proto.UnmarshalOptions{Resolver: protoregistry.GlobalTypes}).Unmarshal(raw, set); err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
+	files, err := protodesc.NewFiles(set)
+	if err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
+	want := map[string]bool{}
+	for _, t := range targets {
+		want[t] = true
+	}
+	c := &compiler{files: files}
+	for _, fdp := range set.GetFile() {
+		if len(want) > 0 && !want[fdp.GetName()] {
+			continue
+		}
+		fd, err := files.FindFileByPath(fdp.GetName())
+		if err != nil {
+			return nil, fmt.Errorf("compile: %w", err)
+		}
+		services := fd.Services()
+		for i := range services.Len() {
+			methods := services.Get(i).Methods()
+			for j := range methods.Len() {
+				if err := c.method(methods.Get(j)); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	c.crossCheck()
+	if len(c.findings) > 0 {
+		sort.SliceStable(c.findings, func(i, j int) bool {
+			a, b := c.findings[i], c.findings[j]
+			if a.Code != b.Code {
+				return a.Code < b.Code
+			}
+			if a.Rule != b.Rule {
+				return a.Rule < b.Rule
+			}
+			return a.Message < b.Message
+		})
+		return nil, &Error{Findings: c.findings}
+	}
+	descriptors, err := descriptorSet(set)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(c.commands, func(i, j int) bool { return c.commands[i].Code < c.commands[j].Code })
+	m := &manifest.Manifest{
+		DescriptorSetDigest: manifest.DigestOf(descriptors),
+		Commands:            c.commands,
+	}
+	if m.Commands == nil {
+		m.Commands = []*manifest.Command{}
+	}
+	out, err := manifest.Encode(m)
+	if err != nil {
+		return nil, err
+	}
+	return &Output{Manifest: out, DescriptorSet: descriptors}, nil
+}
+
+// descriptorSet strips source info and encodes deterministically.
+func descriptorSet(set *descriptorpb.FileDescriptorSet) ([]byte, error) {
+	clean := proto.Clone(set).(*descriptorpb.FileDescriptorSet)
+	for _, f := range clean.GetFile() {
+		f.SourceCodeInfo = nil
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(clean)
+	if err != nil {
+		return nil, fmt.Errorf("compile: descriptor set: %w", err)
+	}
+	return b, nil
+}
+
+type compiler struct {
+	files    *protoregistry.Files
+	commands []*manifest.Command
+	methods  map[string]protoreflect.MethodDescriptor
+	findings []Finding
+}
+
+func (c *compiler) refuse(rule string, md protoreflect.MethodDescriptor, code, format string, args ...any) {
+	c.findings = append(c.findings, Finding{
+		Rule:    rule,
+		Code:    code,
+		Method:  string(md.FullName()),
+		Message: fmt.Sprintf(format, args...),
+	})
+}
+
+var riskNames = map[mandatev1.Risk]string{
+	mandatev1.Risk_RISK_L0: "L0", mandatev1.Risk_RISK_L1: "L1", mandatev1.Risk_RISK_L2: "L2",
+	mandatev1.Risk_RISK_L3: "L3", mandatev1.Risk_RISK_L4: "L4",
+}
+
+func (c *compiler) method(md protoreflect.MethodDescriptor) error {
+	opts, ok := md.Options().(*descriptorpb.MethodOptions)
+	if !ok || !proto.HasExtension(opts, mandatev1.E_Command) {
+		return nil // not a command
+	}
+	decl, _ := proto.GetExtension(opts, mandatev1.E_Command).(*mandatev1.CommandOptions)
+	code := decl.GetCode()
+
+	switch {
+	case code == "":
+		c.refuse("MANDATE1003", md, code, "missing `code`; set a dotted lower-case name such as `ticket.refund`")
+	case len(code) > maxCodeLen || !codePattern.MatchString(code):
+		c.refuse("MANDATE1004", md, code, "malformed `code` %q; use at least two dot-separated lower-case segments of letters, digits and underscores, at most %d characters, e.g. `expense.report.submit`", code, maxCodeLen)
+	}
+	risk, riskOK := riskNames[decl.GetRisk()]
+	if !riskOK {
+		c.refuse("MANDATE1003", md, code, "missing `risk`; declare RISK_L0 (read) … RISK_L4 (irreversible, high impact)")
+	}
+	if strings.TrimSpace(decl.GetAgentHint()) == "" {
+		c.refuse("MANDATE1003", md, code, "missing `agent_hint`; write one sentence for an LLM: the intent, the preconditions to check, the recall command if any")
+	}
+	if md.IsStreamingClient() || md.IsStreamingServer() {
+		c.refuse("MANDATE1011", md, code, "streaming RPCs cannot be commands; make the method unary")
+	}
+	level := int(decl.GetRisk()) - 1
+	sideEffects := decl.GetSideEffects()
+	for _, se := range sideEffects {
+		if !sideEffectPattern.MatchString(se) {
+			c.refuse("MANDATE1006", md, code, "side effect %q is not lower-case kebab case; use names like `payment-gateway`", se)
+		}
+	}
+	for _, p := range decl.GetPermissions() {
+		if !permissionPattern.MatchString(p) {
+			c.refuse("MANDATE1006", md, code, "permission %q is malformed; use dotted lower-case names like `payment.refund`", p)
+		}
+	}
+	if decl.GetConfirmation() == mandatev1.Confirmation_CONFIRMATION_NEVER && (len(sideEffects) > 0 || level >= 3) {
+		c.refuse("MANDATE1001", md, code, "`confirmation: CONFIRMATION_NEVER` on a command with side effects or risk L3+; remove it (the default asks a human where the risk demands) or set CONFIRMATION_REQUIRED")
+	}
+	if decl.GetReversible() && decl.GetRecall() == "" {
+		c.refuse("MANDATE1002", md, code, "`reversible: true` without `recall`; name the command that undoes this one, or set reversible to false")
+	}
+	if !decl.GetReversible() && decl.GetRecall() != "" {
+		c.refuse("MANDATE1002", md, code, "`recall` is set but `reversible` is false; set reversible to true or remove recall")
+	}
+	if level == 4 && decl.GetApprover() == nil {
+		c.refuse("MANDATE1007", md, code, "L4 command without an `approver` policy; declare who may approve, e.g. `approver: {kind: APPROVER_KIND_PERMISSION_HOLDER, permission: \"payment.approve\"}`")
+	}
+	if a := decl.GetApprover(); a.GetKind() == mandatev1.ApproverKind_APPROVER_KIND_PERMISSION_HOLDER && !permissionPattern.MatchString(a.GetPermission()) {
+		c.refuse("MANDATE1012", md, code, "approver kind PERMISSION_HOLDER needs a well-formed `permission` the approver must hold")
+	}
+	if len(sideEffects) > 0 && len(decl.GetPermissions()) == 0 {
+		c.refuse("MANDATE1008", md, code, "side effects %v but no `permissions`: any authenticated principal could cause them; declare the permission the caller needs", sideEffects)
+	}
+	if level == 0 && len(sideEffects) > 0 {
+		c.refuse("MANDATE1015", md, code, "risk L0 means read-only, but side effects %v are declared; raise the risk or remove the side effects", sideEffects)
+	}
+	if f := decl.GetSubjectField(); f != "" && !topLevelScalar(md.Input(), f) {
+		c.refuse("MANDATE1009", md, code, "`subject_field` %q is not a top-level scalar field of %s", f, md.Input().FullName())
+	}
+	if sod := decl.GetSeparationOfDuties(); sod != nil {
+		if sod.GetField() == "" || len(sod.GetConflictsWith()) == 0 {
+			c.refuse("MANDATE1010", md, code, "`separation_of_duties` needs both `conflicts_with` and `field`")
+		} else if !topLevelScalar(md.Input(), sod.GetField()) {
+			c.refuse("MANDATE1009", md, code, "separation_of_duties `field` %q is not a top-level scalar field of %s", sod.GetField(), md.Input().FullName())
+		}
+	}
+	deadline := ""
+	if d := decl.GetDeadline(); d != nil {
+		dur := d.AsDuration()
+		if !d.IsValid() || dur <= 0 || dur > time.Hour {
+			c.refuse("MANDATE1014", md, code, "`deadline` must be positive and at most 1h")
+		} else {
+			deadline = jsonDuration(dur)
+		}
+	}
+	examples := c.examples(md, code, decl.GetExamples())
+
+	in, err := schema.Build(md.Input(), schema.Input)
+	if err != nil {
+		return fmt.Errorf("compile: %s input schema: %w", md.FullName(), err)
+	}
+	out, err := schema.Build(md.Output(), schema.Output)
+	if err != nil {
+		return fmt.Errorf("compile: %s output schema: %w", md.FullName(), err)
+	}
+	inJSON, err := manifest.Canonical(in, false)
+	if err != nil {
+		return err
+	}
+	outJSON, err := manifest.Canonical(out, false)
+	if err != nil {
+		return err
+	}
+
+	cmd := &manifest.Command{
+		Code:                 code,
+		DisplayName:          decl.GetDisplayName(),
+		AgentHint:            strings.TrimSpace(decl.GetAgentHint()),
+		Description:          leadingComment(md),
+		Risk:                 risk,
+		Idempotent:           decl.GetIdempotent(),
+		Reversible:           decl.GetReversible(),
+		Recall:               decl.GetRecall(),
+		SideEffects:          sortedCopy(sideEffects),
+		Permissions:          sortedCopy(decl.GetPermissions()),
+		RequiredFeature:      decl.GetRequiredFeature(),
+		Confirmation:         confirmationName(decl.GetConfirmation()),
+		ConfirmationRequired: confirmationRequired(decl, level),
+		Approver:             approver(decl.GetApprover()),
+		SubjectField:         decl.GetSubjectField(),
+		Lifecycle:            lifecycleName(decl.GetLifecycle()),
+		Deadline:             deadline,
+		Examples:             examples,
+		RPC:                  rpcOf(md),
+		SensitiveFields:      nonNil(schema.SensitivePaths(md.Input())),
+		InputSchema:          inJSON,
+		OutputSchema:         outJSON,
+	}
+	if cmd.DisplayName == "" {
+		cmd.DisplayName = code
+	}
+	if sod := decl.GetSeparationOfDuties(); sod != nil {
+		cmd.SeparationOfDuties = &manifest.SeparationOfDuties{
+			ConflictsWith: sortedCopy(sod.GetConflictsWith()),
+			Field:         sod.GetField(),
+		}
+	}
+	c.commands = append(c.commands, cmd)
+	if c.methods == nil {
+		c.methods = map[string]protoreflect.MethodDescriptor{}
+	}
+	if code != "" {
+		if _, dup := c.methods[code]; dup {
+			c.refuse("MANDATE1005", md, code, "duplicate `code`; %s already declares it; every command needs its own code", c.methods[code].FullName())
+		} else {
+			c.methods[code] = md
+		}
+	}
+	return nil
+}
+
+// crossCheck applies the rules that relate commands to each other.
+func (c *compiler) crossCheck() {
+	for _, cmd := range c.commands {
+		md := c.methods[cmd.Code]
+		if md == nil {
+			continue
+		}
+		if cmd.Recall != "" {
+			switch recall, ok := c.methods[cmd.Recall]; {
+			case !ok:
+				c.refuse("MANDATE1002", md, cmd.Code, "`recall` names %q, which is not a command of this manifest; declare it or fix the code", cmd.Recall)
+			case recall == md:
+				c.refuse("MANDATE1002", md, cmd.Code, "`recall` names the command itself; name the command that undoes it")
+			}
+		}
+		if sod := cmd.SeparationOfDuties; sod != nil {
+			for _, other := range sod.ConflictsWith {
+				omd, ok := c.methods[other]
+				switch {
+				case !ok:
+					c.refuse("MANDATE1010", md, cmd.Code, "separation_of_duties conflicts with %q, which is not a command of this manifest", other)
+				case !topLevelScalar(omd.Input(), sod.Field):
+					c.refuse("MANDATE1009", md, cmd.Code, "separation_of_duties `field` %q does not exist in %s's request %s", sod.Field, other, omd.Input().FullName())
+				}
+			}
+		}
+	}
+}
+
+// examples decodes and validates every declared example with the same
+// decoder the executor uses.
+func (c *compiler) examples(md protoreflect.MethodDescriptor, code string, exs []*mandatev1.Example) []manifest.Example {
+	out := []manifest.Example{}
+	if len(exs) == 0 {
+		return out
+	}
+	dec, err := schema.NewDecoder(nil, schema.Limits{})
+	if err != nil {
+		c.refuse("MANDATE1013", md, code, "cannot build the example decoder: %v", err)
+		return out
+	}
+	for i, ex := range exs {
+		if _, err := dec.Decode(md.Input(), []byte(ex.GetInput())); err != nil {
+			var inv *schema.InvalidError
+			if errors.As(err, &inv) {
+				c.refuse("MANDATE1013", md, code, "example %d (%q) is not a valid %s: %v", i+1, ex.GetDescription(), md.Input().Name(), inv)
+			} else {
+				c.refuse("MANDATE1013", md, code, "example %d: %v", i+1, err)
+			}
+			continue
+		}
+		canon, err := canonicalJSON([]byte(ex.GetInput()))
+		if err != nil {
+			c.refuse("MANDATE1013", md, code, "example %d: %v", i+1, err)
+			continue
+		}
+		out = append(out, manifest.Example{Description: ex.GetDescription(), Input: canon})
+	}
+	return out
+}
+
+func canonicalJSON(b []byte) (json.RawMessage, error) {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	return manifest.Canonical(v, false)
+}
+
+func topLevelScalar(md protoreflect.MessageDescriptor, name string) bool {
+	fd := md.Fields().ByName(protoreflect.Name(name))
+	return fd != nil && !fd.IsList() && !fd.IsMap() && fd.Message() == nil
+}
+
+func confirmationRequired(decl *mandatev1.CommandOptions, level int) bool {
+	switch decl.GetConfirmation() {
+	case mandatev1.Confirmation_CONFIRMATION_REQUIRED:
+		return true
+	case mandatev1.Confirmation_CONFIRMATION_NEVER:
+		return false
+	}
+	return level >= 3 || (!decl.GetReversible() && len(decl.GetSideEffects()) > 0)
+}
+
+func confirmationName(c mandatev1.Confirmation) string {
+	switch c {
+	case mandatev1.Confirmation_CONFIRMATION_REQUIRED:
+		return "REQUIRED"
+	case mandatev1.Confirmation_CONFIRMATION_NEVER:
+		return "NEVER"
+	}
+	return "DEFAULT"
+}
+
+func lifecycleName(l mandatev1.Lifecycle) string {
+	switch l {
+	case mandatev1.Lifecycle_LIFECYCLE_DRAFT:
+		return "DRAFT"
+	case mandatev1.Lifecycle_LIFECYCLE_DEPRECATED:
+		return "DEPRECATED"
+	}
+	return "PUBLISHED"
+}
+
+func approver(a *mandatev1.ApproverPolicy) manifest.Approver {
+	if a.GetKind() == mandatev1.ApproverKind_APPROVER_KIND_PERMISSION_HOLDER {
+		return manifest.Approver{Kind: "PERMISSION_HOLDER", Permission: a.GetPermission(), Declared: true}
+	}
+	return manifest.Approver{Kind: "REQUESTING_USER", Declared: a != nil}
+}
+
+func rpcOf(md protoreflect.MethodDescriptor) manifest.RPC {
+	svc := md.Parent().FullName()
+	r := manifest.RPC{
+		Service:    string(svc),
+		Method:     string(md.Name()),
+		FullMethod: "/" + string(svc) + "/" + string(md.Name()),
+		InputType:  string(md.Input().FullName()),
+		OutputType: string(md.Output().FullName()),
+	}
+	opts, _ := md.Options().(*descriptorpb.MethodOptions)
+	if opts != nil && proto.HasExtension(opts, annotations.E_Http) {
+		rule, _ := proto.GetExtension(opts, annotations.E_Http).(*annotations.HttpRule)
+		h := &manifest.HTTPRule{Body: rule.GetBody()}
+		switch p := rule.GetPattern().(type) {
+		case *annotations.HttpRule_Get:
+			h.Method, h.Path = "GET", p.Get
+		case *annotations.HttpRule_Post:
+			h.Method, h.Path = "POST", p.Post
+		case *annotations.HttpRule_Put:
+			h.Method, h.Path = "PUT", p.Put
+		case *annotations.HttpRule_Patch:
+			h.Method, h.Path = "PATCH", p.Patch
+		case *annotations.HttpRule_Delete:
+			h.Method, h.Path = "DELETE", p.Delete
+		case *annotations.HttpRule_Custom:
+			h.Method, h.Path = p.Custom.GetKind(), p.Custom.GetPath()
+		}
+		if h.Path != "" {
+			r.HTTP = h
+		}
+	}
+	return r
+}
+
+func leadingComment(d protoreflect.Descriptor) string {
+	loc := d.ParentFile().SourceLocations().ByDescriptor(d)
+	return strings.Join(strings.Fields(loc.LeadingComments), " ")
+}
+
+func jsonDuration(d time.Duration) string {
+	b, _ := protojson.Marshal(durationpb.New(d))
+	var s string
+	_ = json.Unmarshal(b, &s)
+	return s
+}
+
+func sortedCopy(v []string) []string {
+	out := append([]string{}, v...)
+	sort.Strings(out)
+	return out
+}
+
+func nonNil(v []string) []string {
+	if v == nil {
+		return []string{}
+	}
+	return v
+}

@@ -1,0 +1,201 @@
+package manifest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// Format names the manifest layout this package reads and writes.
+const Format = "mandate.manifest/v1"
+
+// Manifest is the projection of every command of a build.
+type Manifest struct {
+	// Format is always Format.
+	Format string `json:"format"`
+	// Digest is "sha256:<hex>" over the canonical compact encoding of the
+	// manifest with Digest set to "".
+	Digest string `json:"digest"`
+	// DescriptorSetDigest is "sha256:<hex>" of the descriptor set bytes the
+	// manifest was built with.
+	DescriptorSetDigest string `json:"descriptor_set_digest"`
+	// Commands, sorted by code.
+	Commands []*Command `json:"commands"`
+}
+
+// Command is one declared business command.
+type Command struct {
+	Code        string `json:"code"`
+	DisplayName string `json:"display_name"`
+	AgentHint   string `json:"agent_hint"`
+	// Description is the RPC's leading comment.
+	Description string `json:"description"`
+	// Risk is "L0" … "L4".
+	Risk       string `json:"risk"`
+	Idempotent bool   `json:"idempotent"`
+	Reversible bool   `json:"reversible"`
+	// Recall is the code of the command that undoes this one.
+	Recall          string   `json:"recall"`
+	SideEffects     []string `json:"side_effects"`
+	Permissions     []string `json:"permissions"`
+	RequiredFeature string   `json:"required_feature"`
+	// Confirmation is the declared value: "DEFAULT", "REQUIRED" or "NEVER".
+	Confirmation string `json:"confirmation"`
+	// ConfirmationRequired is the confirmation the declaration itself
+	// demands (DEFAULT derived from risk, reversibility and side effects). A
+	// deployment may require more, never less.
+	ConfirmationRequired bool                `json:"confirmation_required"`
+	Approver             Approver            `json:"approver"`
+	SeparationOfDuties   *SeparationOfDuties `json:"separation_of_duties"`
+	SubjectField         string              `json:"subject_field"`
+	// Lifecycle is "PUBLISHED", "DRAFT" or "DEPRECATED".
+	Lifecycle string `json:"lifecycle"`
+	// Deadline is a protojson duration such as "10s", or "" for the
+	// deployment default.
+	Deadline string    `json:"deadline"`
+	Examples []Example `json:"examples"`
+	RPC      RPC       `json:"rpc"`
+	// SensitiveFields are JSON pointers (proto names, "*" for any element
+	// or key) of the input fields declared sensitive.
+	SensitiveFields []string        `json:"sensitive_fields"`
+	InputSchema     json.RawMessage `json:"input_schema"`
+	OutputSchema    json.RawMessage `json:"output_schema"`
+}
+
+// Approver says who may approve a confirmation of the command.
+type Approver struct {
+	// Kind is "REQUESTING_USER" or "PERMISSION_HOLDER".
+	Kind string `json:"kind"`
+	// Permission the approver must hold, for PERMISSION_HOLDER.
+	Permission string `json:"permission"`
+	// Declared is false when the policy is the default.
+	Declared bool `json:"declared"`
+}
+
+// SeparationOfDuties names the commands the same user may not also perform
+// on the same subject.
+type SeparationOfDuties struct {
+	ConflictsWith []string `json:"conflicts_with"`
+	Field         string   `json:"field"`
+}
+
+// Example is a declared example input, validated at build time.
+type Example struct {
+	Description string          `json:"description"`
+	Input       json.RawMessage `json:"input"`
+}
+
+// RPC binds a command to its gRPC method and REST route.
+type RPC struct {
+	Service    string `json:"service"`
+	Method     string `json:"method"`
+	FullMethod string `json:"full_method"`
+	InputType  string `json:"input_type"`
+	OutputType string `json:"output_type"`
+	// HTTP is the google.api.http route, if declared.
+	HTTP *HTTPRule `json:"http"`
+}
+
+// HTTPRule is a REST route of a command.
+type HTTPRule struct {
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	Body   string `json:"body"`
+}
+
+// Published reports whether the command is callable.
+func (c *Command) Published() bool { return c.Lifecycle == "PUBLISHED" || c.Lifecycle == "DEPRECATED" }
+
+// ReadOnly reports whether the command only reads (risk L0 without side
+// effects).
+func (c *Command) ReadOnly() bool { return c.Risk == "L0" && len(c.SideEffects) == 0 }
+
+// Encode returns the manifest's canonical bytes (sorted keys, two-space
+// indent, trailing newline) with Digest computed.
+func Encode(m *Manifest) ([]byte, error) {
+	m.Format = Format
+	m.Digest = ""
+	compact, err := Canonical(m, false)
+	if err != nil {
+		return nil, err
+	}
+	m.Digest = digestOf(compact)
+	return Canonical(m, true)
+}
+
+// Canonical encodes v as JSON with object keys sorted at every level, no
+// HTML escaping, numbers kept as written; indented when pretty.
+func Canonical(v any, pretty bool) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("manifest: encode: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var generic any
+	if err := dec.Decode(&generic); err != nil {
+		return nil, fmt.Errorf("manifest: encode: %w", err)
+	}
+	return canonicalGeneric(generic, pretty)
+}
+
+func canonicalGeneric(v any, pretty bool) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if pretty {
+		enc.SetIndent("", "  ")
+	}
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("manifest: encode: %w", err)
+	}
+	out := buf.Bytes()
+	if !pretty {
+		out = bytes.TrimSuffix(out, []byte("\n"))
+	}
+	return out, nil
+}
+
+func digestOf(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// verifyDigest recomputes the digest of raw manifest bytes.
+func verifyDigest(raw []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var generic map[string]any
+	if err := dec.Decode(&generic); err != nil {
+		return "", fmt.Errorf("manifest: not a JSON object: %w", err)
+	}
+	generic["digest"] = ""
+	compact, err := canonicalGeneric(generic, false)
+	if err != nil {
+		return "", err
+	}
+	return digestOf(compact), nil
+}
+
+// DigestOf returns "sha256:<hex>" of b; the descriptor set digest uses it.
+func DigestOf(b []byte) string { return digestOf(b) }
+
+// RiskLevel returns 0–4 for "L0"–"L4", or -1.
+func RiskLevel(risk string) int {
+	if len(risk) == 2 && risk[0] == 'L' && risk[1] >= '0' && risk[1] <= '4' {
+		return int(risk[1] - '0')
+	}
+	return -1
+}
+
+func splitMethod(full string) (string, string, bool) {
+	full = strings.TrimPrefix(full, "/")
+	i := strings.LastIndex(full, "/")
+	if i <= 0 || i == len(full)-1 {
+		return "", "", false
+	}
+	return full[:i], full[i+1:], true
+}
