@@ -349,7 +349,7 @@ func (c *compiler) crossCheck() {
 				switch {
 				case !ok:
 					c.refuse("MANDATE1010", md, cmd.Code, "separation_of_duties conflicts with %q, which is not a command of this manifest", other)
-				case !topLevelScalar(omd.Input(), sod.Field):
+				case sod.Field != "" && topLevelScalar(md.Input(), sod.Field) && !topLevelScalar(omd.Input(), sod.Field):
 					c.refuse("MANDATE1009", md, cmd.Code, "separation_of_duties `field` %q does not exist in %s's request %s", sod.Field, other, omd.Input().FullName())
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -164,20 +165,30 @@ func digestOf(b []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// verifyDigest recomputes the digest of raw manifest bytes.
+// verifyDigest recomputes the digest of manifest bytes as Encode wrote
+// them. Manifests are compared byte for byte, so only the canonical layout
+// verifies: blank the top-level digest value, compact, hash.
 func verifyDigest(raw []byte) (string, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var generic map[string]any
-	if err := dec.Decode(&generic); err != nil {
-		return "", fmt.Errorf("manifest: not a JSON object: %w", err)
+	const key = "\n  \"digest\": \""
+	i := bytes.Index(raw, []byte(key))
+	if i < 0 {
+		return "", errors.New("manifest: not in canonical layout (top-level \"digest\" not found)")
 	}
-	generic["digest"] = ""
-	compact, err := canonicalGeneric(generic, false)
-	if err != nil {
-		return "", err
+	valStart := i + len(key) - 1 // the opening quote
+	j := bytes.IndexByte(raw[valStart+1:], '"')
+	if j < 0 {
+		return "", errors.New("manifest: truncated digest")
 	}
-	return digestOf(compact), nil
+	valEnd := valStart + 1 + j + 1
+	blanked := make([]byte, 0, len(raw))
+	blanked = append(blanked, raw[:valStart]...)
+	blanked = append(blanked, '"', '"')
+	blanked = append(blanked, raw[valEnd:]...)
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, bytes.TrimSpace(blanked)); err != nil {
+		return "", fmt.Errorf("manifest: %w", err)
+	}
+	return digestOf(compact.Bytes()), nil
 }
 
 // DigestOf returns "sha256:<hex>" of b; the descriptor set digest uses it.

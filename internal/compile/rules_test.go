@@ -1,0 +1,163 @@
+package compile_test
+
+import (
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mandate-dev/mandate/internal/compile"
+	"github.com/mandate-dev/mandate/internal/manifest"
+)
+
+const fixtureHeader = `syntax = "proto3";
+package fixture.v1;
+import "buf/validate/validate.proto";
+import "mandate/v1/options.proto";
+message Req { string id = 1 [(buf.validate.field).string.min_len = 1]; string note = 2; }
+message Resp { string id = 1; }
+service S {
+`
+
+// ok is a complete, valid declaration body to build fixtures from.
+const ok = `agent_hint: "Do it." risk: RISK_L1`
+
+func rpc(name, decl string) string {
+	return "  rpc " + name + "(Req) returns (Resp) { option (mandate.v1.command) = {" + decl + "}; }\n"
+}
+
+func TestRulesFire(t *testing.T) {
+	cases := []struct {
+		name      string
+		rpcs      string
+		wantRule  string
+		wantCodes []string
+	}{
+		{"NEVER on L3", rpc("A", `code: "x.refund" agent_hint: "h" risk: RISK_L3 confirmation: CONFIRMATION_NEVER`),
+			"MANDATE1001", []string{"x.refund"}},
+		{"NEVER with side effects", rpc("A", `code: "x.mail" agent_hint: "h" risk: RISK_L1 side_effects: "email" permissions: "x.mail" confirmation: CONFIRMATION_NEVER`),
+			"MANDATE1001", []string{"x.mail"}},
+		{"reversible without recall", rpc("A", `code: "x.submit" reversible: true `+ok),
+			"MANDATE1002", []string{"x.submit"}},
+		{"recall names no command", rpc("A", `code: "x.submit" reversible: true recall: "x.nowhere" `+ok),
+			"MANDATE1002", []string{"x.submit"}},
+		{"recall without reversible", rpc("A", `code: "x.submit" recall: "x.undo" `+ok) + rpc("B", `code: "x.undo" `+ok),
+			"MANDATE1002", []string{"x.submit"}},
+		{"missing code", rpc("A", ok), "MANDATE1003", []string{""}},
+		{"missing risk", rpc("A", `code: "x.a" agent_hint: "h"`), "MANDATE1003", []string{"x.a"}},
+		{"missing agent hint", rpc("A", `code: "x.a" risk: RISK_L0`), "MANDATE1003", []string{"x.a"}},
+		{"malformed code: upper case", rpc("A", `code: "Ticket.Refund" `+ok), "MANDATE1004", []string{"Ticket.Refund"}},
+		{"malformed code: one segment", rpc("A", `code: "refund" `+ok), "MANDATE1004", []string{"refund"}},
+		{"malformed code: too long", rpc("A", `code: "x.`+strings.Repeat("a", 130)+`" `+ok), "MANDATE1004", []string{"x." + strings.Repeat("a", 130)}},
+		{"duplicate code", rpc("A", `code: "x.a" `+ok) + rpc("B", `code: "x.a" `+ok), "MANDATE1005", []string{"x.a"}},
+		{"malformed side effect", rpc("A", `code: "x.a" side_effects: "Payment_Gateway" permissions: "x.a" `+ok), "MANDATE1006", []string{"x.a"}},
+		{"malformed permission", rpc("A", `code: "x.a" permissions: "Pay Refund" `+ok), "MANDATE1006", []string{"x.a"}},
+		{"L4 without approver", rpc("A", `code: "x.close" agent_hint: "h" risk: RISK_L4 permissions: "x.close"`), "MANDATE1007", []string{"x.close"}},
+		{"side effects without permission", rpc("A", `code: "x.mail" side_effects: "email" `+ok), "MANDATE1008", []string{"x.mail"}},
+		{"subject_field missing", rpc("A", `code: "x.a" subject_field: "ticket_id" `+ok), "MANDATE1009", []string{"x.a"}},
+		{"sod field missing here", rpc("A", `code: "x.a" separation_of_duties: {conflicts_with: "x.b" field: "report_id"} `+ok) + rpc("B", `code: "x.b" `+ok),
+			"MANDATE1009", []string{"x.a"}},
+		{"sod names no command", rpc("A", `code: "x.a" separation_of_duties: {conflicts_with: "x.nowhere" field: "id"} `+ok), "MANDATE1010", []string{"x.a"}},
+		{"sod without field", rpc("A", `code: "x.a" separation_of_duties: {conflicts_with: "x.b"} `+ok) + rpc("B", `code: "x.b" `+ok), "MANDATE1010", []string{"x.a"}},
+		{"streaming", "  rpc A(Req) returns (stream Resp) { option (mandate.v1.command) = {code: \"x.a\" " + ok + "}; }\n", "MANDATE1011", []string{"x.a"}},
+		{"permission holder without permission", rpc("A", `code: "x.a" approver: {kind: APPROVER_KIND_PERMISSION_HOLDER} `+ok), "MANDATE1012", []string{"x.a"}},
+		{"example breaks a rule", rpc("A", `code: "x.a" examples: {description: "empty id" input: "{\"id\": \"\"}"} `+ok), "MANDATE1013", []string{"x.a"}},
+		{"example has an unknown field", rpc("A", `code: "x.a" examples: {input: "{\"idd\": \"1\"}"} `+ok), "MANDATE1013", []string{"x.a"}},
+		{"example is not JSON", rpc("A", `code: "x.a" examples: {input: "id=1"} `+ok), "MANDATE1013", []string{"x.a"}},
+		{"deadline too long", rpc("A", `code: "x.a" deadline: {seconds: 7200} `+ok), "MANDATE1014", []string{"x.a"}},
+		{"L0 with side effects", rpc("A", `code: "x.a" agent_hint: "h" risk: RISK_L0 side_effects: "email" permissions: "x.a"`), "MANDATE1015", []string{"x.a"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, filepath.Join(dir, "fixture.proto"), fixtureHeader+tc.rpcs+"}\n")
+			set := compileProtos(t, dir, "fixture.proto")
+			out, err := compile.Compile(set, []string{"fixture.proto"})
+			var cerr *compile.Error
+			if !errors.As(err, &cerr) {
+				t.Fatalf("Compile() = %v, %v; want a refusal with %s", out != nil, err, tc.wantRule)
+			}
+			var got []string
+			for _, f := range cerr.Findings {
+				if f.Rule != tc.wantRule {
+					t.Errorf("unexpected finding %s", f)
+					continue
+				}
+				got = append(got, f.Code)
+				if !strings.Contains(f.String(), tc.wantRule) || f.Message == "" {
+					t.Errorf("finding %q does not name its rule and fix", f)
+				}
+			}
+			if strings.Join(got, ",") != strings.Join(tc.wantCodes, ",") {
+				t.Errorf("%s fired for %q, want %q\n%v", tc.wantRule, got, tc.wantCodes, cerr)
+			}
+		})
+	}
+}
+
+func TestCleanFixtureHasNoFindings(t *testing.T) {
+	set := compileProtos(t, filepath.Join(repoRoot(t), "internal", "compile", "testdata"), "clean.proto")
+	out, err := compile.Compile(set, []string{"clean.proto"})
+	if err != nil {
+		t.Fatalf("clean fixture refused: %v", err)
+	}
+	s, err := manifest.Load(out.Manifest, out.DescriptorSet)
+	if err != nil {
+		t.Fatalf("Load(compiled clean fixture): %v", err)
+	}
+	var codes []string
+	for _, c := range s.Commands() {
+		codes = append(codes, c.Code)
+	}
+	want := "ledger.books.close,ledger.draft,ledger.entry.get,ledger.entry.post,ledger.entry.reverse"
+	if strings.Join(codes, ",") != want {
+		t.Fatalf("commands = %v, want %s (the undeclared RPC must not be a command)", codes, want)
+	}
+	checks := []struct {
+		code                 string
+		confirmationRequired bool
+		published            bool
+		sensitive            string
+	}{
+		{"ledger.entry.get", false, true, ""},
+		{"ledger.entry.post", false, true, "/card,/parties/*/tax_id"}, // reversible: no confirmation by default
+		{"ledger.entry.reverse", true, true, ""},                      // declared REQUIRED
+		{"ledger.books.close", true, true, ""},                        // L4
+		{"ledger.draft", false, false, ""},
+	}
+	for _, c := range checks {
+		cmd, _ := s.ByCode(c.code)
+		if cmd.ConfirmationRequired != c.confirmationRequired || cmd.Published() != c.published || strings.Join(cmd.SensitiveFields, ",") != c.sensitive {
+			t.Errorf("%s: confirmation=%v published=%v sensitive=%v; want %v %v %q", c.code, cmd.ConfirmationRequired, cmd.Published(), cmd.SensitiveFields, c.confirmationRequired, c.published, c.sensitive)
+		}
+	}
+	post, _ := s.ByCode("ledger.entry.post")
+	if post.Deadline != "5s" || post.RPC.FullMethod != "/fixture.v1.LedgerService/PostEntry" || post.Description != "Posts an entry; undone by ledger.entry.reverse." {
+		t.Errorf("post: deadline %q, method %q, description %q", post.Deadline, post.RPC.FullMethod, post.Description)
+	}
+	var in map[string]any
+	if err := json.Unmarshal(post.InputSchema, &in); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := in["$defs"].(map[string]any)["fixture.v1.Party"]; !ok {
+		t.Errorf("recursive Party is not under $defs: %s", post.InputSchema)
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	dir := filepath.Join(repoRoot(t), "internal", "compile", "testdata")
+	a, err := compile.Compile(compileProtos(t, dir, "clean.proto"), []string{"clean.proto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		b, err := compile.Compile(compileProtos(t, dir, "clean.proto"), []string{"clean.proto"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(a.Manifest) != string(b.Manifest) || string(a.DescriptorSet) != string(b.DescriptorSet) {
+			t.Fatal("two compilations of the same protos differ")
+		}
+	}
+}

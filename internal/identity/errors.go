@@ -1,0 +1,147 @@
+package identity
+
+import (
+	"errors"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+)
+
+// Stage is the pipeline stage (DESIGN §5) every identity refusal belongs to,
+// so clients can tell "who are you" failures from later refusals.
+const Stage = "authenticate"
+
+// ErrorDomain is the google.rpc.ErrorInfo domain shared by all Mandate
+// refusals; reason alone is only unique within it.
+const ErrorDomain = "mandate.dev"
+
+// Stable refusal codes. Clients (often agents) branch on these strings, so
+// they are part of the API and never change meaning.
+const (
+	// CodeMissingCredentials means no bearer token was sent at all.
+	CodeMissingCredentials = "authentication.missing_credentials"
+	// CodeInvalidToken covers malformed tokens, bad signatures, `alg: none`,
+	// algorithm confusion and tokens of the wrong kind: the caller cannot fix
+	// these by waiting, only by obtaining a proper token.
+	CodeInvalidToken = "authentication.invalid_token"
+	// CodeTokenExpired means `exp` (plus leeway) has passed.
+	CodeTokenExpired = "authentication.token_expired"
+	// CodeTokenNotYetValid means `nbf` or `iat` lies in the future beyond the
+	// leeway, usually a clock problem on the issuer's side.
+	CodeTokenNotYetValid = "authentication.token_not_yet_valid"
+	// CodeWrongAudience means the token was issued for another service.
+	CodeWrongAudience = "authentication.wrong_audience"
+	// CodeWrongIssuer means the token comes from an issuer we do not trust.
+	CodeWrongIssuer = "authentication.wrong_issuer"
+	// CodeUnknownKey means the token names a signing key (`kid`) we do not
+	// hold, even after refreshing the issuer's key set.
+	CodeUnknownKey = "authentication.unknown_key"
+	// CodeTokenTooLarge means the token exceeds the configured size limit; it
+	// is refused before any parsing so huge inputs cost nothing.
+	CodeTokenTooLarge = "authentication.token_too_large"
+	// CodeMissingClaim means a required claim (`exp`, `sub`, `tenant`,
+	// `act.sub`) is absent.
+	CodeMissingClaim = "authentication.missing_claim"
+	// CodeNotAService means a caller tried to act as a service (for example
+	// by sending x-mandate-on-behalf-of) without a valid service token.
+	CodeNotAService = "authentication.not_a_service"
+)
+
+// Error is an authentication refusal. Code is stable and machine-readable;
+// Reason is a short human explanation that never contains the token, a
+// claim value or key material, so it is safe to return to the caller.
+type Error struct {
+	// Code is one of the Code* constants.
+	Code string
+	// Reason explains the refusal to a human.
+	Reason string
+
+	// cause keeps the underlying library or network error for operators'
+	// logs (errors.Unwrap); it is deliberately left out of Error().
+	cause error
+}
+
+func newError(code, reason string, cause error) *Error {
+	return &Error{Code: code, Reason: reason, cause: cause}
+}
+
+// Error returns "code: reason" and never the wrapped cause, which may
+// mention internal URLs.
+func (e *Error) Error() string { return e.Code + ": " + e.Reason }
+
+// Unwrap exposes the underlying cause for logging and errors.Is.
+func (e *Error) Unwrap() error { return e.cause }
+
+// Is makes errors.Is(err, &Error{Code: c}) match any refusal with code c,
+// which is how callers test for a class of refusal without string compares.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	if !errors.As(target, &t) || t == nil {
+		return false
+	}
+	return t.Code == e.Code && (t.Reason == "" || t.Reason == e.Reason)
+}
+
+// GRPCStatus maps the refusal to codes.Unauthenticated with a
+// google.rpc.ErrorInfo and a mandate.v1.CommandError detail. Implementing
+// this method lets status.FromError map a (wrapped) *Error anywhere, so the
+// mapping lives in exactly one place.
+func (e *Error) GRPCStatus() *status.Status {
+	st := status.New(codes.Unauthenticated, e.Error())
+	withDetails, err := st.WithDetails(
+		&errdetails.ErrorInfo{
+			Reason:   e.Code,
+			Domain:   ErrorDomain,
+			Metadata: map[string]string{"stage": Stage},
+		},
+		&mandatev1.CommandError{
+			Stage:   Stage,
+			Code:    e.Code,
+			Message: e.Reason,
+			Remedy:  remedy(e.Code),
+		},
+	)
+	if err != nil {
+		// Only fails if a detail cannot be marshalled, which would be a
+		// programming error; the bare status is still correct.
+		return st
+	}
+	return withDetails
+}
+
+// remedy tells an agent what to do next, as DESIGN §5 asks every refusal to.
+func remedy(code string) string {
+	switch code {
+	case CodeTokenExpired:
+		return "obtain a fresh token and retry"
+	case CodeTokenNotYetValid:
+		return "check the issuer's clock, then retry with a new token"
+	case CodeNotAService:
+		return "call with a service token, or drop x-mandate-on-behalf-of"
+	default:
+		return "re-authenticate"
+	}
+}
+
+// ErrorCode returns the stable code of an identity refusal anywhere in err's
+// chain, or "" when err is not one, so callers need no type assertion.
+func ErrorCode(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// asError makes sure whatever reaches a client is an *Error with a code;
+// anything else is an internal bug and must not leak its text.
+func asError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return newError(CodeInvalidToken, "token could not be verified", err)
+}

@@ -1,0 +1,109 @@
+package identity
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// healthMethodPrefix is the only gRPC service reachable without a token, so
+// load balancers and orchestrators can probe us (DESIGN §6).
+const healthMethodPrefix = "/grpc.health.v1.Health/"
+
+func isHealthMethod(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, healthMethodPrefix)
+}
+
+func (a *Authenticator) authenticateIncoming(ctx context.Context) (context.Context, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	ctx, err := a.Authenticate(ctx, md.Get("authorization"), md.Get(OnBehalfOfHeader))
+	if err != nil {
+		// GRPCStatus carries Unauthenticated and the ErrorInfo detail.
+		return ctx, asError(err).GRPCStatus().Err()
+	}
+	return ctx, nil
+}
+
+// UnaryServerInterceptor authenticates every unary call except health
+// checks and refuses the rest with codes.Unauthenticated and a
+// google.rpc.ErrorInfo whose reason is the refusal code.
+func (a *Authenticator) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if isHealthMethod(info.FullMethod) {
+			return handler(ctx, req)
+		}
+		ctx, err := a.authenticateIncoming(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor is UnaryServerInterceptor for streams.
+func (a *Authenticator) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if isHealthMethod(info.FullMethod) {
+			return handler(srv, ss)
+		}
+		ctx, err := a.authenticateIncoming(ss.Context())
+		if err != nil {
+			return err
+		}
+		return handler(srv, &authenticatedStream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+// authenticatedStream swaps in the context carrying the principal; a
+// ServerStream's context cannot be replaced any other way.
+type authenticatedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *authenticatedStream) Context() context.Context { return s.ctx }
+
+// outgoingContext attaches the service token and, when the call is made
+// while serving an end user, that user's original token. Existing values of
+// both keys are replaced, never appended, so metadata copied from an
+// incoming call cannot smuggle the caller's credentials through.
+func outgoingContext(ctx context.Context, src TokenSource) (context.Context, error) {
+	tok, err := src.Token(ctx)
+	if err != nil {
+		return ctx, err
+	}
+	md, _ := metadata.FromOutgoingContext(ctx)
+	md = md.Copy()
+	md.Set("authorization", "Bearer "+tok)
+	md.Delete(OnBehalfOfHeader)
+	if raw, ok := RawTokenFromContext(ctx); ok {
+		md.Set(OnBehalfOfHeader, "Bearer "+raw)
+	}
+	return metadata.NewOutgoingContext(ctx, md), nil
+}
+
+// UnaryClientInterceptor makes a service's outgoing unary calls carry its
+// own service token and forward the end user's token from ctx (see
+// WithRawToken), so the callee authorises the end user, not the service.
+func UnaryClientInterceptor(src TokenSource) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		ctx, err := outgoingContext(ctx, src)
+		if err != nil {
+			return err
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+// StreamClientInterceptor is UnaryClientInterceptor for streams.
+func StreamClientInterceptor(src TokenSource) grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		ctx, err := outgoingContext(ctx, src)
+		if err != nil {
+			return nil, err
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+}
