@@ -9,10 +9,12 @@ import (
 	"math"
 	"math/big"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	"buf.build/go/protovalidate"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -106,6 +108,15 @@ func (d *Decoder) Decode(md protoreflect.MessageDescriptor, input []byte) (*dyna
 	c := checker{depthLimit: d.limits.MaxDepth}
 	c.message(doc, md, "", 0)
 	if len(c.violations) > 0 {
+		// Map iteration visits keys in random order; sort so the same input
+		// always gets the same error.
+		sort.SliceStable(c.violations, func(i, j int) bool {
+			a, b := c.violations[i], c.violations[j]
+			if a.Pointer != b.Pointer {
+				return a.Pointer < b.Pointer
+			}
+			return a.Rule < b.Rule
+		})
 		return nil, &InvalidError{Violations: c.violations}
 	}
 	msg := dynamicpb.NewMessage(md)
@@ -244,6 +255,7 @@ func (c *checker) message(v any, md protoreflect.MessageDescriptor, ptr string, 
 }
 
 func (c *checker) field(v any, fd protoreflect.FieldDescriptor, ptr string, depth int) {
+	r := floatRules(fd)
 	switch {
 	case fd.IsList():
 		arr, ok := v.([]any)
@@ -260,7 +272,7 @@ func (c *checker) field(v any, fd protoreflect.FieldDescriptor, ptr string, dept
 				c.add(p, "schema.null", "null is not allowed in a list")
 				continue
 			}
-			c.singular(el, fd, p, depth+1)
+			c.singular(el, fd, p, depth+1, r)
 		}
 	case fd.IsMap():
 		obj, ok := v.(map[string]any)
@@ -278,10 +290,10 @@ func (c *checker) field(v any, fd protoreflect.FieldDescriptor, ptr string, dept
 				c.add(p, "schema.null", "null is not allowed as a map value")
 				continue
 			}
-			c.singular(el, fd.MapValue(), p, depth+1)
+			c.singular(el, fd.MapValue(), p, depth+1, r)
 		}
 	default:
-		c.singular(v, fd, ptr, depth)
+		c.singular(v, fd, ptr, depth, r)
 	}
 }
 
@@ -301,7 +313,9 @@ func (c *checker) mapKey(k string, fd protoreflect.FieldDescriptor, ptr string) 
 	}
 }
 
-func (c *checker) singular(v any, fd protoreflect.FieldDescriptor, ptr string, depth int) {
+// singular checks one value of fd; r holds the rules of a float value
+// (nil for other kinds).
+func (c *checker) singular(v any, fd protoreflect.FieldDescriptor, ptr string, depth int, r *validate.FieldRules) {
 	switch fd.Kind() {
 	case protoreflect.BoolKind:
 		if _, ok := v.(bool); !ok {
@@ -321,7 +335,7 @@ func (c *checker) singular(v any, fd protoreflect.FieldDescriptor, ptr string, d
 	case protoreflect.MessageKind, protoreflect.GroupKind:
 		c.message(v, fd.Message(), ptr, depth+1)
 	case protoreflect.FloatKind, protoreflect.DoubleKind:
-		c.float(v, fd.Kind(), ptr)
+		c.float(v, fd.Kind(), ptr, r)
 	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
 		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
 		switch x := v.(type) {
@@ -358,12 +372,14 @@ func (c *checker) enum(v any, ed protoreflect.EnumDescriptor, ptr string) {
 	}
 }
 
-func (c *checker) float(v any, k protoreflect.Kind, ptr string) {
+func (c *checker) float(v any, k protoreflect.Kind, ptr string, r *validate.FieldRules) {
 	switch x := v.(type) {
 	case json.Number:
 		f, err := strconv.ParseFloat(string(x), 64)
 		if err != nil || math.IsInf(f, 0) || (k == protoreflect.FloatKind && math.Abs(f) > math.MaxFloat32) {
 			c.add(ptr, "schema.type", "must be a number in range")
+		} else if roundsOntoBound(x, k, r) {
+			c.add(ptr, "schema.range", "is outside the field's range; it only rounds onto its bound")
 		}
 	case string:
 		if x != "NaN" && x != "Infinity" && x != "-Infinity" {
@@ -416,12 +432,88 @@ func (c *checker) wkt(v any, md protoreflect.MessageDescriptor, ptr string, dept
 	default:
 		// Wrappers hold a bare value of their "value" field.
 		if fd := md.Fields().ByName("value"); fd != nil {
-			c.singular(v, fd, ptr, depth)
+			c.singular(v, fd, ptr, depth, nil)
 		}
 	}
 }
 
+// floatRules returns the rules applying to each float value of fd (the
+// field's own, its items' or its map values'), nil for other kinds.
+func floatRules(fd protoreflect.FieldDescriptor) *validate.FieldRules {
+	k := fd.Kind()
+	if fd.IsMap() {
+		k = fd.MapValue().Kind()
+	}
+	if k != protoreflect.FloatKind && k != protoreflect.DoubleKind {
+		return nil
+	}
+	r, err := protovalidate.ResolveFieldRules(fd)
+	if err != nil || r.GetIgnore() == validate.Ignore_IGNORE_ALWAYS {
+		return nil
+	}
+	switch {
+	case fd.IsList():
+		return r.GetRepeated().GetItems()
+	case fd.IsMap():
+		return r.GetMap().GetValues()
+	}
+	return r
+}
+
+// roundsOntoBound reports whether number n lies outside an inclusive bound
+// of r although it rounds onto it (e.g. -1e-400 for gte: 0), which
+// protovalidate, seeing only the rounded value, would accept. The schema
+// compares the number as written, and so does the decoder.
+func roundsOntoBound(n json.Number, k protoreflect.Kind, r *validate.FieldRules) bool {
+	nr := numericRules(r)
+	if nr.msg == nil {
+		return false
+	}
+	bits := 64
+	if k == protoreflect.FloatKind {
+		bits = 32 // protojson rounds to float32
+	}
+	f, err := strconv.ParseFloat(string(n), bits)
+	if err != nil {
+		return false
+	}
+	lo, hi := nr.bounds()
+	return (lo.set && !lo.exclusive && f == lo.val.Float() && cmpExact(n, lo.val.Float()) < 0) ||
+		(hi.set && !hi.exclusive && f == hi.val.Float() && cmpExact(n, hi.val.Float()) > 0)
+}
+
+// cmpExact compares number n, exactly, with b, which n rounds to.
+func cmpExact(n json.Number, b float64) int {
+	if b == 0 {
+		// n underflows to zero: its sign decides (no big.Rat of a huge
+		// exponent).
+		mant, _, _ := strings.Cut(strings.ToLower(string(n)), "e")
+		switch {
+		case strings.Trim(mant, "-0.") == "":
+			return 0
+		case strings.HasPrefix(mant, "-"):
+			return -1
+		}
+		return 1
+	}
+	x, ok := new(big.Rat).SetString(string(n))
+	if !ok {
+		return 0
+	}
+	return x.Cmp(new(big.Rat).SetFloat64(b))
+}
+
 func integral(n json.Number, k protoreflect.Kind) bool {
+	// Screen the magnitude first, so big.Rat never expands a huge exponent
+	// (1e1000000 costs it ~100 ms): an integer of any kind is 0 or between
+	// 1 and 2^64 in magnitude.
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil || math.Abs(f) > 0x1p65 {
+		return false
+	}
+	if f == 0 {
+		return cmpExact(n, 0) == 0 // 0, or a non-zero number below 1
+	}
 	r, ok := new(big.Rat).SetString(string(n))
 	if !ok || !r.IsInt() {
 		return false
@@ -443,10 +535,13 @@ var (
 	timestampRe = regexp.MustCompile(timestampPattern)
 	durationRe  = regexp.MustCompile(durationPattern)
 	base64Re    = regexp.MustCompile(base64Pattern)
+
+	// Matched timestamps are refused.
+	timestampOutOfRangeRe = regexp.MustCompile(timestampOutOfRangePattern)
 )
 
 func validTimestamp(s string) bool {
-	if !timestampRe.MatchString(s) {
+	if !timestampRe.MatchString(s) || timestampOutOfRangeRe.MatchString(s) {
 		return false
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)

@@ -44,13 +44,25 @@ type Schema = map[string]any
 // Canonical spellings the decoder accepts, shared with the schema so both
 // agree.
 const (
-	timestampPattern = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$`
+	// Seconds stop at 59: protojson (time.Parse) refuses leap seconds, which
+	// the date-time format allows. The offset is RFC 3339's (hours 00-23,
+	// minutes 00-59), which time.Parse does not enforce.
+	timestampPattern = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$`
 	durationPattern  = `^-?[0-9]{1,12}(\.[0-9]{1,9})?s$`
 	base64Pattern    = `^[A-Za-z0-9+/_-]*={0,2}$`
 	// The WHATWG "valid e-mail address" grammar, which protovalidate's
 	// string.email follows.
 	emailPattern = "^[a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(?:\\.[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$"
 	uuidPattern  = `^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`
+)
+
+// Timestamps refused although they match timestampPattern: year 0000, and
+// a non-zero offset that can move the instant out of protojson's range
+// (0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z), i.e. a positive
+// one on 0001-01-01 or a negative one on 9999-12-31.
+const (
+	timestampOutOfRangePattern = `^(?:0000-|0001-01-01T[0-9:.]+\+` + nonZeroOffset + `|9999-12-31T[0-9:.]+-` + nonZeroOffset + `)`
+	nonZeroOffset              = `(?:(?:0[1-9]|[1-9][0-9]):[0-9]{2}|00:(?:0[1-9]|[1-9][0-9]))$`
 )
 
 var nonFinite = []any{"NaN", "Infinity", "-Infinity"}
@@ -445,7 +457,11 @@ func (b *builder) enum(ed protoreflect.EnumDescriptor, er *validate.EnumRules) S
 func (b *builder) wkt(md protoreflect.MessageDescriptor, r *validate.FieldRules) (Schema, bool) {
 	switch md.FullName() {
 	case "google.protobuf.Timestamp":
-		return Schema{"type": "string", "format": "date-time", "pattern": timestampPattern}, true
+		s := Schema{"type": "string", "format": "date-time", "pattern": timestampPattern}
+		if b.mode == Input {
+			s["not"] = Schema{"pattern": timestampOutOfRangePattern}
+		}
+		return s, true
 	case "google.protobuf.Duration":
 		return Schema{"type": "string", "pattern": durationPattern}, true
 	case "google.protobuf.Struct":
@@ -529,7 +545,9 @@ func stringRules(s Schema, sr *validate.StringRules) {
 	}
 	switch {
 	case sr.GetEmail():
-		s["format"] = "email"
+		// No "format": "email": that format (RFC 5321) refuses addresses
+		// protovalidate accepts, such as a..b@example.com or a local part
+		// longer than 64 characters; the pattern is protovalidate's own.
 		addPattern(emailPattern)
 	case sr.GetUuid():
 		s["format"] = "uuid"
@@ -706,7 +724,7 @@ func (b *builder) float(k protoreflect.Kind, n numRules) Schema {
 	// Which non-finite spellings survive the rules: NaN fails every
 	// comparison, infinities fail the bound on their side.
 	var specials []any
-	if !(n.has("finite") && n.get("finite").Bool()) && !n.has("const") && len(n.list("in")) == 0 {
+	if (!n.has("finite") || !n.get("finite").Bool()) && !n.has("const") && len(n.list("in")) == 0 {
 		lo, hi := n.bounds()
 		inverted := lo.set && hi.set && numLess(hi.val, lo.val)
 		if !lo.set && !hi.set {
