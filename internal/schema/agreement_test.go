@@ -447,7 +447,7 @@ func (g *gen) validString(sr *validate.StringRules) string {
 		}
 		return g.matching(re)
 	}
-	n := lo
+	var n int
 	switch {
 	case g.chance(15):
 		n = hi

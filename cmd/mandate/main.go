@@ -1,0 +1,19 @@
+// Command mandate is the single Mandate binary: one subcommand per service
+// and the operator tools. Run `mandate help` for the list.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/mandate-dev/mandate/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.Run(ctx, os.Args[1:], cli.IO{Stdout: os.Stdout, Stderr: os.Stderr, Env: os.LookupEnv})
+	stop()
+	os.Exit(code)
+}

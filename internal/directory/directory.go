@@ -1,0 +1,284 @@
+package directory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Errors returned (wrapped) by Store implementations.
+var (
+	// ErrNotFound reports that the addressed tenant, role, user or agent does not exist.
+	ErrNotFound = errors.New("directory: not found")
+	// ErrInvalid reports a malformed value: an empty or over-long identifier, a blank permission.
+	ErrInvalid = errors.New("directory: invalid value")
+	// ErrReference reports a write that names something missing from the same tenant: a role
+	// or user of an unknown tenant, a user holding an undefined role, an agent acting for an
+	// unknown user. References never cross tenants.
+	ErrReference = errors.New("directory: reference to a missing entry")
+)
+
+// Tenant is a customer organisation and the scope of every other entry.
+type Tenant struct {
+	// ID identifies the tenant.
+	ID string
+	// DisplayName is a human-readable name.
+	DisplayName string
+	// Features are the tenant's entitlements, sorted and unique.
+	Features []string
+}
+
+// Role is a named set of permissions, defined per tenant.
+type Role struct {
+	// Tenant owns the role.
+	Tenant string
+	// Name identifies the role within its tenant.
+	Name string
+	// Permissions are granted to holders of the role, sorted and unique.
+	Permissions []string
+}
+
+// User is a human principal of one tenant. The same ID in two tenants is two different users.
+type User struct {
+	// Tenant owns the user.
+	Tenant string
+	// ID identifies the user within its tenant (the token's sub claim).
+	ID string
+	// Org is the user's organisational unit.
+	Org string
+	// Roles are names of roles of the same tenant, sorted and unique.
+	Roles []string
+	// Disabled users and every agent acting for them are inactive.
+	Disabled bool
+}
+
+// Agent is a registered AI agent that acts for one user of its tenant.
+type Agent struct {
+	// Tenant owns the agent.
+	Tenant string
+	// ID identifies the agent within its tenant (the token's act claim).
+	ID string
+	// UserID is the user the agent acts for; the agent holds exactly that user's permissions.
+	UserID string
+	// Disabled agents are inactive.
+	Disabled bool
+}
+
+// Snapshot is everything a tenant holds, each list sorted by name or ID.
+type Snapshot struct {
+	// Tenant is the tenant itself.
+	Tenant Tenant
+	// Roles are the tenant's roles.
+	Roles []Role
+	// Users are the tenant's users.
+	Users []User
+	// Agents are the tenant's registered agents.
+	Agents []Agent
+}
+
+// Facts is what a Store knows about one principal, the raw material of [Resolve]. Each Found
+// flag is false when the entry does not exist in the requested tenant.
+type Facts struct {
+	// TenantFound reports whether the tenant exists; nothing else is filled when it does not.
+	TenantFound bool
+	// Features are the tenant's features.
+	Features []string
+	// UserFound reports whether the user exists in the tenant.
+	UserFound bool
+	// User is the user, when found.
+	User User
+	// Permissions is the sorted union of the permissions of the user's roles.
+	Permissions []string
+	// AgentFound reports whether the agent exists in the tenant (false when no agent was asked).
+	AgentFound bool
+	// Agent is the agent, when found.
+	Agent Agent
+}
+
+// Change announces that directory data of a tenant changed. An empty Tenant means that anything
+// may have changed (for example after a lost connection) and consumers must forget everything.
+type Change struct {
+	// Tenant whose data changed, or "" for all tenants.
+	Tenant string
+
+	ack func()
+}
+
+// Ack tells the publisher that the consumer has acted on the change. Consumers of
+// [Store.Watch] must call it for every change they receive: writers in the same process wait for
+// it, which is what makes a change visible through every Cache when Update returns.
+func (c Change) Ack() {
+	if c.ack != nil {
+		c.ack()
+	}
+}
+
+// Store is the directory's storage: point reads for resolution, atomic writes, and change
+// notifications. Implementations: memory (tests, mandate dev) and postgres.
+type Store interface {
+	// Lookup returns what the store knows about a principal in tenant. agentID may be empty (a
+	// user acting directly). Every read is scoped to tenant.
+	Lookup(ctx context.Context, tenant, userID, agentID string) (Facts, error)
+	// Update runs fn in one transaction: every write in it becomes visible at once, or none
+	// does when fn (or the commit) fails. After a successful commit the store announces a
+	// Change for every tenant written to.
+	Update(ctx context.Context, fn func(Tx) error) error
+	// Watch delivers changes until ctx ends, then closes the channel. Every receiver must call
+	// Change.Ack.
+	Watch(ctx context.Context) <-chan Change
+}
+
+// Tx is the view of a Store inside Update. Writes are upserts of whole entries and are checked
+// against the tenant's other entries (see [ErrReference]).
+type Tx interface {
+	// Snapshot returns everything tenant holds, as seen inside the transaction, or
+	// ErrNotFound.
+	Snapshot(ctx context.Context, tenant string) (Snapshot, error)
+	// PutTenant creates or replaces a tenant.
+	PutTenant(ctx context.Context, t Tenant) error
+	// PutRole creates or replaces a role; its tenant must exist.
+	PutRole(ctx context.Context, r Role) error
+	// DeleteRole removes a role and drops it from every user holding it, or returns
+	// ErrNotFound.
+	DeleteRole(ctx context.Context, tenant, name string) error
+	// PutUser creates or replaces a user; its tenant and roles must exist.
+	PutUser(ctx context.Context, u User) error
+	// PutAgent creates or replaces an agent; its tenant and user must exist.
+	PutAgent(ctx context.Context, a Agent) error
+}
+
+// MaxIDLength bounds every identifier and name in the directory, in bytes.
+const MaxIDLength = 256
+
+// CheckID returns ErrInvalid unless s is a usable identifier: non-empty, at most MaxIDLength
+// bytes of valid UTF-8, with no white space or control characters.
+func CheckID(what, s string) error {
+	if s == "" {
+		return fmt.Errorf("%w: %s is empty", ErrInvalid, what)
+	}
+	if len(s) > MaxIDLength {
+		return fmt.Errorf("%w: %s is longer than %d bytes", ErrInvalid, what, MaxIDLength)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, what)
+	}
+	for _, r := range s {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return fmt.Errorf("%w: %s %q contains white space or control characters", ErrInvalid, what, s)
+		}
+	}
+	return nil
+}
+
+func checkIDs(what string, ss []string) error {
+	for _, s := range ss {
+		if err := CheckID(what, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Normalize returns a sorted copy of ss without duplicates; nil for an empty list.
+func Normalize(ss []string) []string {
+	if len(ss) == 0 {
+		return nil
+	}
+	out := slices.Clone(ss)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Check validates t and returns it normalised.
+func (t Tenant) Check() (Tenant, error) {
+	if err := CheckID("tenant id", t.ID); err != nil {
+		return t, err
+	}
+	if len(t.DisplayName) > MaxIDLength {
+		return t, fmt.Errorf("%w: display name of tenant %q is longer than %d bytes", ErrInvalid, t.ID, MaxIDLength)
+	}
+	t.Features = Normalize(t.Features)
+	return t, checkIDs("feature", t.Features)
+}
+
+// Check validates r and returns it normalised.
+func (r Role) Check() (Role, error) {
+	if err := CheckID("tenant id", r.Tenant); err != nil {
+		return r, err
+	}
+	if err := CheckID("role name", r.Name); err != nil {
+		return r, err
+	}
+	r.Permissions = Normalize(r.Permissions)
+	return r, checkIDs("permission", r.Permissions)
+}
+
+// Check validates u and returns it normalised.
+func (u User) Check() (User, error) {
+	if err := CheckID("tenant id", u.Tenant); err != nil {
+		return u, err
+	}
+	if err := CheckID("user id", u.ID); err != nil {
+		return u, err
+	}
+	if len(u.Org) > MaxIDLength {
+		return u, fmt.Errorf("%w: org of user %q is longer than %d bytes", ErrInvalid, u.ID, MaxIDLength)
+	}
+	u.Roles = Normalize(u.Roles)
+	return u, checkIDs("role name", u.Roles)
+}
+
+// Check validates a and returns it.
+func (a Agent) Check() (Agent, error) {
+	if err := CheckID("tenant id", a.Tenant); err != nil {
+		return a, err
+	}
+	if err := CheckID("agent id", a.ID); err != nil {
+		return a, err
+	}
+	return a, CheckID("agent user", a.UserID)
+}
+
+// SetUserDisabled disables or re-enables a user. Disabling also makes every agent acting for
+// the user inactive, from the next resolution on.
+func SetUserDisabled(ctx context.Context, s Store, tenant, userID string, disabled bool) error {
+	return s.Update(ctx, func(tx Tx) error {
+		snap, err := tx.Snapshot(ctx, tenant)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(snap.Users, func(u User) bool { return u.ID == userID })
+		if i < 0 {
+			return fmt.Errorf("%w: user %q in tenant %q", ErrNotFound, userID, tenant)
+		}
+		u := snap.Users[i]
+		if u.Disabled == disabled {
+			return nil
+		}
+		u.Disabled = disabled
+		return tx.PutUser(ctx, u)
+	})
+}
+
+// SetAgentDisabled disables or re-enables a registered agent.
+func SetAgentDisabled(ctx context.Context, s Store, tenant, agentID string, disabled bool) error {
+	return s.Update(ctx, func(tx Tx) error {
+		snap, err := tx.Snapshot(ctx, tenant)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(snap.Agents, func(a Agent) bool { return a.ID == agentID })
+		if i < 0 {
+			return fmt.Errorf("%w: agent %q in tenant %q", ErrNotFound, agentID, tenant)
+		}
+		a := snap.Agents[i]
+		if a.Disabled == disabled {
+			return nil
+		}
+		a.Disabled = disabled
+		return tx.PutAgent(ctx, a)
+	})
+}

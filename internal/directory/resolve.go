@@ -1,0 +1,124 @@
+package directory
+
+import (
+	"context"
+	"slices"
+)
+
+// Reasons a Resolution is inactive. They are stable strings, fit for audit records and refusal
+// details.
+const (
+	ReasonTenantUnknown      = "tenant.unknown"
+	ReasonUserUnknown        = "user.unknown"
+	ReasonUserDisabled       = "user.disabled"
+	ReasonAgentNotRegistered = "agent.not_registered"
+	ReasonAgentWrongUser     = "agent.wrong_user"
+	ReasonAgentDisabled      = "agent.disabled"
+)
+
+// Resolution is the directory's answer about one principal: a user acting directly, or an agent
+// acting for a user.
+type Resolution struct {
+	// Tenant, UserID and AgentID echo the principal that was resolved.
+	Tenant, UserID, AgentID string
+	// Active is false when the principal may do nothing at all; Reason says why.
+	Active bool
+	// Reason is one of the Reason constants when Active is false, empty otherwise.
+	Reason string
+	// Permissions are the user's permissions (an agent holds exactly its user's), sorted;
+	// empty when inactive.
+	Permissions []string
+	// Features are the tenant's entitlements, sorted; empty when inactive.
+	Features []string
+	// Org is the user's organisational unit, when the user is known.
+	Org string
+	// Roles are the user's roles, sorted, when the user is known.
+	Roles []string
+}
+
+// Resolver answers who a principal is. *Cache implements it, and [Direct] adapts a Store.
+type Resolver interface {
+	// Resolve resolves a principal; see [Resolve].
+	Resolve(ctx context.Context, tenant, userID, agentID string) (Resolution, error)
+}
+
+// Direct returns a Resolver that asks s on every call, without caching.
+func Direct(s Store) Resolver { return direct{s} }
+
+type direct struct{ s Store }
+
+func (d direct) Resolve(ctx context.Context, tenant, userID, agentID string) (Resolution, error) {
+	return Resolve(ctx, d.s, tenant, userID, agentID)
+}
+
+// Resolve looks the principal up in s and applies the directory's rules. agentID is empty for a
+// user acting directly. Inactive principals are not errors: the error is reserved for storage
+// failures. The rules, in order: the tenant must exist; the user must exist in it and be enabled;
+// an agent must be registered in the same tenant, act for this very user and be enabled. An
+// active principal gets its user's permissions and its tenant's features, nothing more.
+func Resolve(ctx context.Context, s Store, tenant, userID, agentID string) (Resolution, error) {
+	r := Resolution{Tenant: tenant, UserID: userID, AgentID: agentID}
+	if tenant == "" {
+		r.Reason = ReasonTenantUnknown
+		return r, nil
+	}
+	if userID == "" {
+		r.Reason = ReasonUserUnknown
+		return r, nil
+	}
+	f, err := s.Lookup(ctx, tenant, userID, agentID)
+	if err != nil {
+		return Resolution{}, err
+	}
+	return Decide(r, f), nil
+}
+
+// Decide applies the resolution rules to facts about the principal named in r. Store
+// implementations never need it; it is exported for resolvers built on other fact sources.
+func Decide(r Resolution, f Facts) Resolution {
+	switch {
+	case !f.TenantFound:
+		r.Reason = ReasonTenantUnknown
+		return r
+	case !f.UserFound:
+		r.Reason = ReasonUserUnknown
+		return r
+	}
+	r.Org = f.User.Org
+	r.Roles = slices.Clone(f.User.Roles)
+	switch {
+	case f.User.Disabled:
+		r.Reason = ReasonUserDisabled
+	case r.AgentID != "" && !f.AgentFound:
+		r.Reason = ReasonAgentNotRegistered
+	case r.AgentID != "" && f.Agent.UserID != r.UserID:
+		r.Reason = ReasonAgentWrongUser
+	case r.AgentID != "" && f.Agent.Disabled:
+		r.Reason = ReasonAgentDisabled
+	default:
+		r.Active = true
+		r.Permissions = slices.Clone(f.Permissions)
+		r.Features = slices.Clone(f.Features)
+	}
+	return r
+}
+
+// HasPermission reports whether r is active and holds permission p.
+func (r Resolution) HasPermission(p string) bool {
+	_, ok := slices.BinarySearch(r.Permissions, p)
+	return r.Active && ok
+}
+
+// HasFeature reports whether r is active and its tenant has feature f.
+func (r Resolution) HasFeature(f string) bool {
+	_, ok := slices.BinarySearch(r.Features, f)
+	return r.Active && ok
+}
+
+// clone returns a deep copy so that callers cannot modify a cached resolution.
+func (r Resolution) clone() Resolution {
+	r.Permissions = slices.Clone(r.Permissions)
+	r.Features = slices.Clone(r.Features)
+	r.Roles = slices.Clone(r.Roles)
+	return r
+}

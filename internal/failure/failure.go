@@ -1,0 +1,256 @@
+// Package failure is the one place where Mandate errors become wire errors.
+// A refusal or fault is an *Error with a pipeline stage and a stable code
+// (DESIGN §5); ToStatus turns any error into a gRPC status carrying
+// google.rpc.ErrorInfo and mandate.v1.CommandError, and Problem turns a
+// status into an RFC 9457 problem+json body with the same code string. Raw
+// internal errors never reach a client: they become a generic
+// `internal.error` after being logged by the caller.
+package failure
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+)
+
+// Domain is the google.rpc.ErrorInfo domain of every Mandate error.
+const Domain = "mandate.dev"
+
+// Violation is one broken input rule.
+type Violation struct {
+	Pointer string
+	Rule    string
+	Message string
+}
+
+// Error is a refusal or failure with a stage and a stable code.
+type Error struct {
+	Stage        string
+	Code         string
+	Message      string
+	Retriable    bool
+	Remedy       string
+	Violations   []Violation
+	InvocationID string
+	ChallengeID  string
+	ApprovalURL  string
+	// Status overrides the gRPC code derived from Code.
+	Status codes.Code
+	cause  error
+}
+
+// New returns an error with a stage, a code and a client-safe message.
+func New(stage, code, message string) *Error {
+	return &Error{Stage: stage, Code: code, Message: message}
+}
+
+// Wrap is New with an internal cause kept for logs (errors.Unwrap) and
+// never sent to clients.
+func Wrap(stage, code, message string, cause error) *Error {
+	return &Error{Stage: stage, Code: code, Message: message, cause: cause}
+}
+
+func (e *Error) Error() string {
+	s := e.Code + ": " + e.Message
+	if e.Stage != "" {
+		s = e.Stage + ": " + s
+	}
+	return s
+}
+
+// Unwrap returns the internal cause.
+func (e *Error) Unwrap() error { return e.cause }
+
+// Is matches another *Error with the same code.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	return errors.As(target, &t) && t != nil && t.Code == e.Code
+}
+
+// GRPCStatus implements the interface status.FromError looks for.
+func (e *Error) GRPCStatus() *status.Status {
+	code := e.Status
+	if code == codes.OK {
+		code = GRPCCode(e.Code)
+	}
+	st := status.New(code, e.Message)
+	ce := &mandatev1.CommandError{
+		Stage: e.Stage, Code: e.Code, Message: e.Message,
+		Retriable: e.Retriable, Remedy: e.Remedy,
+		InvocationId: e.InvocationID, ChallengeId: e.ChallengeID, ApprovalUrl: e.ApprovalURL,
+	}
+	for _, v := range e.Violations {
+		ce.Violations = append(ce.Violations, &mandatev1.Violation{Pointer: v.Pointer, Rule: v.Rule, Message: v.Message})
+	}
+	meta := map[string]string{}
+	if e.Stage != "" {
+		meta["stage"] = e.Stage
+	}
+	if e.InvocationID != "" {
+		meta["invocation_id"] = e.InvocationID
+	}
+	withDetails, err := st.WithDetails(&errdetails.ErrorInfo{Reason: e.Code, Domain: Domain, Metadata: meta}, ce)
+	if err != nil {
+		return st
+	}
+	return withDetails
+}
+
+// GRPCCode derives the gRPC code of an error code string.
+func GRPCCode(code string) codes.Code {
+	switch {
+	case strings.HasPrefix(code, "authentication."):
+		return codes.Unauthenticated
+	case code == "command.not_found", strings.HasSuffix(code, ".not_found"):
+		return codes.NotFound
+	case strings.HasPrefix(code, "authorization."), strings.HasPrefix(code, "entitlement."),
+		strings.HasPrefix(code, "scope."), strings.HasPrefix(code, "sod."),
+		code == "confirmation.approver_not_allowed", code == "confirmation.refused":
+		return codes.PermissionDenied
+	case strings.HasPrefix(code, "schema."), strings.HasPrefix(code, "request."):
+		return codes.InvalidArgument
+	case code == "idempotency.in_flight":
+		return codes.Aborted
+	case strings.HasPrefix(code, "idempotency."), strings.HasPrefix(code, "confirmation."),
+		strings.HasPrefix(code, "state."), code == "state_check":
+		return codes.FailedPrecondition
+	case strings.HasSuffix(code, ".unavailable"):
+		return codes.Unavailable
+	case strings.HasSuffix(code, ".deadline_exceeded"):
+		return codes.DeadlineExceeded
+	case strings.HasSuffix(code, ".too_large"), strings.HasSuffix(code, ".rate_limited"):
+		return codes.ResourceExhausted
+	}
+	return codes.Internal
+}
+
+// Internal is the error clients see for a fault whose details must stay
+// on the server.
+func Internal(stage string, cause error) *Error {
+	return Wrap(stage, "internal.error", "internal error; the operator's logs have the details", cause)
+}
+
+// ToStatus converts any error to a gRPC status: Mandate errors and errors
+// that carry a status keep them; context errors map to Canceled /
+// DeadlineExceeded; everything else becomes a generic internal error.
+func ToStatus(err error) *status.Status {
+	if err == nil {
+		return status.New(codes.OK, "")
+	}
+	var fe *Error
+	if errors.As(err, &fe) {
+		return fe.GRPCStatus()
+	}
+	var gs interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &gs) {
+		return gs.GRPCStatus()
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.New(codes.Canceled, "request canceled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return New("", "request.deadline_exceeded", "deadline exceeded").GRPCStatus()
+	}
+	return Internal("", err).GRPCStatus()
+}
+
+// HTTPStatus maps a gRPC code to the HTTP status of a problem body.
+func HTTPStatus(c codes.Code) int {
+	switch c {
+	case codes.OK:
+		return http.StatusOK
+	case codes.Canceled:
+		return 499
+	case codes.InvalidArgument, codes.OutOfRange:
+		return http.StatusBadRequest
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.AlreadyExists, codes.Aborted:
+		return http.StatusConflict
+	case codes.FailedPrecondition:
+		return http.StatusUnprocessableEntity
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// ProblemViolation is one entry of a problem body's `errors` member.
+type ProblemViolation struct {
+	Pointer string `json:"pointer"`
+	Rule    string `json:"rule"`
+	Detail  string `json:"detail"`
+}
+
+// ProblemBody is an RFC 9457 problem document with Mandate's extension
+// members.
+type ProblemBody struct {
+	Type         string             `json:"type"`
+	Title        string             `json:"title"`
+	Status       int                `json:"status"`
+	Detail       string             `json:"detail,omitempty"`
+	Instance     string             `json:"instance,omitempty"`
+	Code         string             `json:"code"`
+	Stage        string             `json:"stage,omitempty"`
+	Retriable    bool               `json:"retriable"`
+	Remedy       string             `json:"remedy,omitempty"`
+	InvocationID string             `json:"invocation_id,omitempty"`
+	ChallengeID  string             `json:"challenge_id,omitempty"`
+	ApprovalURL  string             `json:"approval_url,omitempty"`
+	Errors       []ProblemViolation `json:"errors,omitempty"`
+}
+
+// Problem converts a status into a problem body.
+func Problem(st *status.Status, instance string) ProblemBody {
+	httpStatus := HTTPStatus(st.Code())
+	p := ProblemBody{
+		Type:     "about:blank",
+		Title:    http.StatusText(httpStatus),
+		Status:   httpStatus,
+		Detail:   st.Message(),
+		Instance: instance,
+		Code:     "grpc." + strings.ToLower(st.Code().String()),
+	}
+	if p.Title == "" {
+		p.Title = "Client Closed Request"
+	}
+	for _, d := range st.Details() {
+		switch x := d.(type) {
+		case *errdetails.ErrorInfo:
+			if x.GetDomain() == Domain {
+				p.Code = x.GetReason()
+			}
+		case *mandatev1.CommandError:
+			p.Code, p.Stage, p.Retriable, p.Remedy = x.GetCode(), x.GetStage(), x.GetRetriable(), x.GetRemedy()
+			p.InvocationID, p.ChallengeID, p.ApprovalURL = x.GetInvocationId(), x.GetChallengeId(), x.GetApprovalUrl()
+			if x.GetMessage() != "" {
+				p.Detail = x.GetMessage()
+			}
+			for _, v := range x.GetViolations() {
+				p.Errors = append(p.Errors, ProblemViolation{Pointer: v.GetPointer(), Rule: v.GetRule(), Detail: v.GetMessage()})
+			}
+		case *errdetails.BadRequest:
+			for _, fv := range x.GetFieldViolations() {
+				p.Errors = append(p.Errors, ProblemViolation{Pointer: "/" + strings.ReplaceAll(fv.GetField(), ".", "/"), Rule: fv.GetReason(), Detail: fv.GetDescription()})
+			}
+		}
+	}
+	return p
+}

@@ -1,0 +1,276 @@
+// Package server runs one Mandate service: a gRPC server (health,
+// reflection, OpenTelemetry, panic recovery, authentication) and an HTTP
+// server carrying the service's REST routes through grpc-gateway, with
+// problem+json errors, plus /healthz. Run serves until its context ends,
+// then shuts down in order: health NOT_SERVING, gRPC GracefulStop (bounded),
+// HTTP Shutdown.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/identity"
+)
+
+// Config configures a service's listeners.
+type Config struct {
+	// Name identifies the service in health checks and logs.
+	Name string
+	// GRPCAddr and HTTPAddr are listen addresses; ":0" picks a port.
+	GRPCAddr string
+	HTTPAddr string
+	// Auth authenticates every RPC except health. Required: Mandate has no
+	// unauthenticated RPCs.
+	Auth *identity.Authenticator
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// ShutdownTimeout bounds graceful shutdown (default 10s).
+	ShutdownTimeout time.Duration
+	// MaxRecvBytes bounds a gRPC request (default 4 MiB).
+	MaxRecvBytes int
+}
+
+// GatewayRegistrar registers a service's grpc-gateway handlers.
+type GatewayRegistrar func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error
+
+// Server is one service's listeners.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	grpc     *grpc.Server
+	health   *health.Server
+	gateway  *runtime.ServeMux
+	http     *http.ServeMux
+	gateways []GatewayRegistrar
+	grpcLis  net.Listener
+	httpLis  net.Listener
+}
+
+// New builds the servers and binds the listeners, so the addresses are
+// known (and port conflicts reported) before Run.
+func New(cfg Config) (*Server, error) {
+	if cfg.Name == "" {
+		return nil, errors.New("server: Name is required")
+	}
+	if cfg.Auth == nil {
+		return nil, errors.New("server: Auth is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	if cfg.MaxRecvBytes <= 0 {
+		cfg.MaxRecvBytes = 4 << 20
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("service", cfg.Name), health: health.NewServer(), http: http.NewServeMux()}
+	s.grpc = grpc.NewServer(
+		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
+		grpc.ChainUnaryInterceptor(s.recoverUnary, cfg.Auth.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(s.recoverStream, cfg.Auth.StreamServerInterceptor()),
+	)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	s.gateway = runtime.NewServeMux(
+		runtime.WithErrorHandler(problemHandler),
+		runtime.WithRoutingErrorHandler(routingErrorHandler),
+		runtime.WithIncomingHeaderMatcher(headerMatcher),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		}),
+	)
+	s.http.HandleFunc("GET /healthz", s.healthz)
+	s.http.Handle("/", s.gateway)
+
+	var err error
+	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("server: listening for gRPC on %s: %w", cfg.GRPCAddr, err)
+	}
+	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		_ = s.grpcLis.Close()
+		return nil, fmt.Errorf("server: listening for HTTP on %s: %w", cfg.HTTPAddr, err)
+	}
+	return s, nil
+}
+
+// GRPC returns the gRPC server to register services on (before Run).
+func (s *Server) GRPC() *grpc.Server { return s.grpc }
+
+// HandleGateway adds a service's REST routes (before Run).
+func (s *Server) HandleGateway(r GatewayRegistrar) { s.gateways = append(s.gateways, r) }
+
+// Handle adds a plain HTTP handler (before Run).
+func (s *Server) Handle(pattern string, h http.Handler) { s.http.Handle(pattern, h) }
+
+// GRPCAddr is the bound gRPC address.
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the bound HTTP address.
+func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
+
+// Run serves until ctx ends, then shuts down gracefully.
+func (s *Server) Run(ctx context.Context) error {
+	// The gateway calls this service's own gRPC port, so REST calls run
+	// through the same interceptors as gRPC calls.
+	conn, err := grpc.NewClient(s.GRPCAddr(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+	if err != nil {
+		return fmt.Errorf("server: gateway connection: %w", err)
+	}
+	defer func() { _ = conn.Close() }()
+	for _, r := range s.gateways {
+		if err := r(ctx, s.gateway, conn); err != nil {
+			return fmt.Errorf("server: registering gateway: %w", err)
+		}
+	}
+	httpSrv := &http.Server{
+		Handler:           otelhttp.NewHandler(http.MaxBytesHandler(s.http, int64(s.cfg.MaxRecvBytes)), s.cfg.Name),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- s.grpc.Serve(s.grpcLis) }()
+	go func() {
+		if err := httpSrv.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+			return
+		}
+		errc <- nil
+	}()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(s.cfg.Name, healthpb.HealthCheckResponse_SERVING)
+	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr())
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	s.health.Shutdown()
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	timer := time.NewTimer(s.cfg.ShutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-stopped:
+	case <-timer.C:
+		s.grpc.Stop()
+		<-stopped
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutdownCtx); err != nil && runErr == nil {
+		runErr = err
+	}
+	s.log.Info("stopped")
+	return runErr
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	resp, err := s.health.Check(r.Context(), &healthpb.HealthCheckRequest{Service: s.cfg.Name})
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"status":"NOT_SERVING"}`))
+		return
+	}
+	_, _ = w.Write([]byte(`{"status":"SERVING"}`))
+}
+
+func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.ErrorContext(ctx, "panic in handler", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = failure.Internal("", nil).GRPCStatus().Err()
+		}
+	}()
+	return handler(ctx, req)
+}
+
+func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("panic in stream handler", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = failure.Internal("", nil).GRPCStatus().Err()
+		}
+	}()
+	return handler(srv, ss)
+}
+
+// headerMatcher forwards the headers Mandate reads from REST callers.
+func headerMatcher(key string) (string, bool) {
+	switch k := strings.ToLower(key); k {
+	case "idempotency-key", "x-request-id", "x-mandate-conversation", identity.OnBehalfOfHeader, "traceparent", "tracestate":
+		return k, true
+	}
+	return runtime.DefaultHeaderMatcher(key)
+}
+
+// problemHandler renders every gateway error as RFC 9457 problem+json.
+func problemHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	var httpErr *runtime.HTTPStatusError
+	if errors.As(err, &httpErr) && httpErr.Err != nil {
+		err = httpErr.Err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		st = failure.ToStatus(err)
+	}
+	if st.Code() == 0 {
+		st = failure.ToStatus(err)
+	}
+	p := failure.Problem(st, r.URL.Path)
+	if st.Code().String() == "InvalidArgument" && p.Code == "grpc.invalidargument" {
+		// The gateway itself refused the body or a path parameter.
+		p.Code, p.Stage = "request.malformed", "decode"
+	}
+	WriteProblem(w, p)
+}
+
+// WriteProblem writes a problem+json response.
+func WriteProblem(w http.ResponseWriter, p failure.ProblemBody) {
+	if p.Status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+func routingErrorHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	p := failure.ProblemBody{Type: "about:blank", Status: httpStatus, Title: http.StatusText(httpStatus), Instance: r.URL.Path}
+	switch httpStatus {
+	case http.StatusMethodNotAllowed, http.StatusNotImplemented:
+		p.Status, p.Title, p.Code = http.StatusMethodNotAllowed, http.StatusText(http.StatusMethodNotAllowed), "request.method_not_allowed"
+	case http.StatusNotFound:
+		p.Code = "request.route_not_found"
+	default:
+		p.Code = "request.malformed"
+	}
+	WriteProblem(w, p)
+}
