@@ -106,6 +106,10 @@ func (e *Error) GRPCStatus() *status.Status {
 // GRPCCode derives the gRPC code of an error code string.
 func GRPCCode(code string) codes.Code {
 	switch {
+	case strings.HasSuffix(code, ".unavailable"):
+		return codes.Unavailable
+	case strings.HasSuffix(code, ".deadline_exceeded"):
+		return codes.DeadlineExceeded
 	case strings.HasPrefix(code, "authentication."):
 		return codes.Unauthenticated
 	case code == "command.not_found", strings.HasSuffix(code, ".not_found"):
@@ -121,10 +125,6 @@ func GRPCCode(code string) codes.Code {
 	case strings.HasPrefix(code, "idempotency."), strings.HasPrefix(code, "confirmation."),
 		strings.HasPrefix(code, "state."), code == "state_check":
 		return codes.FailedPrecondition
-	case strings.HasSuffix(code, ".unavailable"):
-		return codes.Unavailable
-	case strings.HasSuffix(code, ".deadline_exceeded"):
-		return codes.DeadlineExceeded
 	case strings.HasSuffix(code, ".too_large"), strings.HasSuffix(code, ".rate_limited"):
 		return codes.ResourceExhausted
 	}
