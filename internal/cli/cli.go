@@ -38,6 +38,7 @@ var commands = map[string]command{
 	"token":   {"mint a development token signed with the dev secret", runToken},
 	"migrate": {"apply every service's database migrations (idempotent, safe to run concurrently)", runMigrate},
 	"policy":  {"manage the policy directory: `mandate policy apply -f FILE`", runPolicy},
+	"audit":   {"run the audit service; `mandate audit query|verify` read the trail", runAudit},
 }
 
 // errUsage marks errors already explained by usage output.

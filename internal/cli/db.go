@@ -19,7 +19,7 @@ import (
 // migrationSets lists every service's migrations, in the order
 // `mandate migrate` applies them.
 func migrationSets() []migrate.Set {
-	return []migrate.Set{dirpg.Migrations}
+	return []migrate.Set{dirpg.Migrations, auditMigrations}
 }
 
 // databaseFlag declares --database-url and requires it.

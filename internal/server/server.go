@@ -86,11 +86,15 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxRecvBytes = 4 << 20
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("service", cfg.Name), health: health.NewServer(), http: http.NewServeMux()}
+	v, err := newValidator()
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	s.grpc = grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
-		grpc.ChainUnaryInterceptor(s.recoverUnary, cfg.Auth.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(s.recoverStream, cfg.Auth.StreamServerInterceptor()),
+		grpc.ChainUnaryInterceptor(s.recoverUnary, cfg.Auth.UnaryServerInterceptor(), v.unary),
+		grpc.ChainStreamInterceptor(s.recoverStream, cfg.Auth.StreamServerInterceptor(), v.stream),
 	)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -106,7 +110,6 @@ func New(cfg Config) (*Server, error) {
 	s.http.HandleFunc("GET /healthz", s.healthz)
 	s.http.Handle("/", s.gateway)
 
-	var err error
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("server: listening for gRPC on %s: %w", cfg.GRPCAddr, err)
 	}

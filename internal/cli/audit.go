@@ -1,0 +1,265 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/config"
+	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/services/audit"
+	auditapi "github.com/mandate-dev/mandate/services/audit/api"
+	auditmem "github.com/mandate-dev/mandate/services/audit/memory"
+	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
+)
+
+var auditMigrations = auditpg.Migrations
+
+// runAudit dispatches `mandate audit` (the service) and its tools.
+func runAudit(ctx context.Context, args []string, io IO) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "query":
+			return runAuditQuery(ctx, args[1:], io)
+		case "verify":
+			return runAuditVerify(ctx, args[1:], io)
+		}
+	}
+	return runAuditService(ctx, args, io)
+}
+
+func runAuditService(ctx context.Context, args []string, io IO) error {
+	var (
+		f          serviceFlags
+		reconcile  time.Duration
+		intentsAge time.Duration
+	)
+	s := config.New("audit", io.Env)
+	s.FlagSet().SetOutput(io.Stderr)
+	f.declare(s, "127.0.0.1:9094", "127.0.0.1:8084")
+	s.Duration(&reconcile, "reconcile-interval", time.Minute, "how often intents without an outcome are looked for")
+	s.Duration(&intentsAge, "reconcile-after", 15*time.Minute, "age after which an intent without an outcome is recorded as unknown")
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	log := f.logger(io.Stderr, "audit")
+	var cl closers
+	defer cl.close()
+
+	auth, err := f.authenticator(ctx)
+	if err != nil {
+		return err
+	}
+	var store audit.Store
+	if f.storeKind == "postgres" {
+		pool, err := openPool(ctx, f.databaseURL)
+		if err != nil {
+			return err
+		}
+		cl.add(pool.Close)
+		ps := auditpg.New(pool, auditpg.Options{Logger: log})
+		cl.add(ps.Close)
+		store = ps
+		dir := f.directory(pool, &cl)
+		return serveAudit(ctx, f, auth, store, dir, reconcile, intentsAge, log, &cl)
+	}
+	ms := auditmem.New()
+	cl.add(ms.Close)
+	return serveAudit(ctx, f, auth, ms, f.directory(nil, &cl), reconcile, intentsAge, log, &cl)
+}
+
+func serveAudit(ctx context.Context, f serviceFlags, auth *identity.Authenticator, store audit.Store, dir directory.Resolver,
+	reconcile, intentsAge time.Duration, log *slog.Logger, cl *closers) error {
+	w := audit.NewWriter(store, audit.WriterOptions{Logger: log})
+	cl.add(func() { _ = w.Close() })
+	srv, err := server.New(server.Config{Name: "mandate.v1.AuditService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log})
+	if err != nil {
+		return err
+	}
+	auditapi.New(w, dir, log).Register(srv.GRPC())
+	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+		return mandatev1.RegisterAuditServiceHandler(ctx, mux, conn)
+	})
+	rec := audit.NewReconciler(w, audit.ReconcilerOptions{Interval: reconcile, OlderThan: intentsAge, Logger: log})
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = rec.Run(rctx) }()
+	defer func() { stop(); <-done }()
+	return srv.Run(ctx)
+}
+
+// auditDB opens the audit store directly, for operator tools.
+func auditDB(ctx context.Context, url config.Secret, cl *closers) (*auditpg.Store, error) {
+	pool, err := openPool(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	cl.add(pool.Close)
+	st := auditpg.New(pool, auditpg.Options{})
+	cl.add(st.Close)
+	return st, nil
+}
+
+func runAuditQuery(ctx context.Context, args []string, io IO) error {
+	var (
+		url                                                  config.Secret
+		tenant, format, from, to, agent, model, sideEffect   string
+		command, stage, approver, conversation, phase, token string
+		actorKinds, risks, outcomes                          []string
+		approved                                             string
+		limit                                                int
+	)
+	s := config.New("audit query", io.Env)
+	s.FlagSet().SetOutput(io.Stderr)
+	databaseFlag(s, &url)
+	s.String(&tenant, "tenant", "", "tenant whose trail to read")
+	s.String(&format, "format", "table", "table or json")
+	s.String(&from, "from", "", "only records at or after this RFC 3339 time")
+	s.String(&to, "to", "", "only records before this RFC 3339 time")
+	s.Strings(&actorKinds, "actor-kind", nil, "user, agent, service")
+	s.String(&agent, "agent", "", "only this agent")
+	s.String(&model, "model", "", "only this model")
+	s.Strings(&risks, "risk", nil, "L0 … L4")
+	s.String(&sideEffect, "side-effect", "", "only commands declaring this side effect")
+	s.String(&command, "command", "", "only this command code")
+	s.Strings(&outcomes, "outcome", nil, "executed, refused, failed, unknown, pending")
+	s.String(&stage, "stage", "", "only this stage")
+	s.String(&approved, "approved", "", "true or false")
+	s.String(&approver, "approver", "", "only calls approved by this user")
+	s.String(&conversation, "conversation", "", "only this conversation")
+	s.String(&phase, "phase", "", "intent or outcome")
+	s.Int(&limit, "limit", 50, "page size (1–1000)")
+	s.String(&token, "page-token", "", "continue from a previous page")
+	s.Require("tenant", func() bool { return tenant == "" })
+	filter := audit.Filter{}
+	s.Check(func() error {
+		var errs []error
+		if format != "table" && format != "json" {
+			errs = append(errs, s.Errorf("format", "must be table or json"))
+		}
+		for name, v := range map[string]string{"from": from, "to": to} {
+			if v == "" {
+				continue
+			}
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				errs = append(errs, s.Errorf(name, "must be an RFC 3339 time"))
+			}
+			if name == "from" {
+				filter.From = t
+			} else {
+				filter.To = t
+			}
+		}
+		switch approved {
+		case "":
+		case "true", "false":
+			b := approved == "true"
+			filter.Approved = &b
+		default:
+			errs = append(errs, s.Errorf("approved", "must be true or false"))
+		}
+		return errors.Join(errs...)
+	})
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	filter.Tenant, filter.AgentID, filter.Model, filter.SideEffect = tenant, agent, model, sideEffect
+	filter.Command, filter.Stage, filter.Approver, filter.ConversationID = command, stage, approver, conversation
+	filter.Phase, filter.PageSize, filter.PageToken = audit.Phase(phase), limit, token
+	for _, k := range actorKinds {
+		filter.ActorKinds = append(filter.ActorKinds, audit.ActorKind(k))
+	}
+	for _, r := range risks {
+		filter.Risks = append(filter.Risks, audit.Risk(r))
+	}
+	for _, o := range outcomes {
+		filter.Outcomes = append(filter.Outcomes, audit.Outcome(o))
+	}
+	var cl closers
+	defer cl.close()
+	st, err := auditDB(ctx, url, &cl)
+	if err != nil {
+		return err
+	}
+	page, err := st.Query(ctx, filter)
+	if err != nil {
+		return err
+	}
+	if format == "json" {
+		enc := json.NewEncoder(io.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Records       []audit.Stored `json:"records"`
+			NextPageToken string         `json:"next_page_token"`
+		}{page.Records, page.NextPageToken})
+	}
+	tw := tabwriter.NewWriter(io.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTIME\tPHASE\tCOMMAND\tRISK\tACTOR\tUSER\tAGENT\tOUTCOME\tCODE\tAPPROVER\tINVOCATION")
+	for _, r := range page.Records {
+		approver := ""
+		if r.Approval != nil {
+			approver = r.Approval.Approver
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.Time.UTC().Format(time.RFC3339),
+			r.Phase, r.Command, r.Risk, r.ActorKind, r.UserID, r.AgentID, r.Outcome, r.Code, approver, r.InvocationID)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if page.NextPageToken != "" {
+		fmt.Fprintf(io.Stdout, "\nmore: --page-token %s\n", page.NextPageToken)
+	}
+	return nil
+}
+
+func runAuditVerify(ctx context.Context, args []string, io IO) error {
+	var (
+		url    config.Secret
+		tenant string
+	)
+	s := config.New("audit verify", io.Env)
+	s.FlagSet().SetOutput(io.Stderr)
+	databaseFlag(s, &url)
+	s.String(&tenant, "tenant", "", "tenant whose chain to walk")
+	s.Require("tenant", func() bool { return tenant == "" })
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	var cl closers
+	defer cl.close()
+	st, err := auditDB(ctx, url, &cl)
+	if err != nil {
+		return err
+	}
+	rep, err := st.Verify(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if rep.OK {
+		fmt.Fprintf(io.Stdout, "chain of tenant %s intact: %d records, head seq %d\n", tenant, rep.Rows, rep.Head.Seq)
+		return nil
+	}
+	b := rep.Break
+	fmt.Fprintf(io.Stdout, "chain of tenant %s BROKEN at seq %d (invocation %s, phase %s): %s — %s\n",
+		tenant, b.Seq, orDash(b.InvocationID), orDash(string(b.Phase)), b.Problem, b.Detail)
+	return fmt.Errorf("audit chain broken at seq %d", b.Seq)
+}
+
+func orDash(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mandate-dev/mandate/internal/config"
+	"github.com/mandate-dev/mandate/internal/directory"
+	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
+	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
+	"github.com/mandate-dev/mandate/internal/identity"
+)
+
+// serviceFlags are the settings every Mandate service shares.
+type serviceFlags struct {
+	grpcAddr, httpAddr string
+	storeKind          string
+	databaseURL        config.Secret
+	devSecret          config.Secret
+	serviceSecret      config.Secret
+	issuers, audience  []string
+	jwksFile, oidcURL  string
+	logLevel           string
+}
+
+func (f *serviceFlags) declare(s *config.Set, grpcAddr, httpAddr string) {
+	s.String(&f.grpcAddr, "grpc-addr", grpcAddr, "gRPC listen address")
+	s.String(&f.httpAddr, "http-addr", httpAddr, "HTTP (REST, health) listen address")
+	s.String(&f.storeKind, "store", "postgres", "storage driver: postgres or memory (memory keeps nothing across restarts)")
+	s.SecretVar(&f.databaseURL, "database-url", "Postgres connection string (store=postgres)")
+	s.SecretVar(&f.devSecret, "dev-secret", "HS256 secret for user and agent tokens (development)")
+	s.SecretVar(&f.serviceSecret, "service-secret", "HS256 secret for service-to-service tokens")
+	s.Strings(&f.issuers, "issuer", []string{DefaultIssuer}, "accepted token issuers")
+	s.Strings(&f.audience, "audience", []string{DefaultAudience}, "accepted token audiences")
+	s.String(&f.jwksFile, "jwks-file", "", "JWKS file with RS256/ES256/EdDSA keys for user and agent tokens")
+	s.String(&f.oidcURL, "oidc-issuer", "", "OIDC issuer URL whose discovery document names the signing keys")
+	s.String(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	s.Check(func() error {
+		var errs []error
+		switch f.storeKind {
+		case "postgres":
+			if !f.databaseURL.Set() {
+				errs = append(errs, s.Errorf("database-url", "is required with --store=postgres"))
+			}
+		case "memory":
+		default:
+			errs = append(errs, s.Errorf("store", "must be postgres or memory, not %q", f.storeKind))
+		}
+		if !f.devSecret.Set() && f.jwksFile == "" && f.oidcURL == "" {
+			errs = append(errs, s.Errorf("dev-secret", "or --jwks-file or --oidc-issuer is required to verify tokens"))
+		}
+		if !f.serviceSecret.Set() {
+			errs = append(errs, s.Errorf("service-secret", "is required: services authenticate to each other with it"))
+		}
+		if _, err := parseLevel(f.logLevel); err != nil {
+			errs = append(errs, s.Errorf("log-level", "%v", err))
+		}
+		return errors.Join(errs...)
+	})
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(s))); err != nil {
+		return 0, fmt.Errorf("unknown level %q", s)
+	}
+	return l, nil
+}
+
+func (f *serviceFlags) logger(w io.Writer, service string) *slog.Logger {
+	lvl, _ := parseLevel(f.logLevel)
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})).With("service", service)
+}
+
+// authenticator builds the verifier of user/agent tokens and of service
+// tokens.
+func (f *serviceFlags) authenticator(ctx context.Context) (*identity.Authenticator, error) {
+	var dev []byte
+	if f.devSecret.Set() {
+		dev = []byte(f.devSecret.Reveal())
+	}
+	users, err := identity.NewVerifier(ctx, identity.Config{
+		Audience: f.audience, Issuers: f.issuers, DevSecret: dev,
+		JWKSFile: f.jwksFile, OIDCIssuerURL: f.oidcURL,
+	})
+	if err != nil {
+		return nil, err
+	}
+	services, err := identity.NewServiceVerifier(identity.ServiceConfig{
+		Secret: []byte(f.serviceSecret.Reveal()), Audience: f.audience, Issuers: f.issuers,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services})
+}
+
+// closers releases what a service opened, in reverse order.
+type closers []func()
+
+func (c *closers) add(f func()) { *c = append(*c, f) }
+
+func (c closers) close() {
+	for i := len(c) - 1; i >= 0; i-- {
+		c[i]()
+	}
+}
+
+// directory opens the policy directory behind a cache: Postgres with change
+// notifications, or an empty in-memory directory.
+func (f *serviceFlags) directory(pool *pgxpool.Pool, cl *closers) directory.Resolver {
+	var store directory.Store
+	if pool != nil {
+		s := dirpg.New(pool, dirpg.Options{})
+		cl.add(s.Close)
+		store = s
+	} else {
+		store = dirmem.New()
+	}
+	cache := directory.NewCache(store, directory.CacheOptions{TTL: 30 * time.Second})
+	cl.add(cache.Close)
+	return cache
+}

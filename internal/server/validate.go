@@ -1,0 +1,80 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+
+	"buf.build/go/protovalidate"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/mandate-dev/mandate/internal/failure"
+)
+
+// validator checks every request message against its buf.validate rules
+// before a handler sees it, so handlers can trust their input's shape.
+type validator struct{ v protovalidate.Validator }
+
+func newValidator() (*validator, error) {
+	v, err := protovalidate.New()
+	if err != nil {
+		return nil, err
+	}
+	return &validator{v: v}, nil
+}
+
+func (v *validator) check(req any) error {
+	msg, ok := req.(proto.Message)
+	if !ok {
+		return nil
+	}
+	err := v.v.Validate(msg)
+	if err == nil {
+		return nil
+	}
+	var verr *protovalidate.ValidationError
+	if !errors.As(err, &verr) {
+		return failure.Internal("schema_validate", err)
+	}
+	e := failure.New("schema_validate", "schema.invalid", "the request breaks its schema")
+	e.Remedy = "fix the fields listed in violations"
+	for _, viol := range verr.Violations {
+		var ptr strings.Builder
+		for _, el := range viol.Proto.GetField().GetElements() {
+			ptr.WriteString("/" + el.GetFieldName())
+			if el.HasIndex() {
+				ptr.WriteString("/" + strconv.FormatUint(el.GetIndex(), 10))
+			}
+			if el.HasStringKey() {
+				ptr.WriteString("/" + el.GetStringKey())
+			}
+		}
+		e.Violations = append(e.Violations, failure.Violation{Pointer: ptr.String(), Rule: viol.Proto.GetRuleId(), Message: viol.Proto.GetMessage()})
+	}
+	return e
+}
+
+func (v *validator) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := v.check(req); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (v *validator) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, &validatingStream{ServerStream: ss, v: v})
+}
+
+type validatingStream struct {
+	grpc.ServerStream
+	v *validator
+}
+
+func (s *validatingStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.v.check(m)
+}
