@@ -1,0 +1,291 @@
+// Package api serves the audit trail over gRPC (and REST through the
+// gateway): thin handlers that authorise the caller, translate between
+// mandate.v1 messages and the audit domain, and map errors through
+// internal/failure. Services append on behalf of callers; auditors holding
+// `audit.read` query, fetch, verify and tail their own tenant only.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/services/audit"
+)
+
+// ReadPermission is what a principal needs to read its tenant's trail.
+const ReadPermission = "audit.read"
+
+// Service implements mandate.v1.AuditService.
+type Service struct {
+	mandatev1.UnimplementedAuditServiceServer
+	writer    *audit.Writer
+	directory directory.Resolver
+	log       *slog.Logger
+}
+
+// New returns the service. The writer owns the store; directory answers
+// whether a reader holds ReadPermission.
+func New(w *audit.Writer, dir directory.Resolver, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Service{writer: w, directory: dir, log: log}
+}
+
+// Register adds the service to a gRPC server.
+func (s *Service) Register(g *grpc.Server) { mandatev1.RegisterAuditServiceServer(g, s) }
+
+// Append stores records for the caller's tenant. Only Mandate services
+// append: a user or agent calling directly is refused.
+func (s *Service) Append(ctx context.Context, req *mandatev1.AppendRequest) (*mandatev1.AppendResponse, error) {
+	p, ok := identity.FromContext(ctx)
+	if !ok {
+		return nil, failure.New("authenticate", identity.CodeMissingCredentials, "no principal")
+	}
+	if p.Kind != identity.KindService && p.Via == "" {
+		return nil, failure.New("permission_check", "authorization.permission_denied", "only Mandate services append to the audit trail")
+	}
+	recs := make([]audit.Record, 0, len(req.GetRecords()))
+	for i, r := range req.GetRecords() {
+		if r.GetTenant() != "" && r.GetTenant() != p.Tenant {
+			return nil, failure.New("scope_check", "scope.tenant_mismatch", fmt.Sprintf("record %d names another tenant", i))
+		}
+		rec, err := fromProto(r)
+		if err != nil {
+			return nil, failure.New("schema_validate", "schema.invalid", fmt.Sprintf("record %d: %v", i, err))
+		}
+		rec.Tenant = p.Tenant
+		recs = append(recs, rec)
+	}
+	stored, err := s.writer.Append(ctx, recs...)
+	if err != nil {
+		return nil, s.mapErr(ctx, "append", err)
+	}
+	out := &mandatev1.AppendResponse{}
+	for i := range stored {
+		out.Records = append(out.Records, toProto(&stored[i]))
+	}
+	return out, nil
+}
+
+// Query lists the caller's tenant's records.
+func (s *Service) Query(ctx context.Context, req *mandatev1.QueryRequest) (*mandatev1.QueryResponse, error) {
+	tenant, err := s.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f := audit.Filter{
+		Tenant:         tenant,
+		AgentID:        req.GetAgentId(),
+		Model:          req.GetModel(),
+		SideEffect:     req.GetSideEffect(),
+		Command:        req.GetCommand(),
+		Stage:          req.GetStage(),
+		Approver:       req.GetApprover(),
+		ConversationID: req.GetConversationId(),
+		Phase:          audit.Phase(req.GetPhase()),
+		PageSize:       int(req.GetPageSize()),
+		PageToken:      req.GetPageToken(),
+	}
+	if req.From != nil {
+		f.From = req.GetFrom().AsTime()
+	}
+	if req.To != nil {
+		f.To = req.GetTo().AsTime()
+	}
+	if req.Approved != nil {
+		v := req.GetApproved()
+		f.Approved = &v
+	}
+	for _, k := range req.GetActorKinds() {
+		f.ActorKinds = append(f.ActorKinds, audit.ActorKind(k))
+	}
+	for _, r := range req.GetRisks() {
+		f.Risks = append(f.Risks, audit.Risk(r))
+	}
+	for _, o := range req.GetOutcomes() {
+		f.Outcomes = append(f.Outcomes, audit.Outcome(o))
+	}
+	page, err := s.writer.Store().Query(ctx, f)
+	if err != nil {
+		return nil, s.mapErr(ctx, "query", err)
+	}
+	out := &mandatev1.QueryResponse{NextPageToken: page.NextPageToken}
+	for i := range page.Records {
+		out.Records = append(out.Records, toProto(&page.Records[i]))
+	}
+	return out, nil
+}
+
+// Get returns the records of one invocation of the caller's tenant.
+func (s *Service) Get(ctx context.Context, req *mandatev1.GetRequest) (*mandatev1.GetResponse, error) {
+	tenant, err := s.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.writer.Store().Get(ctx, tenant, req.GetInvocationId())
+	if err != nil {
+		return nil, s.mapErr(ctx, "get", err)
+	}
+	if len(rows) == 0 {
+		return nil, failure.New("", "audit.not_found", "no records for this invocation")
+	}
+	out := &mandatev1.GetResponse{}
+	for i := range rows {
+		out.Records = append(out.Records, toProto(&rows[i]))
+	}
+	return out, nil
+}
+
+// Verify walks the caller's tenant's chain.
+func (s *Service) Verify(ctx context.Context, _ *mandatev1.VerifyRequest) (*mandatev1.VerifyResponse, error) {
+	tenant, err := s.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := s.writer.Store().Verify(ctx, tenant)
+	if err != nil {
+		return nil, s.mapErr(ctx, "verify", err)
+	}
+	out := &mandatev1.VerifyResponse{Ok: rep.OK, Checked: rep.Rows}
+	if b := rep.Break; b != nil {
+		out.Broken = &mandatev1.BrokenLink{Seq: b.Seq, InvocationId: b.InvocationID, Phase: string(b.Phase), Problem: string(b.Problem)}
+	}
+	return out, nil
+}
+
+// Watch streams the caller's tenant's records as they are committed.
+func (s *Service) Watch(req *mandatev1.WatchRequest, stream grpc.ServerStreamingServer[mandatev1.AuditRecord]) error {
+	ctx := stream.Context()
+	tenant, err := s.reader(ctx)
+	if err != nil {
+		return err
+	}
+	ch, err := s.writer.Store().Watch(ctx, tenant, req.GetAfterSeq())
+	if err != nil {
+		return s.mapErr(ctx, "watch", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case rec, ok := <-ch:
+			if !ok {
+				return failure.New("", "audit.unavailable", "the live tail ended; reconnect with after_seq")
+			}
+			if err := stream.Send(toProto(&rec)); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// reader authorises a read: an active principal holding ReadPermission. It
+// returns the only tenant the caller may read.
+func (s *Service) reader(ctx context.Context) (string, error) {
+	p, ok := identity.FromContext(ctx)
+	if !ok {
+		return "", failure.New("authenticate", identity.CodeMissingCredentials, "no principal")
+	}
+	res, err := s.directory.Resolve(ctx, p.Tenant, p.UserID, p.AgentID)
+	if err != nil {
+		return "", s.mapErr(ctx, "resolve", err)
+	}
+	if !res.Active {
+		return "", failure.New("permission_check", "authorization.principal_inactive", "the principal is not active ("+res.Reason+")")
+	}
+	if !res.HasPermission(ReadPermission) {
+		e := failure.New("permission_check", "authorization.permission_denied", "reading the audit trail needs "+ReadPermission)
+		e.Remedy = "ask a user who holds " + ReadPermission
+		return "", e
+	}
+	return p.Tenant, nil
+}
+
+// mapErr turns domain errors into wire errors; everything unexpected is
+// logged and hidden.
+func (s *Service) mapErr(ctx context.Context, op string, err error) error {
+	switch {
+	case errors.Is(err, audit.ErrInvalidPageToken):
+		return failure.New("", "request.invalid_page_token", "the page token is malformed or belongs to other filters")
+	case errors.Is(err, audit.ErrInvalid):
+		return failure.New("schema_validate", "schema.invalid", err.Error())
+	case errors.Is(err, audit.ErrNotFound):
+		return failure.New("", "audit.not_found", "not found")
+	case audit.Retryable(err):
+		e := failure.New("audit", "audit.unavailable", "the audit store is unavailable; nothing was written")
+		e.Retriable, e.Remedy = true, "retry later"
+		return e
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	}
+	s.log.ErrorContext(ctx, "audit "+op+" failed", "error", err)
+	return failure.Internal("audit", err)
+}
+
+func fromProto(r *mandatev1.AuditRecord) (audit.Record, error) {
+	rec := audit.Record{
+		InvocationID: r.GetInvocationId(), Phase: audit.Phase(r.GetPhase()),
+		Channel: audit.Channel(r.GetChannel()), Command: r.GetCommand(), Risk: audit.Risk(r.GetRisk()),
+		SideEffects: r.GetSideEffects(), Idempotent: r.GetIdempotent(), Reversible: r.GetReversible(),
+		Subject: r.GetSubject(), UserID: r.GetUserId(), ActorKind: audit.ActorKind(r.GetActorKind()),
+		AgentID: r.GetAgentId(), Model: r.GetModel(), ModelVersion: r.GetModelVersion(),
+		ConversationID: r.GetConversationId(), MCPSessionID: r.GetMcpSessionId(),
+		Outcome: audit.Outcome(r.GetOutcome()), Stage: r.GetStage(), Code: r.GetCode(), Message: r.GetMessage(),
+		ArgumentsDigest: r.GetArgumentsDigest(), ResultDigest: r.GetResultDigest(),
+		TraceID: r.GetTraceId(), ManifestDigest: r.GetManifestDigest(),
+	}
+	if r.Time != nil {
+		rec.Time = r.GetTime().AsTime()
+	}
+	if r.Duration != nil {
+		rec.Duration = r.GetDuration().AsDuration()
+	}
+	if a := r.GetArgumentsJson(); a != "" {
+		if !json.Valid([]byte(a)) {
+			return rec, errors.New("arguments_json is not valid JSON")
+		}
+		rec.Arguments = json.RawMessage(a)
+	}
+	if ap := r.GetApproval(); ap != nil {
+		rec.Approval = &audit.Approval{ChallengeID: ap.GetChallengeId(), Approver: ap.GetApprover(), Channel: ap.GetChannel()}
+		if ap.DecidedAt != nil {
+			rec.Approval.DecidedAt = ap.GetDecidedAt().AsTime()
+		}
+	}
+	return rec, nil
+}
+
+func toProto(s *audit.Stored) *mandatev1.AuditRecord {
+	r := &mandatev1.AuditRecord{
+		InvocationId: s.InvocationID, Phase: string(s.Phase), Time: timestamppb.New(s.Time), Tenant: s.Tenant,
+		Channel: string(s.Channel), Command: s.Command, Risk: string(s.Risk), SideEffects: s.SideEffects,
+		Idempotent: s.Idempotent, Reversible: s.Reversible, Subject: s.Subject, UserId: s.UserID,
+		ActorKind: string(s.ActorKind), AgentId: s.AgentID, Model: s.Model, ModelVersion: s.ModelVersion,
+		ConversationId: s.ConversationID, McpSessionId: s.MCPSessionID, Outcome: string(s.Outcome),
+		Stage: s.Stage, Code: s.Code, Message: s.Message, ArgumentsJson: string(s.Arguments),
+		ArgumentsDigest: s.ArgumentsDigest, ResultDigest: s.ResultDigest, TraceId: s.TraceID,
+		ManifestDigest: s.ManifestDigest, Seq: s.Seq, PrevHash: fmt.Sprintf("%x", s.PrevHash), Hash: fmt.Sprintf("%x", s.Hash),
+	}
+	if s.Duration > 0 {
+		r.Duration = durationpb.New(s.Duration)
+	}
+	if a := s.Approval; a != nil {
+		r.Approval = &mandatev1.Approval{ChallengeId: a.ChallengeID, Approver: a.Approver, Channel: a.Channel}
+		if !a.DecidedAt.IsZero() {
+			r.Approval.DecidedAt = timestamppb.New(a.DecidedAt)
+		}
+	}
+	return r
+}

@@ -1,0 +1,349 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/directory"
+	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/storage/pgtest"
+	"github.com/mandate-dev/mandate/services/audit"
+	"github.com/mandate-dev/mandate/services/audit/api"
+	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
+
+var (
+	devSecret     = []byte("dev-secret-0123456789abcdef0123456789")
+	serviceSecret = []byte("svc-secret-0123456789abcdef0123456789")
+)
+
+const policy = `
+tenants:
+  - id: acme
+    features: [refunds]
+    roles:
+      support: [ticket.read]
+      ops: [audit.read]
+    users:
+      - {id: alice, roles: [support]}
+      - {id: olive, roles: [ops]}
+    agents:
+      - {id: audit-bot, user: olive}
+  - id: globex
+    roles:
+      ops: [audit.read]
+    users:
+      - {id: gina, roles: [ops]}
+`
+
+type env struct {
+	srv   *server.Server
+	conn  *grpc.ClientConn // plain: callers bring their own token
+	svc   *grpc.ClientConn // as the executor: service token + on-behalf-of
+	dir   *dirpg.Store
+	store *auditpg.Store
+}
+
+func start(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pool := pgtest.New(t, dirpg.Migrations, auditpg.Migrations)
+	dir := dirpg.New(pool, dirpg.Options{})
+	if _, err := directory.Apply(ctx, dir, []byte(policy)); err != nil {
+		t.Fatal(err)
+	}
+	cache := directory.NewCache(dir, directory.CacheOptions{TTL: time.Hour})
+	store := auditpg.New(pool, auditpg.Options{})
+	w := audit.NewWriter(store, audit.WriterOptions{})
+
+	users, err := identity.NewVerifier(ctx, identity.Config{Audience: []string{"mandate"}, Issuers: []string{"test"}, DevSecret: devSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	services, err := identity.NewServiceVerifier(identity.ServiceConfig{Secret: serviceSecret, Audience: []string{"mandate"}, Issuers: []string{"test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{Name: "mandate.v1.AuditService", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.New(w, cache, nil).Register(srv.GRPC())
+	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+		return mandatev1.RegisterAuditServiceHandler(ctx, mux, conn)
+	})
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", "executor", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		_ = svc.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+		_ = w.Close()
+		store.Close()
+		cache.Close()
+		dir.Close()
+	})
+	waitServing(t, conn)
+	return &env{srv: srv, conn: conn, svc: svc, dir: dir, store: store}
+}
+
+func waitServing(t *testing.T, conn *grpc.ClientConn) {
+	t.Helper()
+	for range 100 {
+		resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("server never became SERVING")
+}
+
+func token(t *testing.T, tenant, user, agent string) string {
+	t.Helper()
+	tok, err := identity.MintDev(devSecret, identity.MintRequest{
+		Issuer: "test", Audience: "mandate", User: user, Tenant: tenant, Agent: agent, Model: modelIf(agent), TTL: time.Hour, Now: time.Now(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func modelIf(agent string) string {
+	if agent != "" {
+		return "test-model"
+	}
+	return ""
+}
+
+func as(tok string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok)
+}
+
+func reason(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
+func record(inv, phase, outcome string) *mandatev1.AuditRecord {
+	r := &mandatev1.AuditRecord{
+		InvocationId: inv, Phase: phase, Channel: "grpc", Command: "ticket.refund", Risk: "L3",
+		SideEffects: []string{"ledger", "payment-gateway"}, UserId: "alice", ActorKind: "user", Outcome: outcome,
+	}
+	if outcome == "refused" {
+		r.Stage, r.Code = "permission_check", "authorization.permission_denied"
+	}
+	return r
+}
+
+func TestAppendIsForServicesOnly(t *testing.T) {
+	e := start(t)
+	client := mandatev1.NewAuditServiceClient(e.conn)
+	_, err := client.Append(as(token(t, "acme", "alice", "")), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{record("inv-1", "outcome", "refused")}})
+	if status.Code(err) != codes.PermissionDenied || reason(err) != "authorization.permission_denied" {
+		t.Fatalf("user appending directly: %v", err)
+	}
+	_, err = client.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{record("inv-1", "outcome", "refused")}})
+	if status.Code(err) != codes.Unauthenticated || reason(err) != identity.CodeMissingCredentials {
+		t.Fatalf("anonymous append: %v", err)
+	}
+
+	svc := mandatev1.NewAuditServiceClient(e.svc)
+	ctx := identity.WithRawToken(context.Background(), token(t, "acme", "alice", ""))
+	other := record("inv-2", "outcome", "refused")
+	other.Tenant = "globex"
+	if _, err := svc.Append(ctx, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{other}}); reason(err) != "scope.tenant_mismatch" {
+		t.Fatalf("append into another tenant: %v", err)
+	}
+	if _, err := svc.Append(ctx, &mandatev1.AppendRequest{}); status.Code(err) != codes.InvalidArgument || reason(err) != "schema.invalid" {
+		t.Fatalf("empty append: %v", err)
+	}
+	resp, err := svc.Append(ctx, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{record("inv-3", "intent", "pending"), record("inv-3", "outcome", "executed")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetRecords()) != 2 || resp.GetRecords()[0].GetTenant() != "acme" || resp.GetRecords()[1].GetSeq() != 2 || resp.GetRecords()[1].GetPrevHash() != resp.GetRecords()[0].GetHash() {
+		t.Fatalf("stored %v", resp.GetRecords())
+	}
+	// A retried append returns the stored rows and adds nothing.
+	again, err := svc.Append(ctx, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{record("inv-3", "outcome", "executed")}})
+	if err != nil || again.GetRecords()[0].GetSeq() != 2 {
+		t.Fatalf("retry: %v %v", again, err)
+	}
+}
+
+func TestReadsNeedAuditReadAndStayInTenant(t *testing.T) {
+	e := start(t)
+	svc := mandatev1.NewAuditServiceClient(e.svc)
+	for _, tenant := range []string{"acme", "globex"} {
+		user := map[string]string{"acme": "alice", "globex": "gina"}[tenant]
+		ctx := identity.WithRawToken(context.Background(), token(t, tenant, user, ""))
+		if _, err := svc.Append(ctx, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{record(tenant+"-inv", "outcome", "refused")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := mandatev1.NewAuditServiceClient(e.conn)
+	cases := []struct {
+		name     string
+		tok      string
+		wantCode string
+		wantInv  string
+	}{
+		{"alice lacks audit.read", token(t, "acme", "alice", ""), "authorization.permission_denied", ""},
+		{"olive reads acme", token(t, "acme", "olive", ""), "", "acme-inv"},
+		{"olive's agent reads as olive", token(t, "acme", "olive", "audit-bot"), "", "acme-inv"},
+		{"unregistered agent", token(t, "acme", "olive", "rogue-bot"), "authorization.principal_inactive", ""},
+		{"gina reads only globex", token(t, "globex", "gina", ""), "", "globex-inv"},
+		{"unknown tenant", token(t, "initech", "olive", ""), "authorization.principal_inactive", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := client.Query(as(tc.tok), &mandatev1.QueryRequest{})
+			if tc.wantCode != "" {
+				if reason(err) != tc.wantCode {
+					t.Fatalf("Query: %v, want %s", err, tc.wantCode)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.GetRecords()) != 1 || resp.GetRecords()[0].GetInvocationId() != tc.wantInv {
+				t.Fatalf("records %v, want only %s", resp.GetRecords(), tc.wantInv)
+			}
+			if _, err := client.Get(as(tc.tok), &mandatev1.GetRequest{InvocationId: map[string]string{"acme-inv": "globex-inv", "globex-inv": "acme-inv"}[tc.wantInv]}); reason(err) != "audit.not_found" {
+				t.Fatalf("Get of the other tenant's invocation: %v", err)
+			}
+			v, err := client.Verify(as(tc.tok), &mandatev1.VerifyRequest{})
+			if err != nil || !v.GetOk() || v.GetChecked() != 1 {
+				t.Fatalf("Verify: %v %v", v, err)
+			}
+		})
+	}
+}
+
+// TestDisabledUserIsRefusedAtOnce: disabling a user in the directory makes
+// that user's next call, and its agents' next calls, fail without a restart
+// (the cache hears the change through Postgres NOTIFY).
+func TestDisabledUserIsRefusedAtOnce(t *testing.T) {
+	e := start(t)
+	client := mandatev1.NewAuditServiceClient(e.conn)
+	olive, bot := token(t, "acme", "olive", ""), token(t, "acme", "olive", "audit-bot")
+	for _, tok := range []string{olive, bot} {
+		if _, err := client.Query(as(tok), &mandatev1.QueryRequest{}); err != nil {
+			t.Fatalf("before disabling: %v", err)
+		}
+	}
+	if err := directory.SetUserDisabled(context.Background(), e.dir, "acme", "olive", true); err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{olive, bot} {
+		if _, err := client.Query(as(tok), &mandatev1.QueryRequest{}); reason(err) != "authorization.principal_inactive" || status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("after disabling: %v", err)
+		}
+	}
+}
+
+func TestREST(t *testing.T) {
+	e := start(t)
+	base := "http://" + e.srv.HTTPAddr()
+	get := func(method, path, tok string) (*http.Response, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(context.Background(), method, base+path, nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		var body map[string]any
+		_ = json.Unmarshal(b, &body)
+		return resp, body
+	}
+	olive := token(t, "acme", "olive", "")
+	cases := []struct {
+		name, method, path, tok string
+		status                  int
+		code                    string
+	}{
+		{"health needs no token", http.MethodGet, "/healthz", "", 200, ""},
+		{"query", http.MethodGet, "/v1/audit/records?risks=L3&page_size=10", olive, 200, ""},
+		{"no token", http.MethodGet, "/v1/audit/records", "", 401, identity.CodeMissingCredentials},
+		{"bad token", http.MethodGet, "/v1/audit/records", "not-a-jwt", 401, identity.CodeInvalidToken},
+		{"no permission", http.MethodGet, "/v1/audit/records", token(t, "acme", "alice", ""), 403, "authorization.permission_denied"},
+		{"page size out of range", http.MethodGet, "/v1/audit/records?page_size=5000", olive, 400, "schema.invalid"},
+		{"malformed parameter", http.MethodGet, "/v1/audit/records?page_size=many", olive, 400, "request.malformed"},
+		{"bad page token", http.MethodGet, "/v1/audit/records?page_token=zzz", olive, 400, "request.invalid_page_token"},
+		{"unknown route", http.MethodGet, "/v1/nothing", olive, 404, "request.route_not_found"},
+		{"wrong method", http.MethodDelete, "/v1/audit/records", olive, 405, "request.method_not_allowed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := get(tc.method, tc.path, tc.tok)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %v", resp.StatusCode, tc.status, body)
+			}
+			if tc.code == "" {
+				return
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+			if body["code"] != tc.code || body["status"] != float64(tc.status) {
+				t.Errorf("problem %v, want code %s", body, tc.code)
+			}
+			if tc.status == 401 && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+				t.Errorf("401 without WWW-Authenticate")
+			}
+		})
+	}
+}

@@ -1,0 +1,379 @@
+package audit
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Phase says where in the pipeline a row was written.
+type Phase string
+
+// Phases of an invocation.
+const (
+	// PhaseIntent is written before the backend is called; its Outcome is always pending.
+	PhaseIntent Phase = "intent"
+	// PhaseOutcome is written after the call ended, or instead of an intent when the call was
+	// refused before dispatch.
+	PhaseOutcome Phase = "outcome"
+)
+
+// Channel is the transport the call came in on.
+type Channel string
+
+// Channels.
+const (
+	ChannelMCP  Channel = "mcp"
+	ChannelGRPC Channel = "grpc"
+	ChannelREST Channel = "rest"
+)
+
+// ActorKind says who acted: a person, an agent for a person, or a service.
+type ActorKind string
+
+// Actor kinds; the values match identity.Kind.
+const (
+	ActorUser    ActorKind = "user"
+	ActorAgent   ActorKind = "agent"
+	ActorService ActorKind = "service"
+)
+
+// Risk is the declared risk level of the command, L0 (read) to L4 (irreversible, high impact).
+type Risk string
+
+// Risk levels.
+const (
+	RiskL0 Risk = "L0"
+	RiskL1 Risk = "L1"
+	RiskL2 Risk = "L2"
+	RiskL3 Risk = "L3"
+	RiskL4 Risk = "L4"
+)
+
+// Outcome is how the invocation ended.
+type Outcome string
+
+// Outcomes. Intent rows carry OutcomePending; outcome rows one of the others.
+const (
+	OutcomePending  Outcome = "pending"
+	OutcomeExecuted Outcome = "executed"
+	OutcomeRefused  Outcome = "refused"
+	OutcomeFailed   Outcome = "failed"
+	// OutcomeUnknown is written by reconciliation for an intent whose outcome never arrived.
+	OutcomeUnknown Outcome = "unknown"
+)
+
+// Stage and code of the rows that reconciliation writes.
+const (
+	StageAudit           = "audit"
+	CodeOutcomeUnknown   = "audit.outcome_unknown"
+	CodeAuditUnavailable = "audit.unavailable"
+)
+
+// Limits enforced by [Record.Validate]. They keep one row well under a database page budget
+// and bound what a misbehaving caller can make the trail store.
+const (
+	// MaxFieldLen bounds every short text field (ids, codes, names, digests), in bytes.
+	MaxFieldLen = 256
+	// MaxMessageLen bounds Message, in bytes.
+	MaxMessageLen = 4096
+	// MaxArgumentsLen bounds the compacted Arguments JSON, in bytes.
+	MaxArgumentsLen = 64 << 10
+	// MaxSideEffects bounds the number of side effects.
+	MaxSideEffects = 32
+)
+
+// Approval records the human decision that let the call through.
+type Approval struct {
+	// ChallengeID is the confirm service's challenge that was approved.
+	ChallengeID string
+	// Approver is the user who approved.
+	Approver string
+	// Channel is where the decision was made, e.g. "elicitation" or "approval_page".
+	Channel string
+	// DecidedAt is when the approver decided; optional.
+	DecidedAt time.Time
+}
+
+// Record is one audit row as the caller writes it. Sensitive argument values must already be
+// withheld by the caller: the trail stores Arguments as given.
+type Record struct {
+	// InvocationID identifies the attempt; every service, log line and span carries it.
+	InvocationID string
+	// Phase is intent (before dispatch) or outcome (after, or instead when refused early).
+	Phase Phase
+	// Time is when the event happened; zero means "now" at append. Stored with microsecond
+	// precision in UTC.
+	Time time.Time
+	// Tenant owns the row; nothing crosses tenants.
+	Tenant string
+	// Channel is the transport: mcp, grpc or rest.
+	Channel Channel
+	// Command is the command's code, e.g. ticket.refund.
+	Command string
+	// Risk is the declared risk level; empty when the command is unknown.
+	Risk Risk
+	// SideEffects are the declared side effects, e.g. ledger. Stored sorted and de-duplicated.
+	SideEffects []string
+	// Idempotent and Reversible are copied from the declaration.
+	Idempotent bool
+	Reversible bool
+	// Subject names the record acted on (the declaration's subject_field value).
+	Subject string
+	// UserID is the user the call was made for (for an agent: the user it acts for).
+	UserID string
+	// ActorKind is user, agent or service; empty when the caller was never authenticated.
+	ActorKind ActorKind
+	// AgentID, Model and ModelVersion identify the acting agent.
+	AgentID      string
+	Model        string
+	ModelVersion string
+	// ConversationID and MCPSessionID correlate the call with the agent's conversation.
+	ConversationID string
+	MCPSessionID   string
+	// Approval is set when a human approved the call.
+	Approval *Approval
+	// Outcome is pending for intents; executed, refused, failed or unknown for outcomes.
+	Outcome Outcome
+	// Stage and Code name the pipeline stage and stable code of a refusal or failure.
+	Stage string
+	Code  string
+	// Message is a human-readable explanation, safe to show to the tenant.
+	Message string
+	// Arguments is the call's input as JSON, sensitive fields withheld. Stored compacted.
+	Arguments json.RawMessage
+	// ArgumentsDigest and ResultDigest are digests of the full input and of the result.
+	ArgumentsDigest string
+	ResultDigest    string
+	// Duration is how long the call took (outcome rows).
+	Duration time.Duration
+	// TraceID is the W3C trace id of the call.
+	TraceID string
+	// ManifestDigest identifies the manifest the declaration came from.
+	ManifestDigest string
+}
+
+// Stored is a Record as the store keeps it: with its place in the tenant's chain.
+type Stored struct {
+	Record
+	// Seq is the row's position in the tenant's sequence: 1, 2, 3, … without gaps.
+	Seq int64
+	// PrevHash is the Hash of the tenant's previous row (GenesisHash for Seq 1).
+	PrevHash []byte
+	// Hash is ComputeHash(PrevHash, Seq, Record).
+	Hash []byte
+}
+
+// Key identifies a row within a tenant; appends are idempotent on it.
+type Key struct {
+	Tenant       string
+	InvocationID string
+	Phase        Phase
+}
+
+// Key returns the row's idempotency key.
+func (r *Record) Key() Key { return Key{r.Tenant, r.InvocationID, r.Phase} }
+
+// Approved reports whether the row records a human approval.
+func (r *Record) Approved() bool { return r.Approval != nil }
+
+// Clone returns a deep copy, so that callers cannot change what a store holds.
+func (r Record) Clone() Record {
+	r.SideEffects = slices.Clone(r.SideEffects)
+	r.Arguments = bytes.Clone(r.Arguments)
+	if r.Approval != nil {
+		a := *r.Approval
+		r.Approval = &a
+	}
+	return r
+}
+
+// Clone returns a deep copy.
+func (s Stored) Clone() Stored {
+	s.Record = s.Record.Clone()
+	s.PrevHash = bytes.Clone(s.PrevHash)
+	s.Hash = bytes.Clone(s.Hash)
+	return s
+}
+
+// Normalize returns the canonical form of r that stores keep and hash: Time defaults to now
+// and is UTC with microsecond precision (what Postgres keeps), an intent's empty Outcome
+// becomes pending, side effects are sorted and de-duplicated, Arguments are compacted. It is
+// idempotent. Invalid Arguments are left as they are for Validate to report.
+func (r Record) Normalize(now time.Time) Record {
+	r = r.Clone()
+	if r.Time.IsZero() {
+		r.Time = now
+	}
+	r.Time = normTime(r.Time)
+	if r.Phase == PhaseIntent && r.Outcome == "" {
+		r.Outcome = OutcomePending
+	}
+	if len(r.SideEffects) == 0 {
+		r.SideEffects = nil
+	} else {
+		slices.Sort(r.SideEffects)
+		r.SideEffects = slices.Compact(r.SideEffects)
+	}
+	if len(r.Arguments) == 0 {
+		r.Arguments = nil
+	} else {
+		var b bytes.Buffer
+		if json.Compact(&b, r.Arguments) == nil {
+			r.Arguments = b.Bytes()
+		}
+	}
+	if r.Approval != nil && !r.Approval.DecidedAt.IsZero() {
+		r.Approval.DecidedAt = normTime(r.Approval.DecidedAt)
+	}
+	return r
+}
+
+func normTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+var (
+	minTime = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxTime = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+)
+
+// Validate reports the first problem of a normalized record as a *[ValidationError] (which
+// matches [ErrInvalid]). Tenant, InvocationID, Phase and Command are required; enumerations
+// must hold known values; text must be UTF-8 without NUL bytes and within the Max* limits.
+func (r *Record) Validate() error {
+	required := []struct{ field, v string }{
+		{"tenant", r.Tenant},
+		{"invocation_id", r.InvocationID},
+		{"command", r.Command},
+	}
+	for _, f := range required {
+		if f.v == "" {
+			return invalid(f.field, "is required")
+		}
+	}
+	short := []struct{ field, v string }{
+		{"tenant", r.Tenant}, {"invocation_id", r.InvocationID}, {"command", r.Command},
+		{"subject", r.Subject}, {"user_id", r.UserID}, {"agent_id", r.AgentID},
+		{"model", r.Model}, {"model_version", r.ModelVersion},
+		{"conversation_id", r.ConversationID}, {"mcp_session_id", r.MCPSessionID},
+		{"stage", r.Stage}, {"code", r.Code},
+		{"arguments_digest", r.ArgumentsDigest}, {"result_digest", r.ResultDigest},
+		{"trace_id", r.TraceID}, {"manifest_digest", r.ManifestDigest},
+	}
+	for _, f := range short {
+		if err := checkText(f.field, f.v, MaxFieldLen); err != nil {
+			return err
+		}
+	}
+	if err := checkText("message", r.Message, MaxMessageLen); err != nil {
+		return err
+	}
+	switch r.Phase {
+	case PhaseIntent:
+		if r.Outcome != OutcomePending {
+			return invalid("outcome", "must be pending on an intent row")
+		}
+	case PhaseOutcome:
+		switch r.Outcome {
+		case OutcomeExecuted:
+		case OutcomeRefused, OutcomeFailed, OutcomeUnknown:
+			if r.Stage == "" || r.Code == "" {
+				return invalid("code", "stage and code are required when the outcome is "+string(r.Outcome))
+			}
+		case "":
+			return invalid("outcome", "is required on an outcome row")
+		default:
+			return invalid("outcome", "must be executed, refused, failed or unknown")
+		}
+	case "":
+		return invalid("phase", "is required")
+	default:
+		return invalid("phase", "must be intent or outcome")
+	}
+	if !r.Channel.Valid() {
+		return invalid("channel", "must be mcp, grpc or rest")
+	}
+	if r.Risk != "" && !r.Risk.Valid() {
+		return invalid("risk", "must be empty or one of L0, L1, L2, L3, L4")
+	}
+	if r.ActorKind != "" && !r.ActorKind.Valid() {
+		return invalid("actor_kind", "must be empty or one of user, agent, service")
+	}
+	if len(r.SideEffects) > MaxSideEffects {
+		return invalid("side_effects", "has more than 32 entries")
+	}
+	for _, se := range r.SideEffects {
+		if se == "" {
+			return invalid("side_effects", "holds an empty entry")
+		}
+		if err := checkText("side_effects", se, MaxFieldLen); err != nil {
+			return err
+		}
+	}
+	if len(r.Arguments) > 0 {
+		if !json.Valid(r.Arguments) {
+			return invalid("arguments", "is not valid JSON")
+		}
+		if len(r.Arguments) > MaxArgumentsLen {
+			return invalid("arguments", "is longer than 64 KiB")
+		}
+	}
+	if r.Duration < 0 {
+		return invalid("duration", "is negative")
+	}
+	if r.Time.Before(minTime) || r.Time.After(maxTime) {
+		return invalid("time", "is outside 1970..9999")
+	}
+	if a := r.Approval; a != nil {
+		if a.ChallengeID == "" || a.Approver == "" {
+			return invalid("approval", "needs a challenge id and an approver")
+		}
+		for _, f := range []struct{ field, v string }{
+			{"approval.challenge_id", a.ChallengeID}, {"approval.approver", a.Approver}, {"approval.channel", a.Channel},
+		} {
+			if err := checkText(f.field, f.v, MaxFieldLen); err != nil {
+				return err
+			}
+		}
+		if !a.DecidedAt.IsZero() && (a.DecidedAt.Before(minTime) || a.DecidedAt.After(maxTime)) {
+			return invalid("approval.decided_at", "is outside 1970..9999")
+		}
+	}
+	return nil
+}
+
+func checkText(field, v string, limit int) error {
+	if len(v) > limit {
+		return invalid(field, "is longer than "+itoa(limit)+" bytes")
+	}
+	if !utf8.ValidString(v) {
+		return invalid(field, "is not valid UTF-8")
+	}
+	if strings.IndexByte(v, 0) >= 0 {
+		return invalid(field, "contains a NUL byte")
+	}
+	return nil
+}
+
+// Valid reports whether c is a known channel.
+func (c Channel) Valid() bool { return c == ChannelMCP || c == ChannelGRPC || c == ChannelREST }
+
+// Valid reports whether k is a known actor kind.
+func (k ActorKind) Valid() bool { return k == ActorUser || k == ActorAgent || k == ActorService }
+
+// Valid reports whether r is one of L0…L4.
+func (r Risk) Valid() bool { return len(r) == 2 && r[0] == 'L' && r[1] >= '0' && r[1] <= '4' }
+
+// Valid reports whether o is a known outcome.
+func (o Outcome) Valid() bool {
+	switch o {
+	case OutcomePending, OutcomeExecuted, OutcomeRefused, OutcomeFailed, OutcomeUnknown:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether p is intent or outcome.
+func (p Phase) Valid() bool { return p == PhaseIntent || p == PhaseOutcome }
