@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/metadata"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -49,6 +50,9 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// MaxRecvBytes bounds a gRPC request (default 4 MiB).
 	MaxRecvBytes int
+	// GRPCOptions are added to the gRPC server (e.g. an unknown-service
+	// handler).
+	GRPCOptions []grpc.ServerOption
 }
 
 // GatewayRegistrar registers a service's grpc-gateway handlers.
@@ -65,6 +69,7 @@ type Server struct {
 	gateways []GatewayRegistrar
 	grpcLis  net.Listener
 	httpLis  net.Listener
+	nonce    string
 }
 
 // New builds the servers and binds the listeners, so the addresses are
@@ -90,18 +95,23 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s.grpc = grpc.NewServer(
+	s.nonce = newNonce()
+	opts := append([]grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
-		grpc.ChainUnaryInterceptor(s.recoverUnary, cfg.Auth.UnaryServerInterceptor(), v.unary),
-		grpc.ChainStreamInterceptor(s.recoverStream, cfg.Auth.StreamServerInterceptor(), v.stream),
-	)
+		grpc.ChainUnaryInterceptor(s.recoverUnary, s.gatewayUnary, cfg.Auth.UnaryServerInterceptor(), v.unary),
+		grpc.ChainStreamInterceptor(s.recoverStream, s.gatewayStream, cfg.Auth.StreamServerInterceptor(), v.stream),
+	}, cfg.GRPCOptions...)
+	s.grpc = grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.gateway = runtime.NewServeMux(
 		runtime.WithErrorHandler(problemHandler),
 		runtime.WithRoutingErrorHandler(routingErrorHandler),
 		runtime.WithIncomingHeaderMatcher(headerMatcher),
+		runtime.WithMetadata(func(context.Context, *http.Request) metadata.MD {
+			return metadata.Pairs(gatewayHeader, s.nonce)
+		}),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},

@@ -1,0 +1,232 @@
+// Package api exposes the executor over gRPC and REST: the
+// mandate.v1.ExecutorService/Execute RPC, and a governed proxy that accepts
+// any published command's own RPC (e.g.
+// examples.helpdesk.v1.HelpdeskService/IssueRefund) on the same port. Both
+// hand the call to the one pipeline; RPCs that are not published commands
+// are refused, never forwarded.
+package api
+
+import (
+	"context"
+	"strconv"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/schema"
+	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/services/executor"
+)
+
+// Metadata a caller may send with a call.
+const (
+	MetadataIdempotencyKey = "idempotency-key"
+	MetadataGrant          = "x-mandate-approval-grant"
+	MetadataConversation   = "x-mandate-conversation"
+	MetadataMCPSession     = "x-mandate-mcp-session"
+	MetadataTenant         = "x-mandate-tenant"
+	// MCPBridgeService is the service identity of the MCP bridge; calls it
+	// makes on behalf of a user are recorded with channel "mcp".
+	MCPBridgeService = "mcpbridge"
+)
+
+// Service implements mandate.v1.ExecutorService and the governed proxy.
+type Service struct {
+	mandatev1.UnimplementedExecutorServiceServer
+	exec     *executor.Executor
+	manifest *manifest.Set
+}
+
+// New returns the API over an executor.
+func New(exec *executor.Executor, set *manifest.Set) *Service {
+	return &Service{exec: exec, manifest: set}
+}
+
+// ServerOptions are the gRPC server options the proxy needs: a codec that
+// passes command payloads through as bytes (and everything else through the
+// proto codec) and the handler for RPCs no registered service serves.
+func (s *Service) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(rawCodec{fallback: encoding.GetCodecV2("proto")}),
+		grpc.UnknownServiceHandler(s.proxy),
+	}
+}
+
+// Register adds ExecutorService to a gRPC server.
+func (s *Service) Register(g *grpc.Server) { mandatev1.RegisterExecutorServiceServer(g, s) }
+
+// Execute runs one command.
+func (s *Service) Execute(ctx context.Context, req *mandatev1.ExecuteRequest) (*mandatev1.ExecuteResponse, error) {
+	input := []byte("{}")
+	if req.GetInput() != nil {
+		b, err := protojson.Marshal(req.GetInput())
+		if err != nil {
+			return nil, failure.New(executor.StageSchema, "schema.invalid", "input is not a JSON object")
+		}
+		input = b
+	}
+	call := s.call(ctx, req.GetCode(), input)
+	if k := req.GetIdempotencyKey(); k != "" {
+		call.IdempotencyKey = k
+	}
+	if g := req.GetApprovalGrantId(); g != "" {
+		call.GrantID = g
+	}
+	if c := req.GetConversationId(); c != "" {
+		call.ConversationID = c
+	}
+	res, err := s.exec.Execute(ctx, call)
+	if err != nil {
+		return nil, err
+	}
+	out := &structpb.Struct{}
+	if err := protojson.Unmarshal(res.Output, out); err != nil {
+		return nil, failure.Internal(executor.StageDispatch, err)
+	}
+	return &mandatev1.ExecuteResponse{InvocationId: res.InvocationID, Result: out, AuditId: res.AuditID, Replayed: res.Replayed}, nil
+}
+
+// call reads the channel and the optional metadata of a call.
+func (s *Service) call(ctx context.Context, code string, input []byte) executor.Call {
+	md, _ := metadata.FromIncomingContext(ctx)
+	first := func(k string) string {
+		if v := md.Get(k); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	call := executor.Call{
+		Code: code, Input: input, Channel: "grpc",
+		IdempotencyKey: first(MetadataIdempotencyKey),
+		GrantID:        first(MetadataGrant),
+		ConversationID: first(MetadataConversation),
+		Tenant:         first(MetadataTenant),
+	}
+	p, _ := identity.FromContext(ctx)
+	switch {
+	case server.FromGateway(ctx):
+		call.Channel = "rest"
+	case p.Via == MCPBridgeService:
+		call.Channel = "mcp"
+		call.MCPSessionID = first(MetadataMCPSession)
+	}
+	return call
+}
+
+// proxy serves a command's own RPC: decode the binary request, run the
+// pipeline, encode the result.
+func (s *Service) proxy(_ any, ss grpc.ServerStream) error {
+	ctx := ss.Context()
+	method, _ := grpc.MethodFromServerStream(ss)
+	var in frame
+	if err := ss.RecvMsg(&in); err != nil {
+		return err
+	}
+	cmd, ok := s.manifest.ByMethod(method)
+	if !ok {
+		// Not a command: refused through the pipeline (so the attempt is
+		// audited), never forwarded.
+		_, err := s.exec.Execute(ctx, s.call(ctx, "", []byte("{}")))
+		return err
+	}
+	md, _ := s.manifest.Method(cmd.Code)
+	req := dynamicpb.NewMessage(md.Input())
+	call := s.call(ctx, cmd.Code, nil)
+	if err := (proto.UnmarshalOptions{Resolver: s.manifest.Types()}).Unmarshal(in.payload, req); err != nil {
+		call.InputError = &schema.InvalidError{Violations: []schema.Violation{{Rule: "schema.decode", Message: "the request is not a valid " + string(md.Input().FullName())}}}
+	} else if ptr := unknownFields(req, ""); ptr != "" {
+		call.InputError = &schema.InvalidError{Violations: []schema.Violation{{Pointer: ptr, Rule: "schema.unknown_field", Message: "the request carries fields this command does not declare"}}}
+	} else {
+		b, err := (protojson.MarshalOptions{UseProtoNames: true}).Marshal(req)
+		if err != nil {
+			return failure.Internal(executor.StageSchema, err)
+		}
+		call.Input = b
+	}
+	res, err := s.exec.Execute(ctx, call)
+	if err != nil {
+		return err
+	}
+	out := res.Message
+	if out == nil { // a replay: the saved JSON
+		m := dynamicpb.NewMessage(md.Output())
+		if err := (protojson.UnmarshalOptions{Resolver: s.manifest.Types()}).Unmarshal(res.Output, m); err != nil {
+			return failure.Internal(executor.StageDispatch, err)
+		}
+		out = m
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(out)
+	if err != nil {
+		return failure.Internal(executor.StageDispatch, err)
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs("x-mandate-invocation-id", res.InvocationID))
+	return ss.SendMsg(&frame{payload: b})
+}
+
+// unknownFields returns the JSON pointer of the first message carrying
+// fields the descriptor does not declare, or "".
+func unknownFields(m protoreflect.Message, ptr string) string {
+	if len(m.GetUnknown()) > 0 {
+		if ptr == "" {
+			return "/"
+		}
+		return ptr
+	}
+	found := ""
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		p := ptr + "/" + string(fd.Name())
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			l := v.List()
+			for i := range l.Len() {
+				if found = unknownFields(l.Get(i).Message(), p+"/"+strconv.Itoa(i)); found != "" {
+					return false
+				}
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				found = unknownFields(mv.Message(), p+"/"+k.String())
+				return found == ""
+			})
+		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+			found = unknownFields(v.Message(), p)
+		}
+		return found == ""
+	})
+	return found
+}
+
+// frame is a raw gRPC message payload.
+type frame struct{ payload []byte }
+
+// rawCodec passes frames through untouched and everything else to the
+// proto codec (the codec applies to every service of the server).
+type rawCodec struct{ fallback encoding.CodecV2 }
+
+func (rawCodec) Name() string { return "proto" }
+
+func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if f, ok := v.(*frame); ok {
+		return mem.BufferSlice{mem.SliceBuffer(f.payload)}, nil
+	}
+	return c.fallback.Marshal(v)
+}
+
+func (c rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if f, ok := v.(*frame); ok {
+		f.payload = data.Materialize()
+		return nil
+	}
+	return c.fallback.Unmarshal(data, v)
+}

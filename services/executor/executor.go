@@ -1,0 +1,699 @@
+// Package executor runs every command call through Mandate's one governed
+// pipeline, whatever the channel (MCP, gRPC, REST):
+//
+//	authenticate → load_definition → entitlement_check → permission_check →
+//	schema_validate → scope_check → idempotency_check → sod_check →
+//	confirmation_check → audit intent → dispatch → audit outcome → publish
+//
+// Each stage is a span and a named refusal. Authorisation comes before
+// parsing, so a caller who may not run a command learns nothing about its
+// schema; permission is checked before a human is asked, so nobody is
+// prompted about a call that would be refused. The audit intent fails
+// closed: without it nothing is dispatched.
+package executor
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/schema"
+	"github.com/mandate-dev/mandate/services/audit"
+)
+
+var tracer = otel.Tracer("mandate/executor")
+
+// Stage names, in pipeline order.
+const (
+	StageAuthenticate  = "authenticate"
+	StageLoad          = "load_definition"
+	StageEntitlement   = "entitlement_check"
+	StagePermission    = "permission_check"
+	StageSchema        = "schema_validate"
+	StageScope         = "scope_check"
+	StageIdempotency   = "idempotency_check"
+	StageSoD           = "sod_check"
+	StageConfirmation  = "confirmation_check"
+	StageAudit         = "audit"
+	StageDispatch      = "dispatch"
+	StagePublish       = "publish"
+	stageAuditOutcome  = "audit_outcome"
+	defaultIdemTTL     = 24 * time.Hour
+	defaultDeadline    = 30 * time.Second
+	maxOutcomeAttempts = 8
+)
+
+// AuditSink appends audit rows; *audit.Writer is one, a gRPC client to the
+// audit service is another.
+type AuditSink interface {
+	Append(ctx context.Context, recs ...audit.Record) ([]audit.Stored, error)
+}
+
+// Challenge is an opened confirmation.
+type Challenge struct {
+	ID          string
+	ApprovalURL string
+}
+
+// Grant is a redeemed approval.
+type Grant struct {
+	ChallengeID string
+	Approver    string
+	Channel     string
+	DecidedAt   time.Time
+}
+
+// OpenRequest asks the confirm service for a challenge.
+type OpenRequest struct {
+	Command        string
+	Digest         string
+	InvocationID   string
+	ArgumentsJSON  []byte
+	WithheldFields []string
+}
+
+// Confirmer opens and redeems confirmations. Its errors are
+// *failure.Error values with stage confirmation_check.
+type Confirmer interface {
+	Open(ctx context.Context, req OpenRequest) (Challenge, error)
+	Redeem(ctx context.Context, challengeID, digest string) (Grant, error)
+}
+
+// Dispatcher sends a decoded request to the command's backend.
+type Dispatcher interface {
+	Dispatch(ctx context.Context, d Dispatch) (proto.Message, error)
+}
+
+// Dispatch is one backend call.
+type Dispatch struct {
+	Command        *manifest.Command
+	Method         protoreflect.MethodDescriptor
+	Request        proto.Message
+	InvocationID   string
+	IdempotencyKey string
+	Deadline       time.Duration
+}
+
+// Config wires an Executor.
+type Config struct {
+	Manifest   *manifest.Set
+	Directory  directory.Resolver
+	Audit      AuditSink
+	Confirm    Confirmer
+	Dispatcher Dispatcher
+	Store      Store
+	// ConfirmSideEffects makes every command with declared side effects
+	// require confirmation (DESIGN §2, "when the deployment says so").
+	ConfirmSideEffects bool
+	// IdempotencyTTL is how long a key is remembered (default 24h).
+	IdempotencyTTL time.Duration
+	// DefaultDeadline bounds a backend call without a declared deadline
+	// (default 30s).
+	DefaultDeadline time.Duration
+	// Limits bound the input the decoder reads.
+	Limits schema.Limits
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// Executor runs the pipeline.
+type Executor struct {
+	cfg     Config
+	decoder *schema.Decoder
+	log     *slog.Logger
+}
+
+// New validates cfg and returns an Executor.
+func New(cfg Config) (*Executor, error) {
+	switch {
+	case cfg.Manifest == nil:
+		return nil, errors.New("executor: Manifest is required")
+	case cfg.Directory == nil:
+		return nil, errors.New("executor: Directory is required")
+	case cfg.Audit == nil:
+		return nil, errors.New("executor: Audit is required")
+	case cfg.Confirm == nil:
+		return nil, errors.New("executor: Confirm is required")
+	case cfg.Dispatcher == nil:
+		return nil, errors.New("executor: Dispatcher is required")
+	case cfg.Store == nil:
+		return nil, errors.New("executor: Store is required")
+	}
+	if cfg.IdempotencyTTL <= 0 {
+		cfg.IdempotencyTTL = defaultIdemTTL
+	}
+	if cfg.DefaultDeadline <= 0 {
+		cfg.DefaultDeadline = defaultDeadline
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	dec, err := schema.NewDecoder(cfg.Manifest.Types(), cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	return &Executor{cfg: cfg, decoder: dec, log: cfg.Logger}, nil
+}
+
+// Call is one command invocation as a channel hands it over.
+type Call struct {
+	Code           string
+	Input          []byte
+	IdempotencyKey string
+	GrantID        string
+	ConversationID string
+	MCPSessionID   string
+	// Channel is "mcp", "grpc" or "rest".
+	Channel string
+	// Tenant, when the channel names one, must be the principal's.
+	Tenant string
+	// InputError, when set, is what the channel found wrong with the input
+	// while decoding it (e.g. unknown binary fields); schema_validate
+	// refuses with it.
+	InputError *schema.InvalidError
+}
+
+// Result is a successful (or replayed) call's outcome.
+type Result struct {
+	InvocationID string
+	// Output is the result as protojson with proto field names.
+	Output []byte
+	// Message is the decoded result (nil on replay).
+	Message  proto.Message
+	AuditID  string
+	Replayed bool
+}
+
+// NewInvocationID returns a fresh invocation id.
+func NewInvocationID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "inv_" + hex.EncodeToString(b[:])
+}
+
+// invocation is the state one call accumulates through the stages.
+type invocation struct {
+	id        string
+	call      Call
+	p         identity.Principal
+	cmd       *manifest.Command
+	method    protoreflect.MethodDescriptor
+	req       *dynamicpb.Message
+	args      []byte // redacted JSON
+	argDigest string
+	subject   string
+	idem      *IdemKey
+	approval  *audit.Approval
+	start     time.Time
+	traceID   string
+}
+
+// Execute runs one call through the pipeline. Errors are *failure.Error
+// values carrying the stage, the code and the invocation id.
+func (e *Executor) Execute(ctx context.Context, call Call) (*Result, error) {
+	inv := &invocation{id: NewInvocationID(), call: call, start: e.cfg.Now()}
+	ctx, span := tracer.Start(ctx, "mandate.execute", trace.WithAttributes(
+		attribute.String("mandate.invocation_id", inv.id),
+		attribute.String("mandate.command", call.Code),
+		attribute.String("mandate.channel", call.Channel)))
+	defer span.End()
+	inv.traceID = span.SpanContext().TraceID().String()
+	if !span.SpanContext().TraceID().IsValid() {
+		inv.traceID = ""
+	}
+	res, err := e.run(ctx, inv)
+	if err != nil {
+		span.SetStatus(codes.Error, failureCode(err))
+	}
+	return res, err
+}
+
+func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
+	// authenticate: the transport verified the token; the directory says
+	// whether the principal is still active.
+	p, ok := identity.FromContext(ctx)
+	if !ok || p.UserID == "" || p.Tenant == "" {
+		return nil, e.refuse(ctx, inv, StageAuthenticate, identity.CodeMissingCredentials, "a user or an agent acting for a user must call", "authenticate")
+	}
+	inv.p = p
+	var res directory.Resolution
+	if err := e.stage(ctx, StageAuthenticate, func(ctx context.Context) error {
+		var err error
+		res, err = e.cfg.Directory.Resolve(ctx, p.Tenant, p.UserID, p.AgentID)
+		return err
+	}); err != nil {
+		return nil, e.fault(ctx, inv, StageAuthenticate, "directory.unavailable", err)
+	}
+	if !res.Active {
+		return nil, e.refuse(ctx, inv, StageAuthenticate, "authentication.principal_inactive", "the principal is not active ("+res.Reason+")", "ask an administrator")
+	}
+
+	// load_definition
+	cmd, ok := e.cfg.Manifest.ByCode(inv.call.Code)
+	if !ok || !cmd.Published() {
+		return nil, e.refuse(ctx, inv, StageLoad, "command.not_found", "no published command has this code", "pick another tool")
+	}
+	inv.cmd = cmd
+	inv.method, _ = e.cfg.Manifest.Method(cmd.Code)
+
+	// entitlement_check
+	if cmd.RequiredFeature != "" && !res.HasFeature(cmd.RequiredFeature) {
+		return nil, e.refuse(ctx, inv, StageEntitlement, "entitlement.missing", "the tenant is not entitled to "+cmd.RequiredFeature, "this command is not available to the tenant")
+	}
+	// permission_check, before parsing and before any human is asked.
+	var missing []string
+	for _, perm := range cmd.Permissions {
+		if !res.HasPermission(perm) {
+			missing = append(missing, perm)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, e.refuse(ctx, inv, StagePermission, "authorization.permission_denied",
+			"the caller lacks "+strings.Join(missing, ", "), "escalate to a user who holds "+strings.Join(missing, ", "))
+	}
+
+	// schema_validate
+	var msg *dynamicpb.Message
+	var err error
+	if inv.call.InputError != nil {
+		err = inv.call.InputError
+	} else {
+		msg, err = e.decoder.Decode(inv.method.Input(), inv.call.Input)
+	}
+	if err != nil {
+		var inv2 *schema.InvalidError
+		if errors.As(err, &inv2) {
+			fe := failure.New(StageSchema, "schema.invalid", "the arguments break the command's schema")
+			fe.Remedy = "fix the arguments listed in violations"
+			for _, v := range inv2.Violations {
+				fe.Violations = append(fe.Violations, failure.Violation{Pointer: v.Pointer, Rule: v.Rule, Message: v.Message})
+			}
+			return nil, e.refuseWith(ctx, inv, fe)
+		}
+		return nil, e.fault(ctx, inv, StageSchema, "internal.error", err)
+	}
+	inv.req = msg
+	canon, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		return nil, e.fault(ctx, inv, StageSchema, "internal.error", err)
+	}
+	inv.argDigest = digest(cmd.Code, canon)
+	inv.args, _ = schema.Redact(inv.call.Input, cmd.SensitiveFields)
+	inv.subject = subjectOf(msg, cmd.SubjectField)
+
+	// scope_check: the call is bound to the principal's tenant.
+	if inv.call.Tenant != "" && inv.call.Tenant != p.Tenant {
+		return nil, e.refuse(ctx, inv, StageScope, "scope.tenant_mismatch", "the call names another tenant", "not retriable")
+	}
+
+	// idempotency_check
+	if key := inv.call.IdempotencyKey; key != "" {
+		k := IdemKey{Tenant: p.Tenant, User: p.UserID, Command: cmd.Code, Key: key}
+		saved, err := e.cfg.Store.Reserve(ctx, k, inv.argDigest, e.cfg.IdempotencyTTL)
+		switch {
+		case errors.Is(err, ErrInFlight):
+			fe := failure.New(StageIdempotency, "idempotency.in_flight", "a call with this idempotency key is still running")
+			fe.Retriable, fe.Remedy = true, "wait, then retry with the same key to read its result"
+			return nil, e.refuseWith(ctx, inv, fe)
+		case errors.Is(err, ErrKeyReused):
+			return nil, e.refuse(ctx, inv, StageIdempotency, "idempotency.key_reused", "this idempotency key was used with different arguments", "use a new key for a new call")
+		case err != nil:
+			return nil, e.fault(ctx, inv, StageIdempotency, "idempotency.unavailable", err)
+		case saved != nil:
+			return replay(saved)
+		}
+		inv.idem = &k
+	}
+	release := func() {
+		if inv.idem != nil {
+			if err := e.cfg.Store.Release(context.WithoutCancel(ctx), *inv.idem); err != nil {
+				e.logger(ctx, inv).Error("releasing idempotency key", "error", err)
+			}
+		}
+	}
+
+	// sod_check
+	if sod := cmd.SeparationOfDuties; sod != nil {
+		subject := subjectOf(msg, sod.Field)
+		done, err := e.cfg.Store.Executed(ctx, p.Tenant, p.UserID, sod.ConflictsWith, subject)
+		if err != nil {
+			release()
+			return nil, e.fault(ctx, inv, StageSoD, "sod.unavailable", err)
+		}
+		if done {
+			release()
+			return nil, e.refuse(ctx, inv, StageSoD, "sod.conflict",
+				"the same user may not also run "+strings.Join(sod.ConflictsWith, ", ")+" on this "+sod.Field, "escalate to a different user")
+		}
+	}
+
+	// confirmation_check
+	if cmd.ConfirmationRequired || (e.cfg.ConfirmSideEffects && len(cmd.SideEffects) > 0) {
+		if err := e.confirm(ctx, inv, canon); err != nil {
+			release()
+			return nil, err
+		}
+	}
+
+	// audit intent: fail closed.
+	intent := e.record(inv, audit.PhaseIntent, audit.OutcomePending, "", "", "")
+	if err := e.stage(ctx, StageAudit, func(ctx context.Context) error {
+		_, err := e.cfg.Audit.Append(ctx, intent)
+		return err
+	}); err != nil {
+		release()
+		e.logger(ctx, inv).Error("audit intent failed; not dispatching", "error", err)
+		fe := failure.Wrap(StageAudit, "audit.unavailable", "the audit trail is unavailable, so nothing was run", err)
+		fe.Retriable, fe.Remedy, fe.InvocationID = true, "retry later", inv.id
+		return nil, fe
+	}
+
+	// dispatch
+	deadline := e.cfg.DefaultDeadline
+	if cmd.Deadline != "" {
+		if d, err := time.ParseDuration(cmd.Deadline); err == nil {
+			deadline = d
+		}
+	}
+	var out proto.Message
+	dispatchErr := e.stage(ctx, StageDispatch, func(ctx context.Context) error {
+		var err error
+		out, err = e.cfg.Dispatcher.Dispatch(ctx, Dispatch{
+			Command: cmd, Method: inv.method, Request: msg, InvocationID: inv.id,
+			IdempotencyKey: inv.call.IdempotencyKey, Deadline: deadline,
+		})
+		return err
+	})
+	if dispatchErr != nil {
+		fe := backendFailure(dispatchErr)
+		fe.InvocationID = inv.id
+		outcome := audit.OutcomeFailed
+		if isRefusalStage(fe.Stage) {
+			outcome = audit.OutcomeRefused
+		}
+		stored := e.outcome(ctx, inv, outcome, fe.Stage, fe.Code, fe.Message, nil)
+		e.finish(ctx, inv, Saved{InvocationID: inv.id, Status: statusBytes(fe), AuditID: auditID(stored)}, nil)
+		return nil, fe
+	}
+	output, err := marshalOutput(out)
+	if err != nil {
+		return nil, e.fault(ctx, inv, StageDispatch, "handler.failed", err)
+	}
+	stored := e.outcome(ctx, inv, audit.OutcomeExecuted, "", "", "", output)
+	e.finish(ctx, inv, Saved{InvocationID: inv.id, Output: output, AuditID: auditID(stored)}, output)
+	return &Result{InvocationID: inv.id, Output: output, Message: out, AuditID: auditID(stored)}, nil
+}
+
+// confirm opens a challenge or redeems the grant the call carries.
+func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) error {
+	d := invocationDigest(inv, canon)
+	if inv.call.GrantID == "" {
+		var ch Challenge
+		err := e.stage(ctx, StageConfirmation, func(ctx context.Context) error {
+			var err error
+			ch, err = e.cfg.Confirm.Open(ctx, OpenRequest{
+				Command: inv.cmd.Code, Digest: d, InvocationID: inv.id,
+				ArgumentsJSON: inv.args, WithheldFields: withheldOf(inv),
+			})
+			return err
+		})
+		if err != nil {
+			return e.confirmFailure(ctx, inv, err)
+		}
+		fe := failure.New(StageConfirmation, "confirmation.required", "a human must confirm this call")
+		fe.ChallengeID, fe.ApprovalURL = ch.ID, ch.ApprovalURL
+		fe.Retriable = true
+		fe.Remedy = "ask the user to approve at the approval URL, then call again with approval_grant_id set to the challenge id and the same arguments"
+		return e.refuseWith(ctx, inv, fe)
+	}
+	var g Grant
+	err := e.stage(ctx, StageConfirmation, func(ctx context.Context) error {
+		var err error
+		g, err = e.cfg.Confirm.Redeem(ctx, inv.call.GrantID, d)
+		return err
+	})
+	if err != nil {
+		return e.confirmFailure(ctx, inv, err)
+	}
+	inv.approval = &audit.Approval{ChallengeID: g.ChallengeID, Approver: g.Approver, Channel: g.Channel, DecidedAt: g.DecidedAt}
+	return nil
+}
+
+func (e *Executor) confirmFailure(ctx context.Context, inv *invocation, err error) error {
+	var fe *failure.Error
+	if errors.As(err, &fe) {
+		c := *fe
+		c.Stage = StageConfirmation
+		return e.refuseWith(ctx, inv, &c)
+	}
+	return e.fault(ctx, inv, StageConfirmation, "confirmation.unavailable", err)
+}
+
+// stage runs fn in a span named after the stage.
+func (e *Executor) stage(ctx context.Context, name string, fn func(ctx context.Context) error) error {
+	ctx, span := tracer.Start(ctx, name)
+	defer span.End()
+	err := fn(ctx)
+	if err != nil {
+		span.SetStatus(codes.Error, failureCode(err))
+	}
+	return err
+}
+
+// refuse records a refusal before dispatch (one outcome row) and returns it.
+func (e *Executor) refuse(ctx context.Context, inv *invocation, stage, code, msg, remedy string) error {
+	fe := failure.New(stage, code, msg)
+	fe.Remedy = remedy
+	return e.refuseWith(ctx, inv, fe)
+}
+
+func (e *Executor) refuseWith(ctx context.Context, inv *invocation, fe *failure.Error) error {
+	fe.InvocationID = inv.id
+	_, span := tracer.Start(ctx, fe.Stage, trace.WithAttributes(attribute.String("mandate.code", fe.Code)))
+	span.SetStatus(codes.Error, fe.Code)
+	span.End()
+	e.outcome(ctx, inv, audit.OutcomeRefused, fe.Stage, fe.Code, fe.Message, nil)
+	e.logger(ctx, inv).Info("refused", "stage", fe.Stage, "code", fe.Code)
+	return fe
+}
+
+// fault records an internal failure before dispatch and hides its detail.
+func (e *Executor) fault(ctx context.Context, inv *invocation, stage, code string, err error) error {
+	e.logger(ctx, inv).Error("stage failed", "stage", stage, "error", err)
+	fe := failure.Wrap(stage, code, "the call could not be completed; nothing was run", err)
+	fe.InvocationID = inv.id
+	if strings.HasSuffix(code, ".unavailable") {
+		fe.Retriable, fe.Remedy = true, "retry later"
+	}
+	e.outcome(ctx, inv, audit.OutcomeFailed, stage, code, fe.Message, nil)
+	return fe
+}
+
+// outcome appends the outcome row, retrying until written (bounded here;
+// the audit reconciler records an unknown outcome for an intent whose
+// outcome never arrives).
+func (e *Executor) outcome(ctx context.Context, inv *invocation, outcome audit.Outcome, stage, code, msg string, result []byte) []audit.Stored {
+	rec := e.record(inv, audit.PhaseOutcome, outcome, stage, code, msg)
+	if result != nil {
+		rec.ResultDigest = digest("result", result)
+	}
+	rec.Duration = e.cfg.Now().Sub(inv.start)
+	ctx = context.WithoutCancel(ctx)
+	ctx, span := tracer.Start(ctx, stageAuditOutcome)
+	defer span.End()
+	backoff := 20 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		stored, err := e.cfg.Audit.Append(ctx, rec)
+		if err == nil {
+			return stored
+		}
+		if attempt >= maxOutcomeAttempts || !audit.Retryable(err) && !errors.Is(err, audit.ErrUnavailable) && !isUnavailable(err) {
+			span.SetStatus(codes.Error, "audit.unavailable")
+			e.logger(ctx, inv).Error("audit outcome not written; reconciliation will record it as unknown", "error", err, "attempts", attempt)
+			return nil
+		}
+		time.Sleep(backoff)
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+// finish saves the idempotent response, the execution and the event.
+func (e *Executor) finish(ctx context.Context, inv *invocation, saved Saved, output []byte) {
+	f := Finish{}
+	if inv.idem != nil {
+		f.Key, f.Saved = inv.idem, saved
+	}
+	if output != nil {
+		now := e.cfg.Now()
+		if inv.subject != "" {
+			f.Execution = &Execution{Tenant: inv.p.Tenant, User: inv.p.UserID, Command: inv.cmd.Code, Subject: inv.subject, InvocationID: inv.id, Time: now}
+		}
+		redacted, _ := schema.Redact(output, sensitiveOutput(inv))
+		f.Event = &Event{Tenant: inv.p.Tenant, Command: inv.cmd.Code, Subject: inv.subject, InvocationID: inv.id,
+			UserID: inv.p.UserID, AgentID: inv.p.AgentID, Result: redacted, Time: now}
+	}
+	if f.Key == nil && f.Execution == nil && f.Event == nil {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	err := e.stage(ctx, StagePublish, func(ctx context.Context) error { return e.cfg.Store.Finish(ctx, f) })
+	if err != nil {
+		e.logger(ctx, inv).Error("saving the outcome of a dispatched call", "error", err)
+	}
+}
+
+func (e *Executor) record(inv *invocation, phase audit.Phase, outcome audit.Outcome, stage, code, msg string) audit.Record {
+	r := audit.Record{
+		InvocationID: inv.id, Phase: phase, Tenant: inv.p.Tenant, Channel: audit.Channel(inv.call.Channel),
+		Command: inv.call.Code, UserID: inv.p.UserID, AgentID: inv.p.AgentID,
+		Model: inv.p.Model, ModelVersion: inv.p.ModelVersion, ConversationID: inv.call.ConversationID,
+		MCPSessionID: inv.call.MCPSessionID, Outcome: outcome, Stage: stage, Code: code, Message: msg,
+		Approval: inv.approval, TraceID: inv.traceID, ManifestDigest: e.cfg.Manifest.Digest(),
+		Subject: inv.subject, ArgumentsDigest: inv.argDigest,
+	}
+	switch inv.p.Kind {
+	case identity.KindAgent:
+		r.ActorKind = audit.ActorAgent
+	case identity.KindService:
+		r.ActorKind = audit.ActorService
+	case identity.KindUser:
+		r.ActorKind = audit.ActorUser
+	}
+	if inv.cmd != nil {
+		r.Risk = audit.Risk(inv.cmd.Risk)
+		r.SideEffects = inv.cmd.SideEffects
+		r.Idempotent, r.Reversible = inv.cmd.Idempotent, inv.cmd.Reversible
+	}
+	if inv.args != nil {
+		r.Arguments = inv.args
+	}
+	if !validCommand(r.Command) {
+		r.Command = "unknown"
+	}
+	return r
+}
+
+func (e *Executor) logger(ctx context.Context, inv *invocation) *slog.Logger {
+	l := e.log.With("invocation_id", inv.id, "command", inv.call.Code)
+	if inv.p.Tenant != "" {
+		l = l.With("tenant", inv.p.Tenant)
+	}
+	if inv.traceID != "" {
+		l = l.With("trace_id", inv.traceID)
+	}
+	_ = ctx
+	return l
+}
+
+// backendFailure keeps the stage and code a backend reported for the
+// stages a backend may refuse at, and maps everything else to handler.*.
+func backendFailure(err error) *failure.Error {
+	st := failure.ToStatus(err)
+	p := failure.Problem(st, "")
+	switch {
+	case st.Code().String() == "DeadlineExceeded" || errors.Is(err, context.DeadlineExceeded):
+		return failure.New(StageDispatch, "handler.deadline_exceeded", "the backend did not answer in time; the effect is unknown")
+	case isRefusalStage(p.Stage) && p.Code != "":
+		fe := failure.New(p.Stage, p.Code, p.Detail)
+		fe.Remedy = p.Remedy
+		return fe
+	case st.Code().String() == "Unavailable":
+		fe := failure.New(StageDispatch, "handler.unavailable", "the backend is unavailable")
+		fe.Retriable, fe.Remedy = true, "retry later with the same idempotency key"
+		return fe
+	}
+	return failure.New(StageDispatch, "handler.failed", "the backend failed")
+}
+
+// isRefusalStage lists the stages a backend may refuse at.
+func isRefusalStage(stage string) bool {
+	switch stage {
+	case "state_check", "pre_invariant", "assert", "post_invariant", StageScope:
+		return true
+	}
+	return false
+}
+
+func failureCode(err error) string {
+	var fe *failure.Error
+	if errors.As(err, &fe) {
+		return fe.Code
+	}
+	return "error"
+}
+
+func isUnavailable(err error) bool {
+	return strings.Contains(failureCode(err), "unavailable")
+}
+
+func validCommand(code string) bool {
+	return code != "" && len(code) <= 128 && !strings.ContainsAny(code, " \t\n")
+}
+
+// digest hashes a labelled value.
+func digest(label string, b []byte) string {
+	h := sha256.New()
+	h.Write([]byte(label))
+	h.Write([]byte{0})
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// invocationDigest binds a confirmation to one exact call: command,
+// request, principal and idempotency key.
+func invocationDigest(inv *invocation, canon []byte) string {
+	h := sha256.New()
+	for _, part := range []string{"mandate.invocation.v1", inv.cmd.Code, string(canon), inv.p.Tenant, inv.p.UserID, inv.p.AgentID, inv.call.IdempotencyKey} {
+		fmt.Fprintf(h, "%d:", len(part))
+		h.Write([]byte(part))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func subjectOf(msg *dynamicpb.Message, field string) string {
+	if field == "" {
+		return ""
+	}
+	fd := msg.Descriptor().Fields().ByName(protoreflect.Name(field))
+	if fd == nil || fd.IsList() || fd.IsMap() || fd.Message() != nil {
+		return ""
+	}
+	return fmt.Sprint(msg.Get(fd).Interface())
+}
+
+func withheldOf(inv *invocation) []string {
+	_, withheld := schema.Redact(inv.call.Input, inv.cmd.SensitiveFields)
+	return withheld
+}
+
+func sensitiveOutput(inv *invocation) []string {
+	return schema.SensitivePaths(inv.method.Output())
+}
+
+func auditID(stored []audit.Stored) string {
+	if len(stored) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s/%d", stored[0].Tenant, stored[0].Seq)
+}

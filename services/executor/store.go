@@ -1,0 +1,105 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Store keeps the executor's own state: idempotency records, the history of
+// executed commands that separation of duties is checked against, and the
+// outbox of domain events. Implementations: memory (embedded default and
+// tests) and postgres, held to one conformance suite.
+type Store interface {
+	// Reserve claims an idempotency key for a call whose input digest is
+	// digest. It returns:
+	//   - (nil, nil) when the key is new (or its record expired): the caller
+	//     owns it and must Finish or Release it;
+	//   - (saved, nil) when a call with this key and digest already finished:
+	//     replay saved;
+	//   - ErrInFlight when a call with this key is still running;
+	//   - ErrKeyReused when the key was used with a different digest.
+	// Records expire ttl after they were reserved.
+	Reserve(ctx context.Context, key IdemKey, digest string, ttl time.Duration) (*Saved, error)
+	// Release drops a reservation whose call was refused before dispatch, so
+	// nothing is saved for it.
+	Release(ctx context.Context, key IdemKey) error
+	// Finish records, atomically, what a dispatched call produced: the
+	// response to replay for its idempotency key (if any), the execution
+	// (on success, for separation of duties) and the domain event (on
+	// success).
+	Finish(ctx context.Context, f Finish) error
+	// Executed reports whether user executed any of commands on subject in
+	// tenant.
+	Executed(ctx context.Context, tenant, user string, commands []string, subject string) (bool, error)
+	// Events returns up to limit events of tenant after seq, oldest first.
+	Events(ctx context.Context, tenant string, afterSeq int64, limit int) ([]Event, error)
+}
+
+// Store errors.
+var (
+	// ErrInFlight: a call with the same idempotency key is still running.
+	ErrInFlight = errors.New("executor: idempotency key in flight")
+	// ErrKeyReused: the idempotency key was used with a different input.
+	ErrKeyReused = errors.New("executor: idempotency key reused with different input")
+	// ErrUnavailable: the store could not be reached.
+	ErrUnavailable = errors.New("executor: store unavailable")
+)
+
+// IdemKey scopes an idempotency key: Stripe semantics, per tenant, user and
+// command.
+type IdemKey struct {
+	Tenant  string
+	User    string
+	Command string
+	Key     string
+}
+
+// Saved is a finished call's response, replayed for a repeated key.
+type Saved struct {
+	// InvocationID of the call that produced it.
+	InvocationID string
+	// Output is the result as JSON (success).
+	Output []byte
+	// Status is the serialized google.rpc.Status of a failure (nil on
+	// success).
+	Status []byte
+	// AuditID of the original outcome row.
+	AuditID string
+}
+
+// Execution is one successful command run, for separation of duties.
+type Execution struct {
+	Tenant       string
+	User         string
+	Command      string
+	Subject      string
+	InvocationID string
+	Time         time.Time
+}
+
+// Event is a domain event published after a successful command.
+type Event struct {
+	// Seq is assigned by the store, per tenant, increasing.
+	Seq          int64
+	Tenant       string
+	Command      string
+	Subject      string
+	InvocationID string
+	UserID       string
+	AgentID      string
+	// Result is the command's output as JSON (sensitive fields withheld).
+	Result []byte
+	Time   time.Time
+}
+
+// Finish is what Store.Finish records in one transaction.
+type Finish struct {
+	// Key and Saved complete an idempotency reservation (Key nil: none).
+	Key   *IdemKey
+	Saved Saved
+	// Execution is recorded for successful calls with a subject.
+	Execution *Execution
+	// Event is published for successful calls.
+	Event *Event
+}
