@@ -107,17 +107,19 @@ func (d *Decoder) Decode(md protoreflect.MessageDescriptor, input []byte) (*dyna
 	}
 	c := checker{depthLimit: d.limits.MaxDepth}
 	c.message(doc, md, "", 0)
-	if len(c.violations) > 0 {
-		// Map iteration visits keys in random order; sort so the same input
-		// always gets the same error.
-		sort.SliceStable(c.violations, func(i, j int) bool {
-			a, b := c.violations[i], c.violations[j]
-			if a.Pointer != b.Pointer {
-				return a.Pointer < b.Pointer
-			}
-			return a.Rule < b.Rule
-		})
-		return nil, &InvalidError{Violations: c.violations}
+	// A missing field_behavior=REQUIRED field does not stop decoding, so the
+	// caller hears about every rule the input breaks at once; any other
+	// structural violation does.
+	var missing, structural []Violation
+	for _, v := range c.violations {
+		if v.Rule == "required" {
+			missing = append(missing, v)
+		} else {
+			structural = append(structural, v)
+		}
+	}
+	if len(structural) > 0 {
+		return nil, invalidSorted(c.violations)
 	}
 	msg := dynamicpb.NewMessage(md)
 	opts := protojson.UnmarshalOptions{}
@@ -130,12 +132,12 @@ func (d *Decoder) Decode(md protoreflect.MessageDescriptor, input []byte) (*dyna
 		// which can quote the input.
 		return nil, invalid("", "schema.decode", "input does not decode as "+string(md.FullName()))
 	}
+	out := missing
 	if err := d.validator.Validate(msg); err != nil {
 		var verr *protovalidate.ValidationError
 		if !errors.As(err, &verr) {
 			return nil, fmt.Errorf("schema: validating %s: %w", md.FullName(), err)
 		}
-		out := make([]Violation, 0, len(verr.Violations))
 		for _, v := range verr.Violations {
 			out = append(out, Violation{
 				Pointer: pointerOf(v),
@@ -143,9 +145,24 @@ func (d *Decoder) Decode(md protoreflect.MessageDescriptor, input []byte) (*dyna
 				Message: v.Proto.GetMessage(),
 			})
 		}
-		return nil, &InvalidError{Violations: out}
+	}
+	if len(out) > 0 {
+		return nil, invalidSorted(out)
 	}
 	return msg, nil
+}
+
+// invalidSorted orders violations by pointer and rule: map iteration
+// visits keys in random order, and the same input must always get the same
+// error.
+func invalidSorted(vs []Violation) *InvalidError {
+	sort.SliceStable(vs, func(i, j int) bool {
+		if vs[i].Pointer != vs[j].Pointer {
+			return vs[i].Pointer < vs[j].Pointer
+		}
+		return vs[i].Rule < vs[j].Rule
+	})
+	return &InvalidError{Violations: vs}
 }
 
 func invalid(ptr, rule, msg string) *InvalidError {

@@ -19,6 +19,11 @@ type WriterOptions struct {
 	// committing. Default 0: commit whatever is queued as soon as the previous commit is done,
 	// which already batches everything that arrived during that commit.
 	MaxWait time.Duration
+	// MaxInFlight is how many batches may be committing at once. While one batch waits for
+	// its commit (fsync), the next is collected and sent, so the store can overlap the two;
+	// stores keep per-tenant commit order themselves. Default 2; 1 makes flushing strictly
+	// serial.
+	MaxInFlight int
 	// Unbatched disables group commit: every Append runs its own transaction on the caller's
 	// goroutine. For benchmarks and comparison; production wants batching.
 	Unbatched bool
@@ -43,6 +48,9 @@ func (o WriterOptions) withDefaults() WriterOptions {
 	if o.MaxWait < 0 {
 		o.MaxWait = 0
 	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 2
+	}
 	if o.Attempts <= 0 {
 		o.Attempts = 3
 	}
@@ -62,9 +70,10 @@ func (o WriterOptions) withDefaults() WriterOptions {
 }
 
 // Writer appends records to a Store. Concurrent Appends are committed together (group commit):
-// one flusher goroutine takes whatever is queued, up to MaxBatch records, commits it in one
-// transaction through Store.AppendBatch and then answers every caller. An Append returns only
-// after its records are committed. Writer is safe for concurrent use; Close it when done.
+// one flusher goroutine takes whatever is queued, up to MaxBatch records, hands it to the store
+// as one transaction (Store.AppendBatch) and answers every caller once it committed; up to
+// MaxInFlight such batches may be committing at once. An Append returns only after its records
+// are committed. Writer is safe for concurrent use; Close it when done.
 type Writer struct {
 	store Store
 	opts  WriterOptions
@@ -208,10 +217,22 @@ func (w *Writer) Stats() WriterStats {
 
 func (w *Writer) run() {
 	defer close(w.done)
+	var flushing sync.WaitGroup
+	defer flushing.Wait()
+	slots := make(chan struct{}, w.opts.MaxInFlight)
+	dispatch := func(batch []*request) {
+		flushing.Go(func() {
+			defer func() { <-slots }()
+			w.flush(batch)
+		})
+	}
 	for {
 		select {
 		case req := <-w.reqs:
-			w.flush(w.collect(req))
+			// Wait for a free slot before collecting: whatever queues meanwhile joins this
+			// batch.
+			slots <- struct{}{}
+			dispatch(w.collect(req))
 		case <-w.closing:
 			// Appends racing with Close either got in before this drain or see closing.
 			for {
@@ -219,7 +240,8 @@ func (w *Writer) run() {
 				if len(batch) == 0 {
 					return
 				}
-				w.flush(batch)
+				slots <- struct{}{}
+				dispatch(batch)
 			}
 		}
 	}

@@ -266,7 +266,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		return nil, e.fault(ctx, inv, StageAuthenticate, "directory.unavailable", err)
 	}
 	if !res.Active {
-		return nil, e.refuse(ctx, inv, StageAuthenticate, "authentication.principal_inactive", "the principal is not active ("+res.Reason+")", "ask an administrator")
+		return nil, e.refuse(ctx, inv, StageAuthenticate, "authorization.principal_inactive", "the principal is not active ("+res.Reason+")", "ask an administrator")
 	}
 
 	// load_definition

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -198,16 +199,20 @@ func newPlan(recs []audit.Record) *batchPlan {
 
 // chained is the outcome of chaining a batch onto heads.
 type chained struct {
-	out   []audit.Stored        // aligned with the batch
-	fresh []*audit.Stored       // rows to insert, in order
-	old   map[string]audit.Head // heads the rows were chained onto (tenants with fresh rows)
-	heads map[string]audit.Head // heads after the batch (tenants with fresh rows)
+	plan   *batchPlan
+	after  []chan struct{} // fast path: locked channels of the batches this one was chained onto
+	locked chan struct{}   // fast path: closed once this batch holds its head locks, or failed
+	once   sync.Once
+	out    []audit.Stored        // aligned with the batch
+	fresh  []*audit.Stored       // rows to insert, in order
+	old    map[string]audit.Head // heads the rows were chained onto (tenants with fresh rows)
+	heads  map[string]audit.Head // heads after the batch (tenants with fresh rows)
 }
 
 // chain assigns Seq, PrevHash and Hash to the records whose key is not in stored, in batch
 // order, and fills out. A key seen earlier in the batch gets that earlier row.
 func (p *batchPlan) chain(heads map[string]audit.Head, stored map[audit.Key]*audit.Stored) *chained {
-	c := &chained{out: make([]audit.Stored, len(p.recs)), old: map[string]audit.Head{}, heads: map[string]audit.Head{}}
+	c := &chained{plan: p, out: make([]audit.Stored, len(p.recs)), old: map[string]audit.Head{}, heads: map[string]audit.Head{}}
 	if stored == nil {
 		stored = map[audit.Key]*audit.Stored{}
 	}
@@ -232,18 +237,13 @@ func (p *batchPlan) chain(heads map[string]audit.Head, stored map[audit.Key]*aud
 	return c
 }
 
-// queueWrites queues the statements that write c: heads, rows, pending, notify.
+// queueWrites queues the statements that write c: rows, pending, notify and, last, the heads.
+// Moving the heads last lets a pipelined batch insert its rows while the batch before it (whose
+// new heads it was chained onto) is still committing; move_heads then waits for that commit
+// and fails unless it happened.
 func (p *batchPlan) queueWrites(b *pgx.Batch, c *chained) {
+	var t []string
 	if len(c.fresh) > 0 {
-		var t []string
-		var oldSeq, newSeq []int64
-		var newHash [][]byte
-		for _, tenant := range p.tenants {
-			if h, ok := c.heads[tenant]; ok {
-				t, oldSeq, newSeq, newHash = append(t, tenant), append(oldSeq, c.old[tenant].Seq), append(newSeq, h.Seq), append(newHash, h.Hash)
-			}
-		}
-		b.Queue(sqlMoveHeads, t, oldSeq, newSeq, newHash)
 		var rows rowArrays
 		var pT, pInv []string
 		var pSeq []int64
@@ -258,6 +258,11 @@ func (p *batchPlan) queueWrites(b *pgx.Batch, c *chained) {
 		if len(pT) > 0 {
 			b.Queue(sqlAddPending, pT, pInv, pSeq, pTime)
 		}
+		for _, tenant := range p.tenants {
+			if _, ok := c.heads[tenant]; ok {
+				t = append(t, tenant)
+			}
+		}
 		b.Queue(sqlNotify, t)
 	}
 	// Outcomes clear their intent's pending entry, also when the outcome was already stored
@@ -270,6 +275,21 @@ func (p *batchPlan) queueWrites(b *pgx.Batch, c *chained) {
 	}
 	if len(cT) > 0 {
 		b.Queue(sqlClearPending, cT, cInv)
+	}
+	if len(t) > 0 {
+		oldSeq := make([]int64, len(t))
+		newSeq := make([]int64, len(t))
+		newHash := make([][]byte, len(t))
+		for i, tenant := range t {
+			oldSeq[i], newSeq[i], newHash[i] = c.old[tenant].Seq, c.heads[tenant].Seq, c.heads[tenant].Hash
+		}
+		b.Queue(sqlMoveHeads, t, oldSeq, newSeq, newHash)
+	}
+}
+
+func (c *chained) unlock() {
+	if c.locked != nil {
+		c.once.Do(func() { close(c.locked) })
 	}
 }
 
@@ -295,30 +315,30 @@ func (s *Store) AppendBatch(ctx context.Context, recs []audit.Record) ([]audit.S
 		return nil, audit.ErrClosed
 	}
 	p := newPlan(recs)
-	if heads, ok := s.reserve(p.tenants, true); ok {
-		c, err := s.appendFast(ctx, p, heads)
+	if c := s.chainFast(p); c != nil {
+		err := s.appendFast(ctx, c)
+		s.doneFast(c, err == nil)
 		if err == nil {
-			s.release(p.tenants, c.heads)
 			s.wake(c)
 			return c.out, nil
 		}
-		s.release(p.tenants, nil)
+		DebugErr("fast", err)
 		if kind := pg.Classify(err); kind != pg.KindUniqueViolation && !kind.Retryable() {
 			return nil, mapErr("audit: append", err)
 		}
 	}
 	var err error
 	for attempt := 1; ; attempt++ {
-		s.reserve(p.tenants, false)
+		s.beginLocked(p.tenants)
 		var c *chained
 		var after map[string]audit.Head
 		c, after, err = s.appendLocked(ctx, p)
+		s.doneLocked(p.tenants, after)
 		if err == nil {
-			s.release(p.tenants, after)
 			s.wake(c)
 			return c.out, nil
 		}
-		s.release(p.tenants, nil)
+		DebugErr("slow", err)
 		kind := pg.Classify(err)
 		if attempt >= s.opts.ConflictAttempts || (kind != pg.KindUniqueViolation && !kind.Retryable()) {
 			break
@@ -333,71 +353,142 @@ func (s *Store) wake(c *chained) {
 	}
 }
 
-// reserve registers an append in flight for tenants. With fast set, it succeeds only if every
-// tenant has a cached head and no other append in flight, and returns those heads.
-func (s *Store) reserve(tenants []string, fast bool) (map[string]audit.Head, bool) {
+// chainFast chains the batch onto the predicted heads when every tenant of it has one and no
+// locking-path append is under way for it, and advances the predictions, so that the next
+// batch can be chained (and sent) before this one has committed. It returns nil when the fast
+// path does not apply.
+func (s *Store) chainFast(p *batchPlan) *chained {
 	s.headMu.Lock()
 	defer s.headMu.Unlock()
-	var heads map[string]audit.Head
-	if fast {
-		heads = make(map[string]audit.Head, len(tenants))
-		for _, t := range tenants {
-			h, ok := s.heads[t]
-			if !ok || s.inflight[t] > 0 {
-				return nil, false
-			}
-			heads[t] = h
+	heads := make(map[string]audit.Head, len(p.tenants))
+	for _, t := range p.tenants {
+		h, ok := s.heads[t]
+		if !ok || s.locking[t] > 0 {
+			return nil
 		}
+		heads[t] = h
 	}
-	for _, t := range tenants {
-		s.inflight[t]++
+	c := p.chain(heads, nil)
+	c.locked = make(chan struct{})
+	seen := map[chan struct{}]bool{}
+	for _, t := range p.tenants {
+		if g := s.gates[t]; g != nil && !seen[g] {
+			seen[g] = true
+			c.after = append(c.after, g)
+		}
+		s.gates[t] = c.locked
+		s.fast[t]++
 	}
-	return heads, true
+	for t, h := range c.heads {
+		s.heads[t] = h
+	}
+	return c
 }
 
-// release ends an append. Committed heads (after) refresh the cache, never moving it back; a
-// failed append (after nil) forgets the cached heads of its tenants.
-func (s *Store) release(tenants []string, after map[string]audit.Head) {
+// doneFast ends a fast-path append. A failed one forgets the predicted heads of its tenants:
+// batches chained onto them fail too (move_heads), and the next append reads the heads under
+// lock.
+func (s *Store) doneFast(c *chained, ok bool) {
+	c.unlock()
+	s.headMu.Lock()
+	defer s.headMu.Unlock()
+	for _, t := range c.plan.tenants {
+		if s.gates[t] == c.locked {
+			delete(s.gates, t)
+		}
+		if s.fast[t]--; s.fast[t] <= 0 {
+			delete(s.fast, t)
+		}
+		if !ok {
+			delete(s.heads, t)
+		}
+	}
+	s.headCond.Broadcast()
+}
+
+// beginLocked registers a locking-path append and waits until no fast-path append of its
+// tenants is in flight. The two must not overlap in one process: a fast batch inserts its rows
+// before it locks the heads, so a locking append that chained onto the same head would wait for
+// those rows while the fast batch waits for its head lock — a deadlock.
+func (s *Store) beginLocked(tenants []string) {
 	s.headMu.Lock()
 	defer s.headMu.Unlock()
 	for _, t := range tenants {
-		if s.inflight[t]--; s.inflight[t] <= 0 {
-			delete(s.inflight, t)
-		}
-		if after == nil {
-			delete(s.heads, t)
-			continue
-		}
-		if h, ok := after[t]; ok {
-			if cur, cached := s.heads[t]; !cached || h.Seq > cur.Seq {
-				s.heads[t] = h
+		s.locking[t]++ // from now on no new fast batch starts for t
+	}
+	for {
+		busy := false
+		for _, t := range tenants {
+			if s.fast[t] > 0 {
+				busy = true
+				break
 			}
 		}
+		if !busy {
+			return
+		}
+		s.headCond.Wait()
 	}
-	// Bound the cache: a tenant that is evicted only costs its next append the locking path.
+}
+
+// doneLocked ends a locking-path append; its committed heads (after) become the prediction.
+// Locking-path appends of one tenant serialise on the head lock, so the last to commit carries
+// the highest Seq.
+func (s *Store) doneLocked(tenants []string, after map[string]audit.Head) {
+	s.headMu.Lock()
+	defer s.headMu.Unlock()
+	for _, t := range tenants {
+		if s.locking[t]--; s.locking[t] <= 0 {
+			delete(s.locking, t)
+		}
+		h, ok := after[t]
+		if cur, cached := s.heads[t]; ok && (!cached || h.Seq > cur.Seq) {
+			s.heads[t] = h
+		} else if after == nil {
+			delete(s.heads, t)
+		}
+	}
+	// Bound the cache: an evicted tenant only costs its next append the locking path.
 	for t := range s.heads {
 		if len(s.heads) <= maxCachedHeads {
 			break
 		}
-		delete(s.heads, t)
+		if s.fast[t] == 0 && s.locking[t] == 0 {
+			delete(s.heads, t)
+		}
 	}
+	s.headCond.Broadcast()
 }
 
 // maxCachedHeads bounds the head cache.
 const maxCachedHeads = 100_000
 
-// appendFast runs the batch as one pipelined implicit transaction chained onto heads.
-func (s *Store) appendFast(ctx context.Context, p *batchPlan, heads map[string]audit.Head) (*chained, error) {
-	c := p.chain(heads, nil)
+// appendFast writes a batch chained by chainFast as one pipelined implicit transaction. It is
+// sent only once the fast batches it was chained onto hold their head locks (their move_heads
+// has run), so that its own move_heads, which comes last, waits for their commit instead of
+// overtaking them; its rows are inserted meanwhile, overlapping their commit.
+func (s *Store) appendFast(ctx context.Context, c *chained) error {
+	for _, g := range c.after {
+		select {
+		case <-g:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	b := &pgx.Batch{}
 	b.Queue(sqlCustomPlans)
-	p.queueWrites(b, c)
+	c.plan.queueWrites(b, c)
 	// Without BEGIN, every statement up to the pipeline's Sync runs in one implicit
 	// transaction: all commit together or none does.
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return nil, err
+	br := s.pool.SendBatch(ctx, b)
+	for range b.Len() {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
 	}
-	return c, nil
+	c.unlock() // move_heads, the last statement, has run: the heads are locked until commit
+	return br.Close()
 }
 
 // appendLocked runs the batch in a transaction that locks the heads and looks up existing
@@ -480,3 +571,5 @@ func (s *Store) appendLocked(ctx context.Context, p *batchPlan) (*chained, map[s
 	}
 	return c, after, nil
 }
+
+var DebugErr = func(path string, err error) {}

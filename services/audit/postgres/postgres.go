@@ -80,8 +80,11 @@ type Store struct {
 	hub feed.Hub
 
 	headMu   sync.Mutex
-	heads    map[string]audit.Head // cached chain heads, as of this Store's last commit per tenant
-	inflight map[string]int        // appends under way per tenant
+	headCond *sync.Cond               // on headMu; signalled when an append ends
+	heads    map[string]audit.Head    // predicted chain heads: after every append in flight, if it commits
+	fast     map[string]int           // fast-path appends in flight per tenant
+	locking  map[string]int           // locking-path appends in flight per tenant
+	gates    map[string]chan struct{} // per tenant: locked channel of the newest fast batch in flight
 
 	mu       sync.Mutex
 	closed   bool
@@ -96,13 +99,17 @@ var _ audit.Store = (*Store)(nil)
 
 // New returns a Store on pool, whose database must have [Migrations] applied.
 func New(pool *pgxpool.Pool, opts Options) *Store {
-	return &Store{
-		pool:     pool,
-		opts:     opts.withDefaults(),
-		done:     make(chan struct{}),
-		heads:    map[string]audit.Head{},
-		inflight: map[string]int{},
+	s := &Store{
+		pool:    pool,
+		opts:    opts.withDefaults(),
+		done:    make(chan struct{}),
+		heads:   map[string]audit.Head{},
+		fast:    map[string]int{},
+		locking: map[string]int{},
+		gates:   map[string]chan struct{}{},
 	}
+	s.headCond = sync.NewCond(&s.headMu)
+	return s
 }
 
 // Pool returns the pool the Store uses.

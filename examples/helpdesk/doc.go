@@ -1,0 +1,21 @@
+// Package helpdesk is the sample business backend Mandate is shown and tested with (DESIGN §8):
+// a gRPC server implementing helpdesk.v1.HelpdeskService over tenant-scoped tickets, refunds and
+// expense reports. It is an ordinary backend, not part of Mandate: it trusts Mandate's executor
+// to authorise, confirm, de-duplicate and audit each call, and only enforces what the business
+// itself owns — tenant isolation, state guards (submit only a draft, recall only before
+// approval), money invariants (never refund more than was paid, never mix currencies) and who
+// may act on whose report.
+//
+// The backend serves only calls relayed by a Mandate service: the authenticated principal must
+// carry Via (a service token calling on behalf of the user, see internal/identity); a user or an
+// agent calling it directly is refused at scope_check with scope.not_via_executor. Refusals are
+// *failure.Error values whose stage and code the executor passes on unchanged; the codes are the
+// Code* constants of this package.
+//
+// Layers, top down: [Backend] (gRPC handlers: decode, call the domain, map the error), the
+// domain logic (unexported, transport-free), the [Store] interface with closure transactions
+// (implemented by examples/helpdesk/memory and examples/helpdesk/postgres and held to one
+// conformance suite, examples/helpdesk/helpdesktest), and the [PaymentGateway] that refunds go
+// through; [Gateway] is the in-process fake that counts what it was asked to move so that a test
+// can prove that no money moved. [Seed] loads the demo data every declared example runs against.
+package helpdesk

@@ -1,0 +1,243 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/services/confirm"
+)
+
+// Stage is the pipeline stage every confirmation refusal names.
+const Stage = "confirmation_check"
+
+// Service implements mandate.v1.ConfirmService.
+type Service struct {
+	mandatev1.UnimplementedConfirmServiceServer
+	confirm *confirm.Service
+	log     *slog.Logger
+}
+
+// New returns the service over the confirm domain service.
+func New(c *confirm.Service, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Service{confirm: c, log: log}
+}
+
+// Register adds the service to a gRPC server.
+func (s *Service) Register(g *grpc.Server) { mandatev1.RegisterConfirmServiceServer(g, s) }
+
+// Gateway registers the REST routes; pass it to server.HandleGateway.
+func Gateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+	return mandatev1.RegisterConfirmServiceHandler(ctx, mux, conn)
+}
+
+func principal(ctx context.Context) (identity.Principal, error) {
+	p, ok := identity.FromContext(ctx)
+	if !ok {
+		return p, failure.New(identity.Stage, identity.CodeMissingCredentials, "no principal")
+	}
+	return p, nil
+}
+
+// Open opens a challenge for the invocation the relayed requester makes.
+func (s *Service) Open(ctx context.Context, req *mandatev1.OpenRequest) (*mandatev1.Challenge, error) {
+	p, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	in := confirm.OpenRequest{
+		Command: req.GetCommand(), InvocationDigest: req.GetInvocationDigest(), InvocationID: req.GetInvocationId(),
+		ArgumentsJSON: req.GetArgumentsJson(), WithheldFields: req.GetWithheldFields(),
+	}
+	if req.Ttl != nil {
+		if err := req.GetTtl().CheckValid(); err != nil {
+			return nil, s.mapErr(ctx, "open", confirm.Invalid("ttl", "is not a valid duration"))
+		}
+		in.TTL = req.GetTtl().AsDuration()
+	}
+	c, err := s.confirm.Open(ctx, p, in)
+	if err != nil {
+		return nil, s.mapErr(ctx, "open", err)
+	}
+	return s.toProto(&c), nil
+}
+
+// Get reads a challenge.
+func (s *Service) Get(ctx context.Context, req *mandatev1.ConfirmServiceGetRequest) (*mandatev1.Challenge, error) {
+	p, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.confirm.Get(ctx, p, req.GetChallengeId())
+	if err != nil {
+		return nil, s.mapErr(ctx, "get", err)
+	}
+	return s.toProto(&c), nil
+}
+
+// Decide records a human's decision. The approval_page channel is recorded
+// only by the approval page itself, and mcp_elicitation only when a Mandate
+// service (the MCP bridge) relays the human.
+func (s *Service) Decide(ctx context.Context, req *mandatev1.DecideRequest) (*mandatev1.Challenge, error) {
+	p, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	channel := req.GetChannel()
+	switch channel {
+	case "", confirm.ChannelAPI:
+		channel = confirm.ChannelAPI
+	case confirm.ChannelMCPElicitation:
+		if p.Via == "" {
+			return nil, s.mapErr(ctx, "decide", confirm.Invalid("channel", "mcp_elicitation is recorded only when a Mandate service relays the decision"))
+		}
+	case confirm.ChannelApprovalPage:
+		return nil, s.mapErr(ctx, "decide", confirm.Invalid("channel", "approval_page is recorded only by the approval page"))
+	default:
+		return nil, s.mapErr(ctx, "decide", confirm.Invalid("channel", "must be api or mcp_elicitation"))
+	}
+	var approve bool
+	switch req.GetDecision() {
+	case mandatev1.Decision_DECISION_APPROVE:
+		approve = true
+	case mandatev1.Decision_DECISION_DECLINE:
+	default:
+		return nil, s.mapErr(ctx, "decide", confirm.Invalid("decision", "must be approve or decline"))
+	}
+	c, err := s.confirm.Decide(ctx, p, req.GetChallengeId(), approve, channel)
+	if err != nil {
+		return nil, s.mapErr(ctx, "decide", err)
+	}
+	return s.toProto(&c), nil
+}
+
+// Await streams the challenge until it is decided or expires.
+func (s *Service) Await(req *mandatev1.AwaitRequest, stream grpc.ServerStreamingServer[mandatev1.Challenge]) error {
+	ctx := stream.Context()
+	p, err := principal(ctx)
+	if err != nil {
+		return err
+	}
+	ch, err := s.confirm.Await(ctx, p, req.GetChallengeId())
+	if err != nil {
+		return s.mapErr(ctx, "await", err)
+	}
+	last := confirm.StatePending
+	for c := range ch {
+		if err := stream.Send(s.toProto(&c)); err != nil {
+			return err
+		}
+		last = c.State
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if last == confirm.StatePending {
+		// The store went away while the challenge was still pending.
+		return s.mapErr(ctx, "await", confirm.Unavailable("await", nil))
+	}
+	return nil
+}
+
+// Redeem uses an approved challenge for the relayed requester's invocation.
+func (s *Service) Redeem(ctx context.Context, req *mandatev1.RedeemRequest) (*mandatev1.Grant, error) {
+	p, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g, err := s.confirm.Redeem(ctx, p, req.GetChallengeId(), req.GetInvocationDigest())
+	if err != nil {
+		return nil, s.mapErr(ctx, "redeem", err)
+	}
+	return &mandatev1.Grant{ChallengeId: g.ChallengeID, Approver: g.Approver, DecidedAt: timestamppb.New(g.DecidedAt), Channel: g.Channel}, nil
+}
+
+// Failure maps a confirm error to the wire error clients see: refusals keep
+// their code under the confirmation_check stage; anything unexpected
+// becomes internal.error with its cause left for the logs. The approval
+// page uses it too, so both transports speak the same codes.
+func Failure(err error) (*failure.Error, bool) {
+	var ce *confirm.Error
+	if !errors.As(err, &ce) {
+		return nil, false
+	}
+	fe := failure.New(Stage, ce.Code, ce.Message)
+	switch ce.Code {
+	case confirm.CodeUnavailable:
+		fe.Retriable, fe.Remedy = true, "retry later"
+	case confirm.CodePending:
+		fe.Retriable, fe.Remedy = true, "wait for the approver (Await), then retry"
+	case confirm.CodeExpired, confirm.CodeGrantMismatch, confirm.CodeAlreadyRedeemed:
+		fe.Remedy = "ask the user again: call the command again to open a new challenge"
+	case confirm.CodeRefused:
+		fe.Remedy = "the user said no; do not retry without asking them"
+	case confirm.CodeApproverNotAllowed:
+		fe.Remedy = "a human the approver policy names must decide, on the approval page"
+	}
+	return fe, true
+}
+
+// mapErr turns domain errors into wire errors; everything unexpected is
+// logged and hidden.
+func (s *Service) mapErr(ctx context.Context, op string, err error) error {
+	if fe, ok := Failure(err); ok {
+		if fe.Code == confirm.CodeUnavailable {
+			s.log.WarnContext(ctx, "confirm "+op+": store unavailable", "error", err)
+		}
+		return fe
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	s.log.ErrorContext(ctx, "confirm "+op+" failed", "error", err)
+	return failure.Internal(Stage, err)
+}
+
+func (s *Service) toProto(c *confirm.Challenge) *mandatev1.Challenge {
+	out := &mandatev1.Challenge{
+		ChallengeId: c.ID, Tenant: c.Tenant, Command: c.Command, InvocationDigest: c.InvocationDigest,
+		InvocationId: c.InvocationID, RequesterUserId: c.RequesterUser, RequesterAgentId: c.RequesterAgent,
+		ApproverKind: string(c.Approver.Kind), ApproverPermission: c.Approver.Permission,
+		Prompt: &mandatev1.Prompt{
+			Title: c.Prompt.Title, Summary: c.Prompt.Summary, Risk: c.Prompt.Risk, SideEffects: c.Prompt.SideEffects,
+			Reversible: c.Prompt.Reversible, Recall: c.Prompt.Recall, Permissions: c.Prompt.Permissions,
+			ArgumentsJson: c.Prompt.ArgumentsJSON, WithheldFields: c.Prompt.WithheldFields, RequestedBy: c.Prompt.RequestedBy,
+		},
+		State:           stateProto(c.State),
+		CreatedAt:       timestamppb.New(c.CreatedAt),
+		ExpiresAt:       timestamppb.New(c.ExpiresAt),
+		DecidedBy:       c.DecidedBy,
+		DecisionChannel: c.DecisionChannel,
+		ApprovalUrl:     s.confirm.ApprovalURL(c.ID),
+	}
+	if !c.DecidedAt.IsZero() {
+		out.DecidedAt = timestamppb.New(c.DecidedAt)
+	}
+	return out
+}
+
+func stateProto(s confirm.State) mandatev1.ChallengeState {
+	switch s {
+	case confirm.StatePending:
+		return mandatev1.ChallengeState_CHALLENGE_STATE_PENDING
+	case confirm.StateApproved:
+		return mandatev1.ChallengeState_CHALLENGE_STATE_APPROVED
+	case confirm.StateDeclined:
+		return mandatev1.ChallengeState_CHALLENGE_STATE_DECLINED
+	case confirm.StateExpired:
+		return mandatev1.ChallengeState_CHALLENGE_STATE_EXPIRED
+	case confirm.StateRedeemed:
+		return mandatev1.ChallengeState_CHALLENGE_STATE_REDEEMED
+	}
+	return mandatev1.ChallengeState_CHALLENGE_STATE_UNSPECIFIED
+}

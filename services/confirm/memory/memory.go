@@ -1,0 +1,297 @@
+package memory
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mandate-dev/mandate/services/confirm"
+	"github.com/mandate-dev/mandate/services/confirm/internal/follow"
+)
+
+// Options tunes a Store.
+type Options struct {
+	// Now is the store's clock. Default time.Now. Tests set it to move time
+	// without waiting.
+	Now func() time.Time
+}
+
+// Store is the in-memory confirm.Store and confirm.SessionStore. The zero
+// value is not usable; call New.
+type Store struct {
+	now func() time.Time
+	hub follow.Hub
+
+	mu           sync.Mutex
+	closed       bool
+	done         chan struct{}
+	byID         map[string]*confirm.Challenge
+	byInvocation map[[2]string]string // (tenant, invocation id) → challenge id
+	logins       map[string]time.Time // jti → expiry
+	sessions     map[string]confirm.Session
+	wg           sync.WaitGroup
+}
+
+var (
+	_ confirm.Store        = (*Store)(nil)
+	_ confirm.SessionStore = (*Store)(nil)
+)
+
+// New returns an empty Store.
+func New(opts Options) *Store {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Store{
+		now:          opts.Now,
+		done:         make(chan struct{}),
+		byID:         map[string]*confirm.Challenge{},
+		byInvocation: map[[2]string]string{},
+		logins:       map[string]time.Time{},
+		sessions:     map[string]confirm.Session{},
+	}
+}
+
+// Close ends every Watch and waits for their goroutines. Later calls fail
+// with confirm.ErrUnavailable.
+func (s *Store) Close() {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.done)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// clock returns the store's time at the precision Postgres keeps, so both
+// stores hand out the same timestamps.
+func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+var errClosed = confirm.Unavailable("memory store", nil)
+
+// view returns a copy of c with its effective state at now.
+func view(c *confirm.Challenge, now time.Time) confirm.Challenge {
+	out := *c
+	out.Prompt.SideEffects = slices.Clone(c.Prompt.SideEffects)
+	out.Prompt.Permissions = slices.Clone(c.Prompt.Permissions)
+	out.Prompt.WithheldFields = slices.Clone(c.Prompt.WithheldFields)
+	out.State = confirm.EffectiveState(c.State, c.ExpiresAt, now)
+	return out
+}
+
+// Create implements confirm.Store.
+func (s *Store) Create(_ context.Context, c confirm.Challenge, ttl time.Duration) (confirm.Challenge, bool, error) {
+	if err := confirm.CheckNew(&c, ttl); err != nil {
+		return confirm.Challenge{}, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return confirm.Challenge{}, false, errClosed
+	}
+	now := s.clock()
+	if id, ok := s.byInvocation[[2]string{c.Tenant, c.InvocationID}]; ok {
+		return view(s.byID[id], now), false, nil
+	}
+	if _, taken := s.byID[c.ID]; taken {
+		return confirm.Challenge{}, false, confirm.Invalid("id", "is taken")
+	}
+	c.State = confirm.StatePending
+	c.CreatedAt, c.ExpiresAt = now, now.Add(ttl)
+	c.DecidedBy, c.DecidedAt, c.DecisionChannel, c.RedeemedAt = "", time.Time{}, "", time.Time{}
+	stored := view(&c, now) // a private copy
+	stored.State = confirm.StatePending
+	s.byID[c.ID] = &stored
+	s.byInvocation[[2]string{c.Tenant, c.InvocationID}] = c.ID
+	return view(&stored, now), true, nil
+}
+
+// Get implements confirm.Store.
+func (s *Store) Get(_ context.Context, tenant, id string) (confirm.Challenge, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return confirm.Challenge{}, errClosed
+	}
+	c, ok := s.byID[id]
+	if !ok || c.Tenant != tenant {
+		return confirm.Challenge{}, confirm.ErrNotFound
+	}
+	return view(c, s.clock()), nil
+}
+
+// ListPending implements confirm.Store.
+func (s *Store) ListPending(_ context.Context, tenant string, limit int) ([]confirm.Challenge, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	now := s.clock()
+	var out []confirm.Challenge
+	for _, c := range s.byID {
+		if c.Tenant == tenant && confirm.EffectiveState(c.State, c.ExpiresAt, now) == confirm.StatePending {
+			out = append(out, view(c, now))
+		}
+	}
+	slices.SortFunc(out, func(a, b confirm.Challenge) int {
+		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	if limit >= 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Decide implements confirm.Store.
+func (s *Store) Decide(_ context.Context, tenant, id string, d confirm.Decision) (confirm.Challenge, error) {
+	if d.By == "" {
+		return confirm.Challenge{}, confirm.Invalid("decided_by", "is required")
+	}
+	if !confirm.ValidChannel(d.Channel) {
+		return confirm.Challenge{}, confirm.Invalid("channel", "is not a decision channel")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return confirm.Challenge{}, errClosed
+	}
+	c, ok := s.byID[id]
+	if !ok || c.Tenant != tenant {
+		return confirm.Challenge{}, confirm.ErrNotFound
+	}
+	now := s.clock()
+	if err := confirm.DecideRefusal(c.State, !now.Before(c.ExpiresAt)); err != nil {
+		return confirm.Challenge{}, err
+	}
+	c.State = confirm.StateDeclined
+	if d.Approve {
+		c.State = confirm.StateApproved
+	}
+	c.DecidedBy, c.DecidedAt, c.DecisionChannel = d.By, now, d.Channel
+	s.hub.Notify(id)
+	return view(c, now), nil
+}
+
+// Redeem implements confirm.Store.
+func (s *Store) Redeem(_ context.Context, tenant, id, digest string) (confirm.Challenge, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return confirm.Challenge{}, errClosed
+	}
+	c, ok := s.byID[id]
+	if !ok || c.Tenant != tenant {
+		return confirm.Challenge{}, confirm.ErrNotFound
+	}
+	now := s.clock()
+	if err := confirm.RedeemRefusal(c.State, c.InvocationDigest == digest, !now.Before(c.ExpiresAt)); err != nil {
+		return confirm.Challenge{}, err
+	}
+	c.State, c.RedeemedAt = confirm.StateRedeemed, now
+	s.hub.Notify(id)
+	return view(c, now), nil
+}
+
+// Watch implements confirm.Store.
+func (s *Store) Watch(ctx context.Context, tenant, id string) (<-chan confirm.Challenge, error) {
+	woken := s.hub.Wait(id)
+	first, err := s.Get(ctx, tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errClosed
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	out := make(chan confirm.Challenge)
+	go func() {
+		defer s.wg.Done()
+		follow.Run(ctx, s.done, out, first, woken,
+			func(ctx context.Context) (confirm.Challenge, error) { return s.Get(ctx, tenant, id) },
+			func() <-chan struct{} { return s.hub.Wait(id) },
+			follow.Options{Now: s.now})
+	}()
+	return out, nil
+}
+
+// ConsumeLoginToken implements confirm.SessionStore.
+func (s *Store) ConsumeLoginToken(_ context.Context, jti string, expiresAt time.Time) error {
+	if jti == "" {
+		return confirm.Invalid("jti", "is required")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	now := s.clock()
+	for k, exp := range s.logins {
+		if exp.Add(time.Minute).Before(now) {
+			delete(s.logins, k)
+		}
+	}
+	if _, used := s.logins[jti]; used {
+		return confirm.ErrLoginTokenUsed
+	}
+	s.logins[jti] = expiresAt
+	return nil
+}
+
+// CreateSession implements confirm.SessionStore.
+func (s *Store) CreateSession(_ context.Context, sess confirm.Session, ttl time.Duration) (confirm.Session, error) {
+	switch {
+	case sess.IDHash == "" || sess.Tenant == "" || sess.UserID == "" || sess.CSRFToken == "":
+		return confirm.Session{}, confirm.Invalid("session", "needs id hash, tenant, user and CSRF token")
+	case ttl <= 0:
+		return confirm.Session{}, confirm.Invalid("ttl", "must be positive")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return confirm.Session{}, errClosed
+	}
+	now := s.clock()
+	for k, old := range s.sessions {
+		if !now.Before(old.ExpiresAt) {
+			delete(s.sessions, k)
+		}
+	}
+	if _, taken := s.sessions[sess.IDHash]; taken {
+		return confirm.Session{}, confirm.Invalid("session", "id is taken")
+	}
+	sess.CreatedAt, sess.ExpiresAt = now, now.Add(ttl)
+	s.sessions[sess.IDHash] = sess
+	return sess, nil
+}
+
+// Session implements confirm.SessionStore.
+func (s *Store) Session(_ context.Context, idHash string) (confirm.Session, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return confirm.Session{}, errClosed
+	}
+	sess, ok := s.sessions[idHash]
+	if !ok || !s.clock().Before(sess.ExpiresAt) {
+		return confirm.Session{}, confirm.ErrNotFound
+	}
+	return sess, nil
+}
+
+// DeleteSession implements confirm.SessionStore.
+func (s *Store) DeleteSession(_ context.Context, idHash string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	delete(s.sessions, idHash)
+	return nil
+}

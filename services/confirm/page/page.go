@@ -1,0 +1,492 @@
+package page
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/services/confirm"
+	"github.com/mandate-dev/mandate/services/confirm/api"
+)
+
+// Pattern is where the page is mounted: server.Handle(page.Pattern, h).
+const Pattern = confirm.ApprovalPath
+
+const (
+	loginPath  = Pattern + "login"
+	logoutPath = Pattern + "logout"
+	// CookieName names the session cookie. It cannot use the __Host- prefix,
+	// which requires Path=/; the cookie is confined to Path=/approve.
+	CookieName = "mandate_approve"
+	// DefaultSessionTTL is how long a sign-in lasts when Config leaves it 0.
+	DefaultSessionTTL = 8 * time.Hour
+	cookiePath        = "/approve"
+	maxFormBytes      = 16 << 10
+	listLimit         = 50
+)
+
+// The response headers every page carries.
+const (
+	ContentSecurityPolicy = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'"
+)
+
+//go:embed templates/page.html
+var templateFS embed.FS
+
+var pageTemplate = template.Must(template.ParseFS(templateFS, "templates/page.html"))
+
+var nextRE = regexp.MustCompile(`^/approve/[A-Za-z0-9_-]{22}$`)
+
+// Config wires the page.
+type Config struct {
+	// Confirm decides and reads challenges. Required.
+	Confirm *confirm.Service
+	// Sessions keeps sign-in tokens and sessions. Required; the same
+	// memory or Postgres store the challenges live in.
+	Sessions confirm.SessionStore
+	// Directory refuses sign-in to users who are not active. Required.
+	Directory directory.Resolver
+	// LoginSecret verifies sign-in tokens: the dev secret LoginURL signs
+	// with. Required, at least 32 bytes.
+	LoginSecret []byte
+	// Issuers are the accepted `iss` values of sign-in tokens. Required.
+	Issuers []string
+	// BaseURL is the page's public origin, e.g. "https://confirm.example".
+	// It is the only Origin a POST may come from, and https makes the
+	// cookie Secure. Empty: the request's own Host (development only).
+	BaseURL string
+	// SessionTTL defaults to DefaultSessionTTL.
+	SessionTTL time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Now replaces time.Now when verifying sign-in tokens (tests).
+	Now func() time.Time
+}
+
+// Handler is the approval page; mount it at Pattern.
+type Handler struct {
+	cfg    Config
+	mux    *http.ServeMux
+	origin string
+	secure bool
+}
+
+// New validates cfg and builds the handler.
+func New(cfg Config) (*Handler, error) {
+	switch {
+	case cfg.Confirm == nil:
+		return nil, errors.New("page: Config.Confirm is required")
+	case cfg.Sessions == nil:
+		return nil, errors.New("page: Config.Sessions is required")
+	case cfg.Directory == nil:
+		return nil, errors.New("page: Config.Directory is required")
+	case len(cfg.LoginSecret) < minSecretBytes:
+		return nil, errors.New("page: Config.LoginSecret must be at least 32 bytes")
+	case len(cfg.Issuers) == 0 || slices.Contains(cfg.Issuers, ""):
+		return nil, errors.New("page: Config.Issuers is required")
+	}
+	h := &Handler{cfg: cfg, mux: http.NewServeMux()}
+	if cfg.BaseURL != "" {
+		u, err := url.Parse(cfg.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, errors.New("page: Config.BaseURL must be an absolute http(s) URL")
+		}
+		h.origin, h.secure = u.Scheme+"://"+u.Host, u.Scheme == "https"
+	}
+	if h.cfg.SessionTTL <= 0 {
+		h.cfg.SessionTTL = DefaultSessionTTL
+	}
+	if h.cfg.Logger == nil {
+		h.cfg.Logger = slog.Default()
+	}
+	if h.cfg.Now == nil {
+		h.cfg.Now = time.Now
+	}
+	h.cfg.LoginSecret = slices.Clone(cfg.LoginSecret)
+	h.mux.HandleFunc("GET "+Pattern+"{$}", h.index)
+	h.mux.HandleFunc("GET "+loginPath, h.login)
+	h.mux.HandleFunc("POST "+logoutPath, h.logout)
+	h.mux.HandleFunc("GET "+Pattern+"{challenge}", h.show)
+	h.mux.HandleFunc("POST "+Pattern+"{challenge}", h.decide)
+	h.mux.HandleFunc(Pattern, func(w http.ResponseWriter, r *http.Request) {
+		h.message(w, r, nil, http.StatusNotFound, "Not found", "There is no such page.", "")
+	})
+	return h, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("Content-Security-Policy", ContentSecurityPolicy)
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	h.mux.ServeHTTP(w, r)
+}
+
+// pageData is what the template renders.
+type pageData struct {
+	Page, Title        string
+	User, Tenant, CSRF string
+	Detail, Back       string
+	Refresh            string
+	C                  *challengeView
+	List               []listItem
+}
+
+type challengeView struct {
+	ID, State, Title, Summary, Risk, RequestedBy string
+	SideEffects, Permissions, Withheld           []string
+	Reversible                                   bool
+	Recall, Arguments, Approver                  string
+	CreatedAt, ExpiresAt                         string
+	DecidedBy, DecidedAt, Channel                string
+	Pending, CanDecide                           bool
+	CannotDecide                                 string
+}
+
+type listItem struct{ ID, Title, RequestedBy, Risk, ExpiresAt string }
+
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, d pageData) {
+	var buf bytes.Buffer
+	if err := pageTemplate.ExecuteTemplate(&buf, "page", d); err != nil {
+		h.cfg.Logger.ErrorContext(r.Context(), "approval page: rendering failed", "error", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `MandateSignInLink realm="approval page"`)
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (h *Handler) withSession(d pageData, s *confirm.Session) pageData {
+	if s != nil {
+		d.User, d.Tenant, d.CSRF = s.UserID, s.Tenant, s.CSRFToken
+	}
+	return d
+}
+
+// signIn is the page every visitor without a session gets: never a prompt.
+func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, detail string) {
+	h.render(w, r, http.StatusUnauthorized, pageData{Page: "signin", Title: "Sign in", Detail: detail})
+}
+
+func (h *Handler) message(w http.ResponseWriter, r *http.Request, s *confirm.Session, status int, title, detail, back string) {
+	h.render(w, r, status, h.withSession(pageData{Page: "message", Title: title, Detail: detail, Back: back}, s))
+}
+
+// fail renders a refusal of the confirm service with the status its code
+// maps to (the same mapping as the API), or a generic error.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, s *confirm.Session, err error, back string) {
+	if fe, ok := api.Failure(err); ok {
+		status := failure.HTTPStatus(failure.GRPCCode(fe.Code))
+		title := map[string]string{
+			confirm.CodeNotFound:           "Not found",
+			confirm.CodeApproverNotAllowed: "You cannot decide this request",
+			confirm.CodeAlreadyDecided:     "Already decided",
+			confirm.CodeExpired:            "Expired",
+			confirm.CodePrincipalInactive:  "Your account is not active",
+			confirm.CodeUnavailable:        "Try again later",
+		}[fe.Code]
+		if title == "" {
+			title = "Refused"
+		}
+		if fe.Code == confirm.CodeUnavailable {
+			h.cfg.Logger.WarnContext(r.Context(), "approval page: store unavailable", "error", err)
+		}
+		h.message(w, r, s, status, title, fe.Message+" ("+fe.Code+")", back)
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	h.cfg.Logger.ErrorContext(r.Context(), "approval page failed", "error", err)
+	h.message(w, r, s, http.StatusInternalServerError, "Something went wrong", "The operator's logs have the details.", back)
+}
+
+func hashID(v string) string {
+	sum := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(sum[:])
+}
+
+func randomToken() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// session returns the visitor's session, or nil without one.
+func (h *Handler) session(r *http.Request) (*confirm.Session, error) {
+	c, err := r.Cookie(CookieName)
+	if err != nil || c.Value == "" || len(c.Value) > 128 {
+		return nil, nil
+	}
+	s, err := h.cfg.Sessions.Session(r.Context(), hashID(c.Value))
+	if errors.Is(err, confirm.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func actor(s *confirm.Session) identity.Principal {
+	return identity.Principal{Kind: identity.KindUser, Tenant: s.Tenant, UserID: s.UserID}
+}
+
+func (h *Handler) index(w http.ResponseWriter, r *http.Request) {
+	s, err := h.session(r)
+	if err != nil {
+		h.fail(w, r, nil, err, "")
+		return
+	}
+	if s == nil {
+		h.signIn(w, r, "")
+		return
+	}
+	list, err := h.cfg.Confirm.Pending(r.Context(), actor(s), listLimit)
+	if err != nil {
+		h.fail(w, r, s, err, "")
+		return
+	}
+	d := h.withSession(pageData{Page: "index", Title: "Waiting for you"}, s)
+	for _, c := range list {
+		d.List = append(d.List, listItem{ID: c.ID, Title: c.Prompt.Title, RequestedBy: c.Prompt.RequestedBy, Risk: c.Prompt.Risk, ExpiresAt: stamp(c.ExpiresAt)})
+	}
+	h.render(w, r, http.StatusOK, d)
+}
+
+// login exchanges a one-time sign-in token for a session.
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	claims, err := verifyLogin(r.URL.Query().Get("t"), h.cfg.LoginSecret, h.cfg.Issuers, h.cfg.Now())
+	if err != nil {
+		h.cfg.Logger.InfoContext(r.Context(), "approval page: sign-in refused", "reason", err.Error())
+		h.signIn(w, r, "This sign-in link is not valid or has expired. Ask for a new one.")
+		return
+	}
+	ctx := r.Context()
+	if err := h.cfg.Sessions.ConsumeLoginToken(ctx, claims.ID, claims.Expiry.Time()); err != nil {
+		if errors.Is(err, confirm.ErrLoginTokenUsed) {
+			h.cfg.Logger.WarnContext(ctx, "approval page: a sign-in link was used twice", "tenant", claims.Tenant, "user", claims.User)
+			h.signIn(w, r, "This sign-in link was already used. Each link works once; ask for a new one.")
+			return
+		}
+		h.fail(w, r, nil, err, "")
+		return
+	}
+	res, err := h.cfg.Directory.Resolve(ctx, claims.Tenant, claims.User, "")
+	if err != nil {
+		h.fail(w, r, nil, confirm.Unavailable("resolve user", err), "")
+		return
+	}
+	if !res.Active {
+		h.cfg.Logger.InfoContext(ctx, "approval page: sign-in of an inactive user refused", "tenant", claims.Tenant, "user", claims.User, "reason", res.Reason)
+		h.message(w, r, nil, http.StatusForbidden, "Your account is not active", "Ask your administrator.", "")
+		return
+	}
+	if old, err := r.Cookie(CookieName); err == nil && old.Value != "" {
+		_ = h.cfg.Sessions.DeleteSession(ctx, hashID(old.Value)) // a new sign-in never reuses a session id
+	}
+	id := randomToken()
+	s, err := h.cfg.Sessions.CreateSession(ctx, confirm.Session{
+		IDHash: hashID(id), Tenant: claims.Tenant, UserID: claims.User, CSRFToken: randomToken(),
+	}, h.cfg.SessionTTL)
+	if err != nil {
+		h.fail(w, r, nil, err, "")
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: CookieName, Value: id, Path: cookiePath, MaxAge: int(h.cfg.SessionTTL.Seconds()),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.secure || r.TLS != nil,
+	})
+	h.cfg.Logger.InfoContext(ctx, "approval page: signed in", "tenant", s.Tenant, "user", s.UserID)
+	next := r.URL.Query().Get("next")
+	if !nextRE.MatchString(next) {
+		next = Pattern
+	}
+	// A page of our own (not a redirect) moves on, so that the next request
+	// is same-site and carries the SameSite=Strict cookie even when the link
+	// was opened from another site.
+	d := h.withSession(pageData{Page: "message", Title: "Signed in", Detail: "You are signed in as " + s.UserID + ".", Back: next, Refresh: next}, &s)
+	h.render(w, r, http.StatusOK, d)
+}
+
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
+	s, err := h.session(r)
+	if err != nil {
+		h.fail(w, r, nil, err, "")
+		return
+	}
+	if s == nil {
+		h.signIn(w, r, "")
+		return
+	}
+	if !h.checkForm(w, r, s) {
+		return
+	}
+	if err := h.cfg.Sessions.DeleteSession(r.Context(), s.IDHash); err != nil {
+		h.fail(w, r, s, err, "")
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: cookiePath, MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: h.secure || r.TLS != nil})
+	h.message(w, r, nil, http.StatusOK, "Signed out", "Open a new sign-in link to come back.", "")
+}
+
+func (h *Handler) show(w http.ResponseWriter, r *http.Request) {
+	s, err := h.session(r)
+	if err != nil {
+		h.fail(w, r, nil, err, "")
+		return
+	}
+	if s == nil {
+		h.signIn(w, r, "")
+		return
+	}
+	p := actor(s)
+	c, err := h.cfg.Confirm.Get(r.Context(), p, r.PathValue("challenge"))
+	if err != nil {
+		h.fail(w, r, s, err, Pattern)
+		return
+	}
+	v := view(&c)
+	if v.Pending {
+		if err := h.cfg.Confirm.CanDecide(r.Context(), p, c); err != nil {
+			if fe, ok := api.Failure(err); ok {
+				v.CannotDecide = "You cannot decide this request: " + fe.Message + "."
+			} else {
+				h.fail(w, r, s, err, Pattern)
+				return
+			}
+		} else {
+			v.CanDecide = true
+		}
+	}
+	h.render(w, r, http.StatusOK, h.withSession(pageData{Page: "challenge", Title: c.Prompt.Title, C: v}, s))
+}
+
+// decide records the signed-in human's decision, then shows the result
+// (POST-redirect-GET).
+func (h *Handler) decide(w http.ResponseWriter, r *http.Request) {
+	s, err := h.session(r)
+	if err != nil {
+		h.fail(w, r, nil, err, "")
+		return
+	}
+	if s == nil {
+		h.signIn(w, r, "")
+		return
+	}
+	if !h.checkForm(w, r, s) {
+		return
+	}
+	id := r.PathValue("challenge")
+	var approve bool
+	switch r.PostForm.Get("decision") {
+	case "approve":
+		approve = true
+	case "decline":
+	default:
+		h.message(w, r, s, http.StatusBadRequest, "Unknown decision", "Use the Approve or Decline button.", Pattern+id)
+		return
+	}
+	if _, err := h.cfg.Confirm.Decide(r.Context(), actor(s), id, approve, confirm.ChannelApprovalPage); err != nil {
+		h.fail(w, r, s, err, Pattern+id)
+		return
+	}
+	http.Redirect(w, r, Pattern+id, http.StatusSeeOther)
+}
+
+// checkForm guards a state-changing POST: it must come from this page
+// (Sec-Fetch-Site same-origin and Origin our own, when the browser sends
+// them) and carry the session's CSRF token. It answers 403 itself and
+// returns false otherwise.
+func (h *Handler) checkForm(w http.ResponseWriter, r *http.Request, s *confirm.Session) bool {
+	forbid := func(why string) bool {
+		h.cfg.Logger.WarnContext(r.Context(), "approval page: forged or stale form refused", "reason", why, "tenant", s.Tenant, "user", s.UserID)
+		h.message(w, r, s, http.StatusForbidden, "Refused",
+			"This form did not come from this page or has expired. Reload the page and try again.", r.URL.Path)
+		return false
+	}
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
+		return forbid("Sec-Fetch-Site " + site)
+	}
+	// With Referrer-Policy no-referrer, browsers send "Origin: null" even for
+	// a form of our own; such a request stands on Sec-Fetch-Site and the CSRF
+	// token.
+	if origin := r.Header.Get("Origin"); origin != "" && origin != "null" && !strings.EqualFold(origin, h.expectedOrigin(r)) {
+		return forbid("foreign Origin")
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		return forbid("unreadable form")
+	}
+	token := r.PostForm.Get("csrf")
+	if token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(s.CSRFToken)) != 1 {
+		return forbid("missing or wrong CSRF token")
+	}
+	return true
+}
+
+func (h *Handler) expectedOrigin(r *http.Request) string {
+	if h.origin != "" {
+		return h.origin
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+func view(c *confirm.Challenge) *challengeView {
+	v := &challengeView{
+		ID: c.ID, State: string(c.State), Title: c.Prompt.Title, Summary: c.Prompt.Summary, Risk: c.Prompt.Risk,
+		RequestedBy: c.Prompt.RequestedBy, SideEffects: c.Prompt.SideEffects, Permissions: c.Prompt.Permissions,
+		Withheld: c.Prompt.WithheldFields, Reversible: c.Prompt.Reversible, Recall: c.Prompt.Recall,
+		Arguments: prettyJSON(c.Prompt.ArgumentsJSON), CreatedAt: stamp(c.CreatedAt), ExpiresAt: stamp(c.ExpiresAt),
+		DecidedBy: c.DecidedBy, Channel: c.DecisionChannel, Pending: c.State == confirm.StatePending,
+	}
+	if c.Decided() {
+		v.DecidedAt = stamp(c.DecidedAt)
+	}
+	switch c.Approver.Kind {
+	case confirm.ApproverPermissionHolder:
+		v.Approver = "another user holding " + c.Approver.Permission + " (not " + c.RequesterUser + ")"
+	default:
+		v.Approver = c.RequesterUser + ", for whom the call is made"
+	}
+	return v
+}
+
+func prettyJSON(s string) string {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, []byte(s), "", "  "); err != nil {
+		return s
+	}
+	return buf.String()
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }

@@ -1,0 +1,140 @@
+package postgres
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mandate-dev/mandate/internal/storage/pg"
+	"github.com/mandate-dev/mandate/services/confirm"
+	"github.com/mandate-dev/mandate/services/confirm/internal/follow"
+)
+
+// ListenerApplicationName is the application_name of the listener's
+// connection, so that it can be told apart in pg_stat_activity.
+const ListenerApplicationName = "mandate-confirm-listener"
+
+// Watch implements confirm.Store. It returns once the listener has LISTEN
+// in place (or after Options.WatchReadyTimeout; the poll then covers the
+// gap), so a decision made anywhere after Watch returns wakes it.
+func (s *Store) Watch(ctx context.Context, tenant, id string) (<-chan confirm.Challenge, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errClosed
+	}
+	s.watchers++
+	if s.stop == nil {
+		lctx, stop := context.WithCancel(context.Background())
+		s.stop, s.ready = stop, make(chan struct{})
+		s.wg.Add(1)
+		go s.listen(lctx, s.ready)
+	}
+	ready := s.ready
+	s.mu.Unlock()
+
+	t := time.NewTimer(s.opts.WatchReadyTimeout)
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	t.Stop()
+
+	woken := s.hub.Wait(id)
+	first, err := s.Get(ctx, tenant, id)
+	if err != nil {
+		s.unwatch()
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.unwatch()
+		return nil, errClosed
+	}
+	s.wg.Add(1) // under mu: Close cannot be waiting yet
+	s.mu.Unlock()
+	out := make(chan confirm.Challenge)
+	go func() {
+		defer s.wg.Done()
+		defer s.unwatch()
+		follow.Run(ctx, s.done, out, first, woken,
+			func(ctx context.Context) (confirm.Challenge, error) { return s.Get(ctx, tenant, id) },
+			func() <-chan struct{} { return s.hub.Wait(id) },
+			follow.Options{Poll: s.opts.WatchPoll, Logger: s.opts.Logger})
+	}()
+	return out, nil
+}
+
+func (s *Store) unwatch() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watchers--
+	if s.watchers == 0 && s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
+}
+
+// listen keeps a LISTEN connection open until ctx ends, reconnecting with
+// backoff, and turns notifications into wake-ups.
+func (s *Store) listen(ctx context.Context, ready chan struct{}) {
+	defer s.wg.Done()
+	backoff := s.opts.ReconnectMin
+	first := true
+	for {
+		err := s.listenOnce(ctx, func() {
+			backoff = s.opts.ReconnectMin
+			if first {
+				close(ready)
+				first = false
+			} else {
+				// Notifications sent while we were away are lost: everyone re-reads.
+				s.hub.NotifyAll()
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		s.opts.Logger.WarnContext(ctx, "confirm listener lost its connection; reconnecting",
+			"error_kind", pg.Classify(err).String(), "retry_in", backoff)
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1)) //nolint:gosec // jitter needs no cryptographic randomness
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, s.opts.ReconnectMax)
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context, connected func()) error {
+	cfg := s.pool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = ListenerApplicationName
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
+		return err
+	}
+	connected()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if n.Channel == Channel {
+			s.hub.Notify(n.Payload)
+		}
+	}
+}

@@ -1,0 +1,237 @@
+package confirm
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/mandate-dev/mandate/internal/manifest"
+)
+
+// Prompt is what the approver is shown. Every field comes from the
+// command's declaration or from the request's data; none comes from model
+// text, so an agent cannot word its own approval.
+type Prompt struct {
+	// Title is "<display name> (<code>)".
+	Title string `json:"title"`
+	// Summary is one sentence: who asks to do what, what it affects and
+	// whether it can be undone.
+	Summary string `json:"summary"`
+	// Risk is "L0" … "L4".
+	Risk string `json:"risk"`
+	// SideEffects are the declared consequences.
+	SideEffects []string `json:"side_effects"`
+	// Reversible and Recall say whether, and by which command, the effect
+	// can be undone.
+	Reversible bool   `json:"reversible"`
+	Recall     string `json:"recall"`
+	// Permissions are the permissions the call requires.
+	Permissions []string `json:"permissions"`
+	// ArgumentsJSON is the request as compact JSON with sorted keys; the
+	// values of withheld fields are WithheldValue.
+	ArgumentsJSON string `json:"arguments_json"`
+	// WithheldFields are the JSON pointers of the values withheld from the
+	// prompt, sorted.
+	WithheldFields []string `json:"withheld_fields"`
+	// RequestedBy is "<agent> acting for <user>", or "<user>".
+	RequestedBy string `json:"requested_by"`
+}
+
+// WithheldValue replaces a sensitive value that reached the renderer.
+const WithheldValue = "[withheld]"
+
+// PromptInput is the request-side input of RenderPrompt.
+type PromptInput struct {
+	// ArgumentsJSON is the request as a JSON object, with sensitive values
+	// already withheld by the executor. Empty means {}.
+	ArgumentsJSON string
+	// WithheldFields are JSON pointers of the fields the executor withheld.
+	WithheldFields []string
+	// RequesterUser is the user the call is made for; RequesterAgent the
+	// agent that asked, if any.
+	RequesterUser, RequesterAgent string
+}
+
+// Limits on the request-side input.
+const (
+	maxArgumentsBytes = 64 << 10
+	maxWithheldFields = 64
+	maxPointerBytes   = 512
+)
+
+// RenderPrompt renders the approval prompt for cmd and in. It is a pure
+// function: the same declaration and request always give the same prompt.
+// As a second line of defence it also withholds every value at a pointer
+// the declaration marks sensitive, whether or not the executor already
+// did. It refuses (ErrInvalid) arguments that are not a JSON object and
+// malformed pointers.
+func RenderPrompt(cmd *manifest.Command, in PromptInput) (Prompt, error) {
+	if cmd == nil {
+		return Prompt{}, Invalid("command", "is required")
+	}
+	args, withheld, err := renderArguments(in.ArgumentsJSON, in.WithheldFields, cmd.SensitiveFields)
+	if err != nil {
+		return Prompt{}, err
+	}
+	display := cmd.DisplayName
+	if display == "" {
+		display = cmd.Code
+	}
+	by := in.RequesterUser
+	if in.RequesterAgent != "" {
+		by = in.RequesterAgent + " acting for " + in.RequesterUser
+	}
+	return Prompt{
+		Title:          display + " (" + cmd.Code + ")",
+		Summary:        summary(by, display, cmd),
+		Risk:           cmd.Risk,
+		SideEffects:    slices.Clone(cmd.SideEffects),
+		Reversible:     cmd.Reversible,
+		Recall:         cmd.Recall,
+		Permissions:    slices.Clone(cmd.Permissions),
+		ArgumentsJSON:  args,
+		WithheldFields: withheld,
+		RequestedBy:    by,
+	}, nil
+}
+
+// summary is one sentence, e.g. "support-bot acting for alice asks to
+// refund a ticket (ticket.refund), which affects ledger and payment-gateway
+// and cannot be undone."
+func summary(by, display string, cmd *manifest.Command) string {
+	var b strings.Builder
+	b.WriteString(by + " asks to " + lowerFirst(display) + " (" + cmd.Code + "), which ")
+	if len(cmd.SideEffects) == 0 {
+		b.WriteString("has no declared side effects")
+	} else {
+		b.WriteString("affects " + joinAnd(cmd.SideEffects))
+	}
+	switch {
+	case cmd.Reversible && cmd.Recall != "":
+		b.WriteString(" and can be undone with " + cmd.Recall)
+	case cmd.Reversible:
+		b.WriteString(" and can be undone")
+	default:
+		b.WriteString(" and cannot be undone")
+	}
+	b.WriteString(".")
+	return b.String()
+}
+
+// lowerFirst lower-cases a leading capital unless it starts an acronym
+// ("Refund a ticket" → "refund a ticket", "SMS a customer" stays).
+func lowerFirst(s string) string {
+	r, n := utf8.DecodeRuneInString(s)
+	if !unicode.IsUpper(r) {
+		return s
+	}
+	if next, _ := utf8.DecodeRuneInString(s[n:]); unicode.IsUpper(next) {
+		return s
+	}
+	return string(unicode.ToLower(r)) + s[n:]
+}
+
+func joinAnd(items []string) string {
+	switch len(items) {
+	case 0:
+		return ""
+	case 1:
+		return items[0]
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
+}
+
+// renderArguments parses the arguments, withholds the values at the
+// declared sensitive pointers, and returns canonical compact JSON (sorted
+// keys, numbers as written) with the sorted union of withheld pointers.
+func renderArguments(raw string, withheld, sensitive []string) (string, []string, error) {
+	if len(raw) > maxArgumentsBytes {
+		return "", nil, Invalid("arguments_json", fmt.Sprintf("exceeds %d bytes", maxArgumentsBytes))
+	}
+	if len(withheld) > maxWithheldFields {
+		return "", nil, Invalid("withheld_fields", fmt.Sprintf("has more than %d entries", maxWithheldFields))
+	}
+	if strings.TrimSpace(raw) == "" {
+		raw = "{}"
+	}
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", nil, Invalid("arguments_json", "is not valid JSON")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", nil, Invalid("arguments_json", "has data after the JSON object")
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return "", nil, Invalid("arguments_json", "is not a JSON object")
+	}
+	set := map[string]bool{}
+	for i, p := range withheld {
+		if !strings.HasPrefix(p, "/") || len(p) > maxPointerBytes || !utf8.ValidString(p) {
+			return "", nil, Invalid("withheld_fields/"+strconv.Itoa(i), "is not a JSON pointer")
+		}
+		set[p] = true
+	}
+	for _, pattern := range sensitive {
+		if !strings.HasPrefix(pattern, "/") {
+			continue // the manifest loader only produces pointers; ignore anything else
+		}
+		tokens := strings.Split(pattern[1:], "/")
+		for i := range tokens {
+			tokens[i] = unescapePointer(tokens[i])
+		}
+		v = withhold(v, tokens, "", set)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return "", nil, Invalid("arguments_json", "cannot be encoded")
+	}
+	out := make([]string, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return strings.TrimSuffix(buf.String(), "\n"), out, nil
+}
+
+// withhold replaces the values that the pointer tokens (with "*" for any
+// key or index) select below node, recording each replaced value's pointer.
+func withhold(node any, tokens []string, at string, marked map[string]bool) any {
+	if len(tokens) == 0 {
+		marked[at] = true
+		return WithheldValue
+	}
+	tok, rest := tokens[0], tokens[1:]
+	switch n := node.(type) {
+	case map[string]any:
+		for k, child := range n {
+			if tok == "*" || tok == k {
+				n[k] = withhold(child, rest, at+"/"+escapePointer(k), marked)
+			}
+		}
+	case []any:
+		for i, child := range n {
+			if tok == "*" || tok == strconv.Itoa(i) {
+				n[i] = withhold(child, rest, at+"/"+strconv.Itoa(i), marked)
+			}
+		}
+	}
+	return node
+}
+
+func escapePointer(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+func unescapePointer(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
+}

@@ -1,0 +1,403 @@
+package confirm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/manifest"
+)
+
+// Commands looks up command declarations; *manifest.Set implements it.
+type Commands interface {
+	ByCode(code string) (*manifest.Command, bool)
+}
+
+// Config wires a Service.
+type Config struct {
+	// Store keeps the challenges. Required.
+	Store Store
+	// Directory says whether a principal is active and what it holds.
+	// Required; a *directory.Cache in production.
+	Directory directory.Resolver
+	// Commands holds the declarations challenges are opened for. Required.
+	Commands Commands
+	// ApprovalBaseURL is the public origin of the approval page, e.g.
+	// "https://confirm.example.com"; a challenge's approval URL is
+	// ApprovalBaseURL + ApprovalPath + id. Empty: no approval URL.
+	ApprovalBaseURL string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Service applies the confirmation rules on top of a Store. Every method
+// takes the verified caller (identity.Principal, from the transport's
+// authentication) and refuses with an *Error whose code says why. It is
+// safe for concurrent use.
+type Service struct {
+	store    Store
+	dir      directory.Resolver
+	commands Commands
+	baseURL  string
+	log      *slog.Logger
+}
+
+// New validates cfg.
+func New(cfg Config) (*Service, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("confirm: Config.Store is required")
+	case cfg.Directory == nil:
+		return nil, errors.New("confirm: Config.Directory is required")
+	case cfg.Commands == nil:
+		return nil, errors.New("confirm: Config.Commands is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{
+		store: cfg.Store, dir: cfg.Directory, commands: cfg.Commands,
+		baseURL: strings.TrimRight(cfg.ApprovalBaseURL, "/"), log: cfg.Logger,
+	}, nil
+}
+
+// ApprovalURL is the approval page of challenge id, or "" without a base
+// URL.
+func (s *Service) ApprovalURL(id string) string {
+	if s.baseURL == "" {
+		return ""
+	}
+	return s.baseURL + ApprovalPath + id
+}
+
+// OpenRequest opens a challenge for one invocation.
+type OpenRequest struct {
+	// Command is the command's code.
+	Command string
+	// InvocationDigest is the executor's digest of the invocation.
+	InvocationDigest string
+	// InvocationID names the invocation.
+	InvocationID string
+	// ArgumentsJSON is the request with sensitive values withheld.
+	ArgumentsJSON string
+	// WithheldFields are the JSON pointers of the withheld values.
+	WithheldFields []string
+	// TTL is how long the challenge stays open: 0 means DefaultTTL; more
+	// than MaxTTL is refused.
+	TTL time.Duration
+}
+
+// Open opens a challenge for the invocation that p — the requester, relayed
+// by a Mandate service — is making. Tenant, user and agent come from p,
+// never from the request. The approver policy and the prompt come from the
+// command's declaration. Opening again for the same invocation returns the
+// first challenge.
+func (s *Service) Open(ctx context.Context, p identity.Principal, req OpenRequest) (Challenge, error) {
+	if err := relayed(p, "open a challenge"); err != nil {
+		return Challenge{}, err
+	}
+	if err := validateOpen(&req); err != nil {
+		return Challenge{}, err
+	}
+	res, err := s.resolve(ctx, p)
+	if err != nil {
+		return Challenge{}, err
+	}
+	cmd, ok := s.commands.ByCode(req.Command)
+	if !ok || !cmd.Published() {
+		return Challenge{}, refuse(ErrCommandNotFound, "no published command "+req.Command)
+	}
+	for _, perm := range cmd.Permissions {
+		// The pipeline checks permissions before asking anyone; checking
+		// again here keeps an approval from ever standing in for one.
+		if !res.HasPermission(perm) {
+			return Challenge{}, refuse(ErrPermissionDenied, "the requester lacks "+perm+", which "+cmd.Code+" needs")
+		}
+	}
+	policy, err := policyOf(cmd)
+	if err != nil {
+		return Challenge{}, err
+	}
+	prompt, err := RenderPrompt(cmd, PromptInput{
+		ArgumentsJSON: req.ArgumentsJSON, WithheldFields: req.WithheldFields,
+		RequesterUser: p.UserID, RequesterAgent: p.AgentID,
+	})
+	if err != nil {
+		return Challenge{}, err
+	}
+	c := Challenge{
+		ID: NewID(), Tenant: p.Tenant, Command: cmd.Code, Risk: cmd.Risk,
+		InvocationDigest: req.InvocationDigest, InvocationID: req.InvocationID,
+		RequesterUser: p.UserID, RequesterAgent: p.AgentID,
+		Approver: policy, Prompt: prompt,
+	}
+	stored, created, err := s.store.Create(ctx, c, req.TTL)
+	if err != nil {
+		return Challenge{}, err
+	}
+	if !created && (stored.InvocationDigest != c.InvocationDigest || stored.Command != c.Command ||
+		stored.RequesterUser != c.RequesterUser || stored.RequesterAgent != c.RequesterAgent) {
+		return Challenge{}, refuse(ErrGrantMismatch, "invocation "+req.InvocationID+" already has a challenge for another request")
+	}
+	return stored, nil
+}
+
+func validateOpen(req *OpenRequest) error {
+	switch {
+	case req.Command == "" || len(req.Command) > 128:
+		return Invalid("command", "must be 1 to 128 characters")
+	case !ValidDigest(req.InvocationDigest):
+		return Invalid("invocation_digest", "must be 64 lower-case hex characters")
+	case req.InvocationID == "" || len(req.InvocationID) > 128:
+		return Invalid("invocation_id", "must be 1 to 128 characters")
+	case req.TTL < 0:
+		return Invalid("ttl", "must not be negative")
+	case req.TTL > MaxTTL:
+		return Invalid("ttl", "must be at most "+MaxTTL.String())
+	}
+	if req.TTL == 0 {
+		req.TTL = DefaultTTL
+	}
+	return nil
+}
+
+// policyOf turns the declaration's approver into a policy. L4 commands
+// always record an approver, so an L4 command must declare who that is.
+func policyOf(cmd *manifest.Command) (ApproverPolicy, error) {
+	if manifest.RiskLevel(cmd.Risk) == 4 && !cmd.Approver.Declared {
+		return ApproverPolicy{}, refuse(ErrApproverNotAllowed, cmd.Code+" is L4 and declares no approver policy; nobody may approve it")
+	}
+	switch kind := ApproverKind(cmd.Approver.Kind); kind {
+	case ApproverRequestingUser, "":
+		return ApproverPolicy{Kind: ApproverRequestingUser}, nil
+	case ApproverPermissionHolder:
+		if cmd.Approver.Permission == "" {
+			return ApproverPolicy{}, refuse(ErrApproverNotAllowed, cmd.Code+" names no permission for its approver; nobody may approve it")
+		}
+		return ApproverPolicy{Kind: kind, Permission: cmd.Approver.Permission}, nil
+	default:
+		return ApproverPolicy{}, refuse(ErrApproverNotAllowed, cmd.Code+" declares an unknown approver kind; nobody may approve it")
+	}
+}
+
+// Get returns a challenge to its requester (the user, its agents, or a
+// service relaying either) or to a human who may decide it. Anyone else —
+// another tenant included — gets ErrNotFound.
+func (s *Service) Get(ctx context.Context, p identity.Principal, id string) (Challenge, error) {
+	c, _, err := s.visible(ctx, p, id)
+	return c, err
+}
+
+// Await streams a challenge visible to p (as Get) until it is decided or
+// expires; see Store.Watch.
+func (s *Service) Await(ctx context.Context, p identity.Principal, id string) (<-chan Challenge, error) {
+	if _, _, err := s.visible(ctx, p, id); err != nil {
+		return nil, err
+	}
+	return s.store.Watch(ctx, p.Tenant, id)
+}
+
+// Decide records a human's answer. Agents never decide, whatever user their
+// token names; the approver policy says which human may. channel is where
+// the decision was made ("" means ChannelAPI). A user of another tenant
+// gets ErrNotFound; a user of the tenant the policy does not name gets
+// ErrApproverNotAllowed.
+func (s *Service) Decide(ctx context.Context, p identity.Principal, id string, approve bool, channel string) (Challenge, error) {
+	if p.Kind == identity.KindAgent || p.AgentID != "" {
+		return Challenge{}, refuse(ErrApproverNotAllowed, "agents never approve or decline; a human must")
+	}
+	if p.Kind != identity.KindUser {
+		return Challenge{}, refuse(ErrApproverNotAllowed, "only a signed-in human decides")
+	}
+	if channel == "" {
+		channel = ChannelAPI
+	}
+	if !ValidChannel(channel) {
+		return Challenge{}, Invalid("channel", "must be approval_page, mcp_elicitation or api")
+	}
+	res, err := s.resolve(ctx, p)
+	if err != nil {
+		return Challenge{}, err
+	}
+	if !ValidID(id) {
+		return Challenge{}, ErrNotFound
+	}
+	c, err := s.store.Get(ctx, p.Tenant, id)
+	if err != nil {
+		return Challenge{}, err
+	}
+	if err := mayDecide(p, res, &c); err != nil {
+		return Challenge{}, err
+	}
+	decided, err := s.store.Decide(ctx, p.Tenant, id, Decision{Approve: approve, By: p.UserID, Channel: channel})
+	if err != nil {
+		return Challenge{}, err
+	}
+	s.log.InfoContext(ctx, "challenge decided", "tenant", p.Tenant, "challenge_id", id,
+		"invocation_id", decided.InvocationID, "command", decided.Command, "state", string(decided.State),
+		"decided_by", p.UserID, "channel", channel)
+	return decided, nil
+}
+
+// CanDecide reports (nil) whether p may decide c, apart from its state; the
+// approval page uses it to offer the buttons only to those who may press
+// them.
+func (s *Service) CanDecide(ctx context.Context, p identity.Principal, c Challenge) error {
+	if p.Kind != identity.KindUser || p.AgentID != "" {
+		return refuse(ErrApproverNotAllowed, "agents never approve or decline; a human must")
+	}
+	res, err := s.resolve(ctx, p)
+	if err != nil {
+		return err
+	}
+	return mayDecide(p, res, &c)
+}
+
+// Redeem uses the grant of an approved challenge for the invocation that p
+// — the requester, relayed by a Mandate service — is making; digest is that
+// invocation's digest. It succeeds once.
+func (s *Service) Redeem(ctx context.Context, p identity.Principal, id, digest string) (Grant, error) {
+	if err := relayed(p, "redeem a grant"); err != nil {
+		return Grant{}, err
+	}
+	if !ValidDigest(digest) {
+		return Grant{}, Invalid("invocation_digest", "must be 64 lower-case hex characters")
+	}
+	if !ValidID(id) {
+		return Grant{}, ErrNotFound
+	}
+	if _, err := s.resolve(ctx, p); err != nil {
+		return Grant{}, err
+	}
+	c, err := s.store.Get(ctx, p.Tenant, id)
+	if err != nil {
+		return Grant{}, err
+	}
+	if c.RequesterUser != p.UserID || c.RequesterAgent != p.AgentID {
+		return Grant{}, refuse(ErrGrantMismatch, "the grant was given for another principal's invocation")
+	}
+	redeemed, err := s.store.Redeem(ctx, p.Tenant, id, digest)
+	if err != nil {
+		return Grant{}, err
+	}
+	g := GrantOf(redeemed)
+	if g.Approver == "" {
+		// Stores refuse to hold such a row; never hand out an anonymous grant.
+		return Grant{}, fmt.Errorf("confirm: redeemed challenge %s has no approver", id)
+	}
+	s.log.InfoContext(ctx, "grant redeemed", "tenant", p.Tenant, "challenge_id", id,
+		"invocation_id", redeemed.InvocationID, "command", redeemed.Command, "approver", g.Approver)
+	return g, nil
+}
+
+// Pending lists the pending challenges of p's tenant that p may see, newest
+// first, at most limit.
+func (s *Service) Pending(ctx context.Context, p identity.Principal, limit int) ([]Challenge, error) {
+	if p.Tenant == "" || p.UserID == "" {
+		return nil, refuse(ErrPermissionDenied, "a user's principal is needed")
+	}
+	res, err := s.resolve(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	all, err := s.store.ListPending(ctx, p.Tenant, 500)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Challenge, 0, min(len(all), limit))
+	for i := range all {
+		if len(out) == limit {
+			break
+		}
+		if mayRead(p, res, &all[i]) {
+			out = append(out, all[i])
+		}
+	}
+	return out, nil
+}
+
+// visible loads a challenge p may read, with p's resolution.
+func (s *Service) visible(ctx context.Context, p identity.Principal, id string) (Challenge, directory.Resolution, error) {
+	if p.Tenant == "" || p.UserID == "" {
+		return Challenge{}, directory.Resolution{}, refuse(ErrPermissionDenied, "a user's principal is needed; services call on behalf of one")
+	}
+	res, err := s.resolve(ctx, p)
+	if err != nil {
+		return Challenge{}, res, err
+	}
+	if !ValidID(id) {
+		return Challenge{}, res, ErrNotFound
+	}
+	c, err := s.store.Get(ctx, p.Tenant, id)
+	if err != nil {
+		return Challenge{}, res, err
+	}
+	if !mayRead(p, res, &c) {
+		return Challenge{}, res, ErrNotFound
+	}
+	return c, res, nil
+}
+
+// resolve asks the directory whether p is active.
+func (s *Service) resolve(ctx context.Context, p identity.Principal) (directory.Resolution, error) {
+	res, err := s.dir.Resolve(ctx, p.Tenant, p.UserID, p.AgentID)
+	if err != nil {
+		return res, Unavailable("resolve principal", err)
+	}
+	if !res.Active {
+		return res, refuse(ErrPrincipalInactive, "the principal is not active ("+res.Reason+")")
+	}
+	return res, nil
+}
+
+// relayed admits the callers that open and redeem: a Mandate service
+// relaying the requester's principal.
+func relayed(p identity.Principal, what string) error {
+	if p.Kind != identity.KindService && p.Via == "" {
+		return refuse(ErrPermissionDenied, "only Mandate services "+what)
+	}
+	if p.Tenant == "" || p.UserID == "" {
+		return refuse(ErrPermissionDenied, "a service must "+what+" on behalf of the requester (x-mandate-on-behalf-of)")
+	}
+	return nil
+}
+
+// mayRead: the requester (any principal acting for that user) or a human
+// who may decide.
+func mayRead(p identity.Principal, res directory.Resolution, c *Challenge) bool {
+	return p.Tenant == c.Tenant && (p.UserID == c.RequesterUser || mayDecide(p, res, c) == nil)
+}
+
+// mayDecide applies the approver policy to a human.
+func mayDecide(p identity.Principal, res directory.Resolution, c *Challenge) error {
+	switch {
+	case p.Kind == identity.KindAgent || p.AgentID != "":
+		return refuse(ErrApproverNotAllowed, "agents never approve or decline; a human must")
+	case p.Kind != identity.KindUser:
+		return refuse(ErrApproverNotAllowed, "only a signed-in human decides")
+	case p.Tenant != c.Tenant || !res.Active || res.UserID != p.UserID:
+		return refuse(ErrApproverNotAllowed, "the approver must be an active user of the tenant")
+	}
+	switch c.Approver.Kind {
+	case ApproverRequestingUser:
+		if p.UserID != c.RequesterUser {
+			return refuse(ErrApproverNotAllowed, "only the user the call is made for may decide")
+		}
+		return nil
+	case ApproverPermissionHolder:
+		if p.UserID == c.RequesterUser {
+			return refuse(ErrApproverNotAllowed, "four eyes: another user holding "+c.Approver.Permission+" must decide, not the requester")
+		}
+		if !slices.Contains(res.Permissions, c.Approver.Permission) {
+			return refuse(ErrApproverNotAllowed, "deciding needs "+c.Approver.Permission)
+		}
+		return nil
+	}
+	return refuse(ErrApproverNotAllowed, "the challenge has no approver policy")
+}

@@ -1,0 +1,132 @@
+package confirm
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps challenges. Implementations: services/confirm/memory and
+// services/confirm/postgres; services/confirm/confirmtest holds the
+// conformance suite both pass.
+//
+// Every method is scoped to one tenant: a challenge of another tenant reads
+// as ErrNotFound. Challenges come back with their effective State (EXPIRED
+// once ExpiresAt is reached, judged by the store's clock). State changes are
+// atomic: of any number of concurrent Decide (or Redeem) calls on one
+// challenge, at most one succeeds. Errors are *Error values matching the
+// sentinels named below, or ErrUnavailable when the store cannot be reached.
+type Store interface {
+	// Create stores c as PENDING with CreatedAt = now and ExpiresAt = now +
+	// ttl by the store's clock; the state and time fields of c are ignored.
+	// If the tenant already has a challenge for c.InvocationID, that one is
+	// returned instead with created false (opening is idempotent per
+	// invocation). ErrInvalid for a missing id, tenant, invocation or digest
+	// or a ttl ≤ 0.
+	Create(ctx context.Context, c Challenge, ttl time.Duration) (stored Challenge, created bool, err error)
+
+	// Get returns the tenant's challenge, or ErrNotFound.
+	Get(ctx context.Context, tenant, id string) (Challenge, error)
+
+	// ListPending returns up to limit of the tenant's challenges that are
+	// pending and not expired, newest first.
+	ListPending(ctx context.Context, tenant string, limit int) ([]Challenge, error)
+
+	// Decide records d on a PENDING, unexpired challenge: APPROVED or
+	// DECLINED, DecidedBy, DecidedAt (store clock) and DecisionChannel.
+	// ErrNotFound, ErrAlreadyDecided (approved, declined or redeemed before)
+	// or ErrExpired (nobody decided in time).
+	Decide(ctx context.Context, tenant, id string, d Decision) (Challenge, error)
+
+	// Redeem moves an APPROVED, unexpired challenge whose InvocationDigest
+	// equals digest to REDEEMED, exactly once. Otherwise: ErrNotFound;
+	// ErrRefused (declined); ErrGrantMismatch (another digest);
+	// ErrAlreadyRedeemed; ErrExpired; ErrPending (nobody decided yet).
+	Redeem(ctx context.Context, tenant, id, digest string) (Challenge, error)
+
+	// Watch sends the challenge as it is now, then again whenever it changes
+	// (through any process sharing the store) or expires, until it is no
+	// longer PENDING; then it closes the channel. It also closes the channel
+	// when ctx ends or the store is closed. ErrNotFound as Get.
+	Watch(ctx context.Context, tenant, id string) (<-chan Challenge, error)
+}
+
+// SessionStore keeps the approval page's one-time sign-in tokens and
+// sessions, in the database so that any replica can serve a signed-in
+// human. The memory and Postgres stores implement it next to Store.
+type SessionStore interface {
+	// ConsumeLoginToken records that the sign-in token jti was used. It
+	// succeeds once per jti; later calls fail with ErrLoginTokenUsed.
+	// expiresAt is the token's expiry: the record may be dropped after it,
+	// when the token itself no longer verifies.
+	ConsumeLoginToken(ctx context.Context, jti string, expiresAt time.Time) error
+
+	// CreateSession stores s with CreatedAt = now and ExpiresAt = now + ttl
+	// by the store's clock.
+	CreateSession(ctx context.Context, s Session, ttl time.Duration) (Session, error)
+
+	// Session returns the unexpired session with this id hash, or
+	// ErrNotFound.
+	Session(ctx context.Context, idHash string) (Session, error)
+
+	// DeleteSession ends a session; deleting a missing one is not an error.
+	DeleteSession(ctx context.Context, idHash string) error
+}
+
+// DecideRefusal says why a challenge stored in state stored (expired by the
+// store's clock or not) cannot be decided, or nil when it can. Stores share
+// it so that every implementation refuses alike.
+func DecideRefusal(stored State, expired bool) error {
+	switch {
+	case stored != StatePending:
+		return ErrAlreadyDecided
+	case expired:
+		return ErrExpired
+	}
+	return nil
+}
+
+// RedeemRefusal says why a challenge stored in state stored cannot be
+// redeemed by an invocation whose digest matches it or not, or nil when it
+// can. A declined challenge is refused whatever the digest; a digest that
+// does not match is refused before anything about the grant is revealed.
+func RedeemRefusal(stored State, digestMatches, expired bool) error {
+	switch {
+	case stored == StateDeclined:
+		return ErrRefused
+	case !digestMatches:
+		return ErrGrantMismatch
+	case stored == StateRedeemed:
+		return ErrAlreadyRedeemed
+	case expired:
+		return ErrExpired
+	case stored == StatePending:
+		return ErrPending
+	case stored == StateApproved:
+		return nil
+	}
+	return refuse(ErrUnavailable, "challenge in unknown state "+string(stored))
+}
+
+// CheckNew validates a challenge about to be created; stores call it first
+// so that every implementation refuses the same inputs.
+func CheckNew(c *Challenge, ttl time.Duration) error {
+	switch {
+	case c.ID == "":
+		return Invalid("id", "is required")
+	case c.Tenant == "":
+		return Invalid("tenant", "is required")
+	case c.InvocationID == "":
+		return Invalid("invocation_id", "is required")
+	case !ValidDigest(c.InvocationDigest):
+		return Invalid("invocation_digest", "must be 64 lower-case hex characters")
+	case c.RequesterUser == "":
+		return Invalid("requester_user", "is required")
+	case c.Approver.Kind != ApproverRequestingUser && c.Approver.Kind != ApproverPermissionHolder:
+		return Invalid("approver_kind", "must be REQUESTING_USER or PERMISSION_HOLDER")
+	case c.Approver.Kind == ApproverPermissionHolder && c.Approver.Permission == "":
+		return Invalid("approver_permission", "is required for PERMISSION_HOLDER")
+	case ttl < time.Microsecond:
+		return Invalid("ttl", "must be positive")
+	}
+	return nil
+}

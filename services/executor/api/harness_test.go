@@ -1,0 +1,300 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/examples/helpdesk"
+	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
+	"github.com/mandate-dev/mandate/internal/directory"
+	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/storage/pg"
+	"github.com/mandate-dev/mandate/internal/storage/pgtest"
+	"github.com/mandate-dev/mandate/services/audit"
+	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
+	"github.com/mandate-dev/mandate/services/confirm"
+	confirmpg "github.com/mandate-dev/mandate/services/confirm/postgres"
+	"github.com/mandate-dev/mandate/services/executor"
+	"github.com/mandate-dev/mandate/services/executor/api"
+	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
+
+var (
+	devSecret     = []byte("dev-secret-0123456789abcdef0123456789")
+	serviceSecret = []byte("svc-secret-0123456789abcdef0123456789")
+)
+
+// policy is the demo directory plus lena, who may both submit and approve
+// expense reports (separation of duties must stop her doing both on one
+// report).
+const policy = `
+tenants:
+  - id: acme
+    features: [refunds, expenses]
+    roles:
+      support: [ticket.read, expense.report.submit]
+      manager: [ticket.read, expense.report.approve]
+      finance: [ticket.read, payment.refund]
+      lead: [ticket.read, expense.report.submit, expense.report.approve]
+    users:
+      - {id: alice, org: support, roles: [support]}
+      - {id: bob, org: support, roles: [manager]}
+      - {id: carol, org: finance, roles: [finance]}
+      - {id: lena, org: support, roles: [lead]}
+    agents:
+      - {id: support-bot, user: alice}
+      - {id: finance-bot, user: carol}
+  - id: globex
+    features: [refunds]
+    roles:
+      support: [ticket.read, payment.refund]
+    users:
+      - {id: dave, org: support, roles: [support]}
+`
+
+// env is the governed topology on loopback: the helpdesk backend behind
+// its own authenticated server, the executor with its proxy, and confirm
+// and audit in process, all on a fresh Postgres database.
+type env struct {
+	exec      *server.Server
+	conn      *grpc.ClientConn
+	gateway   *helpdesk.Gateway
+	helpdesk  *helpmem.Store
+	audit     *auditpg.Store
+	auditPool *pgxpool.Pool
+	confirm   *confirm.Service
+	dir       *dirpg.Store
+}
+
+func authenticator(t *testing.T, ctx context.Context) *identity.Authenticator {
+	t.Helper()
+	users, err := identity.NewVerifier(ctx, identity.Config{Audience: []string{"mandate"}, Issuers: []string{"test"}, DevSecret: devSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	services, err := identity.NewServiceVerifier(identity.ServiceConfig{Secret: serviceSecret, Audience: []string{"mandate"}, Issuers: []string{"test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return auth
+}
+
+func serve(t *testing.T, ctx context.Context, srv *server.Server) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	for range 200 {
+		resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("server never became SERVING")
+}
+
+func start(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pool, url := pgtest.NewURL(t, dirpg.Migrations, auditpg.Migrations, execpg.Migrations, confirmpg.Migrations)
+	set, err := manifest.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := dirpg.New(pool, dirpg.Options{})
+	if _, err := directory.Apply(ctx, dir, []byte(policy)); err != nil {
+		t.Fatal(err)
+	}
+	cache := directory.NewCache(dir, directory.CacheOptions{TTL: time.Hour})
+
+	// The audit trail has its own pool, so a test can take it away.
+	auditPool, err := pg.Open(ctx, url, pg.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditStore := auditpg.New(auditPool, auditpg.Options{})
+	writer := audit.NewWriter(auditStore, audit.WriterOptions{Attempts: 1})
+	// Cleanups run last-in first-out: the stores close after the servers
+	// (registered below) have stopped.
+	t.Cleanup(func() {
+		_ = writer.Close()
+		auditStore.Close()
+		auditPool.Close()
+		cache.Close()
+		dir.Close()
+	})
+
+	confirmSvc, err := confirm.New(confirm.Config{
+		Store: confirmpg.New(pool, confirmpg.Options{}), Directory: cache, Commands: set,
+		ApprovalBaseURL: "http://approve.test",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The helpdesk backend, reachable only through a Mandate service.
+	hstore := helpmem.New()
+	if err := helpdesk.Seed(ctx, hstore); err != nil {
+		t.Fatal(err)
+	}
+	gw := helpdesk.NewGateway()
+	backend, err := helpdesk.New(helpdesk.Config{Store: hstore, Gateway: gw, TrustedServices: []string{executor.ServiceName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hsrv, err := server.New(server.Config{Name: "helpdesk", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: authenticator(t, ctx)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend.Register(hsrv.GRPC())
+	serve(t, ctx, hsrv)
+
+	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", executor.ServiceName, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backendConn, err := grpc.NewClient(hsrv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, err := executor.New(executor.Config{
+		Manifest: set, Directory: cache, Audit: writer, Confirm: executor.LocalConfirmer{Service: confirmSvc},
+		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{"examples.helpdesk.v1.HelpdeskService": backendConn}),
+		Store:      execpg.New(pool, execpg.Options{}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := api.New(exec, set)
+	esrv, err := server.New(server.Config{Name: "mandate.v1.ExecutorService", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Auth: authenticator(t, ctx), GRPCOptions: svc.ServerOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Register(esrv.GRPC())
+	esrv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+		return mandatev1.RegisterExecutorServiceHandler(ctx, mux, conn)
+	})
+	serve(t, ctx, esrv)
+	conn, err := grpc.NewClient(esrv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		_ = backendConn.Close()
+		cancel()
+	})
+	return &env{exec: esrv, conn: conn, gateway: gw, helpdesk: hstore, audit: auditStore, auditPool: auditPool, confirm: confirmSvc, dir: dir}
+}
+
+func token(t *testing.T, tenant, user, agent string) string {
+	t.Helper()
+	model := ""
+	if agent != "" {
+		model = "test-model"
+	}
+	tok, err := identity.MintDev(devSecret, identity.MintRequest{
+		Issuer: "test", Audience: "mandate", User: user, Tenant: tenant, Agent: agent, Model: model, TTL: time.Hour, Now: time.Now(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func as(tok string, kv ...string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), append([]string{"authorization", "Bearer " + tok}, kv...)...)
+}
+
+// execute calls ExecutorService/Execute with a JSON input.
+func (e *env) execute(t *testing.T, ctx context.Context, code, input string, opts ...func(*mandatev1.ExecuteRequest)) (*mandatev1.ExecuteResponse, error) {
+	t.Helper()
+	req := &mandatev1.ExecuteRequest{Code: code}
+	if input != "" {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(input), &m); err != nil {
+			t.Fatal(err)
+		}
+		s, err := structpb.NewStruct(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Input = s
+	}
+	for _, o := range opts {
+		o(req)
+	}
+	return mandatev1.NewExecutorServiceClient(e.conn).Execute(ctx, req)
+}
+
+func withKey(k string) func(*mandatev1.ExecuteRequest) {
+	return func(r *mandatev1.ExecuteRequest) { r.IdempotencyKey = k }
+}
+
+func withGrant(g string) func(*mandatev1.ExecuteRequest) {
+	return func(r *mandatev1.ExecuteRequest) { r.ApprovalGrantId = g }
+}
+
+// refusal reads the Mandate error of a status.
+func refusal(err error) *mandatev1.CommandError {
+	for _, d := range status.Convert(err).Details() {
+		if ce, ok := d.(*mandatev1.CommandError); ok {
+			return ce
+		}
+	}
+	return nil
+}
+
+func reason(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
+// rows returns the audit rows of an invocation.
+func (e *env) rows(t *testing.T, tenant, invocation string) []audit.Stored {
+	t.Helper()
+	rows, err := e.audit.Get(context.Background(), tenant, invocation)
+	if err != nil {
+		t.Fatalf("audit rows of %s: %v", invocation, err)
+	}
+	return rows
+}

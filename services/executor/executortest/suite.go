@@ -1,0 +1,784 @@
+package executortest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mandate-dev/mandate/services/executor"
+)
+
+// Run runs the conformance suite. newStore must return an empty store, independent of the
+// stores returned by other calls, whose clock is the real one (expiry is exercised with short
+// TTLs); closing it is up to newStore (t.Cleanup).
+func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
+	s := &suite{newStore: newStore}
+	tests := []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"ReserveNewKey", s.testReserveNewKey},
+		{"ReplaySuccess", s.testReplaySuccess},
+		{"ReplayFailure", s.testReplayFailure},
+		{"ReplayIsACopy", s.testReplayIsACopy},
+		{"KeyReused", s.testKeyReused},
+		{"Release", s.testRelease},
+		{"Expiry", s.testExpiry},
+		{"Scopes", s.testScopes},
+		{"ConcurrentReserve", s.testConcurrentReserve},
+		{"ConcurrentReserveExpired", s.testConcurrentReserveExpired},
+		{"Executed", s.testExecuted},
+		{"Events", s.testEvents},
+		{"EventsConcurrent", s.testEventsConcurrent},
+		{"FinishParts", s.testFinishParts},
+		{"FinishWithoutReservation", s.testFinishWithoutReservation},
+		{"FinishRepeated", s.testFinishRepeated},
+		{"FinishInvalidWritesNothing", s.testFinishInvalid},
+		{"ReserveInvalid", s.testReserveInvalid},
+		{"Canceled", s.testCanceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel() // every test has its own store
+			tt.fn(t)
+		})
+	}
+}
+
+type suite struct {
+	newStore func(t *testing.T) executor.Store
+}
+
+// Base is the time of the executions and events the suite writes: fixed, and whole
+// microseconds, so it survives a round trip through Postgres unchanged.
+var Base = time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)
+
+const (
+	// TTL is the lifetime of reservations that must not expire during a test.
+	TTL = time.Hour
+	// shortTTL is the lifetime of reservations that a test lets expire.
+	shortTTL = time.Millisecond
+	// expiryWait is how long a test sleeps for a shortTTL reservation to expire.
+	expiryWait = 25 * time.Millisecond
+)
+
+// Key returns the idempotency key the suite uses most: acme / alice / ticket.refund / k1.
+func Key() executor.IdemKey {
+	return executor.IdemKey{Tenant: "acme", User: "alice", Command: "ticket.refund", Key: "k1"}
+}
+
+// Success returns the response of a successful call.
+func Success(inv string) executor.Saved {
+	return executor.Saved{InvocationID: inv, Output: []byte(`{"refund_id":"r-` + inv + `"}`), AuditID: "acme/" + inv}
+}
+
+// Failure returns the response of a call that the backend refused after dispatch.
+func Failure(inv string) executor.Saved {
+	// A serialized google.rpc.Status: opaque bytes to the store, not valid UTF-8 on purpose.
+	return executor.Saved{InvocationID: inv, Status: []byte{0x08, 0x09, 0x12, 0x05, 's', 't', 'a', 't', 'e', 0xff}, AuditID: "acme/" + inv}
+}
+
+// Exec returns an execution of command on subject by user in tenant.
+func Exec(tenant, user, command, subject, inv string) *executor.Execution {
+	return &executor.Execution{Tenant: tenant, User: user, Command: command, Subject: subject, InvocationID: inv, Time: Base}
+}
+
+// Ev returns the domain event of invocation inv in tenant.
+func Ev(tenant, inv string) *executor.Event {
+	return &executor.Event{
+		Tenant:       tenant,
+		Command:      "ticket.refund",
+		Subject:      "ticket/42",
+		InvocationID: inv,
+		UserID:       "alice",
+		AgentID:      "support-bot",
+		Result:       []byte(`{"refund_id":"r-` + inv + `","cardholder_reference":"[withheld]"}`),
+		Time:         Base,
+	}
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// mustReserve asserts that key is free and reserves it.
+func mustReserve(t *testing.T, st executor.Store, key executor.IdemKey, digest string, ttl time.Duration) {
+	t.Helper()
+	saved, err := st.Reserve(testCtx(t), key, digest, ttl)
+	if err != nil || saved != nil {
+		t.Fatalf("Reserve(%+v, %q) = (%+v, %v), want (nil, nil): a new key", key, digest, saved, err)
+	}
+}
+
+// wantRefused asserts that reserving key fails with want.
+func wantRefused(t *testing.T, st executor.Store, key executor.IdemKey, digest string, want error) {
+	t.Helper()
+	saved, err := st.Reserve(testCtx(t), key, digest, TTL)
+	if !errors.Is(err, want) || saved != nil {
+		t.Fatalf("Reserve(%+v, %q) = (%+v, %v), want %v", key, digest, saved, err, want)
+	}
+}
+
+// wantReplay asserts that reserving key replays want.
+func wantReplay(t *testing.T, st executor.Store, key executor.IdemKey, digest string, want executor.Saved) {
+	t.Helper()
+	saved, err := st.Reserve(testCtx(t), key, digest, TTL)
+	if err != nil || saved == nil {
+		t.Fatalf("Reserve(%+v, %q) = (%+v, %v), want the saved response", key, digest, saved, err)
+	}
+	if !sameSaved(*saved, want) {
+		t.Fatalf("replayed %s, want %s", fmtSaved(*saved), fmtSaved(want))
+	}
+}
+
+func mustFinish(t *testing.T, st executor.Store, f executor.Finish) {
+	t.Helper()
+	if err := st.Finish(testCtx(t), f); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+}
+
+func mustEvents(t *testing.T, st executor.Store, tenant string, after int64, limit int) []executor.Event {
+	t.Helper()
+	evs, err := st.Events(testCtx(t), tenant, after, limit)
+	if err != nil {
+		t.Fatalf("Events(%s, %d, %d): %v", tenant, after, limit, err)
+	}
+	return evs
+}
+
+func mustExecuted(t *testing.T, st executor.Store, tenant, user string, commands []string, subject string) bool {
+	t.Helper()
+	ok, err := st.Executed(testCtx(t), tenant, user, commands, subject)
+	if err != nil {
+		t.Fatalf("Executed: %v", err)
+	}
+	return ok
+}
+
+// sameSaved compares field by field; nil and empty byte slices differ, because "Status is nil
+// on success" is part of the contract.
+func sameSaved(a, b executor.Saved) bool {
+	return a.InvocationID == b.InvocationID && a.AuditID == b.AuditID &&
+		bytes.Equal(a.Output, b.Output) && (a.Output == nil) == (b.Output == nil) &&
+		bytes.Equal(a.Status, b.Status) && (a.Status == nil) == (b.Status == nil)
+}
+
+func fmtSaved(s executor.Saved) string {
+	return fmt.Sprintf("{inv %q audit %q output %q (nil %v) status %x (nil %v)}",
+		s.InvocationID, s.AuditID, s.Output, s.Output == nil, s.Status, s.Status == nil)
+}
+
+func sameEvent(a, b executor.Event) bool {
+	return a.Seq == b.Seq && a.Tenant == b.Tenant && a.Command == b.Command && a.Subject == b.Subject &&
+		a.InvocationID == b.InvocationID && a.UserID == b.UserID && a.AgentID == b.AgentID &&
+		bytes.Equal(a.Result, b.Result) && a.Time.Equal(b.Time)
+}
+
+func seqs(evs []executor.Event) []int64 {
+	out := make([]int64, len(evs))
+	for i, e := range evs {
+		out[i] = e.Seq
+	}
+	return out
+}
+
+func invs(evs []executor.Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.InvocationID
+	}
+	return out
+}
+
+func (s *suite) testReserveNewKey(t *testing.T) {
+	st := s.newStore(t)
+	mustReserve(t, st, Key(), "d1", TTL)
+	// A duplicate of the running call, same input: retry later.
+	wantRefused(t, st, Key(), "d1", executor.ErrInFlight)
+	wantRefused(t, st, Key(), "d1", executor.ErrInFlight)
+	// A different input under the running key is a reuse, not a duplicate.
+	wantRefused(t, st, Key(), "d2", executor.ErrKeyReused)
+	// Another key of the same scope is independent.
+	other := Key()
+	other.Key = "k2"
+	mustReserve(t, st, other, "d1", TTL)
+}
+
+func (s *suite) testReplaySuccess(t *testing.T) {
+	st := s.newStore(t)
+	mustReserve(t, st, Key(), "d1", TTL)
+	mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: Success("inv-1"), Execution: Exec("acme", "alice", "ticket.refund", "ticket/42", "inv-1"), Event: Ev("acme", "inv-1")})
+	for range 3 { // every retry gets the same response
+		wantReplay(t, st, Key(), "d1", Success("inv-1"))
+	}
+	// Replays record nothing: still one event.
+	if evs := mustEvents(t, st, "acme", 0, 0); len(evs) != 1 {
+		t.Fatalf("%d events after replays, want 1", len(evs))
+	}
+}
+
+func (s *suite) testReplayFailure(t *testing.T) {
+	st := s.newStore(t)
+	mustReserve(t, st, Key(), "d1", TTL)
+	// A failed dispatch saves its status and records no execution or event.
+	mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: Failure("inv-1")})
+	wantReplay(t, st, Key(), "d1", Failure("inv-1"))
+	wantRefused(t, st, Key(), "d2", executor.ErrKeyReused)
+	if mustExecuted(t, st, "acme", "alice", []string{"ticket.refund"}, "ticket/42") {
+		t.Fatal("a failed call counts as executed")
+	}
+	if evs := mustEvents(t, st, "acme", 0, 0); len(evs) != 0 {
+		t.Fatalf("a failed call published %d events", len(evs))
+	}
+}
+
+func (s *suite) testReplayIsACopy(t *testing.T) {
+	st := s.newStore(t)
+	mustReserve(t, st, Key(), "d1", TTL)
+	in := Success("inv-1")
+	ev := Ev("acme", "inv-1")
+	mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: in, Event: ev})
+	in.Output[0] = 'X'
+	ev.Result[0] = 'X'
+	got, err := st.Reserve(testCtx(t), Key(), "d1", TTL)
+	if err != nil || got == nil {
+		t.Fatalf("Reserve = (%v, %v)", got, err)
+	}
+	got.Output[0] = 'Y'
+	wantReplay(t, st, Key(), "d1", Success("inv-1"))
+	evs := mustEvents(t, st, "acme", 0, 0)
+	evs[0].Result[0] = 'Y'
+	if evs := mustEvents(t, st, "acme", 0, 0); !bytes.Equal(evs[0].Result, Ev("acme", "inv-1").Result) {
+		t.Fatalf("the stored event changed with the caller's slices: %q", evs[0].Result)
+	}
+}
+
+func (s *suite) testKeyReused(t *testing.T) {
+	tests := []struct {
+		name  string
+		saved executor.Saved
+	}{
+		{"after success", Success("inv-1")},
+		{"after failure", Failure("inv-1")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := s.newStore(t)
+			mustReserve(t, st, Key(), "d1", TTL)
+			mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: tt.saved})
+			wantRefused(t, st, Key(), "d2", executor.ErrKeyReused)
+			wantRefused(t, st, Key(), "", executor.ErrKeyReused)
+			// The refusal changed nothing: the original input still replays.
+			wantReplay(t, st, Key(), "d1", tt.saved)
+		})
+	}
+}
+
+func (s *suite) testRelease(t *testing.T) {
+	st := s.newStore(t)
+	ctx := testCtx(t)
+	mustReserve(t, st, Key(), "d1", TTL)
+	if err := st.Release(ctx, Key()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	// Free again, and nothing was saved: a different input is a new call, not a reuse.
+	mustReserve(t, st, Key(), "d2", TTL)
+	wantRefused(t, st, Key(), "d2", executor.ErrInFlight)
+
+	// Releasing what is not reserved is a no-op.
+	unknown := Key()
+	unknown.Key = "never"
+	if err := st.Release(ctx, unknown); err != nil {
+		t.Fatalf("Release of an unknown key: %v", err)
+	}
+	mustReserve(t, st, unknown, "d1", TTL)
+
+	// A finished record is not released: its response is what retries must get.
+	mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: Success("inv-2")})
+	if err := st.Release(ctx, Key()); err != nil {
+		t.Fatalf("Release of a finished key: %v", err)
+	}
+	wantReplay(t, st, Key(), "d2", Success("inv-2"))
+}
+
+func (s *suite) testExpiry(t *testing.T) {
+	t.Run("in flight", func(t *testing.T) {
+		st := s.newStore(t)
+		mustReserve(t, st, Key(), "d1", shortTTL)
+		time.Sleep(expiryWait)
+		// The caller that held it is presumed gone: the key is new again, whatever the input.
+		mustReserve(t, st, Key(), "d2", TTL)
+		wantRefused(t, st, Key(), "d2", executor.ErrInFlight)
+		wantRefused(t, st, Key(), "d1", executor.ErrKeyReused)
+	})
+	t.Run("finished", func(t *testing.T) {
+		st := s.newStore(t)
+		mustReserve(t, st, Key(), "d1", shortTTL)
+		mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: Success("inv-1")})
+		time.Sleep(expiryWait)
+		// Expired: neither replayed nor a reuse.
+		mustReserve(t, st, Key(), "d2", TTL)
+		wantRefused(t, st, Key(), "d2", executor.ErrInFlight)
+		mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: Failure("inv-2")})
+		wantReplay(t, st, Key(), "d2", Failure("inv-2"))
+	})
+	t.Run("sub-microsecond ttl", func(t *testing.T) {
+		st := s.newStore(t)
+		mustReserve(t, st, Key(), "d1", time.Nanosecond)
+		time.Sleep(expiryWait)
+		mustReserve(t, st, Key(), "d2", TTL)
+	})
+	t.Run("ttl is per reservation", func(t *testing.T) {
+		st := s.newStore(t)
+		long := Key()
+		long.Key = "long"
+		mustReserve(t, st, Key(), "d1", shortTTL)
+		mustReserve(t, st, long, "d1", TTL)
+		time.Sleep(expiryWait)
+		mustReserve(t, st, Key(), "d1", TTL)
+		wantRefused(t, st, long, "d1", executor.ErrInFlight)
+	})
+}
+
+func (s *suite) testScopes(t *testing.T) {
+	variant := func(f func(*executor.IdemKey)) executor.IdemKey {
+		k := Key()
+		f(&k)
+		return k
+	}
+	tests := []struct {
+		name string
+		key  executor.IdemKey
+	}{
+		{"other tenant", variant(func(k *executor.IdemKey) { k.Tenant = "globex" })},
+		{"other user", variant(func(k *executor.IdemKey) { k.User = "bob" })},
+		{"other command", variant(func(k *executor.IdemKey) { k.Command = "ticket.close" })},
+		{"other key", variant(func(k *executor.IdemKey) { k.Key = "k2" })},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := s.newStore(t)
+			mustReserve(t, st, Key(), "d1", TTL)
+			// Same key string, different input, other scope: a new call, not in flight or reused.
+			mustReserve(t, st, tt.key, "d2", TTL)
+			mustFinish(t, st, executor.Finish{Key: new(tt.key), Saved: Success("inv-other")})
+			wantReplay(t, st, tt.key, "d2", Success("inv-other"))
+			wantRefused(t, st, Key(), "d1", executor.ErrInFlight)
+			if err := st.Release(testCtx(t), Key()); err != nil {
+				t.Fatal(err)
+			}
+			wantReplay(t, st, tt.key, "d2", Success("inv-other"))
+			mustReserve(t, st, Key(), "d3", TTL)
+		})
+	}
+}
+
+// reserveConcurrently runs n Reserve calls of key at once and counts the outcomes.
+func reserveConcurrently(t *testing.T, st executor.Store, key executor.IdemKey, digest string, n int) (won, inFlight int, saved []*executor.Saved) {
+	t.Helper()
+	results := make([]*executor.Saved, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	ctx := testCtx(t)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = st.Reserve(ctx, key, digest, TTL)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		switch {
+		case errs[i] == nil && results[i] == nil:
+			won++
+		case errors.Is(errs[i], executor.ErrInFlight):
+			inFlight++
+		case errs[i] == nil:
+			saved = append(saved, results[i])
+		default:
+			t.Errorf("Reserve %d: %v, want nil or ErrInFlight", i, errs[i])
+		}
+	}
+	return won, inFlight, saved
+}
+
+func (s *suite) testConcurrentReserve(t *testing.T) {
+	const n = 64
+	st := s.newStore(t)
+	won, inFlight, saved := reserveConcurrently(t, st, Key(), "d1", n)
+	if won != 1 || inFlight != n-1 || len(saved) != 0 {
+		t.Fatalf("%d reservations won, %d in flight, %d replays; want 1, %d, 0", won, inFlight, len(saved), n-1)
+	}
+	mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: Success("inv-1")})
+	won, inFlight, saved = reserveConcurrently(t, st, Key(), "d1", n)
+	if won != 0 || inFlight != 0 || len(saved) != n {
+		t.Fatalf("after Finish: %d won, %d in flight, %d replays; want 0, 0, %d", won, inFlight, len(saved), n)
+	}
+	for _, sv := range saved {
+		if !sameSaved(*sv, Success("inv-1")) {
+			t.Fatalf("replayed %s", fmtSaved(*sv))
+		}
+	}
+}
+
+func (s *suite) testConcurrentReserveExpired(t *testing.T) {
+	const n = 64
+	st := s.newStore(t)
+	mustReserve(t, st, Key(), "d1", shortTTL)
+	time.Sleep(expiryWait)
+	// Replacing an expired record is as race-free as inserting a new one.
+	won, inFlight, saved := reserveConcurrently(t, st, Key(), "d1", n)
+	if won != 1 || inFlight != n-1 || len(saved) != 0 {
+		t.Fatalf("%d reservations won, %d in flight, %d replays; want 1, %d, 0", won, inFlight, len(saved), n-1)
+	}
+}
+
+func (s *suite) testExecuted(t *testing.T) {
+	st := s.newStore(t)
+	mustFinish(t, st, executor.Finish{Execution: Exec("acme", "alice", "expense.report.submit", "report/7", "inv-1")})
+	mustFinish(t, st, executor.Finish{Execution: Exec("acme", "bob", "expense.report.approve", "report/8", "inv-2")})
+	both := []string{"expense.report.approve", "expense.report.submit"}
+	tests := []struct {
+		name     string
+		tenant   string
+		user     string
+		commands []string
+		subject  string
+		want     bool
+	}{
+		{"same user, subject and command", "acme", "alice", []string{"expense.report.submit"}, "report/7", true},
+		{"one of several commands", "acme", "alice", both, "report/7", true},
+		{"other command", "acme", "alice", []string{"expense.report.approve"}, "report/7", false},
+		{"other user", "acme", "bob", both, "report/7", false},
+		{"other subject", "acme", "alice", both, "report/8", false},
+		{"other tenant", "globex", "alice", both, "report/7", false},
+		{"no commands", "acme", "alice", nil, "report/7", false},
+		{"empty commands", "acme", "alice", []string{}, "report/7", false},
+		{"second execution", "acme", "bob", both, "report/8", true},
+		{"command is not a prefix match", "acme", "alice", []string{"expense.report"}, "report/7", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := mustExecuted(t, st, tt.tenant, tt.user, tt.commands, tt.subject); got != tt.want {
+				t.Fatalf("Executed(%s, %s, %v, %s) = %v, want %v", tt.tenant, tt.user, tt.commands, tt.subject, got, tt.want)
+			}
+		})
+	}
+}
+
+func (s *suite) testEvents(t *testing.T) {
+	st := s.newStore(t)
+	// Interleaved tenants: each has its own sequence.
+	var want []executor.Event
+	for i := range 5 {
+		e := Ev("acme", fmt.Sprintf("a%d", i))
+		e.Time = Base.Add(time.Duration(i) * time.Second)
+		mustFinish(t, st, executor.Finish{Event: e})
+		e.Seq = int64(i + 1)
+		want = append(want, *e)
+		if i < 3 {
+			mustFinish(t, st, executor.Finish{Event: Ev("globex", fmt.Sprintf("g%d", i))})
+		}
+	}
+	all := mustEvents(t, st, "acme", 0, 100)
+	if len(all) != len(want) {
+		t.Fatalf("acme has %d events %v, want %d", len(all), invs(all), len(want))
+	}
+	for i := range want {
+		if !sameEvent(all[i], want[i]) {
+			t.Fatalf("event %d = %+v, want %+v", i, all[i], want[i])
+		}
+	}
+	tests := []struct {
+		name   string
+		tenant string
+		after  int64
+		limit  int
+		want   []int64
+	}{
+		{"all", "acme", 0, 100, []int64{1, 2, 3, 4, 5}},
+		{"limit", "acme", 0, 2, []int64{1, 2}},
+		{"after", "acme", 2, 100, []int64{3, 4, 5}},
+		{"after and limit", "acme", 1, 3, []int64{2, 3, 4}},
+		{"limit 1 from the end", "acme", 4, 1, []int64{5}},
+		{"after the last", "acme", 5, 100, nil},
+		{"far after the last", "acme", 500, 100, nil},
+		{"negative after reads from the start", "acme", -1, 2, []int64{1, 2}},
+		{"default limit", "acme", 0, 0, []int64{1, 2, 3, 4, 5}},
+		{"other tenant", "globex", 0, 100, []int64{1, 2, 3}},
+		{"unknown tenant", "initech", 0, 100, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			evs := mustEvents(t, st, tt.tenant, tt.after, tt.limit)
+			if got := seqs(evs); !slices.Equal(got, tt.want) {
+				t.Fatalf("seqs %v, want %v", got, tt.want)
+			}
+			for _, e := range evs {
+				if e.Tenant != tt.tenant {
+					t.Fatalf("%s's events include %+v", tt.tenant, e)
+				}
+			}
+		})
+	}
+}
+
+func (s *suite) testEventsConcurrent(t *testing.T) {
+	st := s.newStore(t)
+	const n = 32
+	tenants := []string{"acme", "globex"}
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, tenant := range tenants {
+		for i := range n {
+			wg.Go(func() {
+				inv := fmt.Sprintf("%s-%02d", tenant, i)
+				<-start
+				if err := st.Finish(ctx, executor.Finish{Execution: Exec(tenant, "alice", "ticket.refund", "ticket/"+inv, inv), Event: Ev(tenant, inv)}); err != nil {
+					t.Errorf("Finish %s: %v", inv, err)
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	for _, tenant := range tenants {
+		evs := mustEvents(t, st, tenant, 0, 0)
+		wantSeqs := make([]int64, n)
+		var wantInvs []string
+		for i := range n {
+			wantSeqs[i] = int64(i + 1)
+			wantInvs = append(wantInvs, fmt.Sprintf("%s-%02d", tenant, i))
+		}
+		if got := seqs(evs); !slices.Equal(got, wantSeqs) {
+			t.Fatalf("%s seqs %v, want 1..%d without gaps", tenant, got, n)
+		}
+		got := invs(evs)
+		slices.Sort(got)
+		if !slices.Equal(got, wantInvs) {
+			t.Fatalf("%s events %v, want each invocation once", tenant, got)
+		}
+	}
+}
+
+func (s *suite) testFinishParts(t *testing.T) {
+	tests := []struct {
+		name              string
+		key, exec, event  bool
+		wantEvents        int
+		wantExecuted      bool
+		wantReplay        bool
+		wantStillInFlight bool
+	}{
+		{"nothing", false, false, false, 0, false, false, true},
+		{"key only (a failure)", true, false, false, 0, false, true, false},
+		{"execution only", false, true, false, 0, true, false, true},
+		{"event only", false, false, true, 1, false, false, true},
+		{"key and event (no subject)", true, false, true, 1, false, true, false},
+		{"execution and event (no key)", false, true, true, 1, true, false, true},
+		{"everything", true, true, true, 1, true, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := s.newStore(t)
+			mustReserve(t, st, Key(), "d1", TTL)
+			var f executor.Finish
+			if tt.key {
+				f.Key, f.Saved = new(Key()), Success("inv-1")
+			}
+			if tt.exec {
+				f.Execution = Exec("acme", "alice", "ticket.refund", "ticket/42", "inv-1")
+			}
+			if tt.event {
+				f.Event = Ev("acme", "inv-1")
+			}
+			mustFinish(t, st, f)
+			if got := len(mustEvents(t, st, "acme", 0, 0)); got != tt.wantEvents {
+				t.Errorf("%d events, want %d", got, tt.wantEvents)
+			}
+			if got := mustExecuted(t, st, "acme", "alice", []string{"ticket.refund"}, "ticket/42"); got != tt.wantExecuted {
+				t.Errorf("Executed = %v, want %v", got, tt.wantExecuted)
+			}
+			switch {
+			case tt.wantReplay:
+				wantReplay(t, st, Key(), "d1", Success("inv-1"))
+			case tt.wantStillInFlight:
+				wantRefused(t, st, Key(), "d1", executor.ErrInFlight)
+			}
+		})
+	}
+}
+
+func (s *suite) testFinishWithoutReservation(t *testing.T) {
+	tests := []struct {
+		name    string
+		prepare func(t *testing.T, st executor.Store)
+	}{
+		{"never reserved", func(*testing.T, executor.Store) {}},
+		{"released", func(t *testing.T, st executor.Store) {
+			mustReserve(t, st, Key(), "d1", TTL)
+			if err := st.Release(testCtx(t), Key()); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := s.newStore(t)
+			tt.prepare(t, st)
+			// The call ran, so what it did is recorded; there is no reservation to complete.
+			mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: Success("inv-1"),
+				Execution: Exec("acme", "alice", "ticket.refund", "ticket/42", "inv-1"), Event: Ev("acme", "inv-1")})
+			if !mustExecuted(t, st, "acme", "alice", []string{"ticket.refund"}, "ticket/42") {
+				t.Error("execution not recorded")
+			}
+			if evs := mustEvents(t, st, "acme", 0, 0); len(evs) != 1 {
+				t.Errorf("%d events, want 1", len(evs))
+			}
+			mustReserve(t, st, Key(), "d2", TTL)
+		})
+	}
+}
+
+func (s *suite) testFinishRepeated(t *testing.T) {
+	st := s.newStore(t)
+	mustReserve(t, st, Key(), "d1", TTL)
+	f := executor.Finish{Key: new(Key()), Saved: Success("inv-1"),
+		Execution: Exec("acme", "alice", "ticket.refund", "ticket/42", "inv-1"), Event: Ev("acme", "inv-1")}
+	mustFinish(t, st, f)
+	// A retried Finish (its first commit's reply was lost) records nothing twice, and a later
+	// response never overwrites the first.
+	mustFinish(t, st, f)
+	f.Saved = Failure("inv-1")
+	mustFinish(t, st, f)
+	wantReplay(t, st, Key(), "d1", Success("inv-1"))
+	if evs := mustEvents(t, st, "acme", 0, 0); !slices.Equal(seqs(evs), []int64{1}) {
+		t.Fatalf("seqs %v after a repeated Finish, want [1]", seqs(evs))
+	}
+	// The next event takes the next seq: the repeat consumed none.
+	mustFinish(t, st, executor.Finish{Event: Ev("acme", "inv-2")})
+	if evs := mustEvents(t, st, "acme", 0, 0); !slices.Equal(seqs(evs), []int64{1, 2}) || evs[1].InvocationID != "inv-2" {
+		t.Fatalf("seqs %v, invocations %v; want [1 2], inv-2 last", seqs(evs), invs(evs))
+	}
+	// The same invocation id in another tenant is another event.
+	mustFinish(t, st, executor.Finish{Event: Ev("globex", "inv-1")})
+	if evs := mustEvents(t, st, "globex", 0, 0); len(evs) != 1 {
+		t.Fatalf("globex has %d events, want 1", len(evs))
+	}
+}
+
+func (s *suite) testFinishInvalid(t *testing.T) {
+	valid := func() executor.Finish {
+		return executor.Finish{Key: new(Key()), Saved: Success("inv-1"),
+			Execution: Exec("acme", "alice", "ticket.refund", "ticket/42", "inv-1"), Event: Ev("acme", "inv-1")}
+	}
+	tests := []struct {
+		name   string
+		mutate func(*executor.Finish)
+	}{
+		{"event without tenant", func(f *executor.Finish) { f.Event.Tenant = "" }},
+		{"event without command", func(f *executor.Finish) { f.Event.Command = "" }},
+		{"event without invocation", func(f *executor.Finish) { f.Event.InvocationID = "" }},
+		{"execution without subject", func(f *executor.Finish) { f.Execution.Subject = "" }},
+		{"execution without user", func(f *executor.Finish) { f.Execution.User = "" }},
+		{"execution without invocation", func(f *executor.Finish) { f.Execution.InvocationID = "" }},
+		{"key without user", func(f *executor.Finish) { f.Key.User = "" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := s.newStore(t)
+			mustReserve(t, st, Key(), "d1", TTL)
+			f := valid()
+			tt.mutate(&f)
+			err := st.Finish(testCtx(t), f)
+			if err == nil {
+				t.Fatal("Finish accepted an invalid part")
+			}
+			for _, sentinel := range []error{executor.ErrInFlight, executor.ErrKeyReused, executor.ErrUnavailable} {
+				if errors.Is(err, sentinel) {
+					t.Fatalf("err = %v, matches %v", err, sentinel)
+				}
+			}
+			// All or nothing: the valid parts were not recorded either.
+			wantRefused(t, st, Key(), "d1", executor.ErrInFlight)
+			if mustExecuted(t, st, "acme", "alice", []string{"ticket.refund"}, "ticket/42") {
+				t.Error("the execution was recorded")
+			}
+			if evs := mustEvents(t, st, "acme", 0, 0); len(evs) != 0 {
+				t.Errorf("%d events recorded", len(evs))
+			}
+		})
+	}
+}
+
+func (s *suite) testReserveInvalid(t *testing.T) {
+	variant := func(f func(*executor.IdemKey)) executor.IdemKey {
+		k := Key()
+		f(&k)
+		return k
+	}
+	tests := []struct {
+		name string
+		key  executor.IdemKey
+		ttl  time.Duration
+	}{
+		{"no tenant", variant(func(k *executor.IdemKey) { k.Tenant = "" }), TTL},
+		{"no user", variant(func(k *executor.IdemKey) { k.User = "" }), TTL},
+		{"no command", variant(func(k *executor.IdemKey) { k.Command = "" }), TTL},
+		{"no key", variant(func(k *executor.IdemKey) { k.Key = "" }), TTL},
+		{"zero ttl", Key(), 0},
+		{"negative ttl", Key(), -time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := s.newStore(t)
+			saved, err := st.Reserve(testCtx(t), tt.key, "d1", tt.ttl)
+			if err == nil || saved != nil {
+				t.Fatalf("Reserve = (%v, %v), want an error", saved, err)
+			}
+			for _, sentinel := range []error{executor.ErrInFlight, executor.ErrKeyReused, executor.ErrUnavailable} {
+				if errors.Is(err, sentinel) {
+					t.Fatalf("err = %v, matches %v", err, sentinel)
+				}
+			}
+			mustReserve(t, st, Key(), "d2", TTL) // nothing was reserved
+		})
+	}
+}
+
+func (s *suite) testCanceled(t *testing.T) {
+	st := s.newStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if saved, err := st.Reserve(ctx, Key(), "d1", TTL); !errors.Is(err, context.Canceled) || saved != nil {
+		t.Errorf("Reserve = (%v, %v), want context.Canceled", saved, err)
+	}
+	if err := st.Finish(ctx, executor.Finish{Key: new(Key()), Saved: Success("inv-1"), Event: Ev("acme", "inv-1")}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Finish = %v, want context.Canceled", err)
+	}
+	if _, err := st.Executed(ctx, "acme", "alice", []string{"ticket.refund"}, "ticket/42"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Executed = %v, want context.Canceled", err)
+	}
+	if _, err := st.Events(ctx, "acme", 0, 10); !errors.Is(err, context.Canceled) {
+		t.Errorf("Events = %v, want context.Canceled", err)
+	}
+	if err := st.Release(ctx, Key()); !errors.Is(err, context.Canceled) {
+		t.Errorf("Release = %v, want context.Canceled", err)
+	}
+	// None of them did anything.
+	mustReserve(t, st, Key(), "d1", TTL)
+	if evs := mustEvents(t, st, "acme", 0, 0); len(evs) != 0 {
+		t.Errorf("%d events after a canceled Finish", len(evs))
+	}
+}

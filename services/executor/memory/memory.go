@@ -1,0 +1,293 @@
+package memory
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/mandate-dev/mandate/services/executor"
+)
+
+// Options tunes a Store. Zero fields take the documented defaults.
+type Options struct {
+	// Now is the clock that reservations and their expiry are measured with. Default time.Now.
+	Now func() time.Time
+	// MaxEvents caps one Events page; a limit <= 0 or above it means MaxEvents. Default 1000.
+	MaxEvents int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxEvents <= 0 {
+		o.MaxEvents = 1000
+	}
+	return o
+}
+
+// Store is an in-memory executor.Store, safe for concurrent use.
+type Store struct {
+	opts Options
+
+	mu     sync.Mutex
+	idem   map[executor.IdemKey]*record
+	runs   map[runKey]struct{}     // for Executed
+	runIDs map[invocation]struct{} // executions already recorded, so a repeated Finish adds none
+	events map[string]*outbox      // by tenant
+}
+
+type record struct {
+	digest    string
+	finished  bool
+	expiresAt time.Time
+	saved     executor.Saved
+}
+
+type runKey struct{ tenant, user, subject, command string }
+
+type invocation struct{ tenant, id string }
+
+type outbox struct {
+	events []executor.Event    // events[i].Seq == i+1
+	byInv  map[string]struct{} // invocation ids with an event
+}
+
+var _ executor.Store = (*Store)(nil)
+
+// New returns an empty Store.
+func New(opts Options) *Store {
+	return &Store{
+		opts:   opts.withDefaults(),
+		idem:   map[executor.IdemKey]*record{},
+		runs:   map[runKey]struct{}{},
+		runIDs: map[invocation]struct{}{},
+		events: map[string]*outbox{},
+	}
+}
+
+// Reserve implements executor.Store. A record whose expiry is at or before now is treated as
+// absent and replaced.
+func (s *Store) Reserve(ctx context.Context, key executor.IdemKey, digest string, ttl time.Duration) (*executor.Saved, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := validKey(key); err != nil {
+		return nil, fail("reserve", err)
+	}
+	if ttl <= 0 {
+		return nil, fail("reserve", errBadTTL)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opts.Now()
+	if r, ok := s.idem[key]; ok && now.Before(r.expiresAt) {
+		switch {
+		case r.digest != digest:
+			return nil, executor.ErrKeyReused
+		case !r.finished:
+			return nil, executor.ErrInFlight
+		}
+		saved := cloneSaved(r.saved)
+		return &saved, nil
+	}
+	s.idem[key] = &record{digest: digest, expiresAt: now.Add(ttl)}
+	return nil, nil
+}
+
+// Release implements executor.Store. It drops the key only while it is in flight: a finished
+// record keeps its response, and releasing an unknown key does nothing.
+func (s *Store) Release(ctx context.Context, key executor.IdemKey) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.idem[key]; ok && !r.finished {
+		delete(s.idem, key)
+	}
+	return nil
+}
+
+// Finish implements executor.Store. The response completes the key's reservation only while
+// it is in flight; when there is none (released, or expired and taken by another call) the
+// execution and the event are still recorded, since the call did run. A repeated Finish for
+// the same invocation adds no second execution or event.
+func (s *Store) Finish(ctx context.Context, f executor.Finish) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := validFinish(f); err != nil {
+		return fail("finish", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opts.Now()
+	// Nothing below can fail, so Finish records all of its parts or none.
+	if f.Key != nil {
+		if r, ok := s.idem[*f.Key]; ok && !r.finished {
+			r.finished = true
+			r.saved = cloneSaved(f.Saved)
+		}
+	}
+	if e := f.Execution; e != nil {
+		inv := invocation{e.Tenant, e.InvocationID}
+		if _, done := s.runIDs[inv]; !done {
+			s.runIDs[inv] = struct{}{}
+			s.runs[runKey{e.Tenant, e.User, e.Subject, e.Command}] = struct{}{}
+		}
+	}
+	if e := f.Event; e != nil {
+		ob := s.events[e.Tenant]
+		if ob == nil {
+			ob = &outbox{byInv: map[string]struct{}{}}
+			s.events[e.Tenant] = ob
+		}
+		if _, done := ob.byInv[e.InvocationID]; !done {
+			ev := cloneEvent(*e)
+			ev.Seq = int64(len(ob.events)) + 1
+			if ev.Time.IsZero() {
+				ev.Time = now
+			}
+			ev.Time = ev.Time.UTC()
+			ob.events = append(ob.events, ev)
+			ob.byInv[e.InvocationID] = struct{}{}
+		}
+	}
+	return nil
+}
+
+// Executed implements executor.Store.
+func (s *Store) Executed(ctx context.Context, tenant, user string, commands []string, subject string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range commands {
+		if _, ok := s.runs[runKey{tenant, user, subject, c}]; ok {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Events implements executor.Store. A limit <= 0 or above Options.MaxEvents returns at most
+// MaxEvents events.
+func (s *Store) Events(ctx context.Context, tenant string, afterSeq int64, limit int) ([]executor.Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if limit <= 0 || limit > s.opts.MaxEvents {
+		limit = s.opts.MaxEvents
+	}
+	afterSeq = max(afterSeq, 0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ob := s.events[tenant]
+	if ob == nil || afterSeq >= int64(len(ob.events)) {
+		return nil, nil
+	}
+	page := ob.events[afterSeq:]
+	page = page[:min(limit, len(page))]
+	out := make([]executor.Event, len(page))
+	for i := range page {
+		out[i] = cloneEvent(page[i])
+	}
+	return out, nil
+}
+
+// PurgeExpired deletes the idempotency records that have expired and returns how many it
+// deleted. Reserve replaces an expired record anyway; purging only bounds memory.
+func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opts.Now()
+	var n int64
+	for k, r := range s.idem {
+		if !now.Before(r.expiresAt) {
+			delete(s.idem, k)
+			n++
+		}
+	}
+	return n, nil
+}
+
+var errBadTTL = errors.New("ttl must be positive")
+
+// fail prefixes a validation error with the operation. These errors are the caller's bug, not
+// a store condition, so they match none of the executor sentinels.
+func fail(op string, err error) error {
+	return &opError{op: "executor: " + op, err: err}
+}
+
+type opError struct {
+	op  string
+	err error
+}
+
+func (e *opError) Error() string { return e.op + ": " + e.err.Error() }
+func (e *opError) Unwrap() error { return e.err }
+
+func validKey(k executor.IdemKey) error {
+	switch {
+	case k.Tenant == "":
+		return errors.New("idempotency key has no tenant")
+	case k.User == "":
+		return errors.New("idempotency key has no user")
+	case k.Command == "":
+		return errors.New("idempotency key has no command")
+	case k.Key == "":
+		return errors.New("idempotency key is empty")
+	}
+	return nil
+}
+
+func validFinish(f executor.Finish) error {
+	if f.Key != nil {
+		if err := validKey(*f.Key); err != nil {
+			return err
+		}
+	}
+	if e := f.Execution; e != nil {
+		switch {
+		case e.Tenant == "":
+			return errors.New("execution has no tenant")
+		case e.User == "":
+			return errors.New("execution has no user")
+		case e.Command == "":
+			return errors.New("execution has no command")
+		case e.Subject == "":
+			return errors.New("execution has no subject")
+		case e.InvocationID == "":
+			return errors.New("execution has no invocation id")
+		}
+	}
+	if e := f.Event; e != nil {
+		switch {
+		case e.Tenant == "":
+			return errors.New("event has no tenant")
+		case e.Command == "":
+			return errors.New("event has no command")
+		case e.InvocationID == "":
+			return errors.New("event has no invocation id")
+		}
+	}
+	return nil
+}
+
+func cloneSaved(s executor.Saved) executor.Saved {
+	s.Output = bytes.Clone(s.Output)
+	s.Status = bytes.Clone(s.Status)
+	return s
+}
+
+func cloneEvent(e executor.Event) executor.Event {
+	e.Result = bytes.Clone(e.Result)
+	return e
+}

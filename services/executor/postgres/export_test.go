@@ -1,0 +1,7 @@
+package postgres
+
+// SQL the tests EXPLAIN.
+const (
+	SQLExecuted = sqlExecuted
+	SQLEvents   = sqlEvents
+)

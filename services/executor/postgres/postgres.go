@@ -1,0 +1,323 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"io/fs"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/mandate-dev/mandate/internal/storage/migrate"
+	"github.com/mandate-dev/mandate/internal/storage/pg"
+	"github.com/mandate-dev/mandate/services/executor"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations creates the executor schema; run it with migrate.Run before New.
+var Migrations = migrate.Set{Service: "executor", FS: mustSub(migrationFiles, "migrations")}
+
+func mustSub(f fs.FS, dir string) fs.FS {
+	sub, err := fs.Sub(f, dir)
+	if err != nil {
+		panic(err) // the directory is embedded above; this cannot fail
+	}
+	return sub
+}
+
+// Options tunes a Store. Zero fields take the documented defaults.
+type Options struct {
+	// Now is the clock that reservations, their expiry and default event times are measured
+	// with. Default time.Now.
+	Now func() time.Time
+	// MaxEvents caps one Events page; a limit <= 0 or above it means MaxEvents. Default 1000.
+	MaxEvents int
+	// TxAttempts is how many times Finish runs its transaction when it fails with a
+	// serialization failure or a deadlock. Default 5.
+	TxAttempts int
+	// ReserveRounds bounds how often Reserve tries again when the record it lost to vanished
+	// or expired before it could read it (a concurrent Release or purge); after that it
+	// answers executor.ErrInFlight. Default 5.
+	ReserveRounds int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxEvents <= 0 {
+		o.MaxEvents = 1000
+	}
+	if o.TxAttempts <= 0 {
+		o.TxAttempts = 5
+	}
+	if o.ReserveRounds <= 0 {
+		o.ReserveRounds = 5
+	}
+	return o
+}
+
+// Store is the PostgreSQL executor.Store. It does not own the pool.
+type Store struct {
+	pool *pgxpool.Pool
+	opts Options
+}
+
+var _ executor.Store = (*Store)(nil)
+
+// New returns a Store on pool, whose database must have [Migrations] applied.
+func New(pool *pgxpool.Pool, opts Options) *Store {
+	return &Store{pool: pool, opts: opts.withDefaults()}
+}
+
+// now returns the clock's time at the database's precision, so that what Reserve compares
+// in Go and what it stored compare the same way.
+func (s *Store) now() time.Time { return s.opts.Now().UTC().Truncate(time.Microsecond) }
+
+// Reserve implements executor.Store. A record whose expiry is at or before now is treated as
+// absent and replaced.
+func (s *Store) Reserve(ctx context.Context, key executor.IdemKey, digest string, ttl time.Duration) (*executor.Saved, error) {
+	const op = "executor: reserve"
+	if err := validKey(key); err != nil {
+		return nil, invalid(op, err)
+	}
+	if ttl <= 0 {
+		return nil, invalid(op, errBadTTL)
+	}
+	// The database keeps microseconds: a shorter ttl would expire as it is stored.
+	ttl = max(ttl, time.Microsecond)
+	for range s.opts.ReserveRounds {
+		now := s.now()
+		expires := now.Add(ttl).Truncate(time.Microsecond)
+		var won bool
+		err := s.pool.QueryRow(ctx, sqlReserve, key.Tenant, key.User, key.Command, key.Key, digest, now, expires).Scan(&won)
+		if err == nil {
+			return nil, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, mapErr(ctx, op, err)
+		}
+		// Another record is live: answer from it.
+		var (
+			recDigest         string
+			finished, expired bool
+			saved             executor.Saved
+		)
+		err = s.pool.QueryRow(ctx, sqlReadRecord, key.Tenant, key.User, key.Command, key.Key, s.now()).Scan(
+			&recDigest, &finished, &expired, &saved.InvocationID, &saved.Output, &saved.Status, &saved.AuditID)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows), err == nil && expired:
+			continue // released or expired since: claim it again
+		case err != nil:
+			return nil, mapErr(ctx, op, err)
+		case recDigest != digest:
+			return nil, executor.ErrKeyReused
+		case !finished:
+			return nil, executor.ErrInFlight
+		}
+		return &saved, nil
+	}
+	return nil, executor.ErrInFlight
+}
+
+// Release implements executor.Store. It drops the key only while it is in flight: a finished
+// record keeps its response, and releasing an unknown key does nothing.
+func (s *Store) Release(ctx context.Context, key executor.IdemKey) error {
+	if _, err := s.pool.Exec(ctx, sqlRelease, key.Tenant, key.User, key.Command, key.Key); err != nil {
+		return mapErr(ctx, "executor: release", err)
+	}
+	return nil
+}
+
+// Finish implements executor.Store in one transaction. The response completes the key's
+// reservation only while it is in flight; when there is none (released, or expired and taken
+// by another call) the execution and the event are still recorded, since the call did run. A
+// repeated Finish for the same invocation adds no second execution or event.
+func (s *Store) Finish(ctx context.Context, f executor.Finish) error {
+	const op = "executor: finish"
+	if err := validFinish(f); err != nil {
+		return invalid(op, err)
+	}
+	if f.Key == nil && f.Execution == nil && f.Event == nil {
+		return ctx.Err()
+	}
+	now := s.now()
+	b := &pgx.Batch{}
+	if k := f.Key; k != nil {
+		b.Queue(sqlComplete, k.Tenant, k.User, k.Command, k.Key, now,
+			f.Saved.InvocationID, f.Saved.Output, f.Saved.Status, f.Saved.AuditID)
+	}
+	if e := f.Execution; e != nil {
+		b.Queue(sqlInsertExecution, e.Tenant, e.InvocationID, e.User, e.Command, e.Subject, orNow(e.Time, now))
+	}
+	if e := f.Event; e != nil {
+		b.Queue(sqlLockHead, e.Tenant)
+		b.Queue(sqlAppendEvent, e.Tenant, e.InvocationID, e.Command, e.Subject, e.UserID, e.AgentID, e.Result, orNow(e.Time, now))
+	}
+	err := pg.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		return tx.SendBatch(ctx, b).Close()
+	}, pg.WithRetry(s.opts.TxAttempts))
+	return mapErr(ctx, op, err)
+}
+
+// Executed implements executor.Store.
+func (s *Store) Executed(ctx context.Context, tenant, user string, commands []string, subject string) (bool, error) {
+	if len(commands) == 0 {
+		return false, ctx.Err()
+	}
+	var ok bool
+	if err := s.pool.QueryRow(ctx, sqlExecuted, tenant, user, subject, commands).Scan(&ok); err != nil {
+		return false, mapErr(ctx, "executor: executed", err)
+	}
+	return ok, nil
+}
+
+// Events implements executor.Store. A limit <= 0 or above Options.MaxEvents returns at most
+// MaxEvents events.
+func (s *Store) Events(ctx context.Context, tenant string, afterSeq int64, limit int) ([]executor.Event, error) {
+	const op = "executor: events"
+	if limit <= 0 || limit > s.opts.MaxEvents {
+		limit = s.opts.MaxEvents
+	}
+	rows, err := s.pool.Query(ctx, sqlEvents, tenant, max(afterSeq, 0), limit)
+	if err != nil {
+		return nil, mapErr(ctx, op, err)
+	}
+	evs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (executor.Event, error) {
+		var e executor.Event
+		err := row.Scan(&e.Seq, &e.Tenant, &e.Command, &e.Subject, &e.InvocationID, &e.UserID, &e.AgentID, &e.Result, &e.Time)
+		e.Time = e.Time.UTC()
+		return e, err
+	})
+	if err != nil {
+		return nil, mapErr(ctx, op, err)
+	}
+	return evs, nil
+}
+
+// PurgeExpired deletes the idempotency records that have expired and returns how many it
+// deleted. Reserve replaces an expired record anyway; purging only bounds the table. Run it
+// from one replica now and then.
+func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
+	tag, err := s.pool.Exec(ctx, sqlPurgeExpired, s.now())
+	if err != nil {
+		return 0, mapErr(ctx, "executor: purge expired", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+func orNow(t, now time.Time) time.Time {
+	if t.IsZero() {
+		return now
+	}
+	return t
+}
+
+// storeError is what the Store returns for database failures. Its message names the
+// operation and a generic cause only, never driver text (which may quote SQL, data or
+// addresses); Unwrap reaches the executor sentinel, the pg sentinel and the driver error, for
+// errors.Is/As and logs.
+type storeError struct {
+	op    string
+	cause string
+	errs  []error
+}
+
+func (e *storeError) Error() string   { return e.op + ": " + e.cause }
+func (e *storeError) Unwrap() []error { return e.errs }
+
+// mapErr classifies a database error: connection failures match executor.ErrUnavailable,
+// cancellations match the context's error, anything else is a generic database error. nil
+// stays nil.
+func mapErr(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*storeError](err); ok {
+		return err
+	}
+	werr := pg.Wrap(op, err)
+	kind := pg.Classify(err)
+	if pe, ok := errors.AsType[*pg.Error](werr); ok {
+		kind = pe.Kind
+	}
+	switch {
+	case kind == pg.KindUnavailable:
+		return &storeError{op: op, cause: "store unavailable", errs: []error{executor.ErrUnavailable, werr}}
+	case kind == pg.KindCanceled, ctx.Err() != nil:
+		errs := []error{werr}
+		if cerr := ctx.Err(); cerr != nil {
+			errs = append(errs, cerr)
+		}
+		return &storeError{op: op, cause: "canceled", errs: errs}
+	case kind.Retryable(), errors.Is(err, pg.ErrRetriesExhausted):
+		return &storeError{op: op, cause: "concurrent write conflict", errs: []error{werr}}
+	default:
+		return &storeError{op: op, cause: "database error", errs: []error{werr}}
+	}
+}
+
+var errBadTTL = errors.New("ttl must be positive")
+
+// invalidError reports arguments that no store could accept: the caller's bug, not a store
+// condition, so it matches none of the executor sentinels.
+type invalidError struct {
+	op  string
+	err error
+}
+
+func (e *invalidError) Error() string { return e.op + ": " + e.err.Error() }
+func (e *invalidError) Unwrap() error { return e.err }
+
+func invalid(op string, err error) error { return &invalidError{op: op, err: err} }
+
+func validKey(k executor.IdemKey) error {
+	switch {
+	case k.Tenant == "":
+		return errors.New("idempotency key has no tenant")
+	case k.User == "":
+		return errors.New("idempotency key has no user")
+	case k.Command == "":
+		return errors.New("idempotency key has no command")
+	case k.Key == "":
+		return errors.New("idempotency key is empty")
+	}
+	return nil
+}
+
+func validFinish(f executor.Finish) error {
+	if f.Key != nil {
+		if err := validKey(*f.Key); err != nil {
+			return err
+		}
+	}
+	if e := f.Execution; e != nil {
+		switch {
+		case e.Tenant == "":
+			return errors.New("execution has no tenant")
+		case e.User == "":
+			return errors.New("execution has no user")
+		case e.Command == "":
+			return errors.New("execution has no command")
+		case e.Subject == "":
+			return errors.New("execution has no subject")
+		case e.InvocationID == "":
+			return errors.New("execution has no invocation id")
+		}
+	}
+	if e := f.Event; e != nil {
+		switch {
+		case e.Tenant == "":
+			return errors.New("event has no tenant")
+		case e.Command == "":
+			return errors.New("event has no command")
+		case e.InvocationID == "":
+			return errors.New("event has no invocation id")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,336 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/mandate-dev/mandate/internal/storage/pgtest"
+	"github.com/mandate-dev/mandate/services/executor"
+	"github.com/mandate-dev/mandate/services/executor/executortest"
+	"github.com/mandate-dev/mandate/services/executor/postgres"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
+
+func ctxFor(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestConformance(t *testing.T) {
+	executortest.Run(t, func(t *testing.T) executor.Store {
+		return postgres.New(pgtest.New(t, postgres.Migrations), postgres.Options{})
+	})
+}
+
+// clock is a manual clock for expiry tests.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// TestExpiryBoundary pins the boundary exactly, as the memory store does: a record is live
+// strictly before reserved+ttl and expired from that instant on.
+func TestExpiryBoundary(t *testing.T) {
+	pool := pgtest.New(t, postgres.Migrations)
+	tests := []struct {
+		name    string
+		advance time.Duration
+		live    bool
+	}{
+		{"just reserved", 0, true},
+		{"one microsecond before expiry", time.Minute - time.Microsecond, true},
+		{"at expiry", time.Minute, false},
+		{"long after", 48 * time.Hour, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &clock{now: executortest.Base}
+			st := postgres.New(pool, postgres.Options{Now: clk.Now})
+			key := executortest.Key()
+			key.Key = fmt.Sprint("boundary-", i)
+			if _, err := st.Reserve(ctxFor(t), key, "d1", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(tt.advance)
+			saved, err := st.Reserve(ctxFor(t), key, "d1", time.Hour)
+			if tt.live && !errors.Is(err, executor.ErrInFlight) {
+				t.Fatalf("Reserve = (%v, %v), want ErrInFlight while live", saved, err)
+			}
+			if !tt.live && (err != nil || saved != nil) {
+				t.Fatalf("Reserve = (%v, %v), want a new reservation once expired", saved, err)
+			}
+		})
+	}
+}
+
+// TestReplicas races two Stores on separate pools, as two replicas would be.
+func TestReplicas(t *testing.T) {
+	_, dsn := pgtest.NewURL(t, postgres.Migrations)
+	var stores []*postgres.Store
+	for range 2 {
+		pool, err := pgxpool.New(ctxFor(t), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		stores = append(stores, postgres.New(pool, postgres.Options{}))
+	}
+	const n = 64
+	for round := range 5 {
+		key := executortest.Key()
+		key.Key = fmt.Sprint("replicas-", round)
+		errs := make([]error, n)
+		saved := make([]*executor.Saved, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				saved[i], errs[i] = stores[i%2].Reserve(ctxFor(t), key, "d1", time.Hour)
+			})
+		}
+		close(start)
+		wg.Wait()
+		won := 0
+		for i := range n {
+			switch {
+			case errs[i] == nil && saved[i] == nil:
+				won++
+			case !errors.Is(errs[i], executor.ErrInFlight):
+				t.Fatalf("round %d, Reserve %d = (%v, %v)", round, i, saved[i], errs[i])
+			}
+		}
+		if won != 1 {
+			t.Fatalf("round %d: %d winners across replicas, want 1", round, won)
+		}
+	}
+
+	// Events appended through both replicas share one gap-free sequence.
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if err := stores[i%2].Finish(ctxFor(t), executor.Finish{Event: executortest.Ev("acme", fmt.Sprint("inv-", i))}); err != nil {
+				t.Errorf("Finish %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	evs, err := stores[0].Events(ctxFor(t), "acme", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range evs {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d", i, e.Seq)
+		}
+	}
+	if len(evs) != n {
+		t.Fatalf("%d events, want %d", len(evs), n)
+	}
+}
+
+// TestFinishIsOneTransaction makes the last statement of Finish fail inside the database and
+// checks that the earlier ones were rolled back with it.
+func TestFinishIsOneTransaction(t *testing.T) {
+	pool := pgtest.New(t, postgres.Migrations)
+	st := postgres.New(pool, postgres.Options{})
+	ctx := ctxFor(t)
+	if _, err := pool.Exec(ctx, `
+		CREATE FUNCTION executor.refuse() RETURNS trigger LANGUAGE plpgsql AS
+			$$ BEGIN RAISE EXCEPTION 'refused by test: secret detail'; END $$;
+		CREATE TRIGGER refuse BEFORE INSERT ON executor.events
+			FOR EACH ROW WHEN (NEW.invocation_id = 'poison') EXECUTE FUNCTION executor.refuse();`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Reserve(ctx, executortest.Key(), "d1", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	err := st.Finish(ctx, executor.Finish{Key: new(executortest.Key()), Saved: executortest.Success("poison"),
+		Execution: executortest.Exec("acme", "alice", "ticket.refund", "ticket/42", "poison"), Event: executortest.Ev("acme", "poison")})
+	if err == nil {
+		t.Fatal("Finish succeeded")
+	}
+	if err.Error() != "executor: finish: database error" {
+		t.Errorf("message %q, want the generic one", err)
+	}
+	if _, err := st.Reserve(ctx, executortest.Key(), "d1", time.Hour); !errors.Is(err, executor.ErrInFlight) {
+		t.Errorf("after the failed Finish, Reserve = %v; want the key still in flight", err)
+	}
+	if ok, err := st.Executed(ctx, "acme", "alice", []string{"ticket.refund"}, "ticket/42"); err != nil || ok {
+		t.Errorf("Executed = %v, %v; want the execution rolled back", ok, err)
+	}
+	var heads int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM executor.event_heads WHERE seq > 0").Scan(&heads); err != nil || heads != 0 {
+		t.Errorf("%d event heads moved (%v); want none", heads, err)
+	}
+	// The same Finish with a clean event goes through: seq 1, not 2.
+	if err := st.Finish(ctx, executor.Finish{Key: new(executortest.Key()), Saved: executortest.Success("inv-2"),
+		Execution: executortest.Exec("acme", "alice", "ticket.refund", "ticket/42", "inv-2"), Event: executortest.Ev("acme", "inv-2")}); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := st.Events(ctx, "acme", 0, 0)
+	if err != nil || len(evs) != 1 || evs[0].Seq != 1 {
+		t.Fatalf("Events = %+v, %v; want one event with seq 1", evs, err)
+	}
+}
+
+// TestIndexesServeQueries checks that the two hot reads are answered from their indexes.
+func TestIndexesServeQueries(t *testing.T) {
+	pool := pgtest.New(t, postgres.Migrations)
+	st := postgres.New(pool, postgres.Options{})
+	ctx := ctxFor(t)
+	for i := range 200 {
+		inv := fmt.Sprint("inv-", i)
+		if err := st.Finish(ctx, executor.Finish{
+			Execution: executortest.Exec("acme", fmt.Sprint("user-", i%7), "expense.report.submit", fmt.Sprint("report/", i), inv),
+			Event:     executortest.Ev([]string{"acme", "globex"}[i%2], inv),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE executor.executions; ANALYZE executor.events"); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		sql   string
+		args  []any
+		index string
+	}{
+		{"executed", postgres.SQLExecuted, []any{"acme", "user-3", "report/10", []string{"expense.report.approve", "expense.report.submit"}}, "executions_sod"},
+		{"events", postgres.SQLEvents, []any{"acme", int64(40), 10}, "events_pkey"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Release()
+			// The tables are small, so steer the planner off sequential scans; what is checked
+			// is that a matching index exists, not the planner's cost model.
+			if _, err := conn.Exec(ctx, "SET enable_seqscan = off"); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _, _ = conn.Exec(context.Background(), "RESET enable_seqscan") }()
+			rows, err := conn.Query(ctx, "EXPLAIN "+tt.sql, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var plan strings.Builder
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan.WriteString(line + "\n")
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(plan.String(), tt.index) {
+				t.Fatalf("plan does not use %s:\n%s", tt.index, plan.String())
+			}
+		})
+	}
+}
+
+func TestPurgeExpired(t *testing.T) {
+	pool := pgtest.New(t, postgres.Migrations)
+	clk := &clock{now: executortest.Base}
+	st := postgres.New(pool, postgres.Options{Now: clk.Now})
+	ctx := ctxFor(t)
+	short, long := executortest.Key(), executortest.Key()
+	long.Key = "long"
+	if _, err := st.Reserve(ctx, short, "d1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Reserve(ctx, long, "d1", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.PurgeExpired(ctx); err != nil || n != 0 {
+		t.Fatalf("PurgeExpired before expiry = %d, %v; want 0", n, err)
+	}
+	clk.Advance(time.Minute)
+	if n, err := st.PurgeExpired(ctx); err != nil || n != 1 {
+		t.Fatalf("PurgeExpired = %d, %v; want 1", n, err)
+	}
+	if _, err := st.Reserve(ctx, long, "d1", time.Hour); !errors.Is(err, executor.ErrInFlight) {
+		t.Fatalf("the live record was purged: %v", err)
+	}
+}
+
+// TestUnavailable points a Store at an address where nothing listens: every method fails with
+// executor.ErrUnavailable, and no message says more than that.
+func TestUnavailable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	pool, err := pgxpool.New(ctxFor(t), "postgres://postgres:hunter2@"+addr+"/mandate?sslmode=disable&connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st := postgres.New(pool, postgres.Options{})
+	ctx := ctxFor(t)
+	calls := []struct {
+		name string
+		call func() error
+		msg  string
+	}{
+		{"Reserve", func() error { _, err := st.Reserve(ctx, executortest.Key(), "d1", time.Hour); return err }, "executor: reserve: store unavailable"},
+		{"Release", func() error { return st.Release(ctx, executortest.Key()) }, "executor: release: store unavailable"},
+		{"Finish", func() error {
+			return st.Finish(ctx, executor.Finish{Key: new(executortest.Key()), Saved: executortest.Success("inv-1"), Event: executortest.Ev("acme", "inv-1")})
+		}, "executor: finish: store unavailable"},
+		{"Executed", func() error {
+			_, err := st.Executed(ctx, "acme", "alice", []string{"ticket.refund"}, "ticket/42")
+			return err
+		}, "executor: executed: store unavailable"},
+		{"Events", func() error { _, err := st.Events(ctx, "acme", 0, 10); return err }, "executor: events: store unavailable"},
+		{"PurgeExpired", func() error { _, err := st.PurgeExpired(ctx); return err }, "executor: purge expired: store unavailable"},
+	}
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.call()
+			if !errors.Is(err, executor.ErrUnavailable) {
+				t.Fatalf("err = %v, want executor.ErrUnavailable", err)
+			}
+			if err.Error() != c.msg {
+				t.Errorf("message %q, want %q", err, c.msg)
+			}
+			for _, leak := range []string{"127.0.0.1", addr, "hunter2", "dial", "refused"} {
+				if strings.Contains(err.Error(), leak) {
+					t.Errorf("message %q leaks %q", err, leak)
+				}
+			}
+		})
+	}
+}

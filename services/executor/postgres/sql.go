@@ -1,0 +1,75 @@
+package postgres
+
+// SQL of the Store. Every table is schema-qualified: the pool's search_path is not ours.
+const (
+	// sqlReserve claims a key: it inserts a new record, or replaces an expired one, and returns
+	// a row only when it did either. ON CONFLICT makes the two atomic against concurrent
+	// callers, whose statements wait for the winner's row and then find it live.
+	// $1-$4 key, $5 digest, $6 now, $7 expiry.
+	sqlReserve = `INSERT INTO executor.idempotency AS i
+		(tenant, user_id, command, key, digest, state, reserved_at, expires_at)
+	VALUES ($1, $2, $3, $4, $5, 'in_flight', $6, $7)
+	ON CONFLICT (tenant, user_id, command, key) DO UPDATE SET
+		digest = EXCLUDED.digest, state = 'in_flight',
+		reserved_at = EXCLUDED.reserved_at, expires_at = EXCLUDED.expires_at,
+		finished_at = NULL, invocation_id = NULL, output = NULL, status = NULL, audit_id = NULL
+	WHERE i.expires_at <= EXCLUDED.reserved_at
+	RETURNING true`
+
+	// sqlReadRecord reads the record that a losing sqlReserve met. $5 is now.
+	sqlReadRecord = `SELECT digest, state = 'finished', expires_at <= $5,
+		coalesce(invocation_id, ''), output, status, coalesce(audit_id, '')
+	FROM executor.idempotency
+	WHERE tenant = $1 AND user_id = $2 AND command = $3 AND key = $4`
+
+	// sqlRelease drops a reservation that is still in flight.
+	sqlRelease = `DELETE FROM executor.idempotency
+	WHERE tenant = $1 AND user_id = $2 AND command = $3 AND key = $4 AND state = 'in_flight'`
+
+	// sqlComplete saves the response of an in-flight reservation; a finished record keeps
+	// its first response. $5 now, $6-$9 the response.
+	sqlComplete = `UPDATE executor.idempotency SET
+		state = 'finished', finished_at = $5,
+		invocation_id = $6, output = $7, status = $8, audit_id = $9
+	WHERE tenant = $1 AND user_id = $2 AND command = $3 AND key = $4 AND state = 'in_flight'`
+
+	// sqlInsertExecution records a run once per invocation.
+	sqlInsertExecution = `INSERT INTO executor.executions
+		(tenant, invocation_id, user_id, command, subject, time)
+	VALUES ($1, $2, $3, $4, $5, $6)
+	ON CONFLICT (tenant, invocation_id) DO NOTHING`
+
+	// sqlLockHead creates the tenant's event head if needed and locks it until COMMIT. The
+	// no-op update is what takes the lock on an existing row; a concurrent Finish for the
+	// tenant waits here, and the statements after it see that Finish's event.
+	sqlLockHead = `INSERT INTO executor.event_heads AS h (tenant, seq) VALUES ($1, 0)
+	ON CONFLICT (tenant) DO UPDATE SET seq = h.seq`
+
+	// sqlAppendEvent appends the event at head+1 and moves the head, unless the invocation
+	// already has an event (a repeated Finish): then neither happens. $1 tenant, $2-$8 the
+	// event.
+	sqlAppendEvent = `WITH ins AS (
+		INSERT INTO executor.events
+			(tenant, seq, invocation_id, command, subject, user_id, agent_id, result, time)
+		SELECT h.tenant, h.seq + 1, $2, $3, $4, $5, $6, $7, $8
+		FROM executor.event_heads h WHERE h.tenant = $1
+		ON CONFLICT (tenant, invocation_id) DO NOTHING
+		RETURNING seq
+	)
+	UPDATE executor.event_heads h SET seq = ins.seq FROM ins WHERE h.tenant = $1`
+
+	// sqlExecuted answers the separation-of-duties question with the executions_sod index.
+	sqlExecuted = `SELECT EXISTS (
+		SELECT FROM executor.executions
+		WHERE tenant = $1 AND user_id = $2 AND subject = $3 AND command = ANY($4::text[]))`
+
+	// sqlEvents reads a page of a tenant's outbox along its primary key.
+	sqlEvents = `SELECT seq, tenant, command, subject, invocation_id, user_id, agent_id, result, time
+	FROM executor.events
+	WHERE tenant = $1 AND seq > $2
+	ORDER BY seq
+	LIMIT $3`
+
+	// sqlPurgeExpired deletes expired idempotency records.
+	sqlPurgeExpired = `DELETE FROM executor.idempotency WHERE expires_at <= $1`
+)
