@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -139,6 +140,11 @@ type Executor struct {
 	cfg     Config
 	decoder *schema.Decoder
 	log     *slog.Logger
+	// sodTargets are the commands some declaration's separation of duties
+	// names; only their executions are recorded.
+	sodTargets map[string]bool
+	pending    chan struct{}
+	wg         sync.WaitGroup
 }
 
 // New validates cfg and returns an Executor.
@@ -173,7 +179,16 @@ func New(cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Executor{cfg: cfg, decoder: dec, log: cfg.Logger}, nil
+	targets := map[string]bool{}
+	for _, c := range cfg.Manifest.Commands() {
+		if c.SeparationOfDuties != nil {
+			for _, other := range c.SeparationOfDuties.ConflictsWith {
+				targets[other] = true
+			}
+			targets[c.Code] = true
+		}
+	}
+	return &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, sodTargets: targets, pending: make(chan struct{}, 1024)}, nil
 }
 
 // Call is one command invocation as a channel hands it over.
@@ -378,8 +393,10 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 
 	// audit intent: fail closed.
 	intent := e.record(inv, audit.PhaseIntent, audit.OutcomePending, "", "", "")
+	var intentRows []audit.Stored
 	if err := e.stage(ctx, StageAudit, func(ctx context.Context) error {
-		_, err := e.cfg.Audit.Append(ctx, intent)
+		var err error
+		intentRows, err = e.cfg.Audit.Append(ctx, intent)
 		return err
 	}); err != nil {
 		release()
@@ -412,17 +429,17 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		if isRefusalStage(fe.Stage) {
 			outcome = audit.OutcomeRefused
 		}
-		stored := e.outcome(ctx, inv, outcome, fe.Stage, fe.Code, fe.Message, nil)
-		e.finish(ctx, inv, Saved{InvocationID: inv.id, Status: statusBytes(fe), AuditID: auditID(stored)}, nil)
+		e.outcomeAsync(ctx, inv, outcome, fe.Stage, fe.Code, fe.Message, nil)
+		e.finish(ctx, inv, Saved{InvocationID: inv.id, Status: statusBytes(fe), AuditID: auditID(intentRows)}, nil)
 		return nil, fe
 	}
 	output, err := marshalOutput(out)
 	if err != nil {
 		return nil, e.fault(ctx, inv, StageDispatch, "handler.failed", err)
 	}
-	stored := e.outcome(ctx, inv, audit.OutcomeExecuted, "", "", "", output)
-	e.finish(ctx, inv, Saved{InvocationID: inv.id, Output: output, AuditID: auditID(stored)}, output)
-	return &Result{InvocationID: inv.id, Output: output, Message: out, AuditID: auditID(stored)}, nil
+	e.outcomeAsync(ctx, inv, audit.OutcomeExecuted, "", "", "", output)
+	e.finish(ctx, inv, Saved{InvocationID: inv.id, Output: output, AuditID: auditID(intentRows)}, output)
+	return &Result{InvocationID: inv.id, Output: output, Message: out, AuditID: auditID(intentRows)}, nil
 }
 
 // confirm opens a challenge or redeems the grant the call carries.
@@ -538,15 +555,39 @@ func (e *Executor) outcome(ctx context.Context, inv *invocation, outcome audit.O
 	}
 }
 
+// outcomeAsync writes the outcome row of a dispatched call after the reply:
+// the intent row is already durable, the write is retried until it lands,
+// and if the process dies first the audit reconciler records the outcome as
+// unknown. Only the intent commit is on the call's path.
+func (e *Executor) outcomeAsync(ctx context.Context, inv *invocation, outcome audit.Outcome, stage, code, msg string, result []byte) {
+	select {
+	case e.pending <- struct{}{}:
+	default:
+		// Too many outcomes in flight: write this one on the caller's time.
+		e.outcome(ctx, inv, outcome, stage, code, msg, result)
+		return
+	}
+	e.wg.Add(1)
+	go func() {
+		defer func() { <-e.pending; e.wg.Done() }()
+		e.outcome(ctx, inv, outcome, stage, code, msg, result)
+	}()
+}
+
+// Close waits for outcome rows still being written.
+func (e *Executor) Close() { e.wg.Wait() }
+
 // finish saves the idempotent response, the execution and the event.
 func (e *Executor) finish(ctx context.Context, inv *invocation, saved Saved, output []byte) {
 	f := Finish{}
 	if inv.idem != nil {
 		f.Key, f.Saved = inv.idem, saved
 	}
-	if output != nil {
+	if output != nil && !inv.cmd.ReadOnly() {
+		// Reads change nothing: no domain event, no history to check
+		// separation of duties against.
 		now := e.cfg.Now()
-		if inv.subject != "" {
+		if inv.subject != "" && e.sodTargets[inv.cmd.Code] {
 			f.Execution = &Execution{Tenant: inv.p.Tenant, User: inv.p.UserID, Command: inv.cmd.Code, Subject: inv.subject, InvocationID: inv.id, Time: now}
 		}
 		redacted, _ := schema.Redact(output, sensitiveOutput(inv))

@@ -115,7 +115,8 @@ type ExecuteResponse struct {
 	InvocationId string `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
 	// The command's result as a JSON object (protojson, proto field names).
 	Result *structpb.Struct `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
-	// The audit row of the outcome: `<tenant>/<seq>`.
+	// The audit row of the call's intent, `<tenant>/<seq>`; the outcome row
+	// follows it in the same chain (see AuditService.Get by invocation id).
 	AuditId string `protobuf:"bytes,3,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
 	// True when this is the stored response of an earlier call with the
 	// same idempotency key.

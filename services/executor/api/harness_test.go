@@ -83,9 +83,13 @@ type env struct {
 	auditPool *pgxpool.Pool
 	confirm   *confirm.Service
 	dir       *dirpg.Store
+	// backend is the executor's own connection to the helpdesk backend
+	// (service token, forwarding the caller's token from the context).
+	backend *grpc.ClientConn
+	writer  *audit.Writer
 }
 
-func authenticator(t *testing.T, ctx context.Context) *identity.Authenticator {
+func authenticator(t testing.TB, ctx context.Context) *identity.Authenticator {
 	t.Helper()
 	users, err := identity.NewVerifier(ctx, identity.Config{Audience: []string{"mandate"}, Issuers: []string{"test"}, DevSecret: devSecret})
 	if err != nil {
@@ -102,7 +106,7 @@ func authenticator(t *testing.T, ctx context.Context) *identity.Authenticator {
 	return auth
 }
 
-func serve(t *testing.T, ctx context.Context, srv *server.Server) {
+func serve(t testing.TB, ctx context.Context, srv *server.Server) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
@@ -126,7 +130,7 @@ func serve(t *testing.T, ctx context.Context, srv *server.Server) {
 	t.Fatal("server never became SERVING")
 }
 
-func start(t *testing.T) *env {
+func start(t testing.TB) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pool, url := pgtest.NewURL(t, dirpg.Migrations, auditpg.Migrations, execpg.Migrations, confirmpg.Migrations)
@@ -199,6 +203,7 @@ func start(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(exec.Close) // runs before the stores close: outcome rows land first
 	svc := api.New(exec, set)
 	esrv, err := server.New(server.Config{Name: "mandate.v1.ExecutorService", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Auth: authenticator(t, ctx), GRPCOptions: svc.ServerOptions()})
@@ -219,10 +224,10 @@ func start(t *testing.T) *env {
 		_ = backendConn.Close()
 		cancel()
 	})
-	return &env{exec: esrv, conn: conn, gateway: gw, helpdesk: hstore, audit: auditStore, auditPool: auditPool, confirm: confirmSvc, dir: dir}
+	return &env{exec: esrv, conn: conn, gateway: gw, helpdesk: hstore, audit: auditStore, auditPool: auditPool, confirm: confirmSvc, dir: dir, backend: backendConn, writer: writer}
 }
 
-func token(t *testing.T, tenant, user, agent string) string {
+func token(t testing.TB, tenant, user, agent string) string {
 	t.Helper()
 	model := ""
 	if agent != "" {
@@ -289,12 +294,20 @@ func reason(err error) string {
 	return ""
 }
 
-// rows returns the audit rows of an invocation.
-func (e *env) rows(t *testing.T, tenant, invocation string) []audit.Stored {
+// rows returns the audit rows of an invocation once there are want of
+// them: the outcome row of a dispatched call is written just after the
+// reply.
+func (e *env) rows(t *testing.T, tenant, invocation string, want int) []audit.Stored {
 	t.Helper()
-	rows, err := e.audit.Get(context.Background(), tenant, invocation)
-	if err != nil {
-		t.Fatalf("audit rows of %s: %v", invocation, err)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rows, err := e.audit.Get(context.Background(), tenant, invocation)
+		if err != nil {
+			t.Fatalf("audit rows of %s: %v", invocation, err)
+		}
+		if len(rows) >= want || time.Now().After(deadline) {
+			return rows
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return rows
 }

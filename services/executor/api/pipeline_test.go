@@ -100,11 +100,11 @@ func TestEveryStageRefuses(t *testing.T) {
 			if strings.Contains(tc.name, "feature") {
 				tenant = "globex"
 			}
-			rows := e.rows(t, tenant, ce.GetInvocationId())
 			want := 1
 			if tc.dispatched {
 				want = 2
 			}
+			rows := e.rows(t, tenant, ce.GetInvocationId(), want)
 			if len(rows) != want {
 				t.Fatalf("%d audit rows, want %d", len(rows), want)
 			}
@@ -181,7 +181,7 @@ func TestConfirmationFlow(t *testing.T) {
 	if got := resp.GetResult().GetFields()["status"].GetStringValue(); got != "REFUND_STATUS_ACCEPTED" {
 		t.Fatalf("result %v", resp.GetResult())
 	}
-	rows := e.rows(t, "acme", resp.GetInvocationId())
+	rows := e.rows(t, "acme", resp.GetInvocationId(), 2)
 	if len(rows) != 2 || rows[1].Outcome != audit.OutcomeExecuted || rows[1].Approval == nil || rows[1].Approval.Approver != "carol" ||
 		rows[1].AgentID != "finance-bot" || rows[1].ActorKind != audit.ActorAgent || rows[1].Model != "test-model" {
 		t.Fatalf("rows %+v", rows)
@@ -298,7 +298,7 @@ func TestGovernedProxy(t *testing.T) {
 	if ce := refusal(err); ce.GetStage() != "permission_check" || ce.GetCode() != "authorization.permission_denied" {
 		t.Fatalf("refund through the proxy: %v", err)
 	}
-	rows := e.rows(t, "acme", refusal(err).GetInvocationId())
+	rows := e.rows(t, "acme", refusal(err).GetInvocationId(), 1)
 	if len(rows) != 1 || rows[0].Channel != audit.ChannelGRPC {
 		t.Fatalf("rows %+v", rows)
 	}
@@ -346,7 +346,7 @@ func TestREST(t *testing.T) {
 	if code != 200 || body["replayed"] != true || body["invocation_id"] != first {
 		t.Fatalf("replay: %d %v", code, body)
 	}
-	rows := e.rows(t, "acme", first.(string))
+	rows := e.rows(t, "acme", first.(string), 2)
 	if len(rows) != 2 || rows[0].Channel != audit.ChannelREST {
 		t.Fatalf("rows %+v", rows)
 	}
