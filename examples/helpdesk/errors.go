@@ -61,7 +61,7 @@ const (
 	CodeInvalidKey = "idempotency.invalid_key"
 	// CodeInvalidPageToken: the page token is malformed or belongs to another search
 	// (InvalidArgument).
-	CodeInvalidPageToken = "schema.invalid_page_token"
+	CodeInvalidPageToken = "schema.invalid_page_token" //nolint:gosec // G101: an error code, not a credential
 	// CodeGatewayUnavailable: the payment gateway failed; nothing was refunded or booked
 	// (Unavailable, retriable).
 	CodeGatewayUnavailable = "payment.gateway_unavailable"

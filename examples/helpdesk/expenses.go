@@ -155,7 +155,7 @@ func (d *desk) recallReport(ctx context.Context, p identity.Principal, id, reaso
 // approveReport approves a submitted report of the approver's org.
 func (d *desk) approveReport(ctx context.Context, p identity.Principal, id, comment string) (ExpenseReport, error) {
 	return d.transition(ctx, p, id, func(r *ExpenseReport) error {
-		if false {
+		if r.OwnerOrg == "" || p.Org != r.OwnerOrg {
 			return refuse(StageScopeCheck, CodeScopeDenied, codes.PermissionDenied,
 				"expense report "+r.ID+" belongs to another organisation; only its own organisation approves it")
 		}

@@ -3,6 +3,7 @@ package helpdesk_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/mandate-dev/mandate/examples/helpdesk"
+	"github.com/mandate-dev/mandate/examples/helpdesk/memory"
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
 	"github.com/mandate-dev/mandate/internal/identity"
 )
@@ -21,68 +23,73 @@ var notFound = refusal{codes.NotFound, helpdesk.StageStateCheck, helpdesk.CodeNo
 
 func TestTrust(t *testing.T) {
 	forEachStore(t, func(t *testing.T, newStore func(*testing.T) helpdesk.Store) {
-		e := start(t, newStore, trusting("executor"))
-		svcToken, err := identity.MintService(serviceSecret, issuer, audience, "executor", time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		notVia := refusal{codes.PermissionDenied, helpdesk.StageScopeCheck, helpdesk.CodeNotViaExecutor}
-		refund := &helpdeskv1.IssueRefundRequest{TicketId: "T-1001", Amount: eur(100), Reason: "Goodwill", CardholderReference: "CH4242424242"}
-		tests := []struct {
-			name string
-			call func() error
-			want *refusal
-		}{
-			{"user through the executor", func() error {
-				_, err := e.exec.GetTicket(as(t, user("alice")), &helpdeskv1.GetTicketRequest{TicketId: "T-1001"})
-				return err
-			}, nil},
-			{"agent through the executor", func() error {
-				_, err := e.exec.GetTicket(as(t, agent("support-bot", "alice")), &helpdeskv1.GetTicketRequest{TicketId: "T-1001"})
-				return err
-			}, nil},
-			{"user calling directly", func() error {
-				_, err := e.direct.GetTicket(bearer(t, token(t, user("alice"))), &helpdeskv1.GetTicketRequest{TicketId: "T-1001"})
-				return err
-			}, &notVia},
-			{"agent calling directly", func() error {
-				_, err := e.direct.SearchTickets(bearer(t, token(t, agent("support-bot", "alice"))), &helpdeskv1.SearchTicketsRequest{})
-				return err
-			}, &notVia},
-			{"refund by a user calling directly", func() error {
-				_, err := e.direct.IssueRefund(bearer(t, token(t, user("carol"))), refund)
-				return err
-			}, &notVia},
-			{"relayed by a service the backend does not trust", func() error {
-				_, err := e.service("mcpbridge").IssueRefund(as(t, user("carol")), refund)
-				return err
-			}, &notVia},
-			{"service token without a user", func() error {
-				_, err := e.direct.GetTicket(bearer(t, svcToken), &helpdeskv1.GetTicketRequest{TicketId: "T-1001"})
-				return err
-			}, &refusal{codes.Unauthenticated, identity.Stage, identity.CodeInvalidToken}},
-			{"no token", func() error {
-				_, err := e.direct.GetTicket(testCtx(t), &helpdeskv1.GetTicketRequest{TicketId: "T-1001"})
-				return err
-			}, &refusal{codes.Unauthenticated, identity.Stage, identity.CodeMissingCredentials}},
-		}
-		for _, tt := range tests {
-			t.Run(tt.name, func(t *testing.T) {
-				err := tt.call()
-				if tt.want == nil {
-					mustOK(t, err)
-					return
-				}
-				checkRefusal(t, err, *tt.want)
-			})
-		}
-		if e.gw.Refunds() != 0 {
-			t.Errorf("refused callers moved money: %d refunds", e.gw.Refunds())
-		}
-		if tk, _ := e.store.Ticket(testCtx(t), "acme", "T-1001"); !tk.Refunded.IsZero() {
-			t.Errorf("refused callers booked a refund: %+v", tk.Refunded)
-		}
+		t.Run("any Mandate service", func(t *testing.T) { testTrust(t, start(t, newStore), false) })
+		t.Run("trusted services only", func(t *testing.T) { testTrust(t, start(t, newStore, trusting("executor")), true) })
 	})
+}
+
+func testTrust(t *testing.T, e *env, onlyExecutor bool) {
+	svcToken, err := identity.MintService(serviceSecret, issuer, audience, "executor", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notVia := refusal{codes.PermissionDenied, helpdesk.StageScopeCheck, helpdesk.CodeNotViaExecutor}
+	refund := &helpdeskv1.IssueRefundRequest{TicketId: "T-1001", Amount: eur(100), Reason: "Goodwill", CardholderReference: "CH4242424242"}
+	tests := []struct {
+		name string
+		call func() error
+		want *refusal
+	}{
+		{"user through the executor", func() error {
+			_, err := e.exec.GetTicket(as(t, user("alice")), &helpdeskv1.GetTicketRequest{TicketId: "T-1001"})
+			return err
+		}, nil},
+		{"agent through the executor", func() error {
+			_, err := e.exec.GetTicket(as(t, agent("support-bot", "alice")), &helpdeskv1.GetTicketRequest{TicketId: "T-1001"})
+			return err
+		}, nil},
+		{"user calling directly", func() error {
+			_, err := e.direct.GetTicket(bearer(t, token(t, user("alice"))), &helpdeskv1.GetTicketRequest{TicketId: "T-1001"})
+			return err
+		}, &notVia},
+		{"agent calling directly", func() error {
+			_, err := e.direct.SearchTickets(bearer(t, token(t, agent("support-bot", "alice"))), &helpdeskv1.SearchTicketsRequest{})
+			return err
+		}, &notVia},
+		{"refund by a user calling directly", func() error {
+			_, err := e.direct.IssueRefund(bearer(t, token(t, user("carol"))), refund)
+			return err
+		}, &notVia},
+		{"relayed by another Mandate service", func() error {
+			_, err := e.service("mcpbridge").IssueRefund(as(t, user("carol")), refund)
+			return err
+		}, map[bool]*refusal{true: &notVia, false: nil}[onlyExecutor]},
+		{"service token without a user", func() error {
+			_, err := e.direct.GetTicket(bearer(t, svcToken), &helpdeskv1.GetTicketRequest{TicketId: "T-1001"})
+			return err
+		}, &refusal{codes.Unauthenticated, identity.Stage, identity.CodeInvalidToken}},
+		{"no token", func() error {
+			_, err := e.direct.GetTicket(testCtx(t), &helpdeskv1.GetTicketRequest{TicketId: "T-1001"})
+			return err
+		}, &refusal{codes.Unauthenticated, identity.Stage, identity.CodeMissingCredentials}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			if tt.want == nil {
+				mustOK(t, err)
+				return
+			}
+			checkRefusal(t, err, *tt.want)
+		})
+	}
+	wantRefunds := map[bool]int{true: 0, false: 1}[onlyExecutor] // only the relayed refund
+	if e.gw.Refunds() != wantRefunds {
+		t.Errorf("gateway counted %d refunds, want %d: refused callers moved money", e.gw.Refunds(), wantRefunds)
+	}
+	if tk, _ := e.store.Ticket(testCtx(t), "acme", "T-1001"); tk.Refunded.Minor != int64(wantRefunds)*100 {
+		t.Errorf("booked %+v, want %d refunds of 1.00 EUR", tk.Refunded, wantRefunds)
+	}
 }
 
 func TestInvocationIDInRefusals(t *testing.T) {
@@ -445,5 +452,76 @@ func TestGateway(t *testing.T) {
 	}
 	if g.Refunds() != 50 {
 		t.Errorf("refused refunds were counted: %d", g.Refunds())
+	}
+}
+
+// flakyStore fails every call with err once it is set.
+type flakyStore struct {
+	helpdesk.Store
+	mu  sync.Mutex
+	err error
+}
+
+func (f *flakyStore) fail(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+}
+
+func (f *flakyStore) failure() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+func (f *flakyStore) Ticket(ctx context.Context, tenant, id string) (helpdesk.Ticket, error) {
+	if err := f.failure(); err != nil {
+		return helpdesk.Ticket{}, err
+	}
+	return f.Store.Ticket(ctx, tenant, id)
+}
+
+func (f *flakyStore) InTx(ctx context.Context, fn func(helpdesk.Tx) error) error {
+	if err := f.failure(); err != nil {
+		return err
+	}
+	return f.Store.InTx(ctx, fn)
+}
+
+// TestStoreFaults checks that store faults reach the client as a retriable
+// helpdesk.unavailable or a generic internal.error, never with the driver's text.
+func TestStoreFaults(t *testing.T) {
+	store := &flakyStore{Store: memory.New()}
+	e := start(t, func(*testing.T) helpdesk.Store { return store })
+	refund := &helpdeskv1.IssueRefundRequest{TicketId: "T-1001", Amount: eur(100), Reason: "Goodwill", CardholderReference: "CH4242424242"}
+	tests := []struct {
+		name string
+		err  error
+		want refusal
+	}{
+		{"unavailable", fmt.Errorf("%w: dial tcp 10.0.0.5:5432: connection refused", helpdesk.ErrUnavailable),
+			refusal{codes.Unavailable, helpdesk.StageDispatch, helpdesk.CodeUnavailable}},
+		{"anything else", errors.New(`relation "helpdesk.secret_table" does not exist`),
+			refusal{codes.Internal, helpdesk.StageDispatch, "internal.error"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store.fail(tt.err)
+			defer store.fail(nil)
+			_, gerr := e.exec.GetTicket(as(t, user("alice")), &helpdeskv1.GetTicketRequest{TicketId: "T-1001"})
+			_, rerr := e.exec.IssueRefund(as(t, user("carol")), refund)
+			for _, err := range []error{gerr, rerr} {
+				ce := checkRefusal(t, err, tt.want)
+				if ce.GetRetriable() != (tt.want.code == codes.Unavailable) {
+					t.Errorf("retriable = %v", ce.GetRetriable())
+				}
+				if msg := err.Error(); strings.Contains(msg, "10.0.0.5") || strings.Contains(msg, "secret_table") {
+					t.Errorf("the client sees the store's error text: %q", msg)
+				}
+			}
+			if e.gw.Refunds() != 0 {
+				t.Errorf("a refund went through a failing store: %d", e.gw.Refunds())
+			}
+		})
 	}
 }

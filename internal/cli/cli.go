@@ -35,10 +35,13 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"token":   {"mint a development token signed with the dev secret", runToken},
-	"migrate": {"apply every service's database migrations (idempotent, safe to run concurrently)", runMigrate},
-	"policy":  {"manage the policy directory: `mandate policy apply -f FILE`", runPolicy},
-	"audit":   {"run the audit service; `mandate audit query|verify` read the trail", runAudit},
+	"token":    {"mint a development token signed with the dev secret", runToken},
+	"migrate":  {"apply every service's database migrations (idempotent, safe to run concurrently)", runMigrate},
+	"policy":   {"manage the policy directory: `mandate policy apply -f FILE`", runPolicy},
+	"audit":    {"run the audit service; `mandate audit query|verify` read the trail", runAudit},
+	"confirm":  {"run the confirm service and its approval pages", runConfirm},
+	"executor": {"run the executor: the governed pipeline and proxy in front of the backends", runExecutor},
+	"helpdesk": {"run the helpdesk sample backend (serves only calls relayed by the executor)", runHelpdesk},
 }
 
 // errUsage marks errors already explained by usage output.

@@ -8,9 +8,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	helppg "github.com/mandate-dev/mandate/examples/helpdesk/postgres"
 	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
 	"github.com/mandate-dev/mandate/internal/storage/migrate"
 	"github.com/mandate-dev/mandate/internal/storage/pg"
+	confirmpg "github.com/mandate-dev/mandate/services/confirm/postgres"
+	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
 
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/directory"
@@ -19,7 +22,7 @@ import (
 // migrationSets lists every service's migrations, in the order
 // `mandate migrate` applies them.
 func migrationSets() []migrate.Set {
-	return []migrate.Set{dirpg.Migrations, auditMigrations}
+	return []migrate.Set{dirpg.Migrations, auditMigrations, confirmpg.Migrations, execpg.Migrations, helppg.Migrations}
 }
 
 // databaseFlag declares --database-url and requires it.

@@ -113,6 +113,19 @@ func (c closers) close() {
 	}
 }
 
+// pool opens Postgres for store=postgres (nil for memory).
+func (f *serviceFlags) pool(ctx context.Context, cl *closers) (*pgxpool.Pool, error) {
+	if f.storeKind != "postgres" {
+		return nil, nil
+	}
+	p, err := openPool(ctx, f.databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	cl.add(p.Close)
+	return p, nil
+}
+
 // directory opens the policy directory behind a cache: Postgres with change
 // notifications, or an empty in-memory directory.
 func (f *serviceFlags) directory(pool *pgxpool.Pool, cl *closers) directory.Resolver {

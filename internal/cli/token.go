@@ -17,6 +17,7 @@ func runToken(_ context.Context, args []string, io IO) error {
 		user, tenant, org, agent, model, modelVer string
 		issuer, audience                          string
 		ttl                                       time.Duration
+		login                                     string
 	)
 	s := config.New("token", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
@@ -30,12 +31,16 @@ func runToken(_ context.Context, args []string, io IO) error {
 	s.String(&issuer, "issuer", DefaultIssuer, "token issuer (iss)")
 	s.String(&audience, "audience", DefaultAudience, "token audience (aud)")
 	s.Duration(&ttl, "ttl", time.Hour, "token lifetime")
+	s.String(&login, "login-url", "", "print a one-time sign-in link to the approval pages at this base URL (e.g. http://127.0.0.1:8083) instead of a token")
 	s.Require("dev-secret", func() bool { return !secret.Set() })
 	s.Require("user", func() bool { return user == "" })
 	s.Require("tenant", func() bool { return tenant == "" })
 	s.Check(func() error {
 		if ttl <= 0 || ttl > 30*24*time.Hour {
 			return s.Errorf("ttl", "must be between 1s and 720h")
+		}
+		if login != "" && agent != "" {
+			return s.Errorf("login-url", "is for humans: agents never sign in to approve")
 		}
 		if (model != "" || modelVer != "") && agent == "" {
 			return s.Errorf("model", "is only meaningful with --agent")
@@ -46,6 +51,14 @@ func runToken(_ context.Context, args []string, io IO) error {
 		return nil
 	})
 	if err := s.Parse(args); err != nil {
+		return err
+	}
+	if login != "" {
+		link, err := loginURL(login, secret, issuer, user, tenant, min(ttl, 15*time.Minute))
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(io.Stdout, link)
 		return err
 	}
 	tok, err := identity.MintDev([]byte(secret.Reveal()), identity.MintRequest{

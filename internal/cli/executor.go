@@ -1,0 +1,146 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/config"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/server"
+	auditapi "github.com/mandate-dev/mandate/services/audit/api"
+	"github.com/mandate-dev/mandate/services/executor"
+	execapi "github.com/mandate-dev/mandate/services/executor/api"
+	execmem "github.com/mandate-dev/mandate/services/executor/memory"
+	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
+)
+
+// parseBackends reads "pkg.Service=host:port,…".
+func parseBackends(list []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, item := range list {
+		svc, addr, ok := strings.Cut(item, "=")
+		if !ok || svc == "" || addr == "" {
+			return nil, fmt.Errorf("%q is not service=address", item)
+		}
+		out[svc] = addr
+	}
+	return out, nil
+}
+
+func runExecutor(ctx context.Context, args []string, io IO) error {
+	var (
+		f                      serviceFlags
+		mf                     manifestFlags
+		backends               []string
+		auditAddr, confirmAddr string
+		confirmSideEffects     bool
+		idemTTL, deadline      time.Duration
+	)
+	s := config.New("executor", io.Env)
+	s.FlagSet().SetOutput(io.Stderr)
+	f.declare(s, "127.0.0.1:9092", "127.0.0.1:8082")
+	mf.declare(s)
+	s.Strings(&backends, "backend", nil, "backend per proto service: examples.helpdesk.v1.HelpdeskService=127.0.0.1:9191")
+	s.String(&auditAddr, "audit-addr", "127.0.0.1:9094", "gRPC address of the audit service")
+	s.String(&confirmAddr, "confirm-addr", "127.0.0.1:9093", "gRPC address of the confirm service")
+	s.Bool(&confirmSideEffects, "confirm-side-effects", false, "require confirmation for every command that declares side effects")
+	s.Duration(&idemTTL, "idempotency-ttl", 24*time.Hour, "how long idempotency keys are remembered")
+	s.Duration(&deadline, "default-deadline", 30*time.Second, "backend deadline for commands that declare none")
+	var backendMap map[string]string
+	s.Check(func() error {
+		var err error
+		if backendMap, err = parseBackends(backends); err != nil {
+			return s.Errorf("backend", "%v", err)
+		}
+		if len(backendMap) == 0 {
+			return s.Errorf("backend", "is required: name the address of every command's service")
+		}
+		return nil
+	})
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	log := f.logger(io.Stderr, "executor")
+	var cl closers
+	defer cl.close()
+	set, err := mf.load()
+	if err != nil {
+		return err
+	}
+	for _, c := range set.Commands() {
+		if _, ok := backendMap[c.RPC.Service]; !ok && c.Published() {
+			return errors.New("--backend names no address for " + c.RPC.Service + ", which serves " + c.Code)
+		}
+	}
+	auth, err := f.authenticator(ctx)
+	if err != nil {
+		return err
+	}
+	src, err := identity.NewServiceTokenSource([]byte(f.serviceSecret.Reveal()), f.issuers[0], f.audience[0], executor.ServiceName, time.Hour)
+	if err != nil {
+		return err
+	}
+	dial := func(addr string) (*grpc.ClientConn, error) {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)),
+			grpc.WithStreamInterceptor(identity.StreamClientInterceptor(src)))
+		if err == nil {
+			cl.add(func() { _ = conn.Close() })
+		}
+		return conn, err
+	}
+	conns := map[string]grpc.ClientConnInterface{}
+	for svc, addr := range backendMap {
+		c, err := dial(addr)
+		if err != nil {
+			return err
+		}
+		conns[svc] = c
+	}
+	auditConn, err := dial(auditAddr)
+	if err != nil {
+		return err
+	}
+	confirmConn, err := dial(confirmAddr)
+	if err != nil {
+		return err
+	}
+	pool, err := f.pool(ctx, &cl)
+	if err != nil {
+		return err
+	}
+	var store executor.Store
+	if pool != nil {
+		store = execpg.New(pool, execpg.Options{})
+	} else {
+		store = execmem.New(execmem.Options{})
+	}
+	exec, err := executor.New(executor.Config{
+		Manifest: set, Directory: f.directory(pool, &cl), Audit: auditapi.NewClient(auditConn),
+		Confirm: executor.NewRemoteConfirmer(confirmConn), Dispatcher: executor.NewGRPCDispatcher(conns),
+		Store: store, ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	cl.add(exec.Close)
+	api := execapi.New(exec, set)
+	srv, err := server.New(server.Config{Name: "mandate.v1.ExecutorService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr,
+		Auth: auth, Logger: log, GRPCOptions: api.ServerOptions()})
+	if err != nil {
+		return err
+	}
+	api.Register(srv.GRPC())
+	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+		return mandatev1.RegisterExecutorServiceHandler(ctx, mux, conn)
+	})
+	return srv.Run(ctx)
+}
