@@ -40,6 +40,7 @@ var commands = map[string]command{
 	"policy":   {"manage the policy directory: `mandate policy apply -f FILE`", runPolicy},
 	"audit":    {"run the audit service; `mandate audit query|verify` read the trail", runAudit},
 	"confirm":  {"run the confirm service and its approval pages", runConfirm},
+	"dev":      {"run the whole suite in one process on in-memory stores, with the helpdesk sample", runDev},
 	"executor": {"run the executor: the governed pipeline and proxy in front of the backends", runExecutor},
 	"helpdesk": {"run the helpdesk sample backend (serves only calls relayed by the executor)", runHelpdesk},
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/identity"
@@ -140,7 +141,12 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	}
 	api.Register(srv.GRPC())
 	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-		return mandatev1.RegisterExecutorServiceHandler(ctx, mux, conn)
+		if err := mandatev1.RegisterExecutorServiceHandler(ctx, mux, conn); err != nil {
+			return err
+		}
+		// The sample's own REST routes (google.api.http) go through the
+		// governed proxy like every other call.
+		return helpdeskv1.RegisterHelpdeskServiceHandler(ctx, mux, conn)
 	})
 	return srv.Run(ctx)
 }

@@ -1,0 +1,158 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mandate-dev/mandate/internal/manifest"
+)
+
+// TestDevRunsEveryExample starts `mandate dev` (the README's first command)
+// and runs every command's declared example as written, as the user the
+// demo directory allows, through human approval where declared.
+func TestDevRunsEveryExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	root, _ := filepath.Abs("..")
+	bin := filepath.Join(t.TempDir(), "mandate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/mandate")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	httpAddr, grpcAddr := freePort(t), freePort(t)
+	tokensFile := filepath.Join(t.TempDir(), "tokens.json")
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "dev", "--http-addr", httpAddr, "--grpc-addr", grpcAddr, "--tokens-file", tokensFile)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("mandate dev did not stop cleanly on Ctrl-C: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Error("mandate dev did not stop within 15s")
+		}
+		if t.Failed() {
+			t.Logf("mandate dev output:\n%s", tail(out.String(), 4000))
+		}
+	}()
+	base := "http://" + httpAddr
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(base + "/healthz") //nolint:noctx // test polling
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mandate dev never became healthy:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var tokens map[string]string
+	b, err := os.ReadFile(tokensFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &tokens); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"alice", "bob", "carol", "olive", "dave", "support-bot@alice", "finance-bot@carol"} {
+		if tokens[name] == "" {
+			t.Fatalf("no token for %s in %s", name, tokensFile)
+		}
+	}
+	if !strings.Contains(out.String(), "/approve/login?t=") {
+		t.Fatalf("no sign-in links printed:\n%s", out.String())
+	}
+
+	// The sample's own REST route runs through the governed proxy.
+	code, body := do(t, http.MethodGet, base+"/v1/tickets?query=charged%20twice", tokens["alice"], "")
+	if code != 200 || !strings.Contains(fmt.Sprint(body), "T-1001") {
+		t.Fatalf("GET /v1/tickets: %d %v", code, body)
+	}
+	code, body = do(t, http.MethodPost, base+"/v1/tickets/T-1001:refund", tokens["support-bot@alice"],
+		`{"amount":{"currency_code":"EUR","amount_minor":"100"},"reason":"dup","cardholder_reference":"CH4242424242"}`)
+	if code != 403 || body["code"] != "authorization.permission_denied" {
+		t.Fatalf("support-bot refund over the sample's route: %d %v", code, body)
+	}
+	if code, _ := do(t, http.MethodGet, base+"/openapi.json", "", ""); code != 200 {
+		t.Fatalf("/openapi.json: %d", code)
+	}
+
+	set, err := manifest.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAs := map[string]string{
+		"ticket.search": "alice", "ticket.get": "alice", "ticket.refund": "carol",
+		"expense.report.create": "alice", "expense.report.submit": "alice", "expense.report.recall": "alice",
+		"expense.report.approve": "bob",
+	}
+	for _, c := range set.Commands() {
+		for _, ex := range c.Examples {
+			t.Run(c.Code+"/"+ex.Description, func(t *testing.T) {
+				user, ok := runAs[c.Code]
+				if !ok {
+					t.Fatalf("no demo user for %s", c.Code)
+				}
+				url := base + "/v1/commands/" + c.Code + ":execute"
+				code, body := do(t, http.MethodPost, url, tokens[user], `{"input":`+string(ex.Input)+`}`)
+				if code == 422 && body["code"] == "confirmation.required" {
+					challenge := body["challenge_id"].(string)
+					if !strings.HasPrefix(body["approval_url"].(string), base+"/approve/") {
+						t.Fatalf("approval URL %v", body["approval_url"])
+					}
+					if code, body := do(t, http.MethodPost, base+"/v1/challenges/"+challenge+":decide", tokens[user], `{"decision":"DECISION_APPROVE"}`); code != 200 {
+						t.Fatalf("approve: %d %v", code, body)
+					}
+					code, body = do(t, http.MethodPost, url, tokens[user], `{"input":`+string(ex.Input)+`,"approval_grant_id":"`+challenge+`"}`)
+				}
+				if code != 200 {
+					t.Fatalf("%s as %s: %d %v", c.Code, user, code, body)
+				}
+			})
+		}
+	}
+}
+
+func do(t *testing.T, method, url, tok, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(context.Background(), method, url, strings.NewReader(body))
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return resp.StatusCode, m
+}
