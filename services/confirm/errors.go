@@ -88,10 +88,6 @@ var (
 // refuse returns an error matching base with a specific message.
 func refuse(base *Error, message string) *Error { return &Error{Code: base.Code, Message: message} }
 
-// Refuse is refuse for store implementations: an error matching base with a
-// specific message.
-func Refuse(base *Error, message string) error { return refuse(base, message) }
-
 // Invalid reports a field that breaks a rule.
 func Invalid(field, reason string) error { return refuse(ErrInvalid, field+": "+reason) }
 

@@ -101,9 +101,9 @@ func RenderPrompt(cmd *manifest.Command, in PromptInput) (Prompt, error) {
 	}, nil
 }
 
-// summary is one sentence, e.g. "support-bot acting for alice asks to
+// summary is one sentence such as: support-bot acting for alice asks to
 // refund a ticket (ticket.refund), which affects ledger and payment-gateway
-// and cannot be undone."
+// and cannot be undone.
 func summary(by, display string, cmd *manifest.Command) string {
 	var b strings.Builder
 	b.WriteString(by + " asks to " + lowerFirst(display) + " (" + cmd.Code + "), which ")

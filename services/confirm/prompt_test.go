@@ -19,7 +19,8 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // TestRenderPromptGolden renders prompts from real declarations (the
 // embedded helpdesk manifest) and from the fixtures, and compares them with
-// reviewed golden files. Regenerate with: go test ./services/confirm -run Golden -update
+// reviewed golden files. Regenerate them with
+// `go test ./services/confirm -run Golden -update`.
 func TestRenderPromptGolden(t *testing.T) {
 	set, err := manifest.Embedded()
 	if err != nil {

@@ -296,6 +296,10 @@ func (s *Service) Redeem(ctx context.Context, p identity.Principal, id, digest s
 	return g, nil
 }
 
+// pendingWindow bounds how many of a tenant's pending challenges Pending
+// reads before filtering them by visibility.
+const pendingWindow = 500
+
 // Pending lists the pending challenges of p's tenant that p may see, newest
 // first, at most limit.
 func (s *Service) Pending(ctx context.Context, p identity.Principal, limit int) ([]Challenge, error) {
@@ -306,7 +310,9 @@ func (s *Service) Pending(ctx context.Context, p identity.Principal, limit int) 
 	if err != nil {
 		return nil, err
 	}
-	all, err := s.store.ListPending(ctx, p.Tenant, 500)
+	// Visibility is decided here, not in the store: read a wide window, then
+	// keep what p may see.
+	all, err := s.store.ListPending(ctx, p.Tenant, pendingWindow)
 	if err != nil {
 		return nil, err
 	}

@@ -95,7 +95,7 @@ func (f *fixture) open(t *testing.T, p identity.Principal, command string) confi
 	inv := fmt.Sprintf("inv-%d", invocations.Add(1))
 	c, err := f.svc.Open(context.Background(), p, confirm.OpenRequest{
 		Command: command, InvocationDigest: confirmtest.Digest(inv), InvocationID: inv,
-		ArgumentsJSON: `{"ticket_id":"T-1","amount_cents":1250,"cardholder_reference":"[withheld]"}`,
+		ArgumentsJSON:  `{"ticket_id":"T-1","amount_cents":1250,"cardholder_reference":"[withheld]"}`,
 		WithheldFields: []string{"/cardholder_reference"},
 	})
 	if err != nil {
@@ -125,7 +125,7 @@ func (f *fixture) state(t *testing.T, id string) confirm.State {
 // when the agent's token names a user the policy would accept.
 func TestRule_AgentsNeverApprove_confirmation_approver_not_allowed(t *testing.T) {
 	f := setup(t, false)
-	refund := f.open(t, botForAlice, "ticket.refund")   // alice may approve it herself
+	refund := f.open(t, botForAlice, "ticket.refund")  // alice may approve it herself
 	payout := f.open(t, botForAlice, "payment.payout") // carol may approve it
 	cases := []struct {
 		name string

@@ -198,24 +198,26 @@ func (s *Store) Redeem(_ context.Context, tenant, id, digest string) (confirm.Ch
 
 // Watch implements confirm.Store.
 func (s *Store) Watch(ctx context.Context, tenant, id string) (<-chan confirm.Challenge, error) {
-	woken := s.hub.Wait(id)
+	sub := s.hub.Subscribe(id)
+	woken := sub.C()
 	first, err := s.Get(ctx, tenant, id)
 	if err != nil {
+		sub.Close()
 		return nil, err
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		sub.Close()
 		return nil, errClosed
 	}
-	s.wg.Add(1)
+	s.wg.Add(1) // under mu: Close cannot be waiting yet
 	s.mu.Unlock()
 	out := make(chan confirm.Challenge)
 	go func() {
 		defer s.wg.Done()
-		follow.Run(ctx, s.done, out, first, woken,
+		follow.Run(ctx, s.done, out, first, sub, woken,
 			func(ctx context.Context) (confirm.Challenge, error) { return s.Get(ctx, tenant, id) },
-			func() <-chan struct{} { return s.hub.Wait(id) },
 			follow.Options{Now: s.now})
 	}()
 	return out, nil

@@ -107,51 +107,51 @@ func LoginURL(baseURL string, secret []byte, issuer, user, tenant string, ttl ti
 	return strings.TrimRight(baseURL, "/") + loginPath + "?t=" + url.QueryEscape(tok), nil
 }
 
-// errBadLogin is every reason a sign-in token is refused; the reason goes
+// badLoginError is every reason a sign-in token is refused; the reason goes
 // to the log, the visitor only learns that the link does not work.
-type errBadLogin string
+type badLoginError string
 
-func (e errBadLogin) Error() string { return "sign-in token refused: " + string(e) }
+func (e badLoginError) Error() string { return "sign-in token refused: " + string(e) }
 
 // verifyLogin checks a sign-in token and returns its claims.
 func verifyLogin(raw string, secret []byte, issuers []string, now time.Time) (loginClaims, error) {
 	var c loginClaims
 	if raw == "" {
-		return c, errBadLogin("no token")
+		return c, badLoginError("no token")
 	}
 	if len(raw) > maxTokenBytes {
-		return c, errBadLogin("token too large")
+		return c, badLoginError("token too large")
 	}
 	tok, err := jwt.ParseSigned(raw, []jose.SignatureAlgorithm{jose.HS256})
 	if err != nil {
-		return c, errBadLogin("malformed token or algorithm other than HS256")
+		return c, badLoginError("malformed token or algorithm other than HS256")
 	}
 	if len(tok.Headers) != 1 || tok.Headers[0].KeyID != "" || tok.Headers[0].JSONWebKey != nil {
-		return c, errBadLogin("unexpected token header")
+		return c, badLoginError("unexpected token header")
 	}
 	var foreign foreignClaims
 	if err := tok.Claims(secret, &c, &foreign); err != nil {
-		return c, errBadLogin("signature does not verify")
+		return c, badLoginError("signature does not verify")
 	}
 	switch {
 	case foreign.Subject != nil || foreign.Act != nil || foreign.Service != nil:
-		return c, errBadLogin("a bearer token is not a sign-in token")
+		return c, badLoginError("a bearer token is not a sign-in token")
 	case c.Purpose != LoginPurpose:
-		return c, errBadLogin("wrong purpose")
+		return c, badLoginError("wrong purpose")
 	case !slices.Contains(c.Audience, LoginAudience):
-		return c, errBadLogin("wrong audience")
+		return c, badLoginError("wrong audience")
 	case !slices.Contains(issuers, c.Issuer):
-		return c, errBadLogin("untrusted issuer")
+		return c, badLoginError("untrusted issuer")
 	case c.ID == "" || c.User == "" || c.Tenant == "":
-		return c, errBadLogin("missing jti, user or tenant")
+		return c, badLoginError("missing jti, user or tenant")
 	case c.Expiry == nil || c.IssuedAt == nil:
-		return c, errBadLogin("missing exp or iat")
+		return c, badLoginError("missing exp or iat")
 	case now.After(c.Expiry.Time().Add(loginLeeway)):
-		return c, errBadLogin("expired")
+		return c, badLoginError("expired")
 	case now.Add(loginLeeway).Before(c.IssuedAt.Time()), c.NotBefore != nil && now.Add(loginLeeway).Before(c.NotBefore.Time()):
-		return c, errBadLogin("not valid yet")
+		return c, badLoginError("not valid yet")
 	case c.Expiry.Time().Sub(c.IssuedAt.Time()) > MaxLoginTTL:
-		return c, errBadLogin("lifetime exceeds the maximum")
+		return c, badLoginError("lifetime exceeds the maximum")
 	}
 	return c, nil
 }

@@ -35,7 +35,6 @@ type fixture struct {
 	srv     *httptest.Server
 	confirm *confirm.Service
 	store   *memory.Store
-	now     time.Time
 }
 
 // newFixture serves the page alone (no gRPC) over loopback HTTP, on memory

@@ -43,15 +43,18 @@ func (s *Store) Watch(ctx context.Context, tenant, id string) (<-chan confirm.Ch
 	}
 	t.Stop()
 
-	woken := s.hub.Wait(id)
+	sub := s.hub.Subscribe(id)
+	woken := sub.C()
 	first, err := s.Get(ctx, tenant, id)
 	if err != nil {
+		sub.Close()
 		s.unwatch()
 		return nil, err
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		sub.Close()
 		s.unwatch()
 		return nil, errClosed
 	}
@@ -61,9 +64,8 @@ func (s *Store) Watch(ctx context.Context, tenant, id string) (<-chan confirm.Ch
 	go func() {
 		defer s.wg.Done()
 		defer s.unwatch()
-		follow.Run(ctx, s.done, out, first, woken,
+		follow.Run(ctx, s.done, out, first, sub, woken,
 			func(ctx context.Context) (confirm.Challenge, error) { return s.Get(ctx, tenant, id) },
-			func() <-chan struct{} { return s.hub.Wait(id) },
 			follow.Options{Poll: s.opts.WatchPoll, Logger: s.opts.Logger})
 	}()
 	return out, nil

@@ -1,9 +1,3 @@
-// Package follow is the watch machinery shared by the confirm stores: a
-// [Hub] that wakes the watchers of a challenge when it changed, and [Run],
-// the loop that re-reads a challenge on every wake-up (and at its expiry)
-// and sends it until it is no longer pending. Watchers receive only a
-// wake-up through the Hub and read the challenge from the store, so a lost
-// or duplicated wake-up costs at most a poll interval or a read.
 package follow
 
 import (
@@ -16,47 +10,79 @@ import (
 	"github.com/mandate-dev/mandate/services/confirm"
 )
 
-// Hub wakes waiters per key (challenge id). Its zero value is ready to use.
+// Hub wakes the subscribers of a key (a challenge id). Its zero value is
+// ready to use. Keys without subscribers cost nothing: notifications for
+// them are dropped, and a key's state goes when its last subscriber leaves.
 type Hub struct {
-	mu    sync.Mutex
-	chans map[string]chan struct{}
+	mu     sync.Mutex
+	topics map[string]*topic
 }
 
-// Wait returns a channel that is closed at the next Notify(key) or
-// NotifyAll. Take it before reading, so that a change between the read and
-// the wait is not missed.
-func (h *Hub) Wait(key string) <-chan struct{} {
+type topic struct {
+	ch   chan struct{} // closed and replaced by Notify
+	subs int
+}
+
+// Sub is one subscription to a key.
+type Sub struct {
+	hub *Hub
+	key string
+	t   *topic
+}
+
+// Subscribe starts a subscription; Close ends it.
+func (h *Hub) Subscribe(key string) *Sub {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.chans == nil {
-		h.chans = map[string]chan struct{}{}
+	if h.topics == nil {
+		h.topics = map[string]*topic{}
 	}
-	ch, ok := h.chans[key]
+	t, ok := h.topics[key]
 	if !ok {
-		ch = make(chan struct{})
-		h.chans[key] = ch
+		t = &topic{ch: make(chan struct{})}
+		h.topics[key] = t
 	}
-	return ch
+	t.subs++
+	return &Sub{hub: h, key: key, t: t}
 }
 
-// Notify wakes the waiters of key.
+// C returns a channel that is closed at the next Notify of the key (or
+// NotifyAll). Take it before reading, so that a change between the read and
+// the wait is not missed.
+func (s *Sub) C() <-chan struct{} {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	return s.t.ch
+}
+
+// Close ends the subscription.
+func (s *Sub) Close() {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	s.t.subs--
+	if s.t.subs == 0 && s.hub.topics[s.key] == s.t {
+		delete(s.hub.topics, s.key)
+	}
+}
+
+// Notify wakes the subscribers of key.
 func (h *Hub) Notify(key string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if ch, ok := h.chans[key]; ok {
-		close(ch)
-		delete(h.chans, key)
+	if t, ok := h.topics[key]; ok {
+		close(t.ch)
+		t.ch = make(chan struct{})
 	}
 }
 
-// NotifyAll wakes every waiter, e.g. after notifications may have been
+// NotifyAll wakes every subscriber, e.g. after notifications may have been
 // lost.
 func (h *Hub) NotifyAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for k, ch := range h.chans {
-		close(ch)
-		delete(h.chans, k)
+	for _, t := range h.topics {
+		close(t.ch)
+		t.ch = make(chan struct{})
 	}
 }
 
@@ -79,12 +105,13 @@ type Options struct {
 const minWake = 20 * time.Millisecond
 
 // Run sends first, then the challenge again whenever a read after a
-// wake-up (wait), a poll or its expiry shows it changed, until it is no
-// longer pending or ctx or done end; then it closes out. woken is the Hub
-// channel taken before first was read.
+// wake-up of sub, a poll or its expiry shows it changed, until it is no
+// longer pending or ctx or done end; then it closes out and sub. woken is
+// sub's channel as taken before first was read.
 func Run(ctx context.Context, done <-chan struct{}, out chan<- confirm.Challenge, first confirm.Challenge,
-	woken <-chan struct{}, get func(context.Context) (confirm.Challenge, error), wait func() <-chan struct{}, opts Options) {
+	sub *Sub, woken <-chan struct{}, get func(context.Context) (confirm.Challenge, error), opts Options) {
 	defer close(out)
+	defer sub.Close()
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -131,7 +158,7 @@ func Run(ctx context.Context, done <-chan struct{}, out chan<- confirm.Challenge
 			t.Stop()
 		case <-t.C:
 		}
-		woken = wait()
+		woken = sub.C()
 		c, err := get(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, confirm.ErrNotFound) {
