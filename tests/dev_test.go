@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func TestDevRunsEveryExample(t *testing.T) {
 	}
 	httpAddr, grpcAddr := freePort(t), freePort(t)
 	tokensFile := filepath.Join(t.TempDir(), "tokens.json")
-	var out bytes.Buffer
+	var out syncBuffer
 	cmd := exec.Command(bin, "dev", "--http-addr", httpAddr, "--grpc-addr", grpcAddr, "--tokens-file", tokensFile)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -137,6 +138,25 @@ func TestDevRunsEveryExample(t *testing.T) {
 			})
 		}
 	}
+}
+
+// syncBuffer is a bytes.Buffer the child's output goroutine and the test
+// can share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func do(t *testing.T, method, url, tok, body string) (int, map[string]any) {

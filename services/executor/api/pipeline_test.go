@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -245,12 +246,21 @@ func TestConcurrentSameKey(t *testing.T) {
 	if len(reports) != 1 {
 		t.Fatalf("reports created: %v (in flight: %d), want exactly one", reports, inFlight)
 	}
-	page, err := e.audit.Query(context.Background(), audit.Filter{Tenant: "acme", Command: "expense.report.create", Outcomes: []audit.Outcome{audit.OutcomeExecuted}})
-	if err != nil {
-		t.Fatal(err)
+	// The outcome row lands just after the reply.
+	var executed int
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		page, err := e.audit.Query(context.Background(), audit.Filter{Tenant: "acme", Command: "expense.report.create", Outcomes: []audit.Outcome{audit.OutcomeExecuted}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		executed = len(page.Records)
+		if executed >= 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	if len(page.Records) != 1 {
-		t.Fatalf("%d executed creates in the trail, want 1", len(page.Records))
+	if executed != 1 {
+		t.Fatalf("%d executed creates in the trail, want 1", executed)
 	}
 	// After the first finished, the same key replays its response.
 	resp, err := e.execute(t, alice, "expense.report.create", createInput, withKey("same-key"))
