@@ -1,0 +1,183 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{os.Getenv("MANDATE_CHROMIUM"), "/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"} {
+		if name == "" {
+			continue
+		}
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("MANDATE_REQUIRE_BROWSER") == "1" {
+		t.Fatal("MANDATE_REQUIRE_BROWSER=1 but no Chromium found (apt-get install -y chromium)")
+	}
+	t.Skip("no Chromium: apt-get install -y chromium")
+	return ""
+}
+
+// TestApprovalInBrowser: an agent's refund waits for a human; carol signs
+// in with the link `mandate dev` printed, approves in a real browser, and
+// the waiting call completes; a declined one is refused with
+// confirmation.refused and moves no money.
+func TestApprovalInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary and a browser")
+	}
+	chrome := chromiumPath(t)
+	root, _ := filepath.Abs("..")
+	bin := filepath.Join(t.TempDir(), "mandate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/mandate")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	httpAddr := freePort(t)
+	tokensFile := filepath.Join(t.TempDir(), "tokens.json")
+	var out syncBuffer
+	cmd := exec.Command(bin, "dev", "--http-addr", httpAddr, "--grpc-addr", freePort(t), "--tokens-file", tokensFile)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("mandate dev output:\n%s", tail(out.String(), 3000))
+		}
+	})
+	base := "http://" + httpAddr
+	var carolLink string
+	for deadline := time.Now().Add(20 * time.Second); carolLink == ""; {
+		sc := bufio.NewScanner(strings.NewReader(out.String()))
+		for sc.Scan() {
+			if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "carol" && strings.Contains(f[1], "/approve/login?t=") {
+				carolLink = f[1]
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no sign-in link for carol:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var tokens map[string]string
+	b, err := os.ReadFile(tokensFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &tokens); err != nil {
+		t.Fatal(err)
+	}
+	bot := tokens["finance-bot@carol"]
+	execute := base + "/v1/commands/ticket.refund:execute"
+	refund := func(amount, grant string) (int, map[string]any) {
+		body := `{"input":{"ticket_id":"T-1001","amount":{"currency_code":"EUR","amount_minor":"` + amount + `"},"reason":"Charged twice","cardholder_reference":"CH4242424242"}`
+		if grant != "" {
+			body += `,"approval_grant_id":"` + grant + `"`
+		}
+		return do(t, http.MethodPost, execute, bot, body+"}")
+	}
+
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chrome),
+		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
+		chromedp.UserDataDir(t.TempDir()))
+	defer cancelAlloc()
+	browser, cancelTab := chromedp.NewContext(allocCtx)
+	defer cancelTab()
+	browser, cancel := context.WithTimeout(browser, 90*time.Second)
+	defer cancel()
+	if err := chromedp.Do(browser, chromedp.Navigate(carolLink), chromedp.WaitVisible(chromedp.ID("pending"))); err != nil {
+		t.Fatalf("carol signing in: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name, amount, button, state string
+		wantStatus                  int
+		wantCode                    string
+	}{
+		{"approve", "2500", "approve", "APPROVED", 200, ""},
+		{"decline", "1000", "decline", "DECLINED", 403, "confirmation.refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := refund(tc.amount, "")
+			if code != 422 || body["code"] != "confirmation.required" {
+				t.Fatalf("first call: %d %v", code, body)
+			}
+			challenge, approvalURL := body["challenge_id"].(string), body["approval_url"].(string)
+			// The agent waits for the human's answer.
+			decided := make(chan string, 1)
+			go func() {
+				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, base+"/v1/challenges/"+challenge+":await", nil)
+				req.Header.Set("Authorization", "Bearer "+bot)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					decided <- "error: " + err.Error()
+					return
+				}
+				defer func() { _ = resp.Body.Close() }()
+				sc := bufio.NewScanner(resp.Body)
+				for sc.Scan() {
+					var msg struct {
+						Result struct {
+							State string `json:"state"`
+						} `json:"result"`
+					}
+					if json.Unmarshal(sc.Bytes(), &msg) == nil && msg.Result.State != "" && msg.Result.State != "CHALLENGE_STATE_PENDING" {
+						decided <- msg.Result.State
+						return
+					}
+				}
+				decided <- "stream ended"
+			}()
+			if err := chromedp.Do(browser,
+				chromedp.Navigate(approvalURL),
+				chromedp.WaitVisible(chromedp.ID(tc.button)),
+				chromedp.Click(chromedp.ID(tc.button)),
+				chromedp.WaitVisible(chromedp.CSS(`#challenge[data-state="`+tc.state+`"]`)),
+			); err != nil {
+				t.Fatalf("clicking %s: %v", tc.button, err)
+			}
+			select {
+			case state := <-decided:
+				if state != "CHALLENGE_STATE_"+tc.state {
+					t.Fatalf("the waiting agent saw %q", state)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the waiting agent never heard the decision")
+			}
+			code, body = refund(tc.amount, challenge)
+			if code != tc.wantStatus || (tc.wantCode != "" && body["code"] != tc.wantCode) {
+				t.Fatalf("call with the grant: %d %v", code, body)
+			}
+			if tc.wantCode == "" && !strings.Contains(tail(jsonString(body), 2000), "REFUND_STATUS_ACCEPTED") {
+				t.Fatalf("refund result: %v", body)
+			}
+		})
+	}
+}
+
+func jsonString(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
