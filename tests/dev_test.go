@@ -111,7 +111,7 @@ func TestDevRunsEveryExample(t *testing.T) {
 	runAs := map[string]string{
 		"ticket.search": "alice", "ticket.get": "alice", "ticket.refund": "carol",
 		"expense.report.create": "alice", "expense.report.submit": "alice", "expense.report.recall": "alice",
-		"expense.report.approve": "bob",
+		"expense.report.approve": "bob", "ops.review": "olive",
 	}
 	for _, c := range set.Commands() {
 		for _, ex := range c.Examples {

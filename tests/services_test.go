@@ -160,9 +160,10 @@ func TestServicesAsProcesses(t *testing.T) {
 	s.start("audit")
 	s.start("confirm")
 	s.start("helpdesk")
+	s.start("catalog")
 	s.start("executor",
 		"--audit-addr", s.http["audit-grpc"], "--confirm-addr", s.http["confirm-grpc"],
-		"--backend", "examples.helpdesk.v1.HelpdeskService="+s.http["helpdesk-grpc"])
+		"--backend", "examples.helpdesk.v1.HelpdeskService="+s.http["helpdesk-grpc"]+",mandate.v1.CatalogService="+s.http["catalog-grpc"])
 	execURL := "http://" + s.http["executor"] + "/v1/commands/"
 
 	alice := s.token("--user", "alice", "--tenant", "acme")

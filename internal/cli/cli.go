@@ -39,6 +39,7 @@ var commands = map[string]command{
 	"migrate":  {"apply every service's database migrations (idempotent, safe to run concurrently)", runMigrate},
 	"policy":   {"manage the policy directory: `mandate policy apply -f FILE`", runPolicy},
 	"audit":    {"run the audit service; `mandate audit query|verify` read the trail", runAudit},
+	"catalog":  {"run the catalog: tool lists per principal, manifest reads, ops.review", runCatalog},
 	"confirm":  {"run the confirm service and its approval pages", runConfirm},
 	"dev":      {"run the whole suite in one process on in-memory stores, with the helpdesk sample", runDev},
 	"executor": {"run the executor: the governed pipeline and proxy in front of the backends", runExecutor},

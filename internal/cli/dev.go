@@ -31,6 +31,8 @@ import (
 	"github.com/mandate-dev/mandate/services/audit"
 	auditapi "github.com/mandate-dev/mandate/services/audit/api"
 	auditmem "github.com/mandate-dev/mandate/services/audit/memory"
+	"github.com/mandate-dev/mandate/services/catalog"
+	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
 	"github.com/mandate-dev/mandate/services/confirm"
 	confirmapi "github.com/mandate-dev/mandate/services/confirm/api"
 	confirmmem "github.com/mandate-dev/mandate/services/confirm/memory"
@@ -138,6 +140,15 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		return err
 	}
 	backend.Register(backendSrv.GRPC())
+	cat, err := catalog.New(catalog.Config{Manifest: set, Directory: dirStore, TrustedServices: []string{executor.ServiceName}, Logger: log})
+	if err != nil {
+		return err
+	}
+	cl.add(cat.Close)
+	catAPI := catalogapi.New(cat, log)
+	// ops.review is a command: the executor dispatches it to the catalog on
+	// the internal port, like any backend.
+	catAPI.Register(backendSrv.GRPC())
 	src, err := identity.NewServiceTokenSource(serviceSecret, DefaultIssuer, DefaultAudience, executor.ServiceName, time.Hour)
 	if err != nil {
 		return err
@@ -151,8 +162,11 @@ func runDev(ctx context.Context, args []string, io IO) error {
 
 	exec, err := executor.New(executor.Config{
 		Manifest: set, Directory: dir, Audit: writer, Confirm: executor.LocalConfirmer{Service: confirmSvc},
-		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{"examples.helpdesk.v1.HelpdeskService": backendConn}),
-		Store:      execmem.New(execmem.Options{}), Logger: log,
+		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{
+			"examples.helpdesk.v1.HelpdeskService": backendConn,
+			"mandate.v1.CatalogService":            backendConn,
+		}),
+		Store: execmem.New(execmem.Options{}), Logger: log,
 	})
 	if err != nil {
 		return err
@@ -166,6 +180,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	execSvc.Register(srv.GRPC())
 	auditapi.New(writer, dir, log).Register(srv.GRPC())
 	confirmapi.New(confirmSvc, log).Register(srv.GRPC())
+	catAPI.Register(srv.GRPC()) // tool lists and manifest reads; Review refuses calls not relayed by the executor
 	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 		if err := mandatev1.RegisterExecutorServiceHandler(ctx, mux, conn); err != nil {
 			return err
@@ -174,6 +189,9 @@ func runDev(ctx context.Context, args []string, io IO) error {
 			return err
 		}
 		if err := mandatev1.RegisterConfirmServiceHandler(ctx, mux, conn); err != nil {
+			return err
+		}
+		if err := catalogapi.Gateway(ctx, mux, conn); err != nil {
 			return err
 		}
 		// The sample's own REST routes (google.api.http) go through the
@@ -206,7 +224,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 
 	fmt.Fprintf(io.Stdout, "Mandate dev: the whole suite in one process on in-memory stores (nothing is kept).\n\n")
 	fmt.Fprintf(io.Stdout, "  REST      http://%s/v1/commands/{code}:execute   (also /v1/audit/…, /v1/challenges/…)\n", srv.HTTPAddr())
-	fmt.Fprintf(io.Stdout, "  gRPC      %s   (ExecutorService, AuditService, ConfirmService, and the governed HelpdeskService proxy)\n", srv.GRPCAddr())
+	fmt.Fprintf(io.Stdout, "  gRPC      %s   (ExecutorService, CatalogService, AuditService, ConfirmService, and the governed HelpdeskService proxy)\n", srv.GRPCAddr())
 	fmt.Fprintf(io.Stdout, "  approvals http://%s/approve/{challenge}\n", srv.HTTPAddr())
 	fmt.Fprintf(io.Stdout, "  OpenAPI   http://%s/openapi.json   health http://%s/healthz\n\n", srv.HTTPAddr(), srv.HTTPAddr())
 	if tokensFile != "" {

@@ -20,8 +20,10 @@ import (
 // the descriptor bytes, which depend on the compiler that produced them.
 func TestHelpdeskManifestGolden(t *testing.T) {
 	root := repoRoot(t)
-	set := compileProtos(t, filepath.Join(root, "proto"), "examples/helpdesk/v1/helpdesk.proto")
-	out, err := compile.Compile(set, []string{"examples/helpdesk/v1/helpdesk.proto"})
+	// buf generates every file under proto/: the same targets here.
+	targets := protoFiles(t, filepath.Join(root, "proto"))
+	set := compileProtos(t, filepath.Join(root, "proto"), targets...)
+	out, err := compile.Compile(set, targets)
 	if err != nil {
 		t.Fatalf("helpdesk refused: %v", err)
 	}
@@ -42,10 +44,26 @@ func TestHelpdeskManifestGolden(t *testing.T) {
 	for _, c := range m.Commands {
 		codes = append(codes, c.Code)
 	}
-	wantCodes := "expense.report.approve,expense.report.create,expense.report.recall,expense.report.submit,ticket.get,ticket.refund,ticket.search"
+	wantCodes := "expense.report.approve,expense.report.create,expense.report.recall,expense.report.submit,ops.review,ticket.get,ticket.refund,ticket.search"
 	if strings.Join(codes, ",") != wantCodes {
 		t.Errorf("codes %v, want %s", codes, wantCodes)
 	}
+}
+
+func protoFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".proto") {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func commandsJSON(t *testing.T, raw []byte) []byte {

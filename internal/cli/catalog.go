@@ -1,0 +1,63 @@
+package cli
+
+import (
+	"context"
+
+	"github.com/mandate-dev/mandate/internal/config"
+	"github.com/mandate-dev/mandate/internal/directory"
+	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
+	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
+	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/services/catalog"
+	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
+	"github.com/mandate-dev/mandate/services/executor"
+)
+
+// runCatalog runs the catalog: per-principal tool lists, manifest reads,
+// change streams, and the ops.review command (relayed by the executor).
+func runCatalog(ctx context.Context, args []string, io IO) error {
+	var (
+		f  serviceFlags
+		mf manifestFlags
+	)
+	s := config.New("catalog", io.Env)
+	s.FlagSet().SetOutput(io.Stderr)
+	f.declare(s, "127.0.0.1:9091", "127.0.0.1:8081")
+	mf.declare(s)
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	log := f.logger(io.Stderr, "catalog")
+	var cl closers
+	defer cl.close()
+	set, err := mf.load()
+	if err != nil {
+		return err
+	}
+	auth, err := f.authenticator(ctx)
+	if err != nil {
+		return err
+	}
+	pool, err := f.pool(ctx, &cl)
+	if err != nil {
+		return err
+	}
+	var store directory.Store = dirmem.New()
+	if pool != nil {
+		ps := dirpg.New(pool, dirpg.Options{Logger: log})
+		cl.add(ps.Close)
+		store = ps
+	}
+	cat, err := catalog.New(catalog.Config{Manifest: set, Directory: store, TrustedServices: []string{executor.ServiceName}, Logger: log})
+	if err != nil {
+		return err
+	}
+	cl.add(cat.Close)
+	srv, err := server.New(server.Config{Name: "mandate.v1.CatalogService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log})
+	if err != nil {
+		return err
+	}
+	catalogapi.New(cat, log).Register(srv.GRPC())
+	srv.HandleGateway(catalogapi.Gateway)
+	return srv.Run(ctx)
+}
