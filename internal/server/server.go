@@ -70,6 +70,9 @@ type Server struct {
 	grpcLis  net.Listener
 	httpLis  net.Listener
 	nonce    string
+	// stopping is closed when shutdown begins, ending long-lived streams
+	// (Watch, Await) so GracefulStop does not wait for its timeout.
+	stopping chan struct{}
 }
 
 // New builds the servers and binds the listeners, so the addresses are
@@ -96,11 +99,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.nonce = newNonce()
+	s.stopping = make(chan struct{})
 	opts := append([]grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.ChainUnaryInterceptor(s.recoverUnary, s.gatewayUnary, cfg.Auth.UnaryServerInterceptor(), v.unary),
-		grpc.ChainStreamInterceptor(s.recoverStream, s.gatewayStream, cfg.Auth.StreamServerInterceptor(), v.stream),
+		grpc.ChainStreamInterceptor(s.recoverStream, s.stopStream, s.gatewayStream, cfg.Auth.StreamServerInterceptor(), v.stream),
 	}, cfg.GRPCOptions...)
 	s.grpc = grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -185,6 +189,7 @@ func (s *Server) Run(ctx context.Context) error {
 	case runErr = <-errc:
 	}
 	s.health.Shutdown()
+	close(s.stopping)
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	timer := time.NewTimer(s.cfg.ShutdownTimeout)
@@ -223,6 +228,25 @@ func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServ
 		}
 	}()
 	return handler(ctx, req)
+}
+
+// stopStream cancels the context of server-streaming RPCs (tails such as
+// Watch and Await) when shutdown begins. Other streams, such as governed
+// proxy calls, finish normally under GracefulStop.
+func (s *Server) stopStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if info.IsClientStream || !info.IsServerStream {
+		return handler(srv, ss)
+	}
+	ctx, cancel := context.WithCancel(ss.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return handler(srv, &ctxStream{ServerStream: ss, ctx: ctx})
 }
 
 func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
