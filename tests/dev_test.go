@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/mandate-dev/mandate/internal/manifest"
 )
 
@@ -103,6 +105,41 @@ func TestDevRunsEveryExample(t *testing.T) {
 	if code, _ := do(t, http.MethodGet, base+"/openapi.json", "", ""); code != 200 {
 		t.Fatalf("/openapi.json: %d", code)
 	}
+	// The MCP endpoint wants a bearer token.
+	if code, _ := do(t, http.MethodPost, base+"/mcp", "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`); code != 401 {
+		t.Fatalf("/mcp without a token: %d", code)
+	}
+
+	// An agent over MCP with the real SDK client: its list, a read, and a
+	// refund it may not make (refused by the executor, not by the list).
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: base + "/mcp", HTTPClient: &http.Client{Transport: bearer{tokens["support-bot@alice"]}}, DisableStandaloneSSE: true,
+	}, nil)
+	if err != nil {
+		t.Fatalf("MCP connect: %v", err)
+	}
+	defer func() { _ = cs.Close() }()
+	listed, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range listed.Tools {
+		names = append(names, tool.Name)
+	}
+	if got := strings.Join(names, ","); !strings.Contains(got, "ticket.search") || strings.Contains(got, "ticket.refund") {
+		t.Fatalf("support-bot's tools: %s", got)
+	}
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "ticket.search", Arguments: json.RawMessage(`{"query":"charged twice"}`)})
+	if err != nil || res.IsError || !strings.Contains(fmt.Sprint(res.StructuredContent), "T-1001") {
+		t.Fatalf("MCP ticket.search: %v %+v", err, res)
+	}
+	res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "ticket.refund",
+		Arguments: json.RawMessage(`{"ticket_id":"T-1001","amount":{"currency_code":"EUR","amount_minor":"100"},"reason":"dup","cardholder_reference":"CH4242424242"}`)})
+	if err != nil || !res.IsError || !strings.Contains(fmt.Sprint(res.StructuredContent), "authorization.permission_denied") {
+		t.Fatalf("MCP ticket.refund as support-bot: %v %+v", err, res)
+	}
 
 	set, err := manifest.Embedded()
 	if err != nil {
@@ -138,6 +175,15 @@ func TestDevRunsEveryExample(t *testing.T) {
 			})
 		}
 	}
+}
+
+// bearer adds a bearer token to every request.
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // syncBuffer is a bytes.Buffer the child's output goroutine and the test

@@ -40,6 +40,7 @@ import (
 	"github.com/mandate-dev/mandate/services/executor"
 	execapi "github.com/mandate-dev/mandate/services/executor/api"
 	execmem "github.com/mandate-dev/mandate/services/executor/memory"
+	"github.com/mandate-dev/mandate/services/mcpbridge"
 )
 
 // devPrincipals are the users and agents `mandate dev` writes tokens for.
@@ -199,6 +200,13 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		return helpdeskv1.RegisterHelpdeskServiceHandler(ctx, mux, conn)
 	})
 	srv.Handle(page.Pattern, approvals)
+	bridge, err := mcpbridge.New(mcpbridge.Config{Catalog: cat, Executor: exec, Manifest: set, Verifier: users,
+		ResourceURL: base + "/mcp", AuthorizationServers: []string{DefaultIssuer}, Logger: log})
+	if err != nil {
+		return err
+	}
+	srv.Handle("/mcp", bridge.Handler())
+	srv.Handle(bridge.MetadataPath(), bridge.MetadataHandler())
 	srv.Handle("GET /openapi.json", openAPIHandler())
 
 	tokens := map[string]string{}
@@ -223,7 +231,8 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	go func() { _ = audit.NewReconciler(writer, audit.ReconcilerOptions{Logger: log}).Run(rctx) }()
 
 	fmt.Fprintf(io.Stdout, "Mandate dev: the whole suite in one process on in-memory stores (nothing is kept).\n\n")
-	fmt.Fprintf(io.Stdout, "  REST      http://%s/v1/commands/{code}:execute   (also /v1/audit/…, /v1/challenges/…)\n", srv.HTTPAddr())
+	fmt.Fprintf(io.Stdout, "  MCP       http://%s/mcp   (Streamable HTTP, bearer token)\n", srv.HTTPAddr())
+	fmt.Fprintf(io.Stdout, "  REST      http://%s/v1/commands/{code}:execute   (also /v1/catalog/…, /v1/audit/…, /v1/challenges/…)\n", srv.HTTPAddr())
 	fmt.Fprintf(io.Stdout, "  gRPC      %s   (ExecutorService, CatalogService, AuditService, ConfirmService, and the governed HelpdeskService proxy)\n", srv.GRPCAddr())
 	fmt.Fprintf(io.Stdout, "  approvals http://%s/approve/{challenge}\n", srv.HTTPAddr())
 	fmt.Fprintf(io.Stdout, "  OpenAPI   http://%s/openapi.json   health http://%s/healthz\n\n", srv.HTTPAddr(), srv.HTTPAddr())

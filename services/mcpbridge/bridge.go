@@ -1,0 +1,307 @@
+package mcpbridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/services/catalog"
+	"github.com/mandate-dev/mandate/services/executor"
+)
+
+// Executor runs one governed call; *executor.Executor implements it.
+// Errors are *failure.Error values or carry a gRPC status with a
+// mandate.v1.CommandError detail.
+type Executor interface {
+	Execute(ctx context.Context, call executor.Call) (*executor.Result, error)
+}
+
+// Config wires a Bridge.
+type Config struct {
+	// Catalog lists each principal's tools and serves the manifest. Required.
+	Catalog *catalog.Catalog
+	// Executor runs tools/call. Required.
+	Executor Executor
+	// Manifest tells a published command (sent to the executor, listed or
+	// not) from a name that is no command (JSON-RPC -32602). Required.
+	Manifest *manifest.Set
+	// Verifier checks bearer tokens, audience included. Required.
+	Verifier *identity.Verifier
+	// ResourceURL is the canonical URL of the MCP endpoint, e.g.
+	// "https://mandate.example.com/mcp" (the RFC 9728 `resource`). Required.
+	ResourceURL string
+	// AuthorizationServers are the issuers clients get tokens from
+	// (RFC 9728 `authorization_servers`).
+	AuthorizationServers []string
+	// ScopesSupported is advertised in the protected-resource metadata.
+	ScopesSupported []string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Metadata keys read from a tools/call's `_meta`.
+const (
+	// MetaConversation names the conversation the call belongs to.
+	MetaConversation = "mandate.dev/conversation"
+	// MetaIdempotencyKey is the caller's idempotency key.
+	MetaIdempotencyKey = "mandate.dev/idempotency_key"
+	// MetaApproval is the id of an approved grant (the challenge id of a
+	// confirmation.required refusal).
+	MetaApproval = "mandate.dev/approval"
+)
+
+// Extra keys of auth.TokenInfo set by the bridge's token verifier.
+const (
+	extraPrincipal = "mandate.principal"
+	extraToken     = "mandate.token"
+)
+
+// Version is the server version announced in initialize.
+const Version = "0.1.0"
+
+// Bridge is the MCP endpoint. It is safe for concurrent use.
+type Bridge struct {
+	cfg         Config
+	log         *slog.Logger
+	metadataURL string
+	metadataPth string
+
+	mu      sync.Mutex
+	servers map[string]*entry
+}
+
+// entry is one principal's server and the tool names registered on it.
+type entry struct {
+	srv   *mcp.Server
+	mu    sync.Mutex
+	tools map[string]bool
+}
+
+// New validates cfg and returns a Bridge.
+func New(cfg Config) (*Bridge, error) {
+	switch {
+	case cfg.Catalog == nil:
+		return nil, errors.New("mcpbridge: Catalog is required")
+	case cfg.Executor == nil:
+		return nil, errors.New("mcpbridge: Executor is required")
+	case cfg.Manifest == nil:
+		return nil, errors.New("mcpbridge: Manifest is required")
+	case cfg.Verifier == nil:
+		return nil, errors.New("mcpbridge: Verifier is required")
+	}
+	u, err := url.Parse(cfg.ResourceURL)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, fmt.Errorf("mcpbridge: ResourceURL %q is not an absolute URL", cfg.ResourceURL)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	// RFC 9728 §3.1: the well-known segment goes between host and path.
+	pth := "/.well-known/oauth-protected-resource" + strings.TrimSuffix(u.Path, "/")
+	return &Bridge{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		metadataPth: pth,
+		metadataURL: u.Scheme + "://" + u.Host + pth,
+		servers:     map[string]*entry{},
+	}, nil
+}
+
+// Handler returns the MCP endpoint, to mount at the path of ResourceURL
+// (usually /mcp): bearer authentication, cross-origin protection,
+// DNS-rebinding protection and the stateful Streamable HTTP transport.
+func (b *Bridge) Handler() http.Handler {
+	h := mcp.NewStreamableHTTPHandler(b.server, &mcp.StreamableHTTPOptions{Logger: b.log})
+	protected := auth.RequireBearerToken(b.verifyToken, &auth.RequireBearerTokenOptions{
+		ResourceMetadataURL: b.metadataURL,
+	})(h)
+	return http.NewCrossOriginProtection().Handler(protected)
+}
+
+// MetadataPath is where MetadataHandler belongs: the RFC 9728 well-known
+// path of ResourceURL, e.g. /.well-known/oauth-protected-resource/mcp.
+func (b *Bridge) MetadataPath() string { return b.metadataPth }
+
+// MetadataURL is the absolute URL of the protected-resource metadata, as
+// 401 answers name it in WWW-Authenticate.
+func (b *Bridge) MetadataURL() string { return b.metadataURL }
+
+// MetadataHandler serves the RFC 9728 protected-resource metadata.
+func (b *Bridge) MetadataHandler() http.Handler {
+	return auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
+		Resource:               b.cfg.ResourceURL,
+		AuthorizationServers:   b.cfg.AuthorizationServers,
+		ScopesSupported:        b.cfg.ScopesSupported,
+		BearerMethodsSupported: []string{"header"},
+		ResourceName:           "Mandate",
+	})
+}
+
+// verifyToken is the SDK's TokenVerifier over identity.Verifier.
+func (b *Bridge) verifyToken(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+	p, err := b.cfg.Verifier.Verify(ctx, token)
+	if err != nil {
+		code := identity.ErrorCode(err)
+		if code == "" {
+			code = "authentication.invalid_token"
+		}
+		return nil, fmt.Errorf("%w: %s", auth.ErrInvalidToken, code)
+	}
+	return &auth.TokenInfo{
+		Expiration: p.ExpiresAt,
+		UserID:     principalKey(p),
+		Extra:      map[string]any{extraPrincipal: p, extraToken: token},
+	}, nil
+}
+
+// principalKey identifies a principal for the server cache and session
+// pinning.
+func principalKey(p identity.Principal) string {
+	return strings.Join([]string{p.Issuer, p.Tenant, p.UserID, p.AgentID}, "\x00")
+}
+
+// principalOf reads the verified principal from a request's TokenInfo.
+func principalOf(ti *auth.TokenInfo) (identity.Principal, string, bool) {
+	if ti == nil {
+		return identity.Principal{}, "", false
+	}
+	p, ok := ti.Extra[extraPrincipal].(identity.Principal)
+	tok, _ := ti.Extra[extraToken].(string)
+	return p, tok, ok
+}
+
+// withCaller returns ctx carrying the principal and its raw token, as the
+// executor and the backends it calls expect.
+func withCaller(ctx context.Context, ti *auth.TokenInfo) (context.Context, identity.Principal, bool) {
+	p, tok, ok := principalOf(ti)
+	if !ok {
+		return ctx, p, false
+	}
+	ctx = identity.WithPrincipal(ctx, p)
+	if tok != "" {
+		ctx = identity.WithRawToken(ctx, tok)
+	}
+	return ctx, p, true
+}
+
+// server is the SDK's getServer: the caller's server, with its tools
+// brought up to date. It runs on every HTTP request.
+func (b *Bridge) server(r *http.Request) *mcp.Server {
+	p, _, ok := principalOf(auth.TokenInfoFromContext(r.Context()))
+	if !ok {
+		return nil
+	}
+	key := principalKey(p)
+	b.mu.Lock()
+	e := b.servers[key]
+	if e == nil {
+		e = &entry{srv: b.newServer(), tools: map[string]bool{}}
+		b.servers[key] = e
+	}
+	b.mu.Unlock()
+
+	ts, err := b.cfg.Catalog.Tools(r.Context(), p)
+	if err != nil {
+		// Keep serving the last known set; the pipeline still decides every call.
+		b.log.WarnContext(r.Context(), "mcpbridge: listing tools", "tenant", p.Tenant, "user", p.UserID, "error", err)
+		return e.srv
+	}
+	e.sync(b, ts)
+	return e.srv
+}
+
+// sync makes the server's tools exactly ts.Tools. AddTool and RemoveTools
+// notify the server's open sessions (tools/list_changed).
+func (e *entry) sync(b *Bridge, ts catalog.ToolSet) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	want := make(map[string]bool, len(ts.Tools))
+	for _, t := range ts.Tools {
+		want[t.Name()] = true
+		if !e.tools[t.Name()] {
+			if err := addTool(e.srv, t, b.callTool); err != nil {
+				b.log.Error("mcpbridge: registering tool", "tool", t.Name(), "error", err)
+				continue
+			}
+			e.tools[t.Name()] = true
+		}
+	}
+	var gone []string
+	for name := range e.tools {
+		if !want[name] {
+			gone = append(gone, name)
+			delete(e.tools, name)
+		}
+	}
+	if len(gone) > 0 {
+		e.srv.RemoveTools(gone...)
+	}
+}
+
+// addTool registers one catalog tool with its raw schemas. The SDK panics
+// on a schema it refuses; that becomes an error here.
+func addTool(s *mcp.Server, t *catalog.Tool, h mcp.ToolHandler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	d := t.Descriptor
+	tool := &mcp.Tool{
+		Name:        d.Name,
+		Title:       d.Title,
+		Description: d.Description,
+		InputSchema: d.InputSchema,
+		Annotations: &mcp.ToolAnnotations{
+			Title:           d.Annotations.Title,
+			ReadOnlyHint:    d.Annotations.ReadOnlyHint,
+			DestructiveHint: &d.Annotations.DestructiveHint,
+			IdempotentHint:  d.Annotations.IdempotentHint,
+			OpenWorldHint:   &d.Annotations.OpenWorldHint,
+		},
+		Meta: mcp.Meta(d.Meta),
+	}
+	if s := strings.TrimSpace(string(d.OutputSchema)); s != "" && s != "null" {
+		tool.OutputSchema = d.OutputSchema
+	}
+	s.AddTool(tool, h)
+	return nil
+}
+
+// newServer builds one principal's server: resources, and the tools/call
+// interception that sends every published command to the executor.
+func (b *Bridge) newServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "mandate", Title: "Mandate", Version: Version}, &mcp.ServerOptions{
+		Instructions: "Governed commands. Every call is authorised, validated, possibly confirmed by a human, and audited. " +
+			"A refusal is a tool result with isError and a structured code; follow its remedy.",
+		Logger: b.log,
+		Capabilities: &mcp.ServerCapabilities{
+			Tools:     &mcp.ToolCapabilities{ListChanged: true},
+			Resources: &mcp.ResourceCapabilities{},
+		},
+		SupportedProtocolVersions: []string{"2025-11-25", "2025-06-18"},
+	})
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "tools/call" {
+				if r, ok := req.(*mcp.CallToolRequest); ok {
+					return b.callTool(ctx, r)
+				}
+			}
+			return next(ctx, method, req)
+		}
+	})
+	b.addResources(s)
+	return s
+}

@@ -1,0 +1,135 @@
+package mcpbridge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc/codes"
+
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/services/executor"
+)
+
+// CodeConfirmationRequired is the refusal code that carries an approval URL.
+const CodeConfirmationRequired = "confirmation.required"
+
+// Refusal is the structuredContent of an isError tool result: the same
+// code string as the gRPC status and the REST problem body (DESIGN §5).
+type Refusal struct {
+	Code         string      `json:"code"`
+	Stage        string      `json:"stage,omitempty"`
+	Message      string      `json:"message"`
+	Retriable    bool        `json:"retriable"`
+	Remedy       string      `json:"remedy,omitempty"`
+	InvocationID string      `json:"invocation_id,omitempty"`
+	ChallengeID  string      `json:"challenge_id,omitempty"`
+	ApprovalURL  string      `json:"approval_url,omitempty"`
+	Violations   []Violation `json:"violations,omitempty"`
+}
+
+// Violation is one broken input rule of a schema.invalid refusal.
+type Violation struct {
+	Pointer string `json:"pointer"`
+	Rule    string `json:"rule"`
+	Detail  string `json:"detail"`
+}
+
+// callTool runs tools/call for any published command, listed for the
+// caller or not: the executor decides, refuses and audits. It never returns
+// a plain Go error (the SDK would send it with code 0).
+func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if req == nil || req.Params == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "missing params"}
+	}
+	name := req.Params.Name
+	if cmd, ok := b.cfg.Manifest.ByCode(name); !ok || !cmd.Published() {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
+	}
+	var ti = req.Extra
+	if ti == nil || ti.TokenInfo == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "request is not authenticated"}
+	}
+	ctx, _, ok := withCaller(ctx, ti.TokenInfo)
+	if !ok {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "request is not authenticated"}
+	}
+	input := []byte(req.Params.Arguments)
+	if s := strings.TrimSpace(string(input)); s == "" || s == "null" {
+		input = []byte("{}")
+	}
+	call := executor.Call{
+		Code:           name,
+		Input:          input,
+		IdempotencyKey: metaString(req.Params.Meta, MetaIdempotencyKey),
+		GrantID:        metaString(req.Params.Meta, MetaApproval),
+		ConversationID: metaString(req.Params.Meta, MetaConversation),
+		Channel:        "mcp",
+	}
+	if req.Session != nil {
+		call.MCPSessionID = req.Session.ID()
+	}
+	res, err := b.cfg.Executor.Execute(ctx, call)
+	if err != nil {
+		return b.refusal(ctx, name, err)
+	}
+	out := json.RawMessage(res.Output)
+	if len(strings.TrimSpace(string(out))) == 0 {
+		out = json.RawMessage("{}")
+	}
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(out)}},
+		StructuredContent: out,
+		Meta:              mcp.Meta{"mandate.dev/invocation_id": res.InvocationID},
+	}, nil
+}
+
+// refusal turns an executor error into a tool execution error (isError),
+// or, for faults that are not the caller's to fix, a JSON-RPC error.
+func (b *Bridge) refusal(ctx context.Context, name string, err error) (*mcp.CallToolResult, error) {
+	st := failure.ToStatus(err)
+	switch st.Code() {
+	case codes.Canceled:
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "request cancelled"}
+	case codes.Internal, codes.Unknown:
+		b.log.ErrorContext(ctx, "mcpbridge: tools/call fault", "tool", name, "error", err)
+	}
+	p := failure.Problem(st, "")
+	r := Refusal{
+		Code: p.Code, Stage: p.Stage, Message: p.Detail, Retriable: p.Retriable, Remedy: p.Remedy,
+		InvocationID: p.InvocationID, ChallengeID: p.ChallengeID, ApprovalURL: p.ApprovalURL,
+	}
+	if r.Message == "" {
+		r.Message = p.Title
+	}
+	for _, v := range p.Errors {
+		r.Violations = append(r.Violations, Violation(v))
+	}
+	body, mErr := json.Marshal(r)
+	if mErr != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding refusal"}
+	}
+	text := fmt.Sprintf("%s refused at %s: %s (%s).", name, r.Stage, r.Message, r.Code)
+	if r.Remedy != "" {
+		text += " Remedy: " + r.Remedy + "."
+	}
+	if r.Code == CodeConfirmationRequired && r.ApprovalURL != "" {
+		text = fmt.Sprintf("%s needs a human's approval before it runs. Ask your user to open %s and approve it, "+
+			"then call %s again with the same arguments and _meta {%q: %q}.",
+			name, r.ApprovalURL, name, MetaApproval, r.ChallengeID)
+	}
+	return &mcp.CallToolResult{
+		IsError:           true,
+		Content:           []mcp.Content{&mcp.TextContent{Text: text}, &mcp.TextContent{Text: string(body)}},
+		StructuredContent: json.RawMessage(body),
+	}, nil
+}
+
+// metaString reads a string `_meta` value; anything else counts as absent.
+func metaString(m mcp.Meta, key string) string {
+	s, _ := m[key].(string)
+	return s
+}

@@ -1,0 +1,219 @@
+package mcpbridge_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/mandate-dev/mandate/examples/helpdesk"
+	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
+	"github.com/mandate-dev/mandate/internal/directory"
+	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/storage/pgtest"
+	"github.com/mandate-dev/mandate/services/audit"
+	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
+	"github.com/mandate-dev/mandate/services/catalog"
+	"github.com/mandate-dev/mandate/services/confirm"
+	confirmpg "github.com/mandate-dev/mandate/services/confirm/postgres"
+	"github.com/mandate-dev/mandate/services/executor"
+	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
+	"github.com/mandate-dev/mandate/services/mcpbridge"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
+
+var (
+	devSecret     = []byte("dev-secret-0123456789abcdef0123456789")
+	serviceSecret = []byte("svc-secret-0123456789abcdef0123456789")
+)
+
+// policy is the demo directory (services/executor/api's harness).
+const policy = `
+tenants:
+  - id: acme
+    features: [refunds, expenses]
+    roles:
+      support: [ticket.read, expense.report.submit]
+      manager: [ticket.read, expense.report.approve]
+      finance: [ticket.read, payment.refund]
+      ops: [ops.read]
+    users:
+      - {id: olga, org: ops, roles: [ops]}
+      - {id: alice, org: support, roles: [support]}
+      - {id: bob, org: support, roles: [manager]}
+      - {id: carol, org: finance, roles: [finance]}
+    agents:
+      - {id: support-bot, user: alice}
+      - {id: finance-bot, user: carol}
+  - id: globex
+    features: [refunds]
+    roles:
+      support: [ticket.read, payment.refund]
+    users:
+      - {id: dave, org: support, roles: [support]}
+`
+
+// env is the governed topology in process: the helpdesk backend behind its
+// own authenticated gRPC server, the executor, confirm, audit and the
+// catalog on a fresh Postgres database, and the bridge on an httptest
+// server.
+type env struct {
+	url     string
+	set     *manifest.Set
+	catalog *catalog.Catalog
+	gateway *helpdesk.Gateway
+	audit   *auditpg.Store
+	confirm *confirm.Service
+	dir     *dirpg.Store
+}
+
+func start(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pool := pgtest.New(t, dirpg.Migrations, auditpg.Migrations, execpg.Migrations, confirmpg.Migrations)
+	set, err := manifest.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := dirpg.New(pool, dirpg.Options{})
+	if _, err := directory.Apply(ctx, dir, []byte(policy)); err != nil {
+		t.Fatal(err)
+	}
+	cache := directory.NewCache(dir, directory.CacheOptions{TTL: time.Hour})
+	auditStore := auditpg.New(pool, auditpg.Options{})
+	writer := audit.NewWriter(auditStore, audit.WriterOptions{Attempts: 1})
+	t.Cleanup(func() {
+		_ = writer.Close()
+		auditStore.Close()
+		cache.Close()
+		dir.Close()
+	})
+	confirmSvc, err := confirm.New(confirm.Config{
+		Store: confirmpg.New(pool, confirmpg.Options{}), Directory: cache, Commands: set,
+		ApprovalBaseURL: "http://approve.test",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	users, err := identity.NewVerifier(ctx, identity.Config{Audience: []string{"mandate"}, Issuers: []string{"test"}, DevSecret: devSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	services, err := identity.NewServiceVerifier(identity.ServiceConfig{Secret: serviceSecret, Audience: []string{"mandate"}, Issuers: []string{"test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	hstore := helpmem.New()
+	if err := helpdesk.Seed(ctx, hstore); err != nil {
+		t.Fatal(err)
+	}
+	gw := helpdesk.NewGateway()
+	backend, err := helpdesk.New(helpdesk.Config{Store: hstore, Gateway: gw, TrustedServices: []string{executor.ServiceName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hsrv, err := server.New(server.Config{Name: "helpdesk", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: authn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend.Register(hsrv.GRPC())
+	serve(t, ctx, hsrv)
+
+	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", executor.ServiceName, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backendConn, err := grpc.NewClient(hsrv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, err := executor.New(executor.Config{
+		Manifest: set, Directory: cache, Audit: writer, Confirm: executor.LocalConfirmer{Service: confirmSvc},
+		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{"examples.helpdesk.v1.HelpdeskService": backendConn}),
+		Store:      execpg.New(pool, execpg.Options{}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(exec.Close)
+	cat, err := catalog.New(catalog.Config{Manifest: set, Directory: dir, TrustedServices: []string{executor.ServiceName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cat.Close)
+
+	mux := http.NewServeMux()
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Start()
+	b, err := mcpbridge.New(mcpbridge.Config{
+		Catalog: cat, Executor: exec, Manifest: set, Verifier: users,
+		ResourceURL: srv.URL + "/mcp", AuthorizationServers: []string{"https://issuer.test"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux.Handle("/mcp", b.Handler())
+	mux.Handle(b.MetadataPath(), b.MetadataHandler())
+	t.Cleanup(func() {
+		srv.Close()
+		_ = backendConn.Close()
+		cancel()
+	})
+	return &env{url: srv.URL, set: set, catalog: cat, gateway: gw, audit: auditStore, confirm: confirmSvc, dir: dir}
+}
+
+func serve(t *testing.T, ctx context.Context, srv *server.Server) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	for range 200 {
+		resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("server never became SERVING")
+}
+
+func token(t *testing.T, tenant, user, agent string) string {
+	t.Helper()
+	model := ""
+	if agent != "" {
+		model = "test-model"
+	}
+	tok, err := identity.MintDev(devSecret, identity.MintRequest{
+		Issuer: "test", Audience: "mandate", User: user, Tenant: tenant, Agent: agent, Model: model, TTL: time.Hour, Now: time.Now(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
