@@ -92,7 +92,7 @@ func (b *Bridge) resourceError(ctx context.Context, uri string, err error) error
 	data, _ := json.Marshal(Refusal{Code: fe.Code, Stage: fe.Stage, Message: fe.Message, Retriable: fe.Retriable, Remedy: fe.Remedy})
 	switch fe.Code {
 	case catalog.CodeCommandNotFound:
-		return &jsonrpc.Error{Code: mcp.CodeResourceNotFound, Message: "resource not found: " + uri, Data: data}
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "resource not found: " + uri, Data: data}
 	case catalog.CodeDirectoryUnavailable:
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fe.Message, Data: data}
 	default:
