@@ -242,7 +242,9 @@ type pageTokenError struct{ reason string }
 
 func (e *pageTokenError) Error() string { return "audit: invalid page token: the token " + e.reason }
 
-func (e *pageTokenError) Is(target error) bool { return target == ErrInvalidPageToken || target == ErrInvalid }
+func (e *pageTokenError) Is(target error) bool {
+	return target == ErrInvalidPageToken || target == ErrInvalid
+}
 
 // Match reports whether s is selected by the filter, ignoring paging. Stores that filter in Go
 // (memory) use it; SQL stores must select exactly the same rows.

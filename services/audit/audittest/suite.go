@@ -775,7 +775,7 @@ func (s *suite) testGet(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
-			if got := seqs(rows); !slices.Equal(got, tt.want) && !(len(got) == 0 && len(tt.want) == 0) {
+			if got := seqs(rows); !slices.Equal(got, tt.want) && (len(got) != 0 || len(tt.want) != 0) {
 				t.Fatalf("seqs = %v, want %v", got, tt.want)
 			}
 		})

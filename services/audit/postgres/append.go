@@ -483,7 +483,7 @@ func (s *Store) appendFast(ctx context.Context, c *chained) error {
 	br := s.pool.SendBatch(ctx, b)
 	for range b.Len() {
 		if _, err := br.Exec(); err != nil {
-			br.Close()
+			_ = br.Close()
 			return err
 		}
 	}
@@ -513,7 +513,7 @@ func (s *Store) appendLocked(ctx context.Context, p *batchPlan) (*chained, map[s
 		b.Queue(sqlLockHeads, p.tenants)
 		b.Queue(sqlExistingRows, lt, li, lp)
 		br := tx.SendBatch(ctx, b)
-		defer br.Close()
+		defer func() { _ = br.Close() }()
 		for range 2 {
 			if _, err := br.Exec(); err != nil {
 				return err

@@ -47,7 +47,7 @@ func BenchmarkAppend(b *testing.B) {
 				opts := mode.opts
 				opts.Logger = quiet
 				w := audit.NewWriter(st, opts)
-				defer w.Close()
+				defer func() { _ = w.Close() }()
 
 				recs := make([]audit.Record, b.N)
 				for i := range recs {

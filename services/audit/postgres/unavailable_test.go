@@ -58,7 +58,7 @@ func (p *proxy) serve(ln net.Listener) {
 			}
 			up, err := net.Dial("tcp", p.target)
 			if err != nil {
-				c.Close()
+				_ = c.Close()
 				continue
 			}
 			if !p.track(c, up) {
@@ -66,8 +66,8 @@ func (p *proxy) serve(ln net.Listener) {
 			}
 			pipe := func(dst, src net.Conn) {
 				_, _ = io.Copy(dst, src)
-				dst.Close()
-				src.Close()
+				_ = dst.Close()
+				_ = src.Close()
 			}
 			p.wg.Go(func() { pipe(up, c) })
 			p.wg.Go(func() { pipe(c, up) })
@@ -80,7 +80,7 @@ func (p *proxy) track(conns ...net.Conn) bool {
 	defer p.mu.Unlock()
 	if p.ln == nil { // cut meanwhile
 		for _, c := range conns {
-			c.Close()
+			_ = c.Close()
 		}
 		return false
 	}
@@ -94,14 +94,14 @@ func (p *proxy) track(conns ...net.Conn) bool {
 func (p *proxy) Cut() {
 	p.mu.Lock()
 	if p.ln != nil {
-		p.ln.Close()
+		_ = p.ln.Close()
 		p.ln = nil
 	}
 	for c := range p.conns {
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetLinger(0) // reset, not a graceful close
 		}
-		c.Close()
+		_ = c.Close()
 		delete(p.conns, c)
 	}
 	p.mu.Unlock()

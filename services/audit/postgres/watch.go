@@ -100,7 +100,7 @@ func (s *Store) listen(ctx context.Context, ready chan struct{}) {
 		}
 		s.opts.Logger.WarnContext(ctx, "audit listener lost its connection; reconnecting",
 			"error_kind", pg.Classify(err).String(), "retry_in", backoff)
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1)) //nolint:gosec // reconnect jitter, not a secret
 		select {
 		case <-ctx.Done():
 			t.Stop()
