@@ -322,7 +322,6 @@ func (s *Store) AppendBatch(ctx context.Context, recs []audit.Record) ([]audit.S
 			s.wake(c)
 			return c.out, nil
 		}
-		DebugErr("fast", err)
 		if kind := pg.Classify(err); kind != pg.KindUniqueViolation && !kind.Retryable() {
 			return nil, mapErr("audit: append", err)
 		}
@@ -338,7 +337,6 @@ func (s *Store) AppendBatch(ctx context.Context, recs []audit.Record) ([]audit.S
 			s.wake(c)
 			return c.out, nil
 		}
-		DebugErr("slow", err)
 		kind := pg.Classify(err)
 		if attempt >= s.opts.ConflictAttempts || (kind != pg.KindUniqueViolation && !kind.Retryable()) {
 			break
@@ -571,5 +569,3 @@ func (s *Store) appendLocked(ctx context.Context, p *batchPlan) (*chained, map[s
 	}
 	return c, after, nil
 }
-
-var DebugErr = func(path string, err error) {}

@@ -80,7 +80,6 @@ func BenchmarkAppend(b *testing.B) {
 					b.ReportMetric(float64(s.Records)/float64(s.Batches), "records/tx")
 				}
 				b.ReportMetric(0, "ns/op") // per-op latency is not the point here; see appends/s
-				dumpDbg(b)
 			})
 		}
 	}
