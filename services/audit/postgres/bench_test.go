@@ -114,7 +114,7 @@ func seed(b *testing.B, pool *pgxpool.Pool, now time.Time) {
 	       CASE WHEN ph = 'intent' THEN 'pending' WHEN r5 < 0.8 THEN 'executed' WHEN r5 < 0.95 THEN 'refused' ELSE 'failed' END,
 	       CASE WHEN ph = 'intent' OR r5 < 0.8 THEN '' WHEN r5 < 0.95 THEN 'permission_check' ELSE 'dispatch' END,
 	       CASE WHEN ph = 'intent' OR r5 < 0.8 THEN '' WHEN r5 < 0.95 THEN 'authorization.permission_denied' ELSE 'handler.failed' END,
-	       '', '{"ticket_id":"' || g || '","amount":1250}', 'sha256:args', '', 1500000000, md5(g::text), 'sha256:manifest',
+	       '', ('{"ticket_id":"' || g || '","amount":1250}')::json, 'sha256:args', '', 1500000000, md5(g::text), 'sha256:manifest',
 	       sha256(int8send(g - 1)), sha256(int8send(g))
 	FROM (
 	  SELECT g, rk, ak, ph, r3, r5, (ph = 'outcome' AND rk >= 'L3') AS ap
