@@ -66,10 +66,14 @@ const (
 	OutcomeUnknown Outcome = "unknown"
 )
 
-// Stage and code of the rows that reconciliation writes.
+// Stage and codes of the audit stage (DESIGN §5).
 const (
-	StageAudit           = "audit"
-	CodeOutcomeUnknown   = "audit.outcome_unknown"
+	// StageAudit is the pipeline stage of the audit trail.
+	StageAudit = "audit"
+	// CodeOutcomeUnknown is the code of the outcome rows that reconciliation writes.
+	CodeOutcomeUnknown = "audit.outcome_unknown"
+	// CodeAuditUnavailable is the code the executor refuses with when the intent cannot be
+	// recorded (errors.Is(err, ErrUnavailable)): it fails closed and dispatches nothing.
 	CodeAuditUnavailable = "audit.unavailable"
 )
 

@@ -15,14 +15,16 @@ type WriterOptions struct {
 	// MaxBatch caps the records one transaction commits. A single Append with more records is
 	// committed on its own, whole. Default 512.
 	MaxBatch int
-	// MaxWait is how long the flusher, having found some appends queued, waits for more before
-	// committing. Default 0: commit whatever is queued as soon as the previous commit is done,
-	// which already batches everything that arrived during that commit.
+	// MaxWait bounds how long the flusher waits for a batch to fill up. It waits only while
+	// the batch is clearly smaller than the previous one — under load, the callers answered by
+	// the previous commit are about to come back — and never when appends arrive one at a
+	// time, so a lone writer pays nothing. Default 1ms; negative disables waiting.
 	MaxWait time.Duration
-	// MaxInFlight is how many batches may be committing at once. While one batch waits for
-	// its commit (fsync), the next is collected and sent, so the store can overlap the two;
-	// stores keep per-tenant commit order themselves. Default 2; 1 makes flushing strictly
-	// serial.
+	// MaxInFlight is how many batches may be committing at once. Default 1: the next batch
+	// collects everything that arrives during a commit, which gives the largest batches. With
+	// 2 or more, batches of different tenants commit in parallel, and a batch of a tenant that
+	// is still committing is already sent and queues on the store's per-tenant lock (the store
+	// keeps each tenant's commits in order itself).
 	MaxInFlight int
 	// Unbatched disables group commit: every Append runs its own transaction on the caller's
 	// goroutine. For benchmarks and comparison; production wants batching.
@@ -45,11 +47,14 @@ func (o WriterOptions) withDefaults() WriterOptions {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 512
 	}
-	if o.MaxWait < 0 {
+	switch {
+	case o.MaxWait == 0:
+		o.MaxWait = time.Millisecond
+	case o.MaxWait < 0:
 		o.MaxWait = 0
 	}
 	if o.MaxInFlight <= 0 {
-		o.MaxInFlight = 2
+		o.MaxInFlight = 1
 	}
 	if o.Attempts <= 0 {
 		o.Attempts = 3
@@ -69,11 +74,11 @@ func (o WriterOptions) withDefaults() WriterOptions {
 	return o
 }
 
-// Writer appends records to a Store. Concurrent Appends are committed together (group commit):
-// one flusher goroutine takes whatever is queued, up to MaxBatch records, hands it to the store
-// as one transaction (Store.AppendBatch) and answers every caller once it committed; up to
-// MaxInFlight such batches may be committing at once. An Append returns only after its records
-// are committed. Writer is safe for concurrent use; Close it when done.
+// Writer appends records to a Store with group commit: one flusher goroutine takes whatever
+// appends are queued (up to MaxBatch records, waiting up to MaxWait for a batch to fill), hands
+// them to the store as one transaction (Store.AppendBatch) and, once it committed, answers every
+// caller; appends that arrive during a commit form the next batch. An Append returns only after
+// its records are committed. Writer is safe for concurrent use; Close it when done.
 type Writer struct {
 	store Store
 	opts  WriterOptions
@@ -88,6 +93,8 @@ type Writer struct {
 	inflight  sync.WaitGroup
 
 	appends, records, batches, failures atomic.Uint64
+
+	lastBatch int // records in the previous batch; touched by the flusher goroutine only
 }
 
 type request struct {
@@ -247,41 +254,50 @@ func (w *Writer) run() {
 	}
 }
 
-// collect gathers queued requests behind first (which may be nil) up to MaxBatch records.
+// collect gathers the requests queued behind first (nil when draining at Close), up to
+// MaxBatch records. If that is well below the previous batch, it waits up to MaxWait for the
+// rest to arrive.
 func (w *Writer) collect(first *request) []*request {
 	var batch []*request
 	n := 0
-	if first != nil {
-		batch = append(batch, first)
-		n = len(first.recs)
+	add := func(r *request) {
+		batch = append(batch, r)
+		n += len(r.recs)
 	}
-	var deadline <-chan time.Time
-	if w.opts.MaxWait > 0 && first != nil {
-		t := time.NewTimer(w.opts.MaxWait)
-		defer t.Stop()
-		deadline = t.C
-	}
-	for n < w.opts.MaxBatch {
-		if deadline == nil {
+	drain := func() {
+		for n < w.opts.MaxBatch {
 			select {
 			case r := <-w.reqs:
-				batch = append(batch, r)
-				n += len(r.recs)
-				continue
+				add(r)
 			default:
-				return batch
+				return
 			}
 		}
-		select {
-		case r := <-w.reqs:
-			batch = append(batch, r)
-			n += len(r.recs)
-		case <-deadline:
-			deadline = nil
-		case <-w.closing:
-			deadline = nil
+	}
+	if first != nil {
+		add(first)
+	}
+	drain()
+	if first == nil {
+		return batch
+	}
+	if target := min(w.lastBatch, w.opts.MaxBatch); w.opts.MaxWait > 0 && n < target*3/4 {
+		t := time.NewTimer(w.opts.MaxWait)
+		defer t.Stop()
+	wait:
+		for n < target {
+			select {
+			case r := <-w.reqs:
+				add(r)
+				drain()
+			case <-t.C:
+				break wait
+			case <-w.closing:
+				break wait
+			}
 		}
 	}
+	w.lastBatch = n
 	return batch
 }
 
@@ -304,9 +320,9 @@ func (w *Writer) flush(batch []*request) {
 	}
 	w.batches.Add(1)
 	w.records.Add(uint64(len(all)))
-	ctx, cancel := context.WithTimeout(context.Background(), w.opts.FlushTimeout*time.Duration(w.opts.Attempts))
-	defer cancel()
-	res, err := w.appendWithRetry(ctx, all)
+	// A batch serves many callers, so no caller's context bounds it: each attempt is bounded by
+	// FlushTimeout and the attempts by Attempts.
+	res, err := w.appendWithRetry(context.Background(), all)
 	if err != nil && len(batch) > 1 && !Retryable(err) {
 		// Something in one request made the whole transaction fail (every record passed
 		// Validate, so this is unexpected): commit the requests one by one so that only the

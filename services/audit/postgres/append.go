@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mandate-dev/mandate/internal/storage/pg"
 	"github.com/mandate-dev/mandate/services/audit"
@@ -18,19 +16,24 @@ import (
 
 // An append takes one of two paths.
 //
-// The fast path is for the common case: every tenant of the batch has a cached chain head and
-// no other append of this Store is under way for it. The new rows are chained onto the cached
-// heads in Go and sent as ONE pipelined implicit transaction: move_heads (which locks the head
-// rows and fails with 40001 unless each head is still where the cache says), the multi-row
-// INSERT, the pending bookkeeping and NOTIFY, committed together at the pipeline's Sync. That is
-// one round trip per batch. A stale cache (another replica appended) or a key that is already
-// stored (a retried append) makes the statement fail — move_heads or a unique index — and
-// nothing is written.
+// The fast path is the common case: every tenant of the batch has a predicted chain head — the
+// head as this Store last committed it, advanced by its batches still in flight. The new rows
+// are chained onto the predictions in Go. The transaction's first statement, move_heads, locks
+// the batch's head rows FOR UPDATE (in tenant order) and advances them, failing with 40001
+// unless each is exactly (seq and hash) where the rows were chained onto; then the rows are
+// written with COPY and the transaction commits. A stale prediction (another replica appended)
+// or a key that is already stored (a retried append: unique index) makes the transaction fail
+// and nothing is written; the batch then takes the locking path.
 //
-// The locking path is the general one, taken when the fast path is not applicable or failed:
-// in a pg.InTx transaction it creates missing heads, locks the heads FOR UPDATE in tenant order,
-// reads the rows the batch's keys already have, chains the rest onto the locked heads and writes
-// them with the same statements. Its result refreshes the cache.
+// The locking path is the general one: in a pg.InTx transaction it creates missing heads, locks
+// the heads FOR UPDATE in tenant order, reads the rows that the batch's keys already have,
+// chains the rest onto the locked heads and writes them the same way. Its result becomes the
+// prediction.
+//
+// Both paths lock a tenant's head before they write any of its rows, and lock heads in tenant
+// order, so appends to one tenant are serialised across processes and can never deadlock. One
+// batch is one transaction: its rows, the heads and the pending bookkeeping commit together or
+// not at all.
 
 const (
 	// sqlCustomPlans makes the transaction's statements be planned with their actual
@@ -43,7 +46,7 @@ const (
 		ON CONFLICT (tenant) DO NOTHING`
 	sqlLockHeads = `SELECT tenant, seq, hash FROM audit.heads
 		WHERE tenant = ANY($1::text[]) ORDER BY tenant FOR UPDATE`
-	sqlMoveHeads  = `SELECT audit.move_heads($1::text[], $2::bigint[], $3::bigint[], $4::bytea[])`
+	sqlMoveHeads  = `SELECT audit.move_heads($1::text[], $2::bigint[], $3::bytea[], $4::bigint[], $5::bytea[])`
 	sqlAddPending = `INSERT INTO audit.pending (tenant, invocation_id, seq, time)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[])
 		ON CONFLICT DO NOTHING`
@@ -61,124 +64,30 @@ var sqlExistingRows = `SELECT ` + rColumnList + `
 		WHERE tenant = k.tenant AND invocation_id = k.invocation_id AND phase = k.phase
 	) r`
 
-// sqlInsertRows inserts a batch of rows from one array per column. Side effects travel as
-// array literals and arguments as text, cast back here; only constant column names and types
-// are spliced into the text.
-var sqlInsertRows = func() string {
-	types := map[string]string{
-		"seq": "bigint", "time": "timestamptz", "approval_decided_at": "timestamptz",
-		"idempotent": "boolean", "reversible": "boolean", "duration_ns": "bigint",
-		"prev_hash": "bytea", "hash": "bytea",
-	}
-	casts := map[string]string{"side_effects": "::text[]", "arguments": "::json"}
-	var sel, params []string
-	for i, c := range columns {
-		t := types[c]
-		if t == "" {
-			t = "text"
+// copyRow returns a row's values in the order of columns, for COPY.
+func copyRow(r *audit.Stored) []any {
+	var challenge, approver, approvalChannel, decided any
+	if a := r.Approval; a != nil {
+		challenge, approver, approvalChannel = a.ChallengeID, a.Approver, a.Channel
+		if !a.DecidedAt.IsZero() {
+			decided = a.DecidedAt
 		}
-		params = append(params, "$"+strconv.Itoa(i+1)+"::"+t+"[]")
-		sel = append(sel, c+casts[c])
 	}
-	return `INSERT INTO audit.records (` + columnList + `) SELECT ` + strings.Join(sel, ", ") +
-		` FROM unnest(` + strings.Join(params, ", ") + `) AS u(` + columnList + `)`
-}()
-
-// rowArrays holds a batch's rows column by column, in the order of columns.
-type rowArrays struct {
-	tenant, inv, phase, channel, command, risk, sideEffects, subject, userID, actor, agent, model, modelVersion,
-	conversation, session []string
-	seq, duration                             []int64
-	time                                      []time.Time
-	idempotent, reversible                    []bool
-	challenge, approver, approvalChan         []pgtype.Text
-	decided                                   []pgtype.Timestamptz
-	outcome, stage, code, message             []string
-	arguments                                 []pgtype.Text
-	argsDigest, resultDigest, trace, manifest []string
-	prevHash, hash                            [][]byte
-}
-
-func (a *rowArrays) add(r *audit.Stored) {
-	var challenge, approver, approvalChan pgtype.Text
-	var decided pgtype.Timestamptz
-	if ap := r.Approval; ap != nil {
-		challenge = pgtype.Text{String: ap.ChallengeID, Valid: true}
-		approver = pgtype.Text{String: ap.Approver, Valid: true}
-		approvalChan = pgtype.Text{String: ap.Channel, Valid: true}
-		decided = pgtype.Timestamptz{Time: ap.DecidedAt, Valid: !ap.DecidedAt.IsZero()}
+	sideEffects := r.SideEffects
+	if sideEffects == nil {
+		sideEffects = []string{} // NOT NULL column
 	}
-	a.tenant = append(a.tenant, r.Tenant)
-	a.seq = append(a.seq, r.Seq)
-	a.inv = append(a.inv, r.InvocationID)
-	a.phase = append(a.phase, string(r.Phase))
-	a.time = append(a.time, r.Time)
-	a.channel = append(a.channel, string(r.Channel))
-	a.command = append(a.command, r.Command)
-	a.risk = append(a.risk, string(r.Risk))
-	a.sideEffects = append(a.sideEffects, arrayLiteral(r.SideEffects))
-	a.idempotent = append(a.idempotent, r.Idempotent)
-	a.reversible = append(a.reversible, r.Reversible)
-	a.subject = append(a.subject, r.Subject)
-	a.userID = append(a.userID, r.UserID)
-	a.actor = append(a.actor, string(r.ActorKind))
-	a.agent = append(a.agent, r.AgentID)
-	a.model = append(a.model, r.Model)
-	a.modelVersion = append(a.modelVersion, r.ModelVersion)
-	a.conversation = append(a.conversation, r.ConversationID)
-	a.session = append(a.session, r.MCPSessionID)
-	a.challenge = append(a.challenge, challenge)
-	a.approver = append(a.approver, approver)
-	a.approvalChan = append(a.approvalChan, approvalChan)
-	a.decided = append(a.decided, decided)
-	a.outcome = append(a.outcome, string(r.Outcome))
-	a.stage = append(a.stage, r.Stage)
-	a.code = append(a.code, r.Code)
-	a.message = append(a.message, r.Message)
-	a.arguments = append(a.arguments, pgtype.Text{String: string(r.Arguments), Valid: len(r.Arguments) > 0})
-	a.argsDigest = append(a.argsDigest, r.ArgumentsDigest)
-	a.resultDigest = append(a.resultDigest, r.ResultDigest)
-	a.duration = append(a.duration, int64(r.Duration))
-	a.trace = append(a.trace, r.TraceID)
-	a.manifest = append(a.manifest, r.ManifestDigest)
-	a.prevHash = append(a.prevHash, r.PrevHash)
-	a.hash = append(a.hash, r.Hash)
-}
-
-// args returns the arrays in the order of columns.
-func (a *rowArrays) args() []any {
+	var args any
+	if len(r.Arguments) > 0 {
+		args = []byte(r.Arguments) // json: sent and stored byte for byte
+	}
 	return []any{
-		a.tenant, a.seq, a.inv, a.phase, a.time, a.channel, a.command, a.risk, a.sideEffects,
-		a.idempotent, a.reversible, a.subject, a.userID, a.actor, a.agent, a.model, a.modelVersion,
-		a.conversation, a.session, a.challenge, a.approver, a.approvalChan,
-		a.decided, a.outcome, a.stage, a.code, a.message, a.arguments, a.argsDigest,
-		a.resultDigest, a.duration, a.trace, a.manifest, a.prevHash, a.hash,
+		r.Tenant, r.Seq, r.InvocationID, string(r.Phase), r.Time, string(r.Channel), r.Command, string(r.Risk), sideEffects,
+		r.Idempotent, r.Reversible, r.Subject, r.UserID, string(r.ActorKind), r.AgentID, r.Model, r.ModelVersion,
+		r.ConversationID, r.MCPSessionID, challenge, approver, approvalChannel,
+		decided, string(r.Outcome), r.Stage, r.Code, r.Message, args, r.ArgumentsDigest,
+		r.ResultDigest, int64(r.Duration), r.TraceID, r.ManifestDigest, r.PrevHash, r.Hash,
 	}
-}
-
-// arrayLiteral renders a text[] literal with every element quoted, so no value can be read as
-// NULL or split; validated records hold no NUL bytes.
-func arrayLiteral(vals []string) string {
-	if len(vals) == 0 {
-		return "{}"
-	}
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, v := range vals {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteByte('"')
-		for _, c := range []byte(v) {
-			if c == '"' || c == '\\' {
-				b.WriteByte('\\')
-			}
-			b.WriteByte(c)
-		}
-		b.WriteByte('"')
-	}
-	b.WriteByte('}')
-	return b.String()
 }
 
 // batchPlan is what both paths need to know about a batch.
@@ -199,18 +108,21 @@ func newPlan(recs []audit.Record) *batchPlan {
 
 // chained is the outcome of chaining a batch onto heads.
 type chained struct {
-	plan   *batchPlan
-	after  []chan struct{} // fast path: locked channels of the batches this one was chained onto
-	locked chan struct{}   // fast path: closed once this batch holds its head locks, or failed
-	once   sync.Once
-	out    []audit.Stored        // aligned with the batch
-	fresh  []*audit.Stored       // rows to insert, in order
-	old    map[string]audit.Head // heads the rows were chained onto (tenants with fresh rows)
-	heads  map[string]audit.Head // heads after the batch (tenants with fresh rows)
+	plan  *batchPlan
+	out   []audit.Stored        // aligned with the batch
+	fresh []*audit.Stored       // rows to insert, in order
+	old   map[string]audit.Head // heads the rows were chained onto (tenants with fresh rows)
+	heads map[string]audit.Head // heads after the batch (tenants with fresh rows)
+
+	// Fast path only:
+	after   []*chained    // batches in flight that this one was chained onto
+	started chan struct{} // closed once this batch holds its head locks, or failed
+	once    sync.Once
 }
 
 // chain assigns Seq, PrevHash and Hash to the records whose key is not in stored, in batch
-// order, and fills out. A key seen earlier in the batch gets that earlier row.
+// order, and fills out. A key seen earlier in the batch gets that earlier row. The rows share
+// slices with the records (the Writer hands over copies it owns).
 func (p *batchPlan) chain(heads map[string]audit.Head, stored map[audit.Key]*audit.Stored) *chained {
 	c := &chained{plan: p, out: make([]audit.Stored, len(p.recs)), old: map[string]audit.Head{}, heads: map[string]audit.Head{}}
 	if stored == nil {
@@ -219,7 +131,7 @@ func (p *batchPlan) chain(heads map[string]audit.Head, stored map[audit.Key]*aud
 	for i := range p.recs {
 		k := p.recs[i].Key()
 		if row, ok := stored[k]; ok {
-			c.out[i] = row.Clone()
+			c.out[i] = *row
 			continue
 		}
 		h, ok := c.heads[k.Tenant]
@@ -227,69 +139,67 @@ func (p *batchPlan) chain(heads map[string]audit.Head, stored map[audit.Key]*aud
 			h = heads[k.Tenant]
 			c.old[k.Tenant] = h
 		}
-		row := &audit.Stored{Record: p.recs[i].Clone(), Seq: h.Seq + 1, PrevHash: h.Hash}
+		row := &audit.Stored{Record: p.recs[i], Seq: h.Seq + 1, PrevHash: h.Hash}
 		row.Hash = audit.ComputeHash(row.PrevHash, row.Seq, &row.Record)
 		c.heads[k.Tenant] = audit.Head{Seq: row.Seq, Hash: row.Hash}
 		stored[k] = row
 		c.fresh = append(c.fresh, row)
-		c.out[i] = row.Clone()
+		c.out[i] = *row
 	}
 	return c
 }
 
-// queueWrites queues the statements that write c: rows, pending, notify and, last, the heads.
-// Moving the heads last lets a pipelined batch insert its rows while the batch before it (whose
-// new heads it was chained onto) is still committing; move_heads then waits for that commit
-// and fails unless it happened.
-func (p *batchPlan) queueWrites(b *pgx.Batch, c *chained) {
+// queueMoveHeads queues move_heads for the tenants that got rows.
+func (c *chained) queueMoveHeads(b *pgx.Batch) {
 	var t []string
-	if len(c.fresh) > 0 {
-		var rows rowArrays
-		var pT, pInv []string
-		var pSeq []int64
-		var pTime []time.Time
-		for _, r := range c.fresh {
-			rows.add(r)
-			if r.Phase == audit.PhaseIntent {
-				pT, pInv, pSeq, pTime = append(pT, r.Tenant), append(pInv, r.InvocationID), append(pSeq, r.Seq), append(pTime, r.Time)
-			}
+	for _, tenant := range c.plan.tenants {
+		if _, ok := c.heads[tenant]; ok {
+			t = append(t, tenant)
 		}
-		b.Queue(sqlInsertRows, rows.args()...)
-		if len(pT) > 0 {
-			b.Queue(sqlAddPending, pT, pInv, pSeq, pTime)
-		}
-		for _, tenant := range p.tenants {
-			if _, ok := c.heads[tenant]; ok {
-				t = append(t, tenant)
-			}
-		}
-		b.Queue(sqlNotify, t)
 	}
-	// Outcomes clear their intent's pending entry, also when the outcome was already stored
-	// (that is how a reconciliation that lost to the real outcome cleans up).
+	if len(t) == 0 {
+		return
+	}
+	oldSeq := make([]int64, len(t))
+	oldHash := make([][]byte, len(t))
+	newSeq := make([]int64, len(t))
+	newHash := make([][]byte, len(t))
+	for i, tenant := range t {
+		oldSeq[i], oldHash[i] = c.old[tenant].Seq, c.old[tenant].Hash
+		newSeq[i], newHash[i] = c.heads[tenant].Seq, c.heads[tenant].Hash
+	}
+	b.Queue(sqlMoveHeads, t, oldSeq, oldHash, newSeq, newHash)
+}
+
+// queuePending queues the pending bookkeeping: new intents are pending; outcomes clear their
+// intent's entry, also when the outcome was already stored (that is how a reconciliation that
+// lost to the real outcome cleans up).
+func (c *chained) queuePending(b *pgx.Batch) {
+	var pT, pInv []string
+	var pSeq []int64
+	var pTime []time.Time
+	for _, r := range c.fresh {
+		if r.Phase == audit.PhaseIntent {
+			pT, pInv, pSeq, pTime = append(pT, r.Tenant), append(pInv, r.InvocationID), append(pSeq, r.Seq), append(pTime, r.Time)
+		}
+	}
+	if len(pT) > 0 {
+		b.Queue(sqlAddPending, pT, pInv, pSeq, pTime)
+	}
 	var cT, cInv []string
-	for i := range p.recs {
-		if p.recs[i].Phase == audit.PhaseOutcome {
-			cT, cInv = append(cT, p.recs[i].Tenant), append(cInv, p.recs[i].InvocationID)
+	for i := range c.plan.recs {
+		if r := &c.plan.recs[i]; r.Phase == audit.PhaseOutcome {
+			cT, cInv = append(cT, r.Tenant), append(cInv, r.InvocationID)
 		}
 	}
 	if len(cT) > 0 {
 		b.Queue(sqlClearPending, cT, cInv)
 	}
-	if len(t) > 0 {
-		oldSeq := make([]int64, len(t))
-		newSeq := make([]int64, len(t))
-		newHash := make([][]byte, len(t))
-		for i, tenant := range t {
-			oldSeq[i], newSeq[i], newHash[i] = c.old[tenant].Seq, c.heads[tenant].Seq, c.heads[tenant].Hash
-		}
-		b.Queue(sqlMoveHeads, t, oldSeq, newSeq, newHash)
-	}
 }
 
-func (c *chained) unlock() {
-	if c.locked != nil {
-		c.once.Do(func() { close(c.locked) })
+func (c *chained) markStarted() {
+	if c.started != nil {
+		c.once.Do(func() { close(c.started) })
 	}
 }
 
@@ -345,36 +255,62 @@ func (s *Store) AppendBatch(ctx context.Context, recs []audit.Record) ([]audit.S
 	return nil, mapErr("audit: append", err)
 }
 
+// wake tells local watchers at once and other processes through NOTIFY.
 func (s *Store) wake(c *chained) {
-	for _, t := range c.touched() {
+	touched := c.touched()
+	for _, t := range touched {
 		s.hub.Notify(t)
 	}
+	s.announce(touched)
 }
 
-// chainFast chains the batch onto the predicted heads when every tenant of it has one and no
-// locking-path append is under way for it, and advances the predictions, so that the next
-// batch can be chained (and sent) before this one has committed. It returns nil when the fast
-// path does not apply.
+// chainFast chains the batch onto the predicted heads when every tenant of it has one, and
+// advances the predictions, so that the next batch can be chained (and sent) before this one
+// has committed. It returns nil when the fast path does not apply.
 func (s *Store) chainFast(p *batchPlan) *chained {
 	s.headMu.Lock()
 	defer s.headMu.Unlock()
+	// A locking-path append in flight is about to establish the heads (it is rare: the first
+	// append of a tenant, or one after a failure); wait for it rather than take the locking
+	// path too, which would keep the next batch off the fast path as well.
+	for {
+		busy := false
+		for _, t := range p.tenants {
+			busy = busy || s.locking[t] > 0
+		}
+		if !busy {
+			break
+		}
+		s.headCond.Wait()
+	}
 	heads := make(map[string]audit.Head, len(p.tenants))
 	for _, t := range p.tenants {
 		h, ok := s.heads[t]
-		if !ok || s.locking[t] > 0 {
+		if !ok {
 			return nil
 		}
 		heads[t] = h
 	}
-	c := p.chain(heads, nil)
-	c.locked = make(chan struct{})
-	seen := map[chan struct{}]bool{}
-	for _, t := range p.tenants {
-		if g := s.gates[t]; g != nil && !seen[g] {
-			seen[g] = true
-			c.after = append(c.after, g)
+	for i := range p.recs {
+		// The same key in two batches in flight: the later one would wait for the earlier one's
+		// unique-index entry while the earlier one may wait for the later one's... let the
+		// locking path, which reads what committed, handle it.
+		if s.keys[p.recs[i].Key()] > 0 {
+			return nil
 		}
-		s.gates[t] = c.locked
+	}
+	for i := range p.recs {
+		s.keys[p.recs[i].Key()]++
+	}
+	c := p.chain(heads, nil)
+	c.started = make(chan struct{})
+	seen := map[*chained]bool{}
+	for _, t := range p.tenants {
+		if prev := s.last[t]; prev != nil && !seen[prev] {
+			seen[prev] = true
+			c.after = append(c.after, prev)
+		}
+		s.last[t] = c
 		s.fast[t]++
 	}
 	for t, h := range c.heads {
@@ -387,12 +323,12 @@ func (s *Store) chainFast(p *batchPlan) *chained {
 // batches chained onto them fail too (move_heads), and the next append reads the heads under
 // lock.
 func (s *Store) doneFast(c *chained, ok bool) {
-	c.unlock()
+	c.markStarted()
 	s.headMu.Lock()
 	defer s.headMu.Unlock()
 	for _, t := range c.plan.tenants {
-		if s.gates[t] == c.locked {
-			delete(s.gates, t)
+		if s.last[t] == c {
+			delete(s.last, t)
 		}
 		if s.fast[t]--; s.fast[t] <= 0 {
 			delete(s.fast, t)
@@ -401,13 +337,18 @@ func (s *Store) doneFast(c *chained, ok bool) {
 			delete(s.heads, t)
 		}
 	}
+	for i := range c.plan.recs {
+		k := c.plan.recs[i].Key()
+		if s.keys[k]--; s.keys[k] <= 0 {
+			delete(s.keys, k)
+		}
+	}
 	s.headCond.Broadcast()
 }
 
 // beginLocked registers a locking-path append and waits until no fast-path append of its
-// tenants is in flight. The two must not overlap in one process: a fast batch inserts its rows
-// before it locks the heads, so a locking append that chained onto the same head would wait for
-// those rows while the fast batch waits for its head lock — a deadlock.
+// tenants is in flight: those are chained onto predictions that the locking append may
+// invalidate, and the next prediction comes from whichever finishes last.
 func (s *Store) beginLocked(tenants []string) {
 	s.headMu.Lock()
 	defer s.headMu.Unlock()
@@ -461,32 +402,90 @@ func (s *Store) doneLocked(tenants []string, after map[string]audit.Head) {
 // maxCachedHeads bounds the head cache.
 const maxCachedHeads = 100_000
 
-// appendFast writes a batch chained by chainFast as one pipelined implicit transaction. It is
-// sent only once the fast batches it was chained onto hold their head locks (their move_heads
-// has run), so that its own move_heads, which comes last, waits for their commit instead of
-// overtaking them; its rows are inserted meanwhile, overlapping their commit.
-func (s *Store) appendFast(ctx context.Context, c *chained) error {
-	for _, g := range c.after {
+// copyRows COPYs c's new rows into audit.records.
+func copyRows(ctx context.Context, tx interface {
+	CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error)
+}, c *chained) error {
+	if len(c.fresh) == 0 {
+		return nil
+	}
+	n, err := tx.CopyFrom(ctx, pgx.Identifier{"audit", "records"}, columns,
+		pgx.CopyFromSlice(len(c.fresh), func(i int) ([]any, error) { return copyRow(c.fresh[i]), nil }))
+	if err != nil {
+		return err
+	}
+	if n != int64(len(c.fresh)) {
+		return errors.New("audit: COPY wrote fewer rows than sent") // cannot happen
+	}
+	return nil
+}
+
+// appendFast writes a batch chained by chainFast in three round trips:
+//
+//  1. BEGIN and move_heads, which waits for the head locks — that is, for the batch this one
+//     was chained onto to commit — and checks the heads. Batches chained onto this one may
+//     start once it holds the locks (markStarted); they queue on the same locks.
+//  2. COPY the rows.
+//  3. The pending bookkeeping and COMMIT, pipelined.
+//
+// This path manages its transaction by hand: pg.InTx would cost two more round trips (a lone
+// BEGIN and a lone COMMIT) while the tenant's head is locked. Every error path rolls back or
+// discards the connection.
+func (s *Store) appendFast(ctx context.Context, c *chained) (err error) {
+	for _, prev := range c.after {
+		// Sent before its predecessor holds the locks, move_heads could take them first and
+		// find the heads not yet advanced.
 		select {
-		case <-g:
+		case <-prev.started:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	b := &pgx.Batch{}
-	b.Queue(sqlCustomPlans)
-	c.plan.queueWrites(b, c)
-	// Without BEGIN, every statement up to the pipeline's Sync runs in one implicit
-	// transaction: all commit together or none does.
-	br := s.pool.SendBatch(ctx, b)
-	for range b.Len() {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return err
-		}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
 	}
-	c.unlock() // move_heads, the last statement, has run: the heads are locked until commit
-	return br.Close()
+	defer conn.Release()
+	inTx := false
+	defer func() {
+		if err == nil || !inTx {
+			return
+		}
+		rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, rbErr := conn.Exec(rbCtx, "ROLLBACK"); rbErr != nil {
+			// Never hand a connection in an unknown transaction state back to the pool.
+			_ = conn.Conn().Close(rbCtx)
+		}
+	}()
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sqlCustomPlans)
+	c.queueMoveHeads(b)
+	inTx = true
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	c.markStarted() // this batch holds its head locks; the batches chained onto it queue behind
+
+	if err := copyRows(ctx, conn, c); err != nil {
+		return err
+	}
+
+	b = &pgx.Batch{}
+	c.queuePending(b)
+	commit := b.Queue("COMMIT")
+	var tag pgconn.CommandTag
+	commit.Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	inTx = false
+	if tag.String() != "COMMIT" {
+		return errors.New("audit: the append transaction did not commit") // cannot happen: errors surface above
+	}
+	return nil
 }
 
 // appendLocked runs the batch in a transaction that locks the heads and looks up existing
@@ -511,7 +510,7 @@ func (s *Store) appendLocked(ctx context.Context, p *batchPlan) (*chained, map[s
 		b.Queue(sqlLockHeads, p.tenants)
 		b.Queue(sqlExistingRows, lt, li, lp)
 		br := tx.SendBatch(ctx, b)
-		defer func() { _ = br.Close() }()
+		defer func() { _ = br.Close() }() // already closed on success; this covers early returns
 		for range 2 {
 			if _, err := br.Exec(); err != nil {
 				return err
@@ -551,8 +550,12 @@ func (s *Store) appendLocked(ctx context.Context, p *batchPlan) (*chained, map[s
 			stored[existing[i].Key()] = &existing[i]
 		}
 		c = p.chain(heads, stored)
+		if err := copyRows(ctx, tx, c); err != nil {
+			return err
+		}
 		b = &pgx.Batch{}
-		p.queueWrites(b, c)
+		c.queuePending(b)
+		c.queueMoveHeads(b)
 		if b.Len() > 0 {
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {
 				return err

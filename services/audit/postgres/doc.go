@@ -1,19 +1,27 @@
 // Package postgres is the PostgreSQL audit Store. Its tables live in the audit schema and are
 // created by the embedded [Migrations]: records (the rows; primary key (tenant, seq), unique
-// (tenant, invocation_id, phase)), heads (each tenant's chain head) and pending (intents
-// without outcome, for reconciliation). A trigger refuses UPDATE, DELETE and TRUNCATE on
-// records; the hash chain, checked by Verify, is what detects changes made around it.
+// (tenant, invocation_id, phase)), heads (each tenant's chain head: seq and hash of its last
+// row), and pending (intents without outcome, for reconciliation). A trigger refuses UPDATE,
+// DELETE and TRUNCATE on records; the hash chain, checked by Verify, is what detects changes
+// made around it.
 //
-// AppendBatch runs one transaction: it locks the heads of the batch's tenants FOR UPDATE (in
-// tenant order, so replicas never deadlock and appends to one tenant are serialised across
-// processes), reads the rows the batch's keys already have, chains the new rows onto the heads
-// in Go, writes them with COPY, moves the heads, maintains pending and sends NOTIFY
-// mandate_audit with each tenant that got rows, all before COMMIT. A unique violation (a
-// writer that does not take the head lock got in first) re-runs the transaction. Statements
-// inside the transaction are pipelined, so a batch costs five round trips whatever its size.
+// One AppendBatch is one transaction: rows written with COPY, the pending bookkeeping, and
+// move_heads, a small SQL function that locks the batch's head rows FOR UPDATE and advances
+// them only if they are still exactly (seq and hash) where the rows were chained onto, failing
+// with SQLSTATE 40001 otherwise. The head row locks serialise appends per tenant across
+// replicas. The Store predicts each tenant's head from its own commits, so the common append
+// needs no read before it writes; a wrong prediction (another replica appended) or an already
+// stored key (a retried append, caught by the unique index) aborts the transaction, and the
+// batch is redone on the locking path, which locks the heads first, reads the stored rows of
+// the batch's keys and chains only what is new. Both paths lock a tenant's head before writing
+// its rows, in tenant order, so replicas never deadlock. The append statements run with
+// plan_cache_mode = force_custom_plan: a generic plan cached while the trail is small would
+// otherwise survive its growth.
 //
 // Watch tails a tenant by Seq: it reads new rows whenever a notification for the tenant
-// arrives (on a dedicated LISTEN connection shared by all watchers of the Store, started with
-// the first and stopped with the last), when this Store itself committed rows for it, and
-// every WatchPoll as a safety net for notifications lost while the listener reconnects.
+// arrives (NOTIFY mandate_audit, sent right after each commit, heard on a dedicated LISTEN
+// connection shared by the Store's watchers, started with the first and stopped with the
+// last), when this Store itself committed rows for it, and every WatchPoll as a safety net for
+// notifications lost while the listener reconnects or a writer crashed between commit and
+// NOTIFY.
 package postgres

@@ -79,12 +79,19 @@ type Store struct {
 
 	hub feed.Hub
 
+	ctx        context.Context // canceled by Close
+	cancel     context.CancelFunc
+	annPending map[string]bool // tenants to NOTIFY about; guarded by mu
+	annRunning bool            // guarded by mu
+	annSignal  chan struct{}   // wakes the announcer; buffered 1
+
 	headMu   sync.Mutex
-	headCond *sync.Cond               // on headMu; signalled when an append ends
-	heads    map[string]audit.Head    // predicted chain heads: after every append in flight, if it commits
-	fast     map[string]int           // fast-path appends in flight per tenant
-	locking  map[string]int           // locking-path appends in flight per tenant
-	gates    map[string]chan struct{} // per tenant: locked channel of the newest fast batch in flight
+	headCond *sync.Cond            // on headMu; signalled when an append ends
+	heads    map[string]audit.Head // predicted chain heads: after every append in flight, if it commits
+	fast     map[string]int        // fast-path appends in flight per tenant
+	locking  map[string]int        // locking-path appends in flight per tenant
+	last     map[string]*chained   // per tenant: the newest fast batch in flight
+	keys     map[audit.Key]int     // keys in fast batches in flight
 
 	mu       sync.Mutex
 	closed   bool
@@ -100,15 +107,18 @@ var _ audit.Store = (*Store)(nil)
 // New returns a Store on pool, whose database must have [Migrations] applied.
 func New(pool *pgxpool.Pool, opts Options) *Store {
 	s := &Store{
-		pool:    pool,
-		opts:    opts.withDefaults(),
-		done:    make(chan struct{}),
-		heads:   map[string]audit.Head{},
-		fast:    map[string]int{},
-		locking: map[string]int{},
-		gates:   map[string]chan struct{}{},
+		pool:      pool,
+		opts:      opts.withDefaults(),
+		done:      make(chan struct{}),
+		annSignal: make(chan struct{}, 1),
+		heads:     map[string]audit.Head{},
+		fast:      map[string]int{},
+		locking:   map[string]int{},
+		last:      map[string]*chained{},
+		keys:      map[audit.Key]int{},
 	}
 	s.headCond = sync.NewCond(&s.headMu)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
 
@@ -122,6 +132,7 @@ func (s *Store) Close() {
 	if !s.closed {
 		s.closed = true
 		close(s.done)
+		s.cancel()
 		if s.stop != nil {
 			s.stop()
 			s.stop = nil

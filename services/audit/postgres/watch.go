@@ -137,3 +137,62 @@ func (s *Store) listenOnce(ctx context.Context, connected func()) error {
 		}
 	}
 }
+
+// announce queues a NOTIFY for tenants that got rows. It is sent after the commit, by one
+// goroutine that coalesces what queued meanwhile, on a statement of its own: inside the append
+// transaction, NOTIFY would take the cluster-wide notify-queue lock at commit and hold it
+// through the commit's fsync, serialising every notifying commit of every tenant. A
+// notification lost to a crash between commit and NOTIFY costs remote watchers one poll
+// interval (Options.WatchPoll).
+func (s *Store) announce(tenants []string) {
+	if len(tenants) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if s.annPending == nil {
+		s.annPending = map[string]bool{}
+	}
+	for _, t := range tenants {
+		s.annPending[t] = true
+	}
+	if !s.annRunning {
+		s.annRunning = true
+		s.wg.Add(1)
+		go s.announcer()
+	}
+	select {
+	case s.annSignal <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Store) announcer() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-s.annSignal:
+		}
+		s.mu.Lock()
+		tenants := make([]string, 0, len(s.annPending))
+		for t := range s.annPending {
+			tenants = append(tenants, t)
+		}
+		clear(s.annPending)
+		s.mu.Unlock()
+		if len(tenants) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+		if _, err := s.pool.Exec(ctx, sqlNotify, tenants); err != nil && s.ctx.Err() == nil {
+			s.opts.Logger.Warn("audit: NOTIFY after commit failed; remote watchers catch up at their next poll",
+				"error_kind", pg.Classify(err).String(), "tenants", len(tenants))
+		}
+		cancel()
+	}
+}
