@@ -17,6 +17,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/services/catalog"
+	"github.com/mandate-dev/mandate/services/confirm"
 	"github.com/mandate-dev/mandate/services/executor"
 )
 
@@ -27,10 +28,37 @@ type Executor interface {
 	Execute(ctx context.Context, call executor.Call) (*executor.Result, error)
 }
 
+// Catalog is what the bridge needs of the catalog service: a principal's
+// tools, a stream of changes to them, and the manifest's bytes.
+// *catalog.Catalog implements it in process; catalog/api.Client over gRPC.
+type Catalog interface {
+	Tools(ctx context.Context, p identity.Principal) (catalog.ToolSet, error)
+	Watch(ctx context.Context, p identity.Principal, send func(catalog.Event) error) error
+	Manifest(ctx context.Context, p identity.Principal) ([]byte, error)
+	CommandSlice(ctx context.Context, p identity.Principal, code string) ([]byte, error)
+}
+
+// Confirmer is what the bridge needs of the confirm service to put a
+// challenge to the session's human through elicitation. *confirm.Service
+// implements it in process; confirm/api.Client over gRPC.
+type Confirmer interface {
+	// Get returns the challenge (its prompt above all) to its requester.
+	Get(ctx context.Context, p identity.Principal, id string) (confirm.Challenge, error)
+	// DecideElicited records the answer the session's human gave through
+	// MCP elicitation to a challenge of the session's own call. The confirm
+	// service refuses it where the approver policy needs someone else or
+	// the command is L4.
+	DecideElicited(ctx context.Context, p identity.Principal, id string, approve bool) (confirm.Challenge, error)
+}
+
 // Config wires a Bridge.
 type Config struct {
 	// Catalog lists each principal's tools and serves the manifest. Required.
-	Catalog *catalog.Catalog
+	Catalog Catalog
+	// Confirm, when set, lets the bridge ask the client's user to confirm a
+	// call through elicitation. Without it every confirmation goes through
+	// the approval URL.
+	Confirm Confirmer
 	// Executor runs tools/call. Required.
 	Executor Executor
 	// Manifest tells a published command (sent to the executor, listed or
