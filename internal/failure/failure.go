@@ -161,6 +161,51 @@ func ToStatus(err error) *status.Status {
 	return Internal("", err).GRPCStatus()
 }
 
+// FromStatus recovers the Mandate error a status carries, so that a client
+// of a Mandate service holds the same *Error the service returned: stage,
+// code, remedy and the rest from the mandate.v1.CommandError detail, or the
+// code alone from a mandate.dev google.rpc.ErrorInfo. The gRPC code is kept
+// in Status. ok is false for a status with neither detail (a transport
+// failure, a context error), which callers pass on unchanged.
+func FromStatus(st *status.Status) (*Error, bool) {
+	if st == nil || st.Code() == codes.OK {
+		return nil, false
+	}
+	var (
+		fe   *Error
+		info *errdetails.ErrorInfo
+	)
+	for _, d := range st.Details() {
+		switch x := d.(type) {
+		case *mandatev1.CommandError:
+			fe = &Error{
+				Stage: x.GetStage(), Code: x.GetCode(), Message: x.GetMessage(),
+				Retriable: x.GetRetriable(), Remedy: x.GetRemedy(),
+				InvocationID: x.GetInvocationId(), ChallengeID: x.GetChallengeId(), ApprovalURL: x.GetApprovalUrl(),
+			}
+			for _, v := range x.GetViolations() {
+				fe.Violations = append(fe.Violations, Violation{Pointer: v.GetPointer(), Rule: v.GetRule(), Message: v.GetMessage()})
+			}
+		case *errdetails.ErrorInfo:
+			if x.GetDomain() == Domain {
+				info = x
+			}
+		}
+	}
+	switch {
+	case fe != nil && fe.Code != "":
+	case info != nil && info.GetReason() != "":
+		fe = &Error{Stage: info.GetMetadata()["stage"], Code: info.GetReason(), InvocationID: info.GetMetadata()["invocation_id"]}
+	default:
+		return nil, false
+	}
+	if fe.Message == "" {
+		fe.Message = st.Message()
+	}
+	fe.Status = st.Code()
+	return fe, true
+}
+
 // HTTPStatus maps a gRPC code to the HTTP status of a problem body.
 func HTTPStatus(c codes.Code) int {
 	switch c {

@@ -57,6 +57,19 @@ type Tool struct {
 	JSON []byte
 }
 
+// NewTool projects a command into the tool the catalog lists: its MCP
+// descriptor and that descriptor's canonical JSON. A client that holds the
+// same manifest as the catalog (the MCP bridge) rebuilds the catalog's
+// tools with it.
+func NewTool(cmd *manifest.Command) (*Tool, error) {
+	desc := tooldesc.FromCommand(cmd)
+	js, err := manifest.Canonical(desc, false)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: tool descriptor of %s: %w", cmd.Code, err)
+	}
+	return &Tool{Command: cmd, Descriptor: desc, JSON: js}, nil
+}
+
 // Name is the tool name, which is the command code.
 func (t *Tool) Name() string { return t.Command.Code }
 
@@ -126,12 +139,10 @@ func New(cfg Config) (*Catalog, error) {
 		memo:    map[string][]*Tool{},
 	}
 	for _, cmd := range cfg.Manifest.Commands() {
-		desc := tooldesc.FromCommand(cmd)
-		js, err := manifest.Canonical(desc, false)
+		t, err := NewTool(cmd)
 		if err != nil {
-			return nil, fmt.Errorf("catalog: tool descriptor of %s: %w", cmd.Code, err)
+			return nil, err
 		}
-		t := &Tool{Command: cmd, Descriptor: desc, JSON: js}
 		c.tools[cmd.Code] = t
 		if cmd.Published() {
 			c.published = append(c.published, t)

@@ -38,7 +38,7 @@ const (
 	MetadataTenant         = "x-mandate-tenant"
 	// MCPBridgeService is the service identity of the MCP bridge; calls it
 	// makes on behalf of a user are recorded with channel "mcp".
-	MCPBridgeService = "mcpbridge"
+	MCPBridgeService = identity.MCPBridgeService
 )
 
 // Service implements mandate.v1.ExecutorService and the governed proxy.

@@ -1,0 +1,8 @@
+package identity
+
+// MCPBridgeService is the service identity of the MCP bridge. Services that
+// treat calls relayed by the bridge differently (the executor records them
+// on channel "mcp"; the confirm service accepts mcp_elicitation decisions
+// only from it) compare Principal.Via with it. It lives here, below every
+// service, so that none has to import another to know the name.
+const MCPBridgeService = "mcpbridge"
