@@ -252,7 +252,11 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		}
 		fmt.Fprintf(io.Stdout, "  %-6s %s\n", p.user, link)
 	}
-	fmt.Fprintf(io.Stdout, "\nTry:\n  curl -s -X POST http://%s/v1/commands/ticket.search:execute \\\n    -H \"Authorization: Bearer $(jq -r .alice TOKENS_FILE)\" -d '{\"input\":{\"query\":\"charged twice\"}}'\n\nCtrl-C stops it.\n", srv.HTTPAddr())
+	tf := tokensFile
+	if tf == "" {
+		tf = "TOKENS_FILE"
+	}
+	fmt.Fprintf(io.Stdout, "\nTry:\n  curl -s -X POST http://%s/v1/commands/ticket.search:execute \\\n    -H \"Authorization: Bearer $(jq -r .alice %s)\" -d '{\"input\":{\"query\":\"charged twice\"}}'\n\nCtrl-C stops it.\n", srv.HTTPAddr(), tf)
 	return srv.Run(ctx)
 }
 
