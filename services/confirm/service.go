@@ -245,6 +245,67 @@ func (s *Service) Decide(ctx context.Context, p identity.Principal, id string, a
 	return decided, nil
 }
 
+// DecideElicited records the answer that the human behind an MCP session
+// gave, through elicitation, to a challenge of that session's own call. p is
+// the session's principal: a user, or an agent acting for one; the decision
+// is recorded as p's user through ChannelMCPElicitation. Only a challenge p
+// itself requested (same user and agent) may be answered this way, and only
+// where the requesting user is the approver the declaration names (see
+// CheckElicitable): four-eyes policies and L4 commands need a second human
+// on the approval page. The directory must say p is active. Transports
+// accept the call only from the MCP bridge (confirm/api checks the relay).
+func (s *Service) DecideElicited(ctx context.Context, p identity.Principal, id string, approve bool) (Challenge, error) {
+	if (p.Kind != identity.KindUser && p.Kind != identity.KindAgent) || p.Tenant == "" || p.UserID == "" {
+		return Challenge{}, refuse(ErrApproverNotAllowed, "an elicited answer is recorded for the session's user; a user's or an agent's principal is needed")
+	}
+	if _, err := s.resolve(ctx, p); err != nil {
+		return Challenge{}, err
+	}
+	if !ValidID(id) {
+		return Challenge{}, ErrNotFound
+	}
+	c, err := s.store.Get(ctx, p.Tenant, id)
+	if err != nil {
+		return Challenge{}, err
+	}
+	if c.RequesterUser != p.UserID || c.RequesterAgent != p.AgentID {
+		return Challenge{}, refuse(ErrApproverNotAllowed, "elicitation answers only the session's own call; this challenge was opened for another principal")
+	}
+	if err := CheckElicitable(&c); err != nil {
+		return Challenge{}, err
+	}
+	decided, err := s.store.Decide(ctx, p.Tenant, id, Decision{Approve: approve, By: p.UserID, Channel: ChannelMCPElicitation})
+	if err != nil {
+		return Challenge{}, err
+	}
+	s.log.InfoContext(ctx, "challenge decided", "tenant", p.Tenant, "challenge_id", id,
+		"invocation_id", decided.InvocationID, "command", decided.Command, "state", string(decided.State),
+		"decided_by", p.UserID, "agent", p.AgentID, "channel", ChannelMCPElicitation)
+	return decided, nil
+}
+
+// CheckElicitable reports (nil) whether the requester's own human may
+// decide c through MCP elicitation: the approver policy must name the
+// requesting user, and the command must be below L4 (an L4 call always
+// records a second human, on the approval page). Otherwise it returns
+// ErrApproverNotAllowed saying who must decide. The MCP bridge asks it
+// before it puts a form to the client's user.
+func CheckElicitable(c *Challenge) error {
+	risk := c.Risk
+	if risk == "" {
+		risk = c.Prompt.Risk
+	}
+	switch {
+	case manifest.RiskLevel(risk) == 4:
+		return refuse(ErrApproverNotAllowed, c.Command+" is L4: a second human must approve it on the approval page, not the requester through elicitation")
+	case c.Approver.Kind == ApproverPermissionHolder:
+		return refuse(ErrApproverNotAllowed, "four eyes: another user holding "+c.Approver.Permission+" must approve "+c.Command+" on the approval page")
+	case c.Approver.Kind != ApproverRequestingUser:
+		return refuse(ErrApproverNotAllowed, "the challenge has no approver policy that elicitation can satisfy")
+	}
+	return nil
+}
+
 // CanDecide reports (nil) whether p may decide c, apart from its state; the
 // approval page uses it to offer the buttons only to those who may press
 // them.

@@ -85,9 +85,17 @@ func (s *Service) Get(ctx context.Context, req *mandatev1.ConfirmServiceGetReque
 	return s.toProto(&c), nil
 }
 
+// MCPBridgeService is the service identity of the MCP bridge, the only
+// relay whose mcp_elicitation decisions are honoured. It is the same name
+// as executor/api.MCPBridgeService (a test keeps the two equal).
+const MCPBridgeService = "mcpbridge"
+
 // Decide records a human's decision. The approval_page channel is recorded
-// only by the approval page itself, and mcp_elicitation only when a Mandate
-// service (the MCP bridge) relays the human.
+// only by the approval page itself. mcp_elicitation is honoured only when
+// the MCP bridge relays the session's principal (Via MCPBridgeService); it
+// then records the answer the session's human gave to the session's own
+// call (confirm.Service.DecideElicited). Anyone else claiming that channel
+// is refused, agents with "agents never approve".
 func (s *Service) Decide(ctx context.Context, req *mandatev1.DecideRequest) (*mandatev1.Challenge, error) {
 	p, err := principal(ctx)
 	if err != nil {
@@ -98,8 +106,11 @@ func (s *Service) Decide(ctx context.Context, req *mandatev1.DecideRequest) (*ma
 	case "", confirm.ChannelAPI:
 		channel = confirm.ChannelAPI
 	case confirm.ChannelMCPElicitation:
-		if p.Via == "" {
-			return nil, s.mapErr(ctx, "decide", confirm.Invalid("channel", "mcp_elicitation is recorded only when a Mandate service relays the decision"))
+		if p.Via != MCPBridgeService {
+			if p.Kind == identity.KindAgent || p.AgentID != "" {
+				return nil, s.mapErr(ctx, "decide", &confirm.Error{Code: confirm.CodeApproverNotAllowed, Message: "agents never approve or decline; a human must"})
+			}
+			return nil, s.mapErr(ctx, "decide", confirm.Invalid("channel", "mcp_elicitation is recorded only when the MCP bridge relays the session's human"))
 		}
 	case confirm.ChannelApprovalPage:
 		return nil, s.mapErr(ctx, "decide", confirm.Invalid("channel", "approval_page is recorded only by the approval page"))
@@ -114,7 +125,12 @@ func (s *Service) Decide(ctx context.Context, req *mandatev1.DecideRequest) (*ma
 	default:
 		return nil, s.mapErr(ctx, "decide", confirm.Invalid("decision", "must be approve or decline"))
 	}
-	c, err := s.confirm.Decide(ctx, p, req.GetChallengeId(), approve, channel)
+	var c confirm.Challenge
+	if channel == confirm.ChannelMCPElicitation {
+		c, err = s.confirm.DecideElicited(ctx, p, req.GetChallengeId(), approve)
+	} else {
+		c, err = s.confirm.Decide(ctx, p, req.GetChallengeId(), approve, channel)
+	}
 	if err != nil {
 		return nil, s.mapErr(ctx, "decide", err)
 	}
