@@ -45,7 +45,8 @@ func runHelpdesk(ctx context.Context, args []string, io IO) error {
 			return err
 		}
 	}
-	backend, err := helpdesk.New(helpdesk.Config{Store: store, Gateway: helpdesk.NewGateway(),
+	gateway := helpdesk.NewGateway()
+	backend, err := helpdesk.New(helpdesk.Config{Store: store, Gateway: gateway,
 		TrustedServices: []string{executor.ServiceName}, Logger: log})
 	if err != nil {
 		return err
@@ -55,5 +56,7 @@ func runHelpdesk(ctx context.Context, args []string, io IO) error {
 		return err
 	}
 	backend.Register(srv.GRPC())
+	// The fake gateway's counters, read-only, for end-to-end tests.
+	srv.Handle("GET /gateway/counters", gateway.CountersHandler())
 	return srv.Run(ctx)
 }

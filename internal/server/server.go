@@ -262,7 +262,7 @@ func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 // headerMatcher forwards the headers Mandate reads from REST callers.
 func headerMatcher(key string) (string, bool) {
 	switch k := strings.ToLower(key); k {
-	case "idempotency-key", "x-request-id", "x-mandate-conversation", identity.OnBehalfOfHeader, "traceparent", "tracestate":
+	case "idempotency-key", "x-request-id", "x-mandate-conversation", "x-mandate-approval-grant", identity.OnBehalfOfHeader, "traceparent", "tracestate":
 		return k, true
 	}
 	return runtime.DefaultHeaderMatcher(key)
