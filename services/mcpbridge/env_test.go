@@ -75,9 +75,11 @@ type env struct {
 	audit   *auditpg.Store
 	confirm *confirm.Service
 	dir     *dirpg.Store
+	// helpdeskAddr is the helpdesk backend's own gRPC address.
+	helpdeskAddr string
 }
 
-func start(t *testing.T) *env {
+func start(t testing.TB) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pool := pgtest.New(t, dirpg.Migrations, auditpg.Migrations, execpg.Migrations, confirmpg.Migrations)
@@ -176,10 +178,10 @@ func start(t *testing.T) *env {
 		_ = backendConn.Close()
 		cancel()
 	})
-	return &env{url: srv.URL, set: set, catalog: cat, gateway: gw, audit: auditStore, confirm: confirmSvc, dir: dir}
+	return &env{url: srv.URL, set: set, catalog: cat, gateway: gw, audit: auditStore, confirm: confirmSvc, dir: dir, helpdeskAddr: hsrv.GRPCAddr()}
 }
 
-func serve(t *testing.T, ctx context.Context, srv *server.Server) {
+func serve(t testing.TB, ctx context.Context, srv *server.Server) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
@@ -203,7 +205,7 @@ func serve(t *testing.T, ctx context.Context, srv *server.Server) {
 	t.Fatal("server never became SERVING")
 }
 
-func token(t *testing.T, tenant, user, agent string) string {
+func token(t testing.TB, tenant, user, agent string) string {
 	t.Helper()
 	model := ""
 	if agent != "" {
