@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -35,6 +36,10 @@ import (
 //
 //	MANDATE_REQUIRE_POSTGRES=1 go test ./services/mcpbridge -run '^$' -bench ToolsCall -benchtime 2000x
 func BenchmarkToolsCall(b *testing.B) {
+	// The servers' per-session logs would split the result lines.
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.DiscardHandler))
+	b.Cleanup(func() { slog.SetDefault(prev) })
 	e := start(b)
 	plain := e.ungoverned(b)
 	tok := token(b, "acme", "alice", "support-bot")
