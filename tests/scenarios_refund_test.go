@@ -25,6 +25,16 @@ func (c *elicitationCounter) handler(context.Context, *mcp.ElicitRequest) (*mcp.
 	return &mcp.ElicitResult{Action: "decline"}, nil
 }
 
+// approveForm is an MCP client elicitation handler that answers a
+// confirmation form with approve=true, as a human clicking "approve" in
+// the client would; it records the messages it was shown.
+type approveForm struct{ shown []string }
+
+func (a *approveForm) handler(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	a.shown = append(a.shown, req.Params.Message)
+	return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, nil
+}
+
 // TestScenarioSearchAsAgent: support-bot, acting for alice, searches
 // tickets over MCP. The read runs without any prompt, and its audit rows
 // name the agent, its model and the conversation from `_meta`.
@@ -294,9 +304,11 @@ func TestScenarioRefundOverRESTSameCode(t *testing.T) {
 	}
 }
 
-// TestScenarioIdempotencyReplay: carol's approved refund sent twice with the
+// TestScenarioIdempotencyReplay: an approved refund sent twice with the
 // same idempotency key runs once — the second answer is the first one
-// replayed — and the key used with another amount is refused.
+// replayed — and the key used with another amount is refused; over REST
+// (carol), MCP (finance-bot, key in `_meta`) and, for an expense report,
+// gRPC (alice, idempotency-key metadata).
 func TestScenarioIdempotencyReplay(t *testing.T) {
 	tp := newTopology(t, topologyOptions{})
 	carol := tp.token("acme", "carol", "")
@@ -340,6 +352,28 @@ func TestScenarioIdempotencyReplay(t *testing.T) {
 		t.Fatalf("executed rows: %v", executed)
 	}
 	outcome(t, tp.invocationRows(reused.body["invocation_id"].(string), 1), "refused", "idempotency_check", "idempotency.key_reused")
+
+	// Over MCP, with the key in `_meta`: finance-bot's refund of 10.00 EUR,
+	// confirmed by carol in her client's form, runs once; the same call
+	// again is answered from the saved result without asking her again.
+	var form approveForm
+	cs := tp.mcpSession(tp.token("acme", "carol", "finance-bot"), &mcp.ClientOptions{ElicitationHandler: form.handler})
+	small := strings.Replace(refundInput, `"2500"`, `"1000"`, 1)
+	key := mcp.Meta{"mandate.dev/idempotency_key": "mcp-refund-T-1001"}
+	once := callTool(t, cs, "ticket.refund", small, key)
+	if once.IsError || len(form.shown) != 1 {
+		t.Fatalf("MCP refund: %s after %d prompts", jsonOf(once.Content), len(form.shown))
+	}
+	tp.wantRefunds(2, 3500)
+	twice := callTool(t, cs, "ticket.refund", small, key)
+	if twice.IsError || jsonOf(structured(t, twice)) != jsonOf(structured(t, once)) ||
+		twice.Meta["mandate.dev/invocation_id"] != once.Meta["mandate.dev/invocation_id"] || len(form.shown) != 1 {
+		t.Fatalf("MCP replay: %s (first %s) after %d prompts", jsonOf(twice), jsonOf(once), len(form.shown))
+	}
+	tp.wantRefunds(2, 3500)
+	other := callTool(t, cs, "ticket.refund", strings.Replace(refundInput, `"2500"`, `"900"`, 1), key)
+	wantToolRefusal(t, other, "idempotency_check", "idempotency.key_reused")
+	tp.wantRefunds(2, 3500)
 
 	// The same over the governed gRPC proxy with the idempotency-key
 	// metadata: one expense report for two calls.
