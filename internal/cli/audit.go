@@ -56,6 +56,9 @@ func runAuditService(ctx context.Context, args []string, io IO) error {
 	log := f.logger(io.Stderr, "audit")
 	var cl closers
 	defer cl.close()
+	if err := f.tracing(ctx, io, "audit", log, &cl); err != nil {
+		return err
+	}
 
 	auth, err := f.authenticator(ctx)
 	if err != nil {

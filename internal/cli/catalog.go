@@ -30,6 +30,9 @@ func runCatalog(ctx context.Context, args []string, io IO) error {
 	log := f.logger(io.Stderr, "catalog")
 	var cl closers
 	defer cl.close()
+	if err := f.tracing(ctx, io, "catalog", log, &cl); err != nil {
+		return err
+	}
 	set, err := mf.load()
 	if err != nil {
 		return err

@@ -35,15 +35,16 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"token":    {"mint a development token signed with the dev secret", runToken},
-	"migrate":  {"apply every service's database migrations (idempotent, safe to run concurrently)", runMigrate},
-	"policy":   {"manage the policy directory: `mandate policy apply -f FILE`", runPolicy},
-	"audit":    {"run the audit service; `mandate audit query|verify` read the trail", runAudit},
-	"catalog":  {"run the catalog: tool lists per principal, manifest reads, ops.review", runCatalog},
-	"confirm":  {"run the confirm service and its approval pages", runConfirm},
-	"dev":      {"run the whole suite in one process on in-memory stores, with the helpdesk sample", runDev},
-	"executor": {"run the executor: the governed pipeline and proxy in front of the backends", runExecutor},
-	"helpdesk": {"run the helpdesk sample backend (serves only calls relayed by the executor)", runHelpdesk},
+	"token":       {"mint a development token signed with the dev secret", runToken},
+	"migrate":     {"apply every service's database migrations (idempotent, safe to run concurrently)", runMigrate},
+	"policy":      {"manage the policy directory: `mandate policy apply -f FILE`", runPolicy},
+	"audit":       {"run the audit service; `mandate audit query|verify` read the trail", runAudit},
+	"catalog":     {"run the catalog: tool lists per principal, manifest reads, ops.review", runCatalog},
+	"confirm":     {"run the confirm service and its approval pages", runConfirm},
+	"dev":         {"run the whole suite in one process on in-memory stores, with the helpdesk sample", runDev},
+	"executor":    {"run the executor: the governed pipeline and proxy in front of the backends", runExecutor},
+	"helpdesk":    {"run the helpdesk sample backend (serves only calls relayed by the executor)", runHelpdesk},
+	"healthcheck": {"probe a service's /healthz or gRPC health; exit 0 only when serving (container health checks)", runHealthcheck},
 }
 
 // errUsage marks errors already explained by usage output.
@@ -86,7 +87,7 @@ func usage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Every flag also reads MANDATE_<FLAG_NAME>, e.g. --database-url from MANDATE_DATABASE_URL.")

@@ -66,6 +66,9 @@ func runConfirm(ctx context.Context, args []string, io IO) error {
 	log := f.logger(io.Stderr, "confirm")
 	var cl closers
 	defer cl.close()
+	if err := f.tracing(ctx, io, "confirm", log, &cl); err != nil {
+		return err
+	}
 	set, err := mf.load()
 	if err != nil {
 		return err

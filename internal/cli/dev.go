@@ -28,6 +28,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/telemetry"
 	"github.com/mandate-dev/mandate/services/audit"
 	auditapi "github.com/mandate-dev/mandate/services/audit/api"
 	auditmem "github.com/mandate-dev/mandate/services/audit/memory"
@@ -60,6 +61,7 @@ var devPrincipals = []struct{ name, tenant, org, user, agent, model string }{
 func runDev(ctx context.Context, args []string, io IO) error {
 	var (
 		httpAddr, grpcAddr, tokensFile, logLevel string
+		otlpEndpoint                             string
 		devSecret                                config.Secret
 	)
 	s := config.New("dev", io.Env)
@@ -69,6 +71,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	s.String(&tokensFile, "tokens-file", "", "write the dev tokens (JSON object: name → token) to this file")
 	s.String(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	s.SecretVar(&devSecret, "dev-secret", "HS256 secret for dev tokens (default: random per run)")
+	otlpFlag(s, &otlpEndpoint)
 	if err := s.Parse(args); err != nil {
 		return err
 	}
@@ -83,6 +86,9 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	serviceSecret := []byte(randomHex(32))
 	var cl closers
 	defer cl.close()
+	if err := startTracing(ctx, io, "dev", otlpEndpoint, log, &cl); err != nil {
+		return err
+	}
 
 	set, err := manifest.Embedded()
 	if err != nil {
@@ -154,7 +160,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	backendConn, err := grpc.NewClient(backendSrv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	backendConn, err := grpc.NewClient(backendSrv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), telemetry.GRPCClientOption(),
 		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)))
 	if err != nil {
 		return err

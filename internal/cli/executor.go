@@ -16,6 +16,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/telemetry"
 	auditapi "github.com/mandate-dev/mandate/services/audit/api"
 	"github.com/mandate-dev/mandate/services/executor"
 	execapi "github.com/mandate-dev/mandate/services/executor/api"
@@ -72,6 +73,9 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	log := f.logger(io.Stderr, "executor")
 	var cl closers
 	defer cl.close()
+	if err := f.tracing(ctx, io, "executor", log, &cl); err != nil {
+		return err
+	}
 	set, err := mf.load()
 	if err != nil {
 		return err
@@ -90,7 +94,7 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 		return err
 	}
 	dial := func(addr string) (*grpc.ClientConn, error) {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), telemetry.GRPCClientOption(),
 			grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)),
 			grpc.WithStreamInterceptor(identity.StreamClientInterceptor(src)))
 		if err == nil {

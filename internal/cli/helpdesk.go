@@ -28,6 +28,9 @@ func runHelpdesk(ctx context.Context, args []string, io IO) error {
 	log := f.logger(io.Stderr, "helpdesk")
 	var cl closers
 	defer cl.close()
+	if err := f.tracing(ctx, io, "helpdesk", log, &cl); err != nil {
+		return err
+	}
 	auth, err := f.authenticator(ctx)
 	if err != nil {
 		return err

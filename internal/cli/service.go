@@ -28,6 +28,7 @@ type serviceFlags struct {
 	issuers, audience  []string
 	jwksFile, oidcURL  string
 	logLevel           string
+	otlpEndpoint       string
 }
 
 func (f *serviceFlags) declare(s *config.Set, grpcAddr, httpAddr string) {
@@ -42,6 +43,7 @@ func (f *serviceFlags) declare(s *config.Set, grpcAddr, httpAddr string) {
 	s.String(&f.jwksFile, "jwks-file", "", "JWKS file with RS256/ES256/EdDSA keys for user and agent tokens")
 	s.String(&f.oidcURL, "oidc-issuer", "", "OIDC issuer URL whose discovery document names the signing keys")
 	s.String(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	otlpFlag(s, &f.otlpEndpoint)
 	s.Check(func() error {
 		var errs []error
 		switch f.storeKind {
@@ -107,9 +109,11 @@ type closers []func()
 
 func (c *closers) add(f func()) { *c = append(*c, f) }
 
-func (c closers) close() {
-	for i := len(c) - 1; i >= 0; i-- {
-		c[i]()
+// close runs them. Its pointer receiver matters: `defer cl.close()` must
+// see what is added after the defer statement.
+func (c *closers) close() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
 	}
 }
 

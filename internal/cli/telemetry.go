@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/mandate-dev/mandate/internal/config"
+	"github.com/mandate-dev/mandate/internal/telemetry"
+)
+
+// traceFlushTimeout bounds how long a stopping process waits for its last
+// spans to reach the collector.
+const traceFlushTimeout = 5 * time.Second
+
+// otlpFlag declares --otlp-endpoint (MANDATE_OTLP_ENDPOINT). Left empty,
+// the standard OTEL_EXPORTER_OTLP_* variables apply.
+func otlpFlag(s *config.Set, p *string) {
+	s.String(p, "otlp-endpoint", "", "OTLP collector URL for traces, e.g. http://jaeger:4317 "+
+		"(default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
+}
+
+// startTracing installs the W3C propagator and, when an endpoint is
+// configured, exports the spans of service ("executor" reports as
+// "mandate-executor"). The exporter is flushed and stopped by cl, after
+// everything added to cl later has closed. Every service subcommand calls
+// it right after its logger exists:
+//
+//	if err := startTracing(ctx, io, "mcpbridge", endpoint, log, &cl); err != nil { return err }
+func startTracing(ctx context.Context, io IO, service, endpoint string, log *slog.Logger, cl *closers) error {
+	shutdown, err := telemetry.Setup(ctx, service, telemetry.Config{Endpoint: endpoint, Env: io.Env, Logger: log})
+	if err != nil {
+		return err
+	}
+	cl.add(func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceFlushTimeout)
+		defer cancel()
+		if err := shutdown(fctx); err != nil {
+			log.Warn("flushing traces", "err", err)
+		}
+	})
+	return nil
+}
+
+// tracing is startTracing with the service's --otlp-endpoint.
+func (f *serviceFlags) tracing(ctx context.Context, io IO, service string, log *slog.Logger, cl *closers) error {
+	return startTracing(ctx, io, service, f.otlpEndpoint, log, cl)
+}
