@@ -40,7 +40,9 @@ type Violation struct {
 
 // callTool runs tools/call for any published command, listed for the
 // caller or not: the executor decides, refuses and audits. It never returns
-// a plain Go error (the SDK would send it with code 0).
+// a plain Go error (the SDK would send it with code 0). A W3C traceparent
+// in `_meta` parents the call's span (trace.go), so the executor's spans
+// and audit rows carry the client's trace id.
 func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	if req == nil || req.Params == nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "missing params"}
@@ -53,10 +55,13 @@ func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if ti == nil || ti.TokenInfo == nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "request is not authenticated"}
 	}
-	ctx, _, ok := withCaller(ctx, ti.TokenInfo)
+	ctx, p, ok := withCaller(ctx, ti.TokenInfo)
 	if !ok {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "request is not authenticated"}
 	}
+	ctx, span := startCallSpan(ctx, req)
+	defer span.End()
+
 	input := []byte(req.Params.Arguments)
 	if s := strings.TrimSpace(string(input)); s == "" || s == "null" {
 		input = []byte("{}")
@@ -74,17 +79,28 @@ func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	}
 	res, err := b.cfg.Executor.Execute(ctx, call)
 	if err != nil {
-		return b.refusal(ctx, name, err)
+		return b.confirmation(ctx, req, p, call, err)
 	}
+	return b.result(ctx, req, call, res), nil
+}
+
+// result is the tool result of a call the executor ran: its output as
+// structuredContent and a text block, narrated when it is an ops.review
+// that asked for narration (narrate.go).
+func (b *Bridge) result(ctx context.Context, req *mcp.CallToolRequest, call executor.Call, res *executor.Result) *mcp.CallToolResult {
 	out := json.RawMessage(res.Output)
 	if len(strings.TrimSpace(string(out))) == 0 {
 		out = json.RawMessage("{}")
 	}
-	return &mcp.CallToolResult{
+	r := &mcp.CallToolResult{
 		Content:           []mcp.Content{&mcp.TextContent{Text: string(out)}},
 		StructuredContent: out,
 		Meta:              mcp.Meta{"mandate.dev/invocation_id": res.InvocationID},
-	}, nil
+	}
+	if wantsNarration(call) {
+		b.narrate(ctx, req, r, out)
+	}
+	return r
 }
 
 // refusal turns an executor error into a tool execution error (isError),
@@ -98,6 +114,7 @@ func (b *Bridge) refusal(ctx context.Context, name string, err error) (*mcp.Call
 		b.log.ErrorContext(ctx, "mcpbridge: tools/call fault", "tool", name, "error", err)
 	}
 	p := failure.Problem(st, "")
+	markRefused(ctx, p.Code)
 	r := Refusal{
 		Code: p.Code, Stage: p.Stage, Message: p.Detail, Retriable: p.Retriable, Remedy: p.Remedy,
 		InvocationID: p.InvocationID, ChallengeID: p.ChallengeID, ApprovalURL: p.ApprovalURL,

@@ -30,6 +30,42 @@
 // for confirmation.required, the challenge id and approval URL, with text
 // telling the agent to have its user approve and to retry with the grant).
 //
+// # Confirmation through elicitation
+//
+// When the executor answers confirmation.required and a confirm service is
+// configured, a client that declared form elicitation is asked with
+// elicitation/create showing the confirm service's prompt (rendered from
+// the declaration, sensitive values withheld) and a boolean "approve"
+// that defaults to false — but only where the requesting user is the
+// approver and the command is below L4. Accept with approve=true records
+// the approval as the session's user on channel mcp_elicitation and the
+// call runs again with the grant. Decline, cancel, or accept without
+// approve=true all record a decline: cancel is treated as "not approved",
+// closing the challenge so that its approval URL cannot approve the call
+// later. The call then runs again with the grant so that the executor
+// itself refuses it (confirmation.refused, audited); the backend is never
+// called. Where someone else must approve (four eyes) or the command is
+// L4, a client that declared URL elicitation is sent the approval page
+// (elicitationId = challenge id), and the result is the
+// confirmation.required refusal; every other client gets that refusal with
+// the approval URL. If elicitation fails, the challenge stays pending.
+//
+// # Review narration
+//
+// ops.review with narrate: true runs through the executor like any
+// command; then, if the client declared sampling, the bridge asks the
+// client's own model (sampling/createMessage) to narrate the review's
+// prompt, catalog.ToPrompt of the manifest, and returns its text and model
+// in `_meta` `mandate.dev/narration` and a text block. A client without
+// sampling gets the deterministic rendering and a note. Mandate holds no
+// model API key.
+//
+// # Trace context
+//
+// A W3C `traceparent` (and `tracestate`) in a tools/call's `_meta`
+// parents the call's "tools/call <tool>" span, so the executor's spans and
+// the audit rows carry the client's trace id.
+//
 // # Resources
 //
 // `mandate://manifest` is the manifest verbatim (it takes ops.read), and

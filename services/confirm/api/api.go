@@ -86,9 +86,8 @@ func (s *Service) Get(ctx context.Context, req *mandatev1.ConfirmServiceGetReque
 }
 
 // MCPBridgeService is the service identity of the MCP bridge, the only
-// relay whose mcp_elicitation decisions are honoured. It is the same name
-// as executor/api.MCPBridgeService (a test keeps the two equal).
-const MCPBridgeService = "mcpbridge"
+// relay whose mcp_elicitation decisions are honoured.
+const MCPBridgeService = identity.MCPBridgeService
 
 // Decide records a human's decision. The approval_page channel is recorded
 // only by the approval page itself. mcp_elicitation is honoured only when

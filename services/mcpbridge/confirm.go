@@ -1,0 +1,178 @@
+package mcpbridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/services/confirm"
+	"github.com/mandate-dev/mandate/services/executor"
+)
+
+// ApproveField is the one field of the form a confirmation elicitation
+// asks for: a boolean that defaults to false, so only an explicit yes
+// approves.
+const ApproveField = "approve"
+
+// MetaChallenge is the `_meta` key of a confirmation form that names the
+// challenge it asks about, so that a client can relate the form to the
+// approval URL the same call would otherwise have returned.
+const MetaChallenge = "mandate.dev/challenge_id"
+
+// approvalSchema is the requestedSchema of a confirmation form.
+var approvalSchema = map[string]any{
+	"type": "object",
+	"properties": map[string]any{
+		ApproveField: map[string]any{
+			"type":        "boolean",
+			"title":       "Approve this call",
+			"description": "Run the call once, with exactly the arguments shown.",
+			"default":     false,
+		},
+	},
+}
+
+// confirmation handles a call the executor refused. Only a
+// confirmation.required refusal, with a confirm service configured and a
+// client that declared elicitation, is put to the session's human:
+//
+//   - where the requesting user may approve (REQUESTING_USER policy, below
+//     L4) and the client declared form elicitation, the confirm service's
+//     prompt is shown as a form. Accept with approve=true records the
+//     approval as the session's user on channel mcp_elicitation and the
+//     call runs again with the grant; decline, cancel, or accept without
+//     approve=true record a decline, and the call runs again with the grant
+//     so that the executor refuses it (confirmation.refused, audited) and
+//     the backend is never called;
+//   - otherwise (someone else must approve, L4, or a client with URL mode
+//     only) a client that declared URL elicitation is sent the approval
+//     page's URL, and the result is the confirmation.required refusal: the
+//     agent retries with `mandate.dev/approval` once a human approved;
+//   - any other client gets the confirmation.required refusal with the
+//     approval URL, unchanged.
+//
+// When elicitation itself fails (the client errs, times out or goes away)
+// the challenge stays pending and the result is the approval-URL refusal.
+func (b *Bridge) confirmation(ctx context.Context, req *mcp.CallToolRequest, p identity.Principal, call executor.Call, refused error) (*mcp.CallToolResult, error) {
+	prob := failure.Problem(failure.ToStatus(refused), "")
+	if b.cfg.Confirm == nil || req.Session == nil || call.GrantID != "" ||
+		prob.Code != CodeConfirmationRequired || prob.ChallengeID == "" {
+		return b.refusal(ctx, call.Code, refused)
+	}
+	form, url := elicitationModes(req.ClientCapabilities())
+	if !form && !url {
+		return b.refusal(ctx, call.Code, refused)
+	}
+	c, err := b.cfg.Confirm.Get(ctx, p, prob.ChallengeID)
+	if err != nil {
+		b.log.WarnContext(ctx, "mcpbridge: reading the challenge to elicit; answering with the approval URL",
+			"tool", call.Code, "challenge_id", prob.ChallengeID, "invocation_id", prob.InvocationID, "error", err)
+		return b.refusal(ctx, call.Code, refused)
+	}
+	if cmd, ok := b.cfg.Manifest.ByCode(c.Command); ok && c.Risk == "" {
+		c.Risk = cmd.Risk
+	}
+	if form && confirm.CheckElicitable(&c) == nil {
+		return b.elicitForm(ctx, req, p, call, &c, refused)
+	}
+	if url && prob.ApprovalURL != "" {
+		b.elicitURL(ctx, req, &c, prob.ApprovalURL)
+	}
+	return b.refusal(ctx, call.Code, refused)
+}
+
+// elicitForm asks the session's human with the challenge's prompt, records
+// the answer and runs the call again with the grant: the executor then
+// either runs it (approved) or refuses it with confirmation.refused.
+func (b *Bridge) elicitForm(ctx context.Context, req *mcp.CallToolRequest, p identity.Principal, call executor.Call, c *confirm.Challenge, refused error) (*mcp.CallToolResult, error) {
+	ectx := ctx
+	if !c.ExpiresAt.IsZero() {
+		var cancel context.CancelFunc
+		ectx, cancel = context.WithDeadline(ctx, c.ExpiresAt)
+		defer cancel()
+	}
+	res, err := req.Session.Elicit(ectx, &mcp.ElicitParams{
+		Meta: mcp.Meta{MetaChallenge: c.ID},
+		Mode: "form", Message: FormMessage(c.Prompt), RequestedSchema: approvalSchema,
+	})
+	if err != nil {
+		b.log.WarnContext(ctx, "mcpbridge: confirmation form failed; the challenge stays open at the approval URL",
+			"tool", call.Code, "challenge_id", c.ID, "error", err)
+		return b.refusal(ctx, call.Code, refused)
+	}
+	approve := res.Action == "accept" && res.Content[ApproveField] == true
+	if _, err := b.cfg.Confirm.DecideElicited(ctx, p, c.ID, approve); err != nil && !errors.Is(err, confirm.ErrAlreadyDecided) {
+		// Nothing was recorded: the challenge stays open at the approval
+		// URL, which the refusal names.
+		b.log.WarnContext(ctx, "mcpbridge: recording the elicited answer failed",
+			"tool", call.Code, "challenge_id", c.ID, "action", res.Action, "error", err)
+		return b.refusal(ctx, call.Code, refused)
+	}
+	b.log.InfoContext(ctx, "mcpbridge: confirmation answered through elicitation",
+		"tool", call.Code, "challenge_id", c.ID, "action", res.Action, "approved", approve)
+	call.GrantID = c.ID
+	out, err := b.cfg.Executor.Execute(ctx, call)
+	if err != nil {
+		return b.refusal(ctx, call.Code, err)
+	}
+	return b.result(ctx, req, call, out), nil
+}
+
+// elicitURL sends the approval page's URL to the client (URL mode, the
+// challenge id as elicitationId). The answer only says whether the user
+// agreed to open it; the decision happens on the page.
+func (b *Bridge) elicitURL(ctx context.Context, req *mcp.CallToolRequest, c *confirm.Challenge, approvalURL string) {
+	who := "the requesting user"
+	if c.Approver.Kind == confirm.ApproverPermissionHolder {
+		who = "another user holding " + c.Approver.Permission
+	}
+	msg := fmt.Sprintf("%s needs the approval of %s. Open the approval page to review the exact call and decide; "+
+		"once it is approved, the agent can call %s again with the grant.", c.Prompt.Title, who, c.Command)
+	res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Mode: "url", Message: msg, URL: approvalURL, ElicitationID: c.ID})
+	if err != nil {
+		b.log.WarnContext(ctx, "mcpbridge: URL elicitation failed", "tool", c.Command, "challenge_id", c.ID, "error", err)
+		return
+	}
+	b.log.InfoContext(ctx, "mcpbridge: approval URL sent through elicitation", "tool", c.Command, "challenge_id", c.ID, "action", res.Action)
+}
+
+// FormMessage is the message of a confirmation form: the confirm service's
+// prompt, which is rendered from the declaration and the request with
+// sensitive values withheld, never from model text.
+func FormMessage(pr confirm.Prompt) string {
+	var b strings.Builder
+	b.WriteString("Confirm: " + pr.Title + "\n\n")
+	b.WriteString(pr.Summary + "\n\n")
+	fmt.Fprintf(&b, "Risk: %s\n", pr.Risk)
+	if len(pr.SideEffects) > 0 {
+		fmt.Fprintf(&b, "Side effects: %s\n", strings.Join(pr.SideEffects, ", "))
+	}
+	if pr.Reversible && pr.Recall != "" {
+		fmt.Fprintf(&b, "Undo: %s\n", pr.Recall)
+	} else {
+		b.WriteString("Undo: not possible\n")
+	}
+	fmt.Fprintf(&b, "Requested by: %s\n", pr.RequestedBy)
+	fmt.Fprintf(&b, "Arguments: %s\n", pr.ArgumentsJSON)
+	if len(pr.WithheldFields) > 0 {
+		fmt.Fprintf(&b, "Withheld from this prompt: %s\n", strings.Join(pr.WithheldFields, ", "))
+	}
+	b.WriteString("\nSet \"" + ApproveField + "\" and accept to run this call once, with exactly these arguments. " +
+		"Decline or cancel, and it does not run.")
+	return b.String()
+}
+
+// elicitationModes reports which elicitation modes the client declared.
+// An empty elicitation capability means form (2025-06-18).
+func elicitationModes(caps *mcp.ClientCapabilities) (form, url bool) {
+	if caps == nil || caps.Elicitation == nil {
+		return false, false
+	}
+	e := caps.Elicitation
+	return e.Form != nil || e.URL == nil, e.URL != nil
+}

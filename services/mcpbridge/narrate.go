@@ -1,0 +1,108 @@
+package mcpbridge
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mandate-dev/mandate/services/catalog"
+	"github.com/mandate-dev/mandate/services/executor"
+)
+
+// MetaNarration is the `_meta` key of an ops.review result that asked for
+// narration; its value is a Narration.
+const MetaNarration = "mandate.dev/narration"
+
+// Narration states of an ops.review result.
+const (
+	// NarrationDone: the client's model narrated the review.
+	NarrationDone = "narrated"
+	// NarrationUnavailable: no narration; the result carries the
+	// deterministic rendering instead, and Note says why.
+	NarrationUnavailable = "unavailable"
+)
+
+// narrationMaxTokens bounds the narration asked of the client's model.
+const narrationMaxTokens = 2048
+
+// NarrationNeedsSampling is the note a client without the sampling
+// capability gets with the deterministic rendering.
+const NarrationNeedsSampling = "Narration needs sampling: this client did not declare the sampling capability, " +
+	"so Mandate cannot ask its model to narrate. Mandate holds no model API key of its own. " +
+	"Below is the deterministic rendering of the review."
+
+// Narration is what the bridge adds to an ops.review result that asked for
+// narration.
+type Narration struct {
+	// Status is NarrationDone or NarrationUnavailable.
+	Status string `json:"status"`
+	// Model is the model the client reported for the narration.
+	Model string `json:"model,omitempty"`
+	// Text is the client model's narration.
+	Text string `json:"text,omitempty"`
+	// Note says why there is no narration.
+	Note string `json:"note,omitempty"`
+}
+
+// wantsNarration reports whether call is an ops.review with narrate: true.
+// The executor ran it, so the input is valid.
+func wantsNarration(call executor.Call) bool {
+	if call.Code != catalog.ReviewCommand {
+		return false
+	}
+	var in struct {
+		Narrate bool `json:"narrate"`
+	}
+	return json.Unmarshal(call.Input, &in) == nil && in.Narrate
+}
+
+// narrate adds the narration to the result r of an ops.review that asked
+// for it. The review already ran through the executor (governed, audited);
+// the bridge then asks the calling client's own model, through
+// sampling/createMessage, to narrate the review's prompt (catalog.ToPrompt
+// of the manifest). A client without sampling, or whose sampling fails,
+// gets the deterministic rendering and a note. structuredContent stays the
+// review itself, as its output schema says.
+func (b *Bridge) narrate(ctx context.Context, req *mcp.CallToolRequest, r *mcp.CallToolResult, output json.RawMessage) {
+	var review struct {
+		Prompt string `json:"prompt"`
+	}
+	_ = json.Unmarshal(output, &review)
+	prompt := review.Prompt
+	if prompt == "" {
+		// ToPrompt is a pure function of the manifest: the same bytes the
+		// catalog would have returned.
+		prompt = catalog.ToPrompt(b.cfg.Manifest.Manifest())
+	}
+	n := b.sample(ctx, req, prompt)
+	r.Meta[MetaNarration] = n
+	if n.Status == NarrationDone {
+		r.Content = append(r.Content, &mcp.TextContent{Text: "Narration of the review by the client's model (" + n.Model + "):\n\n" + n.Text})
+		return
+	}
+	r.Content = append(r.Content, &mcp.TextContent{Text: n.Note + "\n\n" + prompt})
+}
+
+// sample asks the client's model to narrate prompt.
+func (b *Bridge) sample(ctx context.Context, req *mcp.CallToolRequest, prompt string) Narration {
+	caps := req.ClientCapabilities()
+	//nolint:staticcheck // Sampling is deprecated from 2026-07-28; the bridge serves 2025-06-18 and 2025-11-25, where it is how a server asks the client's model.
+	if req.Session == nil || caps == nil || caps.Sampling == nil {
+		return Narration{Status: NarrationUnavailable, Note: NarrationNeedsSampling}
+	}
+	//nolint:staticcheck // as above: sampling is the protocol's way to use the client's model, and Mandate has none of its own.
+	res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{
+		Messages:  []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: prompt}}},
+		MaxTokens: narrationMaxTokens,
+	})
+	if err != nil {
+		b.log.WarnContext(ctx, "mcpbridge: sampling the narration failed", "tool", catalog.ReviewCommand, "error", err)
+		return Narration{Status: NarrationUnavailable, Note: "The client's model did not narrate the review (sampling failed). Below is the deterministic rendering of the review."}
+	}
+	text, ok := res.Content.(*mcp.TextContent)
+	if !ok || text.Text == "" {
+		return Narration{Status: NarrationUnavailable, Model: res.Model, Note: "The client's model answered without text. Below is the deterministic rendering of the review."}
+	}
+	return Narration{Status: NarrationDone, Model: res.Model, Text: text.Text}
+}

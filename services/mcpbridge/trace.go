@@ -1,0 +1,61 @@
+package mcpbridge
+
+import (
+	"context"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+var tracer = otel.Tracer("mandate/mcpbridge")
+
+// W3C trace context keys a tools/call's `_meta` may carry, as an MCP client
+// propagates its own trace to the server.
+const (
+	// MetaTraceparent is the W3C traceparent of the client's span.
+	MetaTraceparent = "traceparent"
+	// MetaTracestate is the W3C tracestate that goes with it.
+	MetaTracestate = "tracestate"
+)
+
+// traceContext returns ctx with the remote span context that meta's
+// traceparent (and tracestate) name, read with the W3C TraceContext
+// propagator. A missing or malformed traceparent leaves ctx as it is.
+func traceContext(ctx context.Context, meta mcp.Meta) context.Context {
+	carrier := propagation.MapCarrier{}
+	for _, k := range []string{MetaTraceparent, MetaTracestate} {
+		if v := metaString(meta, k); v != "" {
+			carrier[k] = v
+		}
+	}
+	if carrier[MetaTraceparent] == "" {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, carrier)
+}
+
+// startCallSpan starts the server span of one tools/call, a child of the
+// traceparent in its `_meta` when there is one. The executor's spans (and
+// so its audit rows' trace id) descend from it.
+func startCallSpan(ctx context.Context, req *mcp.CallToolRequest) (context.Context, trace.Span) {
+	ctx = traceContext(ctx, req.Params.Meta)
+	attrs := []attribute.KeyValue{
+		attribute.String("mcp.method.name", "tools/call"),
+		attribute.String("gen_ai.tool.name", req.Params.Name),
+	}
+	if req.Session != nil {
+		attrs = append(attrs, attribute.String("mcp.session.id", req.Session.ID()))
+	}
+	return tracer.Start(ctx, "tools/call "+req.Params.Name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+}
+
+// markRefused records a refusal's code on the call's span.
+func markRefused(ctx context.Context, code string) {
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(attribute.String("mandate.code", code))
+	span.SetStatus(otelcodes.Error, code)
+}
