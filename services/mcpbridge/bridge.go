@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -74,6 +75,16 @@ type Config struct {
 	AuthorizationServers []string
 	// ScopesSupported is advertised in the protected-resource metadata.
 	ScopesSupported []string
+	// IdleTimeout is how long a principal's server, and its watch of the
+	// catalog, outlive the principal's last request once no session of it
+	// is open (default DefaultIdleTimeout). A principal with an open session
+	// keeps its server for as long as the session lives.
+	IdleTimeout time.Duration
+	// SessionTimeout closes a session that made no request for this long
+	// (the SDK's StreamableHTTPOptions.SessionTimeout; zero keeps sessions
+	// until the client ends them). A session that only listens on its GET
+	// stream counts as idle, so clients should ping within the timeout.
+	SessionTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -105,15 +116,37 @@ type Bridge struct {
 	metadataURL string
 	metadataPth string
 
-	mu      sync.Mutex
-	servers map[string]*entry
+	// ctx ends with Close; every watch runs under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	servers  map[string]*entry
+	closed   bool
+	sweeping bool
 }
 
-// entry is one principal's server and the tool names registered on it.
+// entry is one principal's server, the tool names registered on it, and
+// the state of its catalog watch (watch.go).
 type entry struct {
-	srv   *mcp.Server
+	srv    *mcp.Server
+	ctx    context.Context // ends when the entry is dropped
+	cancel context.CancelFunc
+	// lastUsed is guarded by Bridge.mu.
+	lastUsed time.Time
+
 	mu    sync.Mutex
 	tools map[string]bool
+	// p and token are the principal's newest credentials, which (re)starts
+	// of the watch relay; fresh is signalled when they change.
+	p     identity.Principal
+	token string
+	fresh chan struct{}
+	// live is true while a watch stream is delivering the set; gen counts
+	// the sets it delivered.
+	live bool
+	gen  uint64
 }
 
 // New validates cfg and returns a Bridge.
@@ -135,6 +168,10 @@ func New(cfg Config) (*Bridge, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	ctx, cancel := context.WithCancel(context.Background())
 	// RFC 9728 §3.1: the well-known segment goes between host and path.
 	pth := "/.well-known/oauth-protected-resource" + strings.TrimSuffix(u.Path, "/")
 	return &Bridge{
@@ -143,6 +180,8 @@ func New(cfg Config) (*Bridge, error) {
 		metadataPth: pth,
 		metadataURL: u.Scheme + "://" + u.Host + pth,
 		servers:     map[string]*entry{},
+		ctx:         ctx,
+		cancel:      cancel,
 	}, nil
 }
 
@@ -150,7 +189,7 @@ func New(cfg Config) (*Bridge, error) {
 // (usually /mcp): bearer authentication, cross-origin protection,
 // DNS-rebinding protection and the stateful Streamable HTTP transport.
 func (b *Bridge) Handler() http.Handler {
-	h := mcp.NewStreamableHTTPHandler(b.server, &mcp.StreamableHTTPOptions{Logger: b.log})
+	h := mcp.NewStreamableHTTPHandler(b.server, &mcp.StreamableHTTPOptions{Logger: b.log, SessionTimeout: b.cfg.SessionTimeout})
 	protected := auth.RequireBearerToken(b.verifyToken, &auth.RequireBearerTokenOptions{
 		ResourceMetadataURL: b.metadataURL,
 	})(h)
@@ -223,37 +262,40 @@ func withCaller(ctx context.Context, ti *auth.TokenInfo) (context.Context, ident
 	return ctx, p, true
 }
 
-// server is the SDK's getServer: the caller's server, with its tools
-// brought up to date. It runs on every HTTP request.
+// server is the SDK's getServer: the caller's server, with its tools up
+// to date. It runs on every HTTP request. While the principal's catalog
+// watch is live the watch keeps the tools current and the request costs
+// no catalog call; otherwise the set is read here.
 func (b *Bridge) server(r *http.Request) *mcp.Server {
-	p, _, ok := principalOf(auth.TokenInfoFromContext(r.Context()))
+	p, tok, ok := principalOf(auth.TokenInfoFromContext(r.Context()))
 	if !ok {
 		return nil
 	}
-	key := principalKey(p)
-	b.mu.Lock()
-	e := b.servers[key]
+	e := b.entry(p, tok)
 	if e == nil {
-		e = &entry{srv: b.newServer(), tools: map[string]bool{}}
-		b.servers[key] = e
+		return nil // closed
 	}
-	b.mu.Unlock()
-
-	ts, err := b.cfg.Catalog.Tools(r.Context(), p)
+	live, gen := e.watchState()
+	if live {
+		return e.srv
+	}
+	ctx := identity.WithPrincipal(r.Context(), p)
+	if tok != "" {
+		ctx = identity.WithRawToken(ctx, tok)
+	}
+	ts, err := b.cfg.Catalog.Tools(ctx, p)
 	if err != nil {
 		// Keep serving the last known set; the pipeline still decides every call.
 		b.log.WarnContext(r.Context(), "mcpbridge: listing tools", "tenant", p.Tenant, "user", p.UserID, "error", err)
 		return e.srv
 	}
-	e.sync(b, ts)
+	e.syncRead(b, ts, gen)
 	return e.srv
 }
 
 // sync makes the server's tools exactly ts.Tools. AddTool and RemoveTools
-// notify the server's open sessions (tools/list_changed).
+// notify the server's open sessions (tools/list_changed). e.mu is held.
 func (e *entry) sync(b *Bridge, ts catalog.ToolSet) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	want := make(map[string]bool, len(ts.Tools))
 	for _, t := range ts.Tools {
 		want[t.Name()] = true

@@ -272,38 +272,139 @@ func TestResources(t *testing.T) {
 	}
 }
 
-// TestToolsFollowTheDirectory: a role change shows in the open session's
-// next tools/list, and the session is told with tools/list_changed.
+// TestToolsFollowTheDirectory: a directory change that alters a
+// principal's tool set reaches its open session as tools/list_changed with
+// no request of the session in flight (the bridge watches the catalog for
+// it), and the next tools/list is the catalog's new set.
 func TestToolsFollowTheDirectory(t *testing.T) {
-	e := start(t)
+	grant := strings.Replace(policy, "support: [ticket.read, expense.report.submit]", "support: [ticket.read, expense.report.submit, payment.refund]", 1)
+	cases := []struct {
+		name string
+		// before runs ahead of the session, change while it is open.
+		before, change func(t *testing.T, e *env)
+		check          func(t *testing.T, before, after []string)
+	}{
+		{
+			name:   "role gains a permission",
+			change: func(t *testing.T, e *env) { apply(t, e, grant) },
+			check: func(t *testing.T, before, after []string) {
+				if slices.Contains(before, "ticket.refund") || !slices.Contains(after, "ticket.refund") {
+					t.Fatalf("ticket.refund: before %v, after %v", before, after)
+				}
+			},
+		},
+		{
+			name:   "role removed from the user",
+			before: func(t *testing.T, e *env) { setRoles(t, e, "alice", "support", "finance") },
+			change: func(t *testing.T, e *env) { setRoles(t, e, "alice", "support") },
+			check: func(t *testing.T, before, after []string) {
+				if !slices.Contains(before, "ticket.refund") || slices.Contains(after, "ticket.refund") || !slices.Contains(after, "ticket.search") {
+					t.Fatalf("before %v, after %v", before, after)
+				}
+			},
+		},
+		{
+			name: "user disabled",
+			change: func(t *testing.T, e *env) {
+				if err := directory.SetUserDisabled(context.Background(), e.dir, "acme", "alice", true); err != nil {
+					t.Fatal(err)
+				}
+			},
+			check: func(t *testing.T, before, after []string) {
+				if len(before) == 0 || len(after) != 0 {
+					t.Fatalf("before %v, after %v: want an empty list", before, after)
+				}
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := start(t)
+			if tc.before != nil {
+				tc.before(t, e)
+			}
+			// alice's agent: an agent sees its user's set, and loses it with her.
+			cs, changed := e.listen(t, token(t, "acme", "alice", "support-bot"))
+			before := names(t, cs)
+			agent := identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "alice", AgentID: "support-bot", Issuer: "test"}
+			if want := catalogNames(t, e, agent); !slices.Equal(before, want) {
+				t.Fatalf("listed %v, catalog says %v", before, want)
+			}
+			tc.change(t, e)
+			// Nothing else is sent until the notification comes: only the
+			// bridge's watch can have caused it.
+			select {
+			case <-changed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no tools/list_changed")
+			}
+			after := names(t, cs)
+			if want := catalogNames(t, e, agent); !slices.Equal(after, want) {
+				t.Fatalf("listed %v after the change, catalog says %v", after, want)
+			}
+			tc.check(t, before, after)
+		})
+	}
+}
+
+// listen opens a session with its standalone SSE stream (where
+// notifications that answer no request arrive) and reports
+// tools/list_changed on the channel.
+func (e *env) listen(t *testing.T, tok string) (*mcp.ClientSession, <-chan struct{}) {
+	t.Helper()
 	changed := make(chan struct{}, 8)
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		},
 	})
 	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
-		Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: bearer{token(t, "acme", "alice", "")}},
+		Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: bearer{tok}},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cs.Close() }()
-	if slices.Contains(names(t, cs), "ticket.refund") {
-		t.Fatal("alice sees ticket.refund before the change")
-	}
-	grant := strings.Replace(policy, "support: [ticket.read, expense.report.submit]", "support: [ticket.read, expense.report.submit, payment.refund]", 1)
-	if _, err := directory.Apply(context.Background(), e.dir, []byte(grant)); err != nil {
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs, changed
+}
+
+func catalogNames(t *testing.T, e *env, p identity.Principal) []string {
+	t.Helper()
+	ts, err := e.catalog.Tools(context.Background(), p)
+	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !slices.Contains(names(t, cs), "ticket.refund") {
-		if time.Now().After(deadline) {
-			t.Fatal("alice never saw ticket.refund")
-		}
-		time.Sleep(20 * time.Millisecond)
+	return ts.Names()
+}
+
+func apply(t *testing.T, e *env, doc string) {
+	t.Helper()
+	if _, err := directory.Apply(context.Background(), e.dir, []byte(doc)); err != nil {
+		t.Fatal(err)
 	}
-	select {
-	case <-changed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no tools/list_changed")
+}
+
+// setRoles gives an acme user exactly these roles.
+func setRoles(t *testing.T, e *env, user string, roles ...string) {
+	t.Helper()
+	ctx := context.Background()
+	err := e.dir.Update(ctx, func(tx directory.Tx) error {
+		snap, err := tx.Snapshot(ctx, "acme")
+		if err != nil {
+			return err
+		}
+		for _, u := range snap.Users {
+			if u.ID == user {
+				u.Roles = roles
+				return tx.PutUser(ctx, u)
+			}
+		}
+		return errors.New("no user " + user)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

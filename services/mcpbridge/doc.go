@@ -15,9 +15,14 @@
 //
 // Each principal (tenant, user, agent) gets its own *mcp.Server whose tools
 // are the catalog's visible tools for it, with the descriptor's input and
-// output schemas passed through as raw JSON. The set is brought up to date
-// on every HTTP request, so open sessions of that principal receive
-// notifications/tools/list_changed when it changes.
+// output schemas passed through as raw JSON. A goroutine per principal
+// follows the catalog's Watch of its set (relaying the newest token seen
+// for it, reconnecting with backoff), so open sessions receive
+// notifications/tools/list_changed when it changes (a role removed, the
+// user disabled) with no request in flight; while that watch is down,
+// each request reads the set itself. A principal's server is dropped once
+// it has no open session and Config.IdleTimeout has passed; Close ends
+// the sessions and the watches.
 //
 // A tools/call for any published command goes to the executor, whether or
 // not the caller sees it listed: the pipeline, not the listing, decides and

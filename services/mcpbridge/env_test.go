@@ -77,6 +77,11 @@ type env struct {
 	dir     *dirpg.Store
 	// helpdeskAddr is the helpdesk backend's own gRPC address.
 	helpdeskAddr string
+	// exec, users and authn serve the gRPC services of startRemote.
+	exec   *executor.Executor
+	users  *identity.Verifier
+	authn  *identity.Authenticator
+	bridge *mcpbridge.Bridge
 }
 
 func start(t testing.TB) *env {
@@ -174,11 +179,13 @@ func start(t testing.TB) *env {
 	mux.Handle("/mcp", b.Handler())
 	mux.Handle(b.MetadataPath(), b.MetadataHandler())
 	t.Cleanup(func() {
+		b.Close() // ends the sessions, so that their SSE streams do not hold up srv.Close
 		srv.Close()
 		_ = backendConn.Close()
 		cancel()
 	})
-	return &env{url: srv.URL, set: set, catalog: cat, gateway: gw, audit: auditStore, confirm: confirmSvc, dir: dir, helpdeskAddr: hsrv.GRPCAddr()}
+	return &env{url: srv.URL, set: set, catalog: cat, gateway: gw, audit: auditStore, confirm: confirmSvc, dir: dir, helpdeskAddr: hsrv.GRPCAddr(),
+		exec: exec, users: users, authn: authn, bridge: b}
 }
 
 func serve(t testing.TB, ctx context.Context, srv *server.Server) {

@@ -1,0 +1,70 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/services/executor"
+)
+
+// Client runs governed calls over ExecutorService.Execute for a service
+// that relays its callers (the MCP bridge); it has the Execute method of
+// *executor.Executor, so either can serve the bridge.
+//
+// The connection must carry the relaying service's credentials
+// (identity.UnaryClientInterceptor), which forward the caller's raw token
+// from the context, and should carry an otelgrpc client stats handler so
+// that the call's trace continues in the executor. When the relaying
+// service is identity.MCPBridgeService the executor records the call on
+// channel "mcp" with the MCP session id sent here; the Channel and Tenant
+// fields of the Call are not sent (the executor derives both).
+//
+// Refusals are returned as the gRPC status errors the executor sent (their
+// mandate.v1.CommandError detail intact), which failure.ToStatus passes
+// through.
+type Client struct {
+	rpc mandatev1.ExecutorServiceClient
+}
+
+// NewClient returns a client over conn.
+func NewClient(conn grpc.ClientConnInterface) *Client {
+	return &Client{rpc: mandatev1.NewExecutorServiceClient(conn)}
+}
+
+// Execute runs one command for the caller in ctx.
+func (c *Client) Execute(ctx context.Context, call executor.Call) (*executor.Result, error) {
+	if call.InputError != nil {
+		return nil, errors.New("executor client: a call with an InputError cannot be relayed; send the input as JSON")
+	}
+	input := &structpb.Struct{}
+	if len(call.Input) > 0 {
+		if err := protojson.Unmarshal(call.Input, input); err != nil {
+			// ExecuteRequest carries an object; the executor's own API
+			// refuses anything else with the same code.
+			return nil, failure.New(executor.StageSchema, "schema.invalid", "input is not a JSON object")
+		}
+	}
+	if call.MCPSessionID != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, MetadataMCPSession, call.MCPSessionID)
+	}
+	resp, err := c.rpc.Execute(ctx, &mandatev1.ExecuteRequest{
+		Code: call.Code, Input: input, IdempotencyKey: call.IdempotencyKey,
+		ApprovalGrantId: call.GrantID, ConversationId: call.ConversationID,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out, err := json.Marshal(resp.GetResult().AsMap())
+	if err != nil {
+		return nil, failure.Internal(executor.StageDispatch, err)
+	}
+	return &executor.Result{InvocationID: resp.GetInvocationId(), Output: out, AuditID: resp.GetAuditId(), Replayed: resp.GetReplayed()}, nil
+}
