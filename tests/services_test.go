@@ -14,10 +14,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
 )
@@ -110,6 +113,30 @@ func (s *stack) start(name string, args ...string) {
 	}
 }
 
+// startBridge starts `mandate mcpbridge` against the catalog, executor and
+// confirm processes already started; its MCP endpoint is
+// http://<s.http["mcpbridge"]>/mcp.
+func (s *stack) startBridge() {
+	s.t.Helper()
+	s.start("mcpbridge", "--catalog-addr", s.http["catalog-grpc"], "--executor-addr", s.http["executor-grpc"],
+		"--confirm-addr", s.http["confirm-grpc"])
+}
+
+// mcp opens an MCP session with the bridge process as tok's principal; it
+// is closed before the processes stop.
+func (s *stack) mcp(tok string) *mcp.ClientSession {
+	s.t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: "http://" + s.http["mcpbridge"] + "/mcp", HTTPClient: &http.Client{Transport: bearer{tok}},
+	}, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]
@@ -137,9 +164,10 @@ func post(t *testing.T, url, tok, body string) (int, map[string]any) {
 	return resp.StatusCode, m
 }
 
-// TestServicesAsProcesses runs audit, confirm, the helpdesk backend and the
-// executor as separate processes against one Postgres database and drives
-// a refund from refusal to human approval to execution over REST.
+// TestServicesAsProcesses runs audit, confirm, the helpdesk backend, the
+// catalog, the executor and the MCP bridge as separate processes against
+// one Postgres database, searches over MCP as an agent, and drives a refund
+// from refusal to human approval to execution over REST.
 func TestServicesAsProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -164,12 +192,32 @@ func TestServicesAsProcesses(t *testing.T) {
 	s.start("executor",
 		"--audit-addr", s.http["audit-grpc"], "--confirm-addr", s.http["confirm-grpc"],
 		"--backend", "examples.helpdesk.v1.HelpdeskService="+s.http["helpdesk-grpc"]+",mandate.v1.CatalogService="+s.http["catalog-grpc"])
+	s.startBridge()
 	execURL := "http://" + s.http["executor"] + "/v1/commands/"
 
 	alice := s.token("--user", "alice", "--tenant", "acme")
 	code, body := post(t, execURL+"ticket.search:execute", alice, `{"input":{"query":"charged twice"}}`)
 	if code != 200 || !strings.Contains(fmt.Sprint(body["result"]), "T-1001") {
 		t.Fatalf("search: %d %v", code, body)
+	}
+
+	// The MCP bridge process: support-bot@alice sees alice's tools, not
+	// carol's refund, and searches through the executor process.
+	bot := s.mcp(s.token("--user", "alice", "--tenant", "acme", "--agent", "support-bot", "--model", "m"))
+	tools, err := bot.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, tl := range tools.Tools {
+		listed = append(listed, tl.Name)
+	}
+	if !slices.Contains(listed, "ticket.search") || slices.Contains(listed, "ticket.refund") {
+		t.Fatalf("support-bot@alice lists %v", listed)
+	}
+	res, err := bot.CallTool(context.Background(), &mcp.CallToolParams{Name: "ticket.search", Arguments: map[string]any{"query": "charged twice"}})
+	if err != nil || res.IsError || len(res.Content) == 0 || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "T-1001") {
+		t.Fatalf("ticket.search over MCP: %v %+v", err, res)
 	}
 
 	refund := `{"input":{"ticket_id":"T-1001","amount":{"currency_code":"EUR","amount_minor":"2500"},"reason":"Customer was charged twice","cardholder_reference":"CH4242424242"}`

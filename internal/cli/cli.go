@@ -44,6 +44,7 @@ var commands = map[string]command{
 	"dev":         {"run the whole suite in one process on in-memory stores, with the helpdesk sample", runDev},
 	"executor":    {"run the executor: the governed pipeline and proxy in front of the backends", runExecutor},
 	"helpdesk":    {"run the helpdesk sample backend (serves only calls relayed by the executor)", runHelpdesk},
+	"mcpbridge":   {"run the MCP bridge (Streamable HTTP) over the catalog, executor and confirm services", runMCPBridge},
 	"healthcheck": {"probe a service's /healthz or gRPC health; exit 0 only when serving (container health checks)", runHealthcheck},
 }
 

@@ -211,6 +211,11 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
+	cl.add(bridge.Close)
+	// Open sessions' SSE streams would hold the HTTP shutdown until its
+	// timeout: end them as soon as stopping begins.
+	stopBridge := context.AfterFunc(ctx, bridge.Close)
+	defer stopBridge()
 	srv.Handle("/mcp", bridge.Handler())
 	srv.Handle(bridge.MetadataPath(), bridge.MetadataHandler())
 	srv.Handle("GET /openapi.json", openAPIHandler())

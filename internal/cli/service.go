@@ -36,6 +36,24 @@ func (f *serviceFlags) declare(s *config.Set, grpcAddr, httpAddr string) {
 	s.String(&f.httpAddr, "http-addr", httpAddr, "HTTP (REST, health) listen address")
 	s.String(&f.storeKind, "store", "postgres", "storage driver: postgres or memory (memory keeps nothing across restarts)")
 	s.SecretVar(&f.databaseURL, "database-url", "Postgres connection string (store=postgres)")
+	s.Check(func() error {
+		switch f.storeKind {
+		case "postgres":
+			if !f.databaseURL.Set() {
+				return s.Errorf("database-url", "is required with --store=postgres")
+			}
+		case "memory":
+		default:
+			return s.Errorf("store", "must be postgres or memory, not %q", f.storeKind)
+		}
+		return nil
+	})
+	f.declareIdentity(s)
+}
+
+// declareIdentity declares the token settings alone, for a service that
+// keeps no data (the MCP bridge).
+func (f *serviceFlags) declareIdentity(s *config.Set) {
 	s.SecretVar(&f.devSecret, "dev-secret", "HS256 secret for user and agent tokens (development)")
 	s.SecretVar(&f.serviceSecret, "service-secret", "HS256 secret for service-to-service tokens")
 	s.Strings(&f.issuers, "issuer", []string{DefaultIssuer}, "accepted token issuers")
@@ -46,15 +64,6 @@ func (f *serviceFlags) declare(s *config.Set, grpcAddr, httpAddr string) {
 	otlpFlag(s, &f.otlpEndpoint)
 	s.Check(func() error {
 		var errs []error
-		switch f.storeKind {
-		case "postgres":
-			if !f.databaseURL.Set() {
-				errs = append(errs, s.Errorf("database-url", "is required with --store=postgres"))
-			}
-		case "memory":
-		default:
-			errs = append(errs, s.Errorf("store", "must be postgres or memory, not %q", f.storeKind))
-		}
 		if !f.devSecret.Set() && f.jwksFile == "" && f.oidcURL == "" {
 			errs = append(errs, s.Errorf("dev-secret", "or --jwks-file or --oidc-issuer is required to verify tokens"))
 		}
@@ -84,6 +93,13 @@ func (f *serviceFlags) logger(w io.Writer, service string) *slog.Logger {
 // authenticator builds the verifier of user/agent tokens and of service
 // tokens.
 func (f *serviceFlags) authenticator(ctx context.Context) (*identity.Authenticator, error) {
+	a, _, err := f.verifiers(ctx)
+	return a, err
+}
+
+// verifiers is authenticator that also returns the user/agent token
+// verifier, for a service that checks end users' tokens itself.
+func (f *serviceFlags) verifiers(ctx context.Context) (*identity.Authenticator, *identity.Verifier, error) {
 	var dev []byte
 	if f.devSecret.Set() {
 		dev = []byte(f.devSecret.Reveal())
@@ -93,15 +109,16 @@ func (f *serviceFlags) authenticator(ctx context.Context) (*identity.Authenticat
 		JWKSFile: f.jwksFile, OIDCIssuerURL: f.oidcURL,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	services, err := identity.NewServiceVerifier(identity.ServiceConfig{
 		Secret: []byte(f.serviceSecret.Reveal()), Audience: f.audience, Issuers: f.issuers,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services})
+	a, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services})
+	return a, users, err
 }
 
 // closers releases what a service opened, in reverse order.

@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/mandate-dev/mandate/internal/config"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/telemetry"
+	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
+	confirmapi "github.com/mandate-dev/mandate/services/confirm/api"
+	execapi "github.com/mandate-dev/mandate/services/executor/api"
+	"github.com/mandate-dev/mandate/services/mcpbridge"
+)
+
+// runMCPBridge runs the MCP bridge on its own: Streamable HTTP at the path
+// of --resource-url, the RFC 9728 metadata and /healthz on --http-addr,
+// and gRPC health on --grpc-addr. It keeps no data: tool lists and
+// manifest reads come from the catalog, calls go to the executor and
+// elicited confirmations to the confirm service, each relayed for the
+// caller with the bridge's service token (service "mcpbridge").
+func runMCPBridge(ctx context.Context, args []string, io IO) error {
+	var (
+		f                                  serviceFlags
+		mf                                 manifestFlags
+		catalogAddr, executorAddr, confirm string
+		resourceURL                        string
+		authServers                        []string
+		sessionTimeout, idleTimeout        time.Duration
+	)
+	s := config.New("mcpbridge", io.Env)
+	s.FlagSet().SetOutput(io.Stderr)
+	s.String(&f.grpcAddr, "grpc-addr", "127.0.0.1:9095", "gRPC listen address (health only)")
+	s.String(&f.httpAddr, "http-addr", "127.0.0.1:8085", "HTTP listen address: MCP, protected-resource metadata, /healthz")
+	f.declareIdentity(s)
+	mf.declare(s)
+	s.String(&catalogAddr, "catalog-addr", "127.0.0.1:9091", "gRPC address of the catalog service")
+	s.String(&executorAddr, "executor-addr", "127.0.0.1:9092", "gRPC address of the executor")
+	s.String(&confirm, "confirm-addr", "127.0.0.1:9093", "gRPC address of the confirm service (elicited confirmations); empty: approval URLs only")
+	s.String(&resourceURL, "resource-url", "", "public URL of the MCP endpoint, the RFC 9728 resource (default http://<http-addr>/mcp)")
+	s.Strings(&authServers, "authorization-server", nil, "issuers clients get tokens from, advertised in the metadata (default: --issuer)")
+	s.Duration(&sessionTimeout, "session-timeout", 0, "close MCP sessions idle this long (0: sessions live until the client ends them)")
+	s.Duration(&idleTimeout, "idle-timeout", mcpbridge.DefaultIdleTimeout, "drop a principal's server and catalog watch this long after its last request once no session is open")
+	s.Check(func() error {
+		if resourceURL == "" {
+			return nil
+		}
+		if u, err := url.Parse(resourceURL); err != nil || u.Scheme == "" || u.Host == "" {
+			return s.Errorf("resource-url", "must be an absolute URL")
+		}
+		return nil
+	})
+	s.Require("catalog-addr", func() bool { return catalogAddr == "" })
+	s.Require("executor-addr", func() bool { return executorAddr == "" })
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	if resourceURL == "" {
+		resourceURL = "http://" + f.httpAddr + "/mcp"
+	}
+	if len(authServers) == 0 {
+		authServers = f.issuers
+	}
+	log := f.logger(io.Stderr, "mcpbridge")
+	var cl closers
+	defer cl.close()
+	if err := f.tracing(ctx, io, "mcpbridge", log, &cl); err != nil {
+		return err
+	}
+	set, err := mf.load()
+	if err != nil {
+		return err
+	}
+	auth, users, err := f.verifiers(ctx)
+	if err != nil {
+		return err
+	}
+	src, err := identity.NewServiceTokenSource([]byte(f.serviceSecret.Reveal()), f.issuers[0], f.audience[0], identity.MCPBridgeService, time.Hour)
+	if err != nil {
+		return err
+	}
+	dial := func(addr string) (*grpc.ClientConn, error) {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), telemetry.GRPCClientOption(),
+			grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)),
+			grpc.WithStreamInterceptor(identity.StreamClientInterceptor(src)))
+		if err != nil {
+			return nil, fmt.Errorf("dialing %s: %w", addr, err)
+		}
+		cl.add(func() { _ = conn.Close() })
+		return conn, nil
+	}
+	catalogConn, err := dial(catalogAddr)
+	if err != nil {
+		return err
+	}
+	catalogClient, err := catalogapi.NewClient(catalogConn, set)
+	if err != nil {
+		return err
+	}
+	executorConn, err := dial(executorAddr)
+	if err != nil {
+		return err
+	}
+	cfg := mcpbridge.Config{
+		Catalog: catalogClient, Executor: execapi.NewClient(executorConn), Manifest: set, Verifier: users,
+		ResourceURL: resourceURL, AuthorizationServers: authServers,
+		IdleTimeout: idleTimeout, SessionTimeout: sessionTimeout, Logger: log,
+	}
+	if confirm != "" {
+		confirmConn, err := dial(confirm)
+		if err != nil {
+			return err
+		}
+		cfg.Confirm = confirmapi.NewClient(confirmConn)
+	}
+	bridge, err := mcpbridge.New(cfg)
+	if err != nil {
+		return err
+	}
+	cl.add(bridge.Close)
+	// Open sessions' SSE streams would hold the HTTP shutdown until its
+	// timeout: end them as soon as stopping begins.
+	stop := context.AfterFunc(ctx, bridge.Close)
+	defer stop()
+	srv, err := server.New(server.Config{Name: "mcpbridge", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log})
+	if err != nil {
+		return err
+	}
+	u, _ := url.Parse(resourceURL) // checked above
+	path := u.Path
+	if path == "" {
+		path = "/"
+	}
+	srv.Handle(path, bridge.Handler())
+	srv.Handle(bridge.MetadataPath(), bridge.MetadataHandler())
+	log.Info("MCP endpoint", "resource", resourceURL, "catalog", catalogAddr, "executor", executorAddr, "confirm", confirm)
+	return srv.Run(ctx)
+}
