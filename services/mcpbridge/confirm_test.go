@@ -1,0 +1,605 @@
+package mcpbridge_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/mandate-dev/mandate/examples/helpdesk"
+	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/compile/compiletest"
+	"github.com/mandate-dev/mandate/internal/directory"
+	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/storage/pgtest"
+	"github.com/mandate-dev/mandate/services/audit"
+	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
+	"github.com/mandate-dev/mandate/services/catalog"
+	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
+	"github.com/mandate-dev/mandate/services/confirm"
+	confirmapi "github.com/mandate-dev/mandate/services/confirm/api"
+	confirmpg "github.com/mandate-dev/mandate/services/confirm/postgres"
+	"github.com/mandate-dev/mandate/services/executor"
+	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
+	"github.com/mandate-dev/mandate/services/mcpbridge"
+)
+
+// stack is the governed topology with the bridge's Confirm set: directory,
+// audit, executor and confirm on a fresh Postgres database, the catalog,
+// and the bridge on an httptest server, over backends the test chooses.
+type stack struct {
+	url     string
+	set     *manifest.Set
+	audit   *auditpg.Store
+	confirm *confirm.Service
+	// gateway counts the helpdesk's refunds (helpdesk stacks).
+	gateway *helpdesk.Gateway
+	// backendAddr serves the helpdesk, the catalog (ops.review) and
+	// ConfirmService behind the service authenticator (helpdesk stacks).
+	backendAddr string
+}
+
+// backends returns the executor's connection per gRPC service of the
+// manifest; it may fill in st.
+type backends func(t *testing.T, ctx context.Context, st *stack, authn *identity.Authenticator, cat *catalog.Catalog) map[string]grpc.ClientConnInterface
+
+func newStack(t *testing.T, set *manifest.Set, policy string, be backends) *stack {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pool := pgtest.New(t, dirpg.Migrations, auditpg.Migrations, execpg.Migrations, confirmpg.Migrations)
+	dir := dirpg.New(pool, dirpg.Options{})
+	if _, err := directory.Apply(ctx, dir, []byte(policy)); err != nil {
+		t.Fatal(err)
+	}
+	cache := directory.NewCache(dir, directory.CacheOptions{TTL: time.Hour})
+	auditStore := auditpg.New(pool, auditpg.Options{})
+	writer := audit.NewWriter(auditStore, audit.WriterOptions{Attempts: 1})
+	t.Cleanup(func() {
+		_ = writer.Close()
+		auditStore.Close()
+		cache.Close()
+		dir.Close()
+	})
+	confirmSvc, err := confirm.New(confirm.Config{
+		Store: confirmpg.New(pool, confirmpg.Options{}), Directory: cache, Commands: set, ApprovalBaseURL: "http://approve.test",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	users, err := identity.NewVerifier(ctx, identity.Config{Audience: []string{"mandate"}, Issuers: []string{"test"}, DevSecret: devSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	services, err := identity.NewServiceVerifier(identity.ServiceConfig{Secret: serviceSecret, Audience: []string{"mandate"}, Issuers: []string{"test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := catalog.New(catalog.Config{Manifest: set, Directory: dir, TrustedServices: []string{executor.ServiceName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cat.Close)
+	st := &stack{set: set, audit: auditStore, confirm: confirmSvc}
+	conns := be(t, ctx, st, authn, cat)
+	t.Cleanup(cancel) // before the backends' cleanups, which wait for their servers to stop
+	exec, err := executor.New(executor.Config{
+		Manifest: set, Directory: cache, Audit: writer, Confirm: executor.LocalConfirmer{Service: confirmSvc},
+		Dispatcher: executor.NewGRPCDispatcher(conns),
+		Store:      execpg.New(pool, execpg.Options{}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(exec.Close)
+
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	b, err := mcpbridge.New(mcpbridge.Config{
+		Catalog: cat, Confirm: confirmSvc, Executor: exec, Manifest: set, Verifier: users,
+		ResourceURL: srv.URL + "/mcp", AuthorizationServers: []string{"https://issuer.test"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux.Handle("/mcp", b.Handler())
+	t.Cleanup(func() {
+		b.Close()
+		srv.Close()
+	})
+	st.url = srv.URL
+	return st
+}
+
+// helpdeskBackends serves the helpdesk sample, the catalog's Review
+// (ops.review is dispatched like any backend) and ConfirmService on one
+// authenticated gRPC server, reached with the executor's service identity.
+func helpdeskBackends(t *testing.T, ctx context.Context, st *stack, authn *identity.Authenticator, cat *catalog.Catalog) map[string]grpc.ClientConnInterface {
+	t.Helper()
+	hstore := helpmem.New()
+	if err := helpdesk.Seed(ctx, hstore); err != nil {
+		t.Fatal(err)
+	}
+	st.gateway = helpdesk.NewGateway()
+	backend, err := helpdesk.New(helpdesk.Config{Store: hstore, Gateway: st.gateway, TrustedServices: []string{executor.ServiceName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hsrv, err := server.New(server.Config{Name: "backends", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: authn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend.Register(hsrv.GRPC())
+	catalogapi.New(cat, nil).Register(hsrv.GRPC())
+	confirmapi.New(st.confirm, nil).Register(hsrv.GRPC())
+	serve(t, ctx, hsrv)
+	st.backendAddr = hsrv.GRPCAddr()
+	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", executor.ServiceName, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(hsrv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return map[string]grpc.ClientConnInterface{"examples.helpdesk.v1.HelpdeskService": conn, "mandate.v1.CatalogService": conn}
+}
+
+func newHelpdeskStack(t *testing.T) *stack {
+	t.Helper()
+	set, err := manifest.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newStack(t, set, policy, helpdeskBackends)
+}
+
+// mcpClient is the real go-sdk client with the handlers a test gives it;
+// it records what the bridge asked.
+type mcpClient struct {
+	mu      sync.Mutex
+	forms   []*mcp.ElicitParams
+	urls    []*mcp.ElicitParams
+	samples []*samplingParams
+}
+
+func (c *mcpClient) counts() (forms, urls, samples int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.forms), len(c.urls), len(c.samples)
+}
+
+// clientOptions configures what the client declares and how its user
+// answers.
+type clientOptions struct {
+	// form and url declare the elicitation modes; answer is the user's
+	// answer to a form (nil: no elicitation capability at all).
+	form, url bool
+	answer    *mcp.ElicitResult
+	// sample, when set, declares sampling and answers it.
+	sample *samplingResult
+}
+
+// The SDK's sampling types are deprecated from protocol 2026-07-28; the
+// bridge narrates through sampling on 2025-06-18 and 2025-11-25.
+type (
+	samplingResult = mcp.CreateMessageResult //nolint:staticcheck // see above
+	samplingParams = mcp.CreateMessageParams //nolint:staticcheck // see above
+)
+
+func (st *stack) client(t *testing.T, tok string, o clientOptions) (*mcp.ClientSession, *mcpClient) {
+	t.Helper()
+	rec := &mcpClient{}
+	opts := &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}}
+	if o.form || o.url {
+		opts.Capabilities.Elicitation = &mcp.ElicitationCapabilities{}
+		if o.form {
+			opts.Capabilities.Elicitation.Form = &mcp.FormElicitationCapabilities{}
+		}
+		if o.url {
+			opts.Capabilities.Elicitation.URL = &mcp.URLElicitationCapabilities{}
+		}
+		opts.ElicitationHandler = func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if req.Params.Mode == "url" {
+				rec.urls = append(rec.urls, req.Params)
+				return &mcp.ElicitResult{Action: "accept"}, nil
+			}
+			rec.forms = append(rec.forms, req.Params)
+			return o.answer, nil
+		}
+	}
+	if o.sample != nil {
+		//nolint:staticcheck // sampling is deprecated from 2026-07-28; the bridge narrates through it on 2025-11-25
+		opts.CreateMessageHandler = func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			rec.samples = append(rec.samples, req.Params)
+			return o.sample, nil
+		}
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts).Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: st.url + "/mcp", HTTPClient: &http.Client{Transport: bearer{tok}}, DisableStandaloneSSE: true,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs, rec
+}
+
+// rows waits for at least n audit rows of an invocation (the outcome row
+// is written after the reply).
+func (st *stack) rows(t *testing.T, tenant, inv string, n int) []audit.Stored {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rows, err := st.audit.Get(context.Background(), tenant, inv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) >= n {
+			return rows
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("invocation %s: %d audit rows, want %d", inv, len(rows), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// outcome is the outcome row of an invocation.
+func (st *stack) outcome(t *testing.T, tenant, inv string) audit.Stored {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, r := range st.rows(t, tenant, inv, 1) {
+			if r.Phase == audit.PhaseOutcome {
+				return r
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("invocation %s: no outcome row", inv)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func invocationOf(t *testing.T, res *mcp.CallToolResult) string {
+	t.Helper()
+	inv, _ := res.Meta["mandate.dev/invocation_id"].(string)
+	if inv == "" {
+		t.Fatalf("result without an invocation id: %+v", res.Meta)
+	}
+	return inv
+}
+
+func challengeOf(t *testing.T, p *mcp.ElicitParams) string {
+	t.Helper()
+	id, _ := p.Meta[mcpbridge.MetaChallenge].(string)
+	if id == "" {
+		t.Fatalf("form elicitation without %s: %+v", mcpbridge.MetaChallenge, p.Meta)
+	}
+	return id
+}
+
+var (
+	carolFinanceBot = identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "carol", AgentID: "finance-bot"}
+	carolUser       = identity.Principal{Kind: identity.KindUser, Tenant: "acme", UserID: "carol"}
+)
+
+// TestConfirmationThroughElicitation: finance-bot asks for a refund; its
+// client shows carol the confirm service's prompt as a form. Accept runs
+// the refund once, recorded as approved by carol through mcp_elicitation;
+// decline, cancel and an accept that leaves approve unset are refused by
+// the executor with confirmation.refused and move no money.
+func TestConfirmationThroughElicitation(t *testing.T) {
+	cases := []struct {
+		name    string
+		answer  *mcp.ElicitResult
+		refunds int
+		state   confirm.State
+	}{
+		{"accept", &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, 1, confirm.StateRedeemed},
+		{"decline", &mcp.ElicitResult{Action: "decline"}, 0, confirm.StateDeclined},
+		{"cancel", &mcp.ElicitResult{Action: "cancel"}, 0, confirm.StateDeclined},
+		{"accept without approve", &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, 0, confirm.StateDeclined},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newHelpdeskStack(t)
+			cs, rec := st.client(t, token(t, "acme", "carol", "finance-bot"), clientOptions{form: true, answer: tc.answer})
+			res, err := call(t, cs, "ticket.refund", refundInput, mcp.Meta{mcpbridge.MetaConversation: "conv-elicit"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if forms, urls, _ := rec.counts(); forms != 1 || urls != 0 {
+				t.Fatalf("elicitations: %d forms, %d URLs; want one form", forms, urls)
+			}
+			form := rec.forms[0]
+			id := challengeOf(t, form)
+			c, err := st.confirm.Get(context.Background(), carolFinanceBot, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if form.Message != mcpbridge.FormMessage(c.Prompt) || !strings.Contains(form.Message, "Refund a ticket (ticket.refund)") ||
+				!strings.Contains(form.Message, "[withheld]") || strings.Contains(form.Message, "CH4242424242") {
+				t.Fatalf("form message:\n%s", form.Message)
+			}
+			schema, _ := json.Marshal(form.RequestedSchema)
+			if !strings.Contains(string(schema), `"approve":{"default":false`) {
+				t.Fatalf("requested schema %s", schema)
+			}
+			if c.State != tc.state || c.DecidedBy != "carol" || c.DecisionChannel != confirm.ChannelMCPElicitation {
+				t.Fatalf("challenge after %s: state %s, decided by %q on %q", tc.name, c.State, c.DecidedBy, c.DecisionChannel)
+			}
+			if n := st.gateway.Refunds(); n != tc.refunds {
+				t.Fatalf("gateway counted %d refunds, want %d", n, tc.refunds)
+			}
+			if tc.refunds == 0 {
+				r := refusalOf(t, res)
+				if r.Code != confirm.CodeRefused || r.Stage != "confirmation_check" || r.InvocationID == "" {
+					t.Fatalf("refusal %+v", r)
+				}
+				// The executor's own refusal, audited.
+				out := st.outcome(t, "acme", r.InvocationID)
+				if out.Outcome != audit.OutcomeRefused || out.Code != confirm.CodeRefused || out.Stage != "confirmation_check" || out.ConversationID != "conv-elicit" {
+					t.Fatalf("audit outcome %+v", out.Record)
+				}
+				return
+			}
+			if res.IsError {
+				t.Fatalf("accepted call refused: %+v", refusalOf(t, res))
+			}
+			if out, _ := res.StructuredContent.(map[string]any); out["status"] != "REFUND_STATUS_ACCEPTED" {
+				t.Fatalf("structured content %v", res.StructuredContent)
+			}
+			inv := invocationOf(t, res)
+			rows := st.rows(t, "acme", inv, 2)
+			for _, r := range rows {
+				if r.Approval == nil || r.Approval.Approver != "carol" || r.Approval.Channel != confirm.ChannelMCPElicitation || r.Approval.ChallengeID != id {
+					t.Fatalf("%s row approval %+v", r.Phase, r.Approval)
+				}
+				if r.AgentID != "finance-bot" || r.UserID != "carol" || r.Channel != "mcp" {
+					t.Fatalf("%s row %+v", r.Phase, r.Record)
+				}
+			}
+			if out := st.outcome(t, "acme", inv); out.Outcome != audit.OutcomeExecuted {
+				t.Fatalf("outcome %+v", out.Record)
+			}
+		})
+	}
+}
+
+// TestConfirmationWithoutElicitation: a client with no elicitation gets
+// the approval URL; its retry is refused until a human approved, then runs
+// once.
+func TestConfirmationWithoutElicitation(t *testing.T) {
+	st := newHelpdeskStack(t)
+	cs, _ := st.client(t, token(t, "acme", "carol", "finance-bot"), clientOptions{})
+	res, err := call(t, cs, "ticket.refund", refundInput, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := refusalOf(t, res)
+	if r.Code != mcpbridge.CodeConfirmationRequired || r.Stage != "confirmation_check" || r.ChallengeID == "" ||
+		r.ApprovalURL != "http://approve.test/approve/"+r.ChallengeID {
+		t.Fatalf("refusal %+v", r)
+	}
+	grant := mcp.Meta{mcpbridge.MetaApproval: r.ChallengeID}
+	res, err = call(t, cs, "ticket.refund", refundInput, grant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if early := refusalOf(t, res); early.Code != confirm.CodePending || early.Stage != "confirmation_check" {
+		t.Fatalf("retry before approval: %+v", early)
+	}
+	if n := st.gateway.Refunds(); n != 0 {
+		t.Fatalf("gateway counted %d refunds before approval", n)
+	}
+	if _, err := st.confirm.Decide(context.Background(), carolUser, r.ChallengeID, true, confirm.ChannelApprovalPage); err != nil {
+		t.Fatal(err)
+	}
+	res, err = call(t, cs, "ticket.refund", refundInput, grant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError {
+		t.Fatalf("approved retry refused: %+v", refusalOf(t, res))
+	}
+	if n := st.gateway.Refunds(); n != 1 {
+		t.Fatalf("gateway counted %d refunds, want 1", n)
+	}
+	out := st.outcome(t, "acme", invocationOf(t, res))
+	if out.Approval == nil || out.Approval.Approver != "carol" || out.Approval.Channel != confirm.ChannelApprovalPage {
+		t.Fatalf("approval %+v", out.Approval)
+	}
+}
+
+// TestAgentApprovingItsOwnChallenge: finance-bot cannot decide the
+// challenge its call opened, in process or over ConfirmService, on any
+// channel; carol still can.
+func TestAgentApprovingItsOwnChallenge(t *testing.T) {
+	st := newHelpdeskStack(t)
+	botToken := token(t, "acme", "carol", "finance-bot")
+	cs, _ := st.client(t, botToken, clientOptions{})
+	res, err := call(t, cs, "ticket.refund", refundInput, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := refusalOf(t, res).ChallengeID
+	for _, ch := range []string{confirm.ChannelAPI, confirm.ChannelMCPElicitation, confirm.ChannelApprovalPage} {
+		if _, err := st.confirm.Decide(context.Background(), carolFinanceBot, id, true, ch); !errors.Is(err, confirm.ErrApproverNotAllowed) {
+			t.Fatalf("finance-bot deciding on %s: %v", ch, err)
+		}
+	}
+	conn, err := grpc.NewClient(st.backendAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+botToken)
+	for _, ch := range []string{"", confirm.ChannelMCPElicitation} {
+		_, err := mandatev1.NewConfirmServiceClient(conn).Decide(ctx, &mandatev1.DecideRequest{ChallengeId: id, Decision: mandatev1.Decision_DECISION_APPROVE, Channel: ch})
+		if status.Code(err) != codes.PermissionDenied || failure.Problem(status.Convert(err), "").Code != confirm.CodeApproverNotAllowed {
+			t.Fatalf("finance-bot over ConfirmService on %q: %v", ch, err)
+		}
+	}
+	res, err = call(t, cs, "ticket.refund", refundInput, mcp.Meta{mcpbridge.MetaApproval: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := refusalOf(t, res); r.Code != confirm.CodePending {
+		t.Fatalf("retry after the agent's attempts: %+v", r)
+	}
+	if n := st.gateway.Refunds(); n != 0 {
+		t.Fatalf("gateway counted %d refunds", n)
+	}
+}
+
+// ledger is a fake backend for fixture.v1.LedgerService: every call is
+// counted and answered with an empty response.
+type ledger struct{ calls atomic.Int64 }
+
+func (l *ledger) Invoke(_ context.Context, _ string, _, _ any, _ ...grpc.CallOption) error {
+	l.calls.Add(1)
+	return nil
+}
+
+func (l *ledger) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, status.Error(codes.Unimplemented, "the fake ledger has no streams")
+}
+
+// ledgerPolicy: alice may close the books (and holds ledger.approve, which
+// four eyes does not let her use on her own call); carol approves.
+const ledgerPolicy = `
+tenants:
+  - id: acme
+    roles:
+      closer: [ledger.close, ledger.approve]
+      approver: [ledger.approve]
+    users:
+      - {id: alice, roles: [closer]}
+      - {id: carol, roles: [approver]}
+    agents:
+      - {id: ledger-bot, user: alice}
+`
+
+// TestL4NeedsASecondHuman: ledger.books.close (compiled from the compiler's
+// clean fixture: L4, approver another holder of ledger.approve) is never
+// put to the requester as a form, even by a client that declares forms;
+// a client with URL mode is sent the approval page; the requester cannot
+// approve it by any path; carol's approval lets the retry run, once.
+func TestL4NeedsASecondHuman(t *testing.T) {
+	set := compiletest.Set(t, compiletest.Testdata(t), "clean.proto")
+	cmd, ok := set.ByCode("ledger.books.close")
+	if !ok || cmd.Risk != "L4" || cmd.Approver.Kind != "PERMISSION_HOLDER" || cmd.Approver.Permission != "ledger.approve" {
+		t.Fatalf("fixture declaration %+v", cmd)
+	}
+	fake := &ledger{}
+	st := newStack(t, set, ledgerPolicy, func(*testing.T, context.Context, *stack, *identity.Authenticator, *catalog.Catalog) map[string]grpc.ClientConnInterface {
+		return map[string]grpc.ClientConnInterface{"fixture.v1.LedgerService": fake}
+	})
+	tok := token(t, "acme", "alice", "ledger-bot")
+	approve := &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}
+	const input = `{"entry_id":"E-1"}`
+
+	// Form and URL declared: only the URL is used.
+	both, rec := st.client(t, tok, clientOptions{form: true, url: true, answer: approve})
+	res, err := call(t, both, "ledger.books.close", input, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := refusalOf(t, res)
+	if r.Code != mcpbridge.CodeConfirmationRequired || r.ChallengeID == "" || r.ApprovalURL == "" {
+		t.Fatalf("refusal %+v", r)
+	}
+	if forms, urls, _ := rec.counts(); forms != 0 || urls != 1 {
+		t.Fatalf("form+URL client: %d forms, %d URL elicitations; want 0 and 1", forms, urls)
+	}
+	if u := rec.urls[0]; u.URL != r.ApprovalURL || u.ElicitationID != r.ChallengeID || !strings.Contains(u.Message, "ledger.approve") {
+		t.Fatalf("URL elicitation %+v, refusal %+v", u, r)
+	}
+
+	// Forms only: not even asked.
+	formsOnly, rec2 := st.client(t, tok, clientOptions{form: true, answer: approve})
+	res, err = call(t, formsOnly, "ledger.books.close", input, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2 := refusalOf(t, res); r2.Code != mcpbridge.CodeConfirmationRequired || r2.ApprovalURL == "" {
+		t.Fatalf("forms-only client: %+v", r2)
+	}
+	if forms, urls, _ := rec2.counts(); forms != 0 || urls != 0 {
+		t.Fatalf("forms-only client: %d forms, %d URL elicitations; want none", forms, urls)
+	}
+
+	// The requester cannot approve: not as herself, not through her agent's
+	// session, not through elicitation.
+	ctx := context.Background()
+	alice := identity.Principal{Kind: identity.KindUser, Tenant: "acme", UserID: "alice"}
+	bot := identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "alice", AgentID: "ledger-bot"}
+	if _, err := st.confirm.Decide(ctx, alice, r.ChallengeID, true, confirm.ChannelApprovalPage); !errors.Is(err, confirm.ErrApproverNotAllowed) {
+		t.Fatalf("alice approving her own L4 call: %v", err)
+	}
+	if _, err := st.confirm.DecideElicited(ctx, bot, r.ChallengeID, true); !errors.Is(err, confirm.ErrApproverNotAllowed) {
+		t.Fatalf("elicited approval of an L4 call: %v", err)
+	}
+	grant := mcp.Meta{mcpbridge.MetaApproval: r.ChallengeID}
+	res, err = call(t, both, "ledger.books.close", input, grant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if early := refusalOf(t, res); early.Code != confirm.CodePending {
+		t.Fatalf("retry before a second human approved: %+v", early)
+	}
+	if n := fake.calls.Load(); n != 0 {
+		t.Fatalf("ledger called %d times before approval", n)
+	}
+
+	// carol, who holds ledger.approve, approves; the retry runs once.
+	if _, err := st.confirm.Decide(ctx, carolUser, r.ChallengeID, true, confirm.ChannelApprovalPage); err != nil {
+		t.Fatal(err)
+	}
+	res, err = call(t, both, "ledger.books.close", input, grant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError {
+		t.Fatalf("approved retry refused: %+v", refusalOf(t, res))
+	}
+	if n := fake.calls.Load(); n != 1 {
+		t.Fatalf("ledger called %d times, want 1", n)
+	}
+	if forms, _, _ := rec.counts(); forms != 0 {
+		t.Fatalf("%d form elicitations for an L4 command", forms)
+	}
+	out := st.outcome(t, "acme", invocationOf(t, res))
+	if out.Approval == nil || out.Approval.Approver != "carol" || out.Risk != "L4" {
+		t.Fatalf("outcome %+v approval %+v", out.Record, out.Approval)
+	}
+}
