@@ -20,11 +20,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/catalog"
 	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
+	"github.com/mandate-dev/mandate/services/confirm"
 	confirmapi "github.com/mandate-dev/mandate/services/confirm/api"
 	"github.com/mandate-dev/mandate/services/executor"
 	execapi "github.com/mandate-dev/mandate/services/executor/api"
@@ -231,6 +233,48 @@ func TestRemoteBridge(t *testing.T) {
 		rows := auditRows(t, e, "acme", res.InvocationID)
 		if got := rows[len(rows)-1]; got.TraceID != tid.String() || got.MCPSessionID != "s-1" || got.Channel != audit.ChannelMCP {
 			t.Fatalf("audit row trace %q session %q channel %q, want %s s-1 mcp", got.TraceID, got.MCPSessionID, got.Channel, tid)
+		}
+	})
+
+	t.Run("clients keep the services' errors", func(t *testing.T) {
+		var fe *failure.Error
+		botCtx := identity.WithRawToken(ctx, token(t, "acme", "alice", "support-bot"))
+		_, err := execapi.NewClient(conn).Execute(botCtx, executor.Call{Code: "ticket.search", Input: []byte(`["not an object"]`)})
+		if !errors.As(err, &fe) || fe.Code != "schema.invalid" || fe.Stage != executor.StageSchema {
+			t.Fatalf("array input: %v", err)
+		}
+
+		financeBot := identity.WithRawToken(ctx, token(t, "acme", "carol", "finance-bot"))
+		res, err := execapi.NewClient(conn).Execute(financeBot, executor.Call{Code: "ticket.refund", Input: []byte(refundInput)})
+		r := failure.Problem(failure.ToStatus(err), "")
+		if res != nil || r.Code != mcpbridge.CodeConfirmationRequired || r.ChallengeID == "" {
+			t.Fatalf("refund as finance-bot: %v %+v", err, r)
+		}
+		cc := confirmapi.NewClient(conn)
+		ch, err := cc.Get(financeBot, identity.Principal{}, r.ChallengeID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ch.ID != r.ChallengeID || ch.Command != "ticket.refund" || ch.State != confirm.StatePending || ch.RequesterAgent != "finance-bot" ||
+			ch.Prompt.Title == "" || ch.Prompt.Risk != ch.Risk || ch.Risk == "" || ch.ExpiresAt.IsZero() ||
+			strings.Contains(ch.Prompt.ArgumentsJSON, "CH4242424242") {
+			t.Fatalf("challenge %+v", ch)
+		}
+		// Another user's session can neither read nor answer it.
+		if _, err := cc.Get(botCtx, identity.Principal{}, r.ChallengeID); !errors.Is(err, confirm.ErrNotFound) {
+			t.Fatalf("alice's agent reading carol's challenge: %v", err)
+		}
+		if _, err := cc.DecideElicited(botCtx, identity.Principal{}, r.ChallengeID, true); err == nil {
+			t.Fatal("alice's agent answered carol's challenge")
+		}
+		// The requester's session answers for its human, carol, through
+		// the mcp_elicitation channel.
+		ch, err = cc.DecideElicited(financeBot, identity.Principal{}, r.ChallengeID, false)
+		if err != nil || ch.State != confirm.StateDeclined || ch.DecisionChannel != confirm.ChannelMCPElicitation || ch.DecidedBy != "carol" {
+			t.Fatalf("finance-bot's session declining: %v %+v", err, ch)
+		}
+		if _, err := cc.DecideElicited(financeBot, identity.Principal{}, r.ChallengeID, true); !errors.Is(err, confirm.ErrAlreadyDecided) {
+			t.Fatalf("deciding twice: %v", err)
 		}
 	})
 
