@@ -140,9 +140,11 @@ func newTopology(t *testing.T, opts topologyOptions) *topology {
 		"--backend", "examples.helpdesk.v1.HelpdeskService=" + tp.addr["helpdesk"].grpc +
 			",mandate.v1.CatalogService=" + tp.addr["catalog"].grpc,
 	}})
-	if tp.hasCommand("mcpbridge") {
-		tp.startAll(spec{name: "mcpbridge", args: tp.bridgeArgs()})
-	}
+	tp.startAll(spec{name: "mcpbridge", args: []string{
+		"--executor-addr", tp.addr["executor"].grpc,
+		"--catalog-addr", tp.addr["catalog"].grpc,
+		"--confirm-addr", tp.addr["confirm"].grpc,
+	}})
 	return tp
 }
 
@@ -182,26 +184,6 @@ func mandateBinary(t *testing.T, root string) string {
 		t.Fatal(shared.err)
 	}
 	return shared.bin
-}
-
-// bridgeArgs wires the MCP bridge to the executor, the catalog and confirm.
-func (tp *topology) bridgeArgs() []string {
-	return []string{
-		"--executor-addr", tp.addr["executor"].grpc,
-		"--catalog-addr", tp.addr["catalog"].grpc,
-		"--confirm-addr", tp.addr["confirm"].grpc,
-	}
-}
-
-// hasCommand reports whether the binary has a subcommand.
-func (tp *topology) hasCommand(name string) bool {
-	out, _ := exec.Command(tp.bin, "help").CombinedOutput()
-	for line := range strings.Lines(string(out)) {
-		if f := strings.Fields(line); len(f) > 0 && f[0] == name {
-			return true
-		}
-	}
-	return false
 }
 
 // run runs a one-shot subcommand and returns its output.
@@ -401,10 +383,7 @@ func (tp *topology) rest(service, method, path, tok, body string, headers ...str
 // elicitation capability).
 func (tp *topology) mcpSession(tok string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	tp.t.Helper()
-	ep, ok := tp.addr["mcpbridge"]
-	if !ok {
-		tp.t.Skip("this build has no `mandate mcpbridge` yet")
-	}
+	ep := tp.addr["mcpbridge"]
 	client := mcp.NewClient(&mcp.Implementation{Name: "scenario-agent", Version: "1"}, opts)
 	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{
 		Endpoint:   "http://" + ep.http + "/mcp",
