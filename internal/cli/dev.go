@@ -206,8 +206,8 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		return helpdeskv1.RegisterHelpdeskServiceHandler(ctx, mux, conn)
 	})
 	srv.Handle(page.Pattern, approvals)
-	bridge, err := mcpbridge.New(mcpbridge.Config{Catalog: cat, Executor: exec, Manifest: set, Verifier: users,
-		ResourceURL: base + "/mcp", AuthorizationServers: []string{DefaultIssuer}, Logger: log})
+	bridge, err := mcpbridge.New(mcpbridge.Config{Catalog: cat, Executor: exec, Confirm: confirmSvc, Manifest: set, Verifier: users,
+		ResourceURL: base + "/mcp", AuthorizationServers: []string{DefaultIssuer}, SessionTimeout: time.Hour, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	s.String(&confirm, "confirm-addr", "127.0.0.1:9093", "gRPC address of the confirm service (elicited confirmations); empty: approval URLs only")
 	s.String(&resourceURL, "resource-url", "", "public URL of the MCP endpoint, the RFC 9728 resource (default http://<http-addr>/mcp)")
 	s.Strings(&authServers, "authorization-server", nil, "issuers clients get tokens from, advertised in the metadata (default: --issuer)")
-	s.Duration(&sessionTimeout, "session-timeout", 0, "close MCP sessions idle this long (0: sessions live until the client ends them)")
+	s.Duration(&sessionTimeout, "session-timeout", time.Hour, "close MCP sessions that made no request for this long; clients keep theirs with pings (0: never)")
 	s.Duration(&idleTimeout, "idle-timeout", mcpbridge.DefaultIdleTimeout, "drop a principal's server and catalog watch this long after its last request once no session is open")
 	s.Check(func() error {
 		if resourceURL == "" {
