@@ -19,12 +19,6 @@ import (
 	"github.com/mandate-dev/mandate/internal/manifest"
 )
 
-// skipPendingDevElicitation guards the one case that needs form
-// elicitation in `mandate dev`: dev does not give the bridge the confirm
-// service yet (mcpbridge.Config.Confirm), so a refund answers with the
-// approval URL and no form is sent. Remove it once dev wires Confirm.
-const skipPendingDevElicitation = true
-
 // aliceTools is what alice, and so her support-bot, may call in the demo
 // directory: ticket.read and expense.report.submit.
 var aliceTools = []string{"expense.report.create", "expense.report.recall", "expense.report.submit", "ticket.get", "ticket.search"}
@@ -33,8 +27,8 @@ const nodeRefund = `{"ticket_id":"T-1001","amount":{"currency_code":"EUR","amoun
 
 // TestNodeClient drives `mandate dev` over MCP with the official
 // TypeScript SDK client (tests/node/client.mjs): an agent's tool list, a
-// search, the manifest resource, a refusal, and a refund confirmed through
-// form elicitation. It skips without node or tests/node/node_modules
+// search, the manifest resource, a refusal, and a refund confirmed (and
+// one declined) through form elicitation. It skips without node or tests/node/node_modules
 // unless MANDATE_REQUIRE_NODE=1 (CI runs `npm ci --prefix tests/node`).
 func TestNodeClient(t *testing.T) {
 	if testing.Short() {
@@ -126,9 +120,6 @@ func TestNodeClient(t *testing.T) {
 	})
 
 	t.Run("finance-bot refund confirmed through form elicitation", func(t *testing.T) {
-		if skipPendingDevElicitation {
-			t.Skip("pending: mandate dev does not wire the bridge's confirm service yet (skipPendingDevElicitation)")
-		}
 		out := dev.client(t, node, "finance-bot@carol", "accept",
 			`{"op":"call","name":"ticket.refund","arguments":`+nodeRefund+`,"meta":{"mandate.dev/conversation":"node-1"}}`)
 		res := out.step(t, 0, "call", true).Result
@@ -165,9 +156,6 @@ func TestNodeClient(t *testing.T) {
 	})
 
 	t.Run("finance-bot refund declined through form elicitation", func(t *testing.T) {
-		if skipPendingDevElicitation {
-			t.Skip("pending: mandate dev does not wire the bridge's confirm service yet (skipPendingDevElicitation)")
-		}
 		out := dev.client(t, node, "finance-bot@carol", "decline",
 			`{"op":"call","name":"ticket.refund","arguments":`+nodeRefund+`}`)
 		ref := out.step(t, 0, "call", true).Result.refusal(t)
