@@ -136,7 +136,7 @@ func runAuditQuery(ctx context.Context, args []string, io IO) error {
 	s.Strings(&risks, "risk", nil, "L0 … L4")
 	s.String(&sideEffect, "side-effect", "", "only commands declaring this side effect")
 	s.String(&command, "command", "", "only this command code")
-	s.Strings(&outcomes, "outcome", nil, "executed, refused, failed, unknown, pending")
+	s.Strings(&outcomes, "outcome", nil, "executed, refused, failed, unknown, replayed, pending")
 	s.String(&stage, "stage", "", "only this stage")
 	s.String(&approved, "approved", "", "true or false")
 	s.String(&approver, "approver", "", "only calls approved by this user")

@@ -147,7 +147,7 @@ func (f *Filter) validate() error {
 	}
 	for _, o := range f.Outcomes {
 		if !o.Valid() {
-			return invalid("outcomes", "holds "+quote(string(o))+"; want pending, executed, refused, failed or unknown")
+			return invalid("outcomes", "holds "+quote(string(o))+"; want pending, executed, refused, failed, unknown or replayed")
 		}
 	}
 	if f.Phase != "" && !f.Phase.Valid() {

@@ -64,6 +64,9 @@ const (
 	OutcomeFailed   Outcome = "failed"
 	// OutcomeUnknown is written by reconciliation for an intent whose outcome never arrived.
 	OutcomeUnknown Outcome = "unknown"
+	// OutcomeReplayed records a call that an idempotency key answered with
+	// the response of an earlier invocation: nothing was dispatched.
+	OutcomeReplayed Outcome = "replayed"
 )
 
 // Stage and codes of the audit stage (DESIGN §5).
@@ -140,7 +143,7 @@ type Record struct {
 	MCPSessionID   string
 	// Approval is set when a human approved the call.
 	Approval *Approval
-	// Outcome is pending for intents; executed, refused, failed or unknown for outcomes.
+	// Outcome is pending for intents; executed, refused, failed, unknown or replayed for outcomes.
 	Outcome Outcome
 	// Stage and Code name the pipeline stage and stable code of a refusal or failure.
 	Stage string
@@ -282,14 +285,14 @@ func (r *Record) Validate() error {
 	case PhaseOutcome:
 		switch r.Outcome {
 		case OutcomeExecuted:
-		case OutcomeRefused, OutcomeFailed, OutcomeUnknown:
+		case OutcomeRefused, OutcomeFailed, OutcomeUnknown, OutcomeReplayed:
 			if r.Stage == "" || r.Code == "" {
 				return invalid("code", "stage and code are required when the outcome is "+string(r.Outcome))
 			}
 		case "":
 			return invalid("outcome", "is required on an outcome row")
 		default:
-			return invalid("outcome", "must be executed, refused, failed or unknown")
+			return invalid("outcome", "must be executed, refused, failed, unknown or replayed")
 		}
 	case "":
 		return invalid("phase", "is required")
@@ -373,7 +376,7 @@ func (r Risk) Valid() bool { return len(r) == 2 && r[0] == 'L' && r[1] >= '0' &&
 // Valid reports whether o is a known outcome.
 func (o Outcome) Valid() bool {
 	switch o {
-	case OutcomePending, OutcomeExecuted, OutcomeRefused, OutcomeFailed, OutcomeUnknown:
+	case OutcomePending, OutcomeExecuted, OutcomeRefused, OutcomeFailed, OutcomeUnknown, OutcomeReplayed:
 		return true
 	}
 	return false

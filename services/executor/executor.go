@@ -356,6 +356,10 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		case err != nil:
 			return nil, e.fault(ctx, inv, StageIdempotency, "idempotency.unavailable", err)
 		case saved != nil:
+			// An attempt like any other: it leaves a row, naming the
+			// invocation whose response it returns.
+			e.outcomeAsync(ctx, inv, audit.OutcomeReplayed, StageIdempotency, "idempotency.replayed",
+				"returned the response of "+saved.InvocationID+"; nothing was dispatched", nil)
 			return replay(saved)
 		}
 		inv.idem = &k

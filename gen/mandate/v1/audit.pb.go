@@ -140,8 +140,9 @@ type AuditRecord struct {
 	McpSessionId string `protobuf:"bytes,18,opt,name=mcp_session_id,json=mcpSessionId,proto3" json:"mcp_session_id,omitempty"`
 	// Who approved, when a human confirmed the call.
 	Approval *Approval `protobuf:"bytes,19,opt,name=approval,proto3" json:"approval,omitempty"`
-	// `executed`, `refused`, `failed`, `unknown` (outcome rows) or `pending`
-	// (intent rows).
+	// `executed`, `refused`, `failed`, `unknown`, `replayed` (an idempotency
+	// key returned an earlier invocation's response; nothing was dispatched)
+	// (outcome rows) or `pending` (intent rows).
 	Outcome string `protobuf:"bytes,20,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	// The pipeline stage that refused or failed.
 	Stage string `protobuf:"bytes,21,opt,name=stage,proto3" json:"stage,omitempty"`

@@ -267,6 +267,28 @@ func TestConcurrentSameKey(t *testing.T) {
 	if err != nil || !resp.GetReplayed() {
 		t.Fatalf("replay: %v %v", resp, err)
 	}
+	// The replay is an attempt too: one replayed row naming the first
+	// invocation, and still one executed row.
+	var replayed []audit.Stored
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		page, err := e.audit.Query(context.Background(), audit.Filter{Tenant: "acme", Command: "expense.report.create", Outcomes: []audit.Outcome{audit.OutcomeReplayed}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		replayed = page.Records
+		if len(replayed) >= 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(replayed) != 1 || replayed[0].Stage != "idempotency_check" || replayed[0].Code != "idempotency.replayed" ||
+		replayed[0].InvocationID == resp.GetInvocationId() || !strings.Contains(replayed[0].Message, resp.GetInvocationId()) {
+		t.Fatalf("replayed rows: %+v (first invocation %s)", replayed, resp.GetInvocationId())
+	}
+	page, err := e.audit.Query(context.Background(), audit.Filter{Tenant: "acme", Command: "expense.report.create", Outcomes: []audit.Outcome{audit.OutcomeExecuted}})
+	if err != nil || len(page.Records) != 1 {
+		t.Fatalf("executed rows after the replay: %v %v", page, err)
+	}
 }
 
 // TestAuditUnavailableFailsClosed: without an intent row nothing is
