@@ -267,23 +267,33 @@ func TestConcurrentSameKey(t *testing.T) {
 	if err != nil || !resp.GetReplayed() {
 		t.Fatalf("replay: %v %v", resp, err)
 	}
-	// The replay is an attempt too: one replayed row naming the first
-	// invocation, and still one executed row.
+	// Replays are attempts too: every call answered with the first call's
+	// response (the concurrent ones that came after it, and this one) left
+	// a replayed row naming it, and there is still one executed row.
+	var want int
+	for _, n := range reports {
+		want = n // n-1 concurrent replays, plus the one above
+	}
 	var replayed []audit.Stored
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		page, err := e.audit.Query(context.Background(), audit.Filter{Tenant: "acme", Command: "expense.report.create", Outcomes: []audit.Outcome{audit.OutcomeReplayed}})
+		page, err := e.audit.Query(context.Background(), audit.Filter{Tenant: "acme", Command: "expense.report.create", Outcomes: []audit.Outcome{audit.OutcomeReplayed}, PageSize: 200})
 		if err != nil {
 			t.Fatal(err)
 		}
 		replayed = page.Records
-		if len(replayed) >= 1 || time.Now().After(deadline) {
+		if len(replayed) >= want || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if len(replayed) != 1 || replayed[0].Stage != "idempotency_check" || replayed[0].Code != "idempotency.replayed" ||
-		replayed[0].InvocationID == resp.GetInvocationId() || !strings.Contains(replayed[0].Message, resp.GetInvocationId()) {
-		t.Fatalf("replayed rows: %+v (first invocation %s)", replayed, resp.GetInvocationId())
+	if len(replayed) != want {
+		t.Fatalf("%d replayed rows, want %d", len(replayed), want)
+	}
+	for _, r := range replayed {
+		if r.Stage != "idempotency_check" || r.Code != "idempotency.replayed" || r.InvocationID == resp.GetInvocationId() ||
+			!strings.Contains(r.Message, resp.GetInvocationId()) {
+			t.Fatalf("replayed row %+v (first invocation %s)", r.Record, resp.GetInvocationId())
+		}
 	}
 	page, err := e.audit.Query(context.Background(), audit.Filter{Tenant: "acme", Command: "expense.report.create", Outcomes: []audit.Outcome{audit.OutcomeExecuted}})
 	if err != nil || len(page.Records) != 1 {
