@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
 )
@@ -144,7 +147,8 @@ func TestRSSServices(t *testing.T) {
 	s.start("executor",
 		"--audit-addr", s.http["audit-grpc"], "--confirm-addr", s.http["confirm-grpc"],
 		"--backend", "examples.helpdesk.v1.HelpdeskService="+s.http["helpdesk-grpc"]+",mandate.v1.CatalogService="+s.http["catalog-grpc"])
-	names = append(names, "executor")
+	s.startBridge()
+	names = append(names, "executor", "mcpbridge")
 	pids := rssPIDs(t, bin, s.http, names)
 	time.Sleep(2 * time.Second)
 	idle := map[string]int{}
@@ -155,10 +159,29 @@ func TestRSSServices(t *testing.T) {
 	start := time.Now()
 	ok := rssLoad(t, "http://"+s.http["executor"]+"/v1/commands/ticket.search:execute", tok, rssCalls)
 	took := time.Since(start)
-	for _, n := range names {
-		t.Logf("%-9s RSS idle %6.1f MiB, after %d calls %6.1f MiB", n, float64(idle[n])/1024, rssCalls, float64(rssKiB(t, pids[n]))/1024)
+	t.Logf("%d REST calls (%d ok) in %s: %.0f calls/s", rssCalls, ok, took.Round(time.Millisecond), float64(rssCalls)/took.Seconds())
+	// The same number again over MCP, through the bridge process: 8 sessions.
+	start = time.Now()
+	var mcpOK atomic.Int64
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		cs := s.mcp(tok)
+		wg.Go(func() {
+			for next.Add(1) <= rssCalls {
+				res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "ticket.search", Arguments: map[string]any{"query": "charged twice"}})
+				if err == nil && !res.IsError {
+					mcpOK.Add(1)
+				}
+			}
+		})
 	}
-	t.Logf("%d calls (%d ok) in %s: %.0f calls/s", rssCalls, ok, took.Round(time.Millisecond), float64(rssCalls)/took.Seconds())
+	wg.Wait()
+	took = time.Since(start)
+	t.Logf("%d MCP calls (%d ok) in %s: %.0f calls/s", rssCalls, mcpOK.Load(), took.Round(time.Millisecond), float64(rssCalls)/took.Seconds())
+	for _, n := range names {
+		t.Logf("%-9s RSS idle %6.1f MiB, after %d REST + %d MCP calls %6.1f MiB", n, float64(idle[n])/1024, rssCalls, rssCalls, float64(rssKiB(t, pids[n]))/1024)
+	}
 }
 
 // servicePIDs finds the started services' processes: each runs bin with
