@@ -93,7 +93,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxRecvBytes <= 0 {
 		cfg.MaxRecvBytes = 4 << 20
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("service", cfg.Name), health: health.NewServer(), http: http.NewServeMux()}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("server", cfg.Name), health: health.NewServer(), http: http.NewServeMux()}
 	v, err := newValidator()
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
