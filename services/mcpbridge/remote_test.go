@@ -161,6 +161,21 @@ func TestRemoteBridge(t *testing.T) {
 		if n := e.gateway.Refunds(); n != 0 {
 			t.Fatalf("gateway counted %d refunds", n)
 		}
+		// Arguments that are no JSON object cannot travel in ExecuteRequest,
+		// yet the attempt is refused and audited by the executor, as in
+		// process.
+		res, err = call(t, bot, "ticket.search", `["charged twice"]`, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = refusalOf(t, res)
+		if r.Code != "schema.invalid" || r.Stage != "schema_validate" || len(r.Violations) != 1 || r.Violations[0].Rule != "schema.type" {
+			t.Fatalf("non-object arguments: %+v", r)
+		}
+		rows = auditRows(t, e, "acme", r.InvocationID)
+		if last := rows[len(rows)-1]; last.Outcome != audit.OutcomeRefused || last.Stage != "schema_validate" || last.Channel != audit.ChannelMCP {
+			t.Fatalf("audit row %+v", last.Record)
+		}
 		_, err = call(t, bot, "no.such.tool", `{}`, nil)
 		var je *jsonrpc.Error
 		if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams {
@@ -237,11 +252,10 @@ func TestRemoteBridge(t *testing.T) {
 	})
 
 	t.Run("clients keep the services' errors", func(t *testing.T) {
-		var fe *failure.Error
 		botCtx := identity.WithRawToken(ctx, token(t, "acme", "alice", "support-bot"))
 		_, err := execapi.NewClient(conn).Execute(botCtx, executor.Call{Code: "ticket.search", Input: []byte(`["not an object"]`)})
-		if !errors.As(err, &fe) || fe.Code != "schema.invalid" || fe.Stage != executor.StageSchema {
-			t.Fatalf("array input: %v", err)
+		if p := failure.Problem(failure.ToStatus(err), ""); p.Code != "schema.invalid" || p.Stage != executor.StageSchema || p.InvocationID == "" {
+			t.Fatalf("array input: %v %+v", err, p)
 		}
 
 		financeBot := identity.WithRawToken(ctx, token(t, "acme", "carol", "finance-bot"))

@@ -36,6 +36,11 @@ const (
 	MetadataConversation   = "x-mandate-conversation"
 	MetadataMCPSession     = "x-mandate-mcp-session"
 	MetadataTenant         = "x-mandate-tenant"
+	// MetadataInputNotObject is set by the MCP bridge when a tool call's
+	// arguments were not a JSON object, which ExecuteRequest cannot carry:
+	// the call is then refused at schema_validate, and audited, as it would
+	// be in process. It is honoured only on calls the bridge relays.
+	MetadataInputNotObject = "x-mandate-input-not-object"
 	// MCPBridgeService is the service identity of the MCP bridge; calls it
 	// makes on behalf of a user are recorded with channel "mcp".
 	MCPBridgeService = identity.MCPBridgeService
@@ -120,6 +125,11 @@ func (s *Service) call(ctx context.Context, code string, input []byte) executor.
 	case p.Via == MCPBridgeService:
 		call.Channel = "mcp"
 		call.MCPSessionID = first(MetadataMCPSession)
+		if first(MetadataInputNotObject) != "" {
+			call.InputError = &schema.InvalidError{Violations: []schema.Violation{
+				{Rule: "schema.type", Message: "input must be a JSON object"},
+			}}
+		}
 	}
 	return call
 }

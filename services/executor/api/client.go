@@ -47,9 +47,11 @@ func (c *Client) Execute(ctx context.Context, call executor.Call) (*executor.Res
 	input := &structpb.Struct{}
 	if len(call.Input) > 0 {
 		if err := protojson.Unmarshal(call.Input, input); err != nil {
-			// ExecuteRequest carries an object; the executor's own API
-			// refuses anything else with the same code.
-			return nil, failure.New(executor.StageSchema, "schema.invalid", "input is not a JSON object")
+			// ExecuteRequest carries an object. Anything else is still an
+			// attempt: the executor refuses it at schema_validate and
+			// audits it, as it does in process.
+			input = &structpb.Struct{}
+			ctx = metadata.AppendToOutgoingContext(ctx, MetadataInputNotObject, "1")
 		}
 	}
 	if call.MCPSessionID != "" {
