@@ -13,17 +13,17 @@ import (
 )
 
 // walkthroughExpect is what each shell block of the README's walk-through
-// must print, in order. A new block needs a new entry: the test fails when
+// must print on stdout, in order. A new block needs a new entry: the test fails when
 // the counts differ, so the README cannot grow an untested block.
 var walkthroughExpect = [][]string{
 	{}, // helpers
-	{`"ticket_id":"T-1001"`, "→ HTTP 200"},
-	{`"code":"authorization.permission_denied"`, `"stage":"permission_check"`, "→ HTTP 403"},
-	{`"code":"confirmation.required"`, `"approval_url":"http://`, "→ HTTP 422"},
+	{`"ticket_id":"T-1001"`},
+	{`"code":"authorization.permission_denied"`, `"stage":"permission_check"`},
+	{`"code":"confirmation.required"`, `"approval_url":"http://`},
 	{`"code":"confirmation.approver_not_allowed"`, "CHALLENGE_STATE_APPROVED"},
 	{`"refund_id":"RF-3001"`, `"status":"REFUND_STATUS_ACCEPTED"`, `"replayed":false`, `"replayed":true`},
 	{"EXPENSE_REPORT_STATE_SUBMITTED\n", "EXPENSE_REPORT_STATE_DRAFT\n", "EXPENSE_REPORT_STATE_APPROVED\n", `"code":"state.already_approved"`, `"stage":"state_check"`},
-	{`"code":"entitlement.missing"`, `"stage":"entitlement_check"`, "→ HTTP 403"},
+	{`"code":"entitlement.missing"`, `"stage":"entitlement_check"`},
 	{`"approver":"carol"`, `"code":"authorization.permission_denied"`, `"ok":true`},
 	{`["expense.report.create","expense.report.recall","expense.report.submit","ticket.get","ticket.search"]`,
 		`{"isError":true,"code":"authorization.permission_denied","stage":"permission_check"}`},
@@ -81,8 +81,10 @@ func TestREADMEWalkthrough(t *testing.T) {
 	}
 	sh := exec.Command("bash", "-c", script.String())
 	sh.Dir = dir
-	var stdout bytes.Buffer
-	sh.Stdout, sh.Stderr = &stdout, &stdout
+	// The HTTP statuses exec_ prints go to stderr, whose writes interleave
+	// with a pipeline's stdout: they are checked over the whole run.
+	var stdout, stderr bytes.Buffer
+	sh.Stdout, sh.Stderr = &stdout, &stderr
 	done := make(chan error, 1)
 	if err := sh.Start(); err != nil {
 		t.Fatal(err)
@@ -92,10 +94,15 @@ func TestREADMEWalkthrough(t *testing.T) {
 	case err = <-done:
 	case <-time.After(60 * time.Second):
 		_ = sh.Process.Kill()
-		t.Fatalf("the walk-through did not finish in 60s:\n%s", stdout.String())
+		t.Fatalf("the walk-through did not finish in 60s:\n%s\n%s", stdout.String(), stderr.String())
 	}
 	if err != nil {
-		t.Fatalf("the walk-through failed: %v\n%s", err, stdout.String())
+		t.Fatalf("the walk-through failed: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	for _, status := range []string{"→ HTTP 200", "→ HTTP 403", "→ HTTP 422"} {
+		if !strings.Contains(stderr.String(), status) {
+			t.Errorf("the walk-through never printed %q:\n%s", status, stderr.String())
+		}
 	}
 	outputs := strings.Split(stdout.String(), marker+"\n")
 	for i, want := range walkthroughExpect {
