@@ -71,6 +71,18 @@ func TestScenarioOneTraceAcrossServices(t *testing.T) {
 	if !rootChild || !backend {
 		t.Fatalf("trace %s: bridge span child of the client's %v, helpdesk IssueRefund server span %v", traceID, rootChild, backend)
 	}
+
+	// … and its metrics: the executor counted the call that opened the
+	// challenge and the confirmed one.
+	metrics := collector.Metrics()
+	for _, attrs := range []map[string]string{
+		{"command": "ticket.refund", "channel": "mcp", "outcome": "refused", "stage": "confirmation_check", "code": "confirmation.required"},
+		{"command": "ticket.refund", "channel": "mcp", "outcome": "executed"},
+	} {
+		if m, ok := telemetrytest.Last(metrics, "mandate-executor", "mandate.executor.calls", attrs); !ok || m.Value != 1 {
+			t.Errorf("mandate.executor.calls%v from mandate-executor: %+v (found %v)", attrs, m, ok)
+		}
+	}
 }
 
 func randomHex(t *testing.T, n int) string {

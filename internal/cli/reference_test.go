@@ -53,7 +53,7 @@ func reference(t *testing.T) []byte {
 	b.WriteString("A flag given on the command line wins over the variable. Secrets (`--dev-secret`, `--service-secret`,\n")
 	b.WriteString("`--database-url`) are better passed as variables: flags show in process lists. A bad value stops the\n")
 	b.WriteString("command with an error naming both the flag and the variable.\n\n")
-	b.WriteString("OpenTelemetry export follows the standard `OTEL_*` variables (`OTEL_EXPORTER_OTLP_ENDPOINT`, …).\n\n")
+	b.WriteString("OpenTelemetry export of traces and metrics follows the standard `OTEL_*` variables (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_METRICS_EXPORTER=none`, …).\n\n")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)

@@ -10,21 +10,23 @@ import (
 )
 
 // traceFlushTimeout bounds how long a stopping process waits for its last
-// spans to reach the collector.
+// spans and metrics to reach the collector.
 const traceFlushTimeout = 5 * time.Second
 
 // otlpFlag declares --otlp-endpoint (MANDATE_OTLP_ENDPOINT). Left empty,
 // the standard OTEL_EXPORTER_OTLP_* variables apply.
 func otlpFlag(s *config.Set, p *string) {
-	s.String(p, "otlp-endpoint", "", "OTLP collector URL for traces, e.g. http://jaeger:4317 "+
-		"(default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
+	s.String(p, "otlp-endpoint", "", "OTLP collector URL for traces and metrics, e.g. http://jaeger:4317 "+
+		"(default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / _METRICS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
 }
 
 // startTracing installs the W3C propagator and, when an endpoint is
-// configured, exports the spans of service ("executor" reports as
-// "mandate-executor"). The exporter is flushed and stopped by cl, after
-// everything added to cl later has closed. Every service subcommand calls
-// it right after its logger exists:
+// configured, exports the spans and metrics of service ("executor" reports
+// as "mandate-executor"). The exporters are flushed and stopped by cl,
+// after everything added to cl later has closed. Every service subcommand
+// calls it right after its logger exists, before it builds its servers,
+// clients and the executor, which take their meter from the global
+// provider it installs:
 //
 //	if err := startTracing(ctx, io, "mcpbridge", endpoint, log, &cl); err != nil { return err }
 func startTracing(ctx context.Context, io IO, service, endpoint string, log *slog.Logger, cl *closers) error {
@@ -36,7 +38,7 @@ func startTracing(ctx context.Context, io IO, service, endpoint string, log *slo
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceFlushTimeout)
 		defer cancel()
 		if err := shutdown(fctx); err != nil {
-			log.Warn("flushing traces", "err", err)
+			log.Warn("flushing traces and metrics", "err", err)
 		}
 	})
 	return nil

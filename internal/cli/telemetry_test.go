@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/mandate-dev/mandate/internal/identity"
@@ -41,9 +42,14 @@ func freeAddr(t *testing.T) string {
 // --otlp-endpoint, sends it a request carrying a W3C trace context, stops
 // it, and finds the service's server span — named for the service, in the
 // caller's trace — at the collector: the flag reaches the exporter, the
-// propagator continues the caller's trace and the exit flushes.
+// propagator continues the caller's trace and the exit flushes. The
+// request's HTTP server metric arrives too: the handler, built after
+// Setup, records with the MeterProvider it installed.
 func TestServiceExportsItsSpansOnExit(t *testing.T) {
-	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
+	t.Cleanup(func() {
+		otel.SetTracerProvider(noop.NewTracerProvider())
+		otel.SetMeterProvider(metricnoop.NewMeterProvider())
+	})
 	var col telemetrytest.Collector
 	endpoint := col.Start(t)
 	httpAddr := freeAddr(t)
@@ -93,6 +99,9 @@ func TestServiceExportsItsSpansOnExit(t *testing.T) {
 	if !found {
 		t.Fatalf("no server span of mandate-catalog in trace %s; received %+v\nstderr:\n%s", traceID, col.Spans(), stderr.String())
 	}
+	if m, ok := telemetrytest.Last(col.Metrics(), "mandate-catalog", "http.server.request.duration", map[string]string{"http.response.status_code": "200"}); !ok || m.Count == 0 {
+		t.Fatalf("no http.server.request.duration of mandate-catalog; received %+v", col.Metrics())
+	}
 }
 
 func TestOTLPEndpointIsValidated(t *testing.T) {
@@ -130,7 +139,10 @@ func TestDevTraceReachesTheBackend(t *testing.T) {
 		}
 		return
 	}
-	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
+	t.Cleanup(func() {
+		otel.SetTracerProvider(noop.NewTracerProvider())
+		otel.SetMeterProvider(metricnoop.NewMeterProvider())
+	})
 	var col telemetrytest.Collector
 	endpoint := col.Start(t)
 	httpAddr := freeAddr(t)
@@ -193,6 +205,11 @@ func TestDevTraceReachesTheBackend(t *testing.T) {
 	}
 	if hops, _ := backendHops(spans, traceID); hops < 3 {
 		t.Fatalf("the backend span is %d hops below the caller's, want the gateway, executor and client spans between", hops)
+	}
+	// The exit flushed the executor's count of the call.
+	attrs := map[string]string{"command": "ticket.search", "channel": "rest", "outcome": "executed"}
+	if m, ok := telemetrytest.Last(col.Metrics(), "mandate-dev", "mandate.executor.calls", attrs); !ok || m.Value != 1 {
+		t.Fatalf("mandate.executor.calls%v: %+v (found %v)", attrs, m, ok)
 	}
 }
 

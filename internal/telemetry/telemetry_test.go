@@ -7,10 +7,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -35,7 +40,7 @@ func env(kv ...string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
-// setup runs Setup and restores a no-op global provider after the test.
+// setup runs Setup and restores no-op global providers after the test.
 func setup(t *testing.T, service string, cfg telemetry.Config) func(context.Context) error {
 	t.Helper()
 	shutdown, err := telemetry.Setup(t.Context(), service, cfg)
@@ -45,8 +50,27 @@ func setup(t *testing.T, service string, cfg telemetry.Config) func(context.Cont
 	t.Cleanup(func() {
 		_ = shutdown(context.Background())
 		otel.SetTracerProvider(noop.NewTracerProvider())
+		otel.SetMeterProvider(metricnoop.NewMeterProvider())
 	})
 	return shutdown
+}
+
+// count adds n to the counter telemetry_test.calls{command} and records
+// one observation of telemetry_test.duration with the global provider.
+func count(t *testing.T, n int64, command string) {
+	t.Helper()
+	m := otel.Meter("telemetry_test")
+	calls, err := m.Int64Counter("telemetry_test.calls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dur, err := m.Float64Histogram("telemetry_test.duration", metric.WithUnit("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs := metric.WithAttributes(attribute.String("command", command))
+	calls.Add(t.Context(), n, attrs)
+	dur.Record(t.Context(), 0.25, attrs)
 }
 
 // parentAndChild records a root span and a child span with the global
@@ -69,7 +93,10 @@ func TestSetupExportsOverGRPCOnShutdown(t *testing.T) {
 	if !root.IsSampled() {
 		t.Fatal("root span not sampled with the default sampler")
 	}
-	// The batch processor holds the spans; shutdown must flush them.
+	count(t, 3, "ticket.refund")
+	// The batch processor holds the spans and the periodic reader the
+	// metrics (its first export is a minute away); shutdown must flush
+	// both.
 	if err := shutdown(t.Context()); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
@@ -93,6 +120,26 @@ func TestSetupExportsOverGRPCOnShutdown(t *testing.T) {
 	if c := byName["child"]; c.SpanID != child.SpanID().String() || c.ParentSpanID != root.SpanID().String() {
 		t.Errorf("child span %+v, want parent %s", c, root.SpanID())
 	}
+	wantMetrics(t, &col, "mandate-executor", telemetrytest.ProtocolGRPC, "ticket.refund", 3)
+	if m, _ := telemetrytest.Last(col.Metrics(), "", "telemetry_test.calls", nil); m.Resource["service.version"] != "1.2.3" || m.Scope != "telemetry_test" {
+		t.Errorf("metric resource %v, scope %q", m.Resource, m.Scope)
+	}
+}
+
+// wantMetrics asserts that the collector holds the counter count() moved
+// by n and one observation of its histogram, from service, by protocol.
+func wantMetrics(t *testing.T, col *telemetrytest.Collector, service, protocol, command string, n float64) {
+	t.Helper()
+	ms := col.Metrics()
+	attrs := map[string]string{"command": command}
+	calls, ok := telemetrytest.Last(ms, service, "telemetry_test.calls", attrs)
+	if !ok || calls.Kind != "sum" || calls.Value != n || calls.Protocol != protocol {
+		t.Errorf("telemetry_test.calls%v from %s: %+v (found %v), want a sum of %v by %s; received %+v", attrs, service, calls, ok, n, protocol, ms)
+	}
+	dur, ok := telemetrytest.Last(ms, service, "telemetry_test.duration", attrs)
+	if !ok || dur.Kind != "histogram" || dur.Count != 1 || dur.Value != 0.25 || dur.Unit != "s" {
+		t.Errorf("telemetry_test.duration%v from %s: %+v (found %v), want one observation of 0.25s", attrs, service, dur, ok)
+	}
 }
 
 func TestSetupExportsOverHTTPFromTheStandardVariables(t *testing.T) {
@@ -105,6 +152,7 @@ func TestSetupExportsOverHTTPFromTheStandardVariables(t *testing.T) {
 		"OTEL_SERVICE_NAME", "audit-eu-1",
 	)})
 	root, _ := parentAndChild(t.Context())
+	count(t, 2, "audit.append")
 	if err := shutdown(t.Context()); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
@@ -117,6 +165,66 @@ func TestSetupExportsOverHTTPFromTheStandardVariables(t *testing.T) {
 			t.Errorf("span %q arrived by %q from %q", s.Name, s.Protocol, s.Service)
 		}
 	}
+	// … and /v1/metrics.
+	wantMetrics(t, &col, "audit-eu-1", telemetrytest.ProtocolHTTP, "audit.append", 2)
+}
+
+// TestHTTPFlagSendsMetricsNextToTraces: over HTTP the flag names the
+// traces URL as given; metrics go to the same collector's /v1/metrics.
+func TestHTTPFlagSendsMetricsNextToTraces(t *testing.T) {
+	var col telemetrytest.Collector
+	col.Start(t)
+	shutdown := setup(t, "catalog", telemetry.Config{Endpoint: col.HTTPEndpoint() + "/v1/traces", Protocol: telemetry.ProtocolHTTP, Env: env()})
+	parentAndChild(t.Context())
+	count(t, 1, "ticket.search")
+	if err := shutdown(t.Context()); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if n := len(col.Spans()); n != 2 {
+		t.Fatalf("collector received %d spans, want 2", n)
+	}
+	wantMetrics(t, &col, "mandate-catalog", telemetrytest.ProtocolHTTP, "ticket.search", 1)
+}
+
+// TestMetricsEndpointVariableSendsMetricsElsewhere: the metrics-specific
+// variable wins over the flag, for metrics only.
+func TestMetricsEndpointVariableSendsMetricsElsewhere(t *testing.T) {
+	var traces, metrics telemetrytest.Collector
+	traces.Start(t)
+	metrics.Start(t)
+	shutdown := setup(t, "executor", telemetry.Config{Endpoint: traces.Endpoint(), Env: env(
+		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", metrics.Endpoint(),
+	)})
+	parentAndChild(t.Context())
+	count(t, 1, "ticket.search")
+	if err := shutdown(t.Context()); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if n, m := len(traces.Spans()), len(metrics.Spans()); n != 2 || m != 0 {
+		t.Fatalf("flag's collector received %d spans, metrics collector %d; want 2 and 0", n, m)
+	}
+	if n := len(traces.Metrics()); n != 0 {
+		t.Fatalf("flag's collector received %d metric points, want none", n)
+	}
+	wantMetrics(t, &metrics, "mandate-executor", telemetrytest.ProtocolGRPC, "ticket.search", 1)
+}
+
+// TestMetricsAreExportedPeriodically: OTEL_METRIC_EXPORT_INTERVAL sets the
+// reader's interval; points arrive while the process runs, not only when
+// it stops.
+func TestMetricsAreExportedPeriodically(t *testing.T) {
+	var col telemetrytest.Collector
+	endpoint := col.Start(t)
+	setup(t, "executor", telemetry.Config{Endpoint: endpoint, Env: env("OTEL_METRIC_EXPORT_INTERVAL", "20")})
+	count(t, 4, "ticket.search")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := col.WaitMetrics(ctx, func(ms []telemetrytest.Metric) bool {
+		m, ok := telemetrytest.Last(ms, "mandate-executor", "telemetry_test.calls", nil)
+		return ok && m.Value == 4
+	}); err != nil {
+		t.Fatalf("no periodic export before shutdown: %v", err)
+	}
 }
 
 func TestSignalSpecificEndpointWinsAndIsUsedAsGiven(t *testing.T) {
@@ -127,8 +235,10 @@ func TestSignalSpecificEndpointWinsAndIsUsedAsGiven(t *testing.T) {
 		"OTEL_EXPORTER_OTLP_ENDPOINT", ignored.HTTPEndpoint(),
 		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", used.HTTPEndpoint()+"/v1/traces",
 		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf",
+		"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf",
 	)})
 	parentAndChild(t.Context())
+	count(t, 1, "ticket.search")
 	if err := shutdown(t.Context()); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
@@ -138,6 +248,11 @@ func TestSignalSpecificEndpointWinsAndIsUsedAsGiven(t *testing.T) {
 	if s := used.Spans()[0]; s.Service != "mandate-confirm" {
 		t.Fatalf("service %q", s.Service)
 	}
+	// Metrics, with no variable of their own, go to the generic endpoint.
+	if n := len(used.Metrics()); n != 0 {
+		t.Fatalf("traces endpoint received %d metric points", n)
+	}
+	wantMetrics(t, &ignored, "mandate-confirm", telemetrytest.ProtocolHTTP, "ticket.search", 1)
 }
 
 // TestUnconfiguredExportsNothing: no endpoint anywhere — no exporter, no
@@ -154,15 +269,19 @@ func TestUnconfiguredExportsNothing(t *testing.T) {
 	if _, ok := otel.GetTracerProvider().(*sdktrace.TracerProvider); ok {
 		t.Fatal("an SDK tracer provider was installed without an endpoint")
 	}
+	if _, ok := otel.GetMeterProvider().(*sdkmetric.MeterProvider); ok {
+		t.Fatal("an SDK meter provider was installed without an endpoint")
+	}
 	root, _ := parentAndChild(t.Context())
+	count(t, 1, "ticket.search")
 	if root.IsValid() {
 		t.Fatalf("a span was recorded without an exporter: %v", root)
 	}
 	if err := shutdown(t.Context()); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	if n := len(col.Spans()); n != 0 {
-		t.Fatalf("collector received %d spans", n)
+	if n, m := len(col.Spans()), len(col.Metrics()); n != 0 || m != 0 {
+		t.Fatalf("collector received %d spans and %d metric points", n, m)
 	}
 
 	prop := otel.GetTextMapPropagator()
@@ -182,22 +301,37 @@ func TestUnconfiguredExportsNothing(t *testing.T) {
 	}
 }
 
+// TestExportSwitchedOff: OTEL_SDK_DISABLED stops both signals,
+// OTEL_<SIGNAL>_EXPORTER=none its own.
 func TestExportSwitchedOff(t *testing.T) {
-	var col telemetrytest.Collector
-	endpoint := col.Start(t)
-	for _, kv := range [][2]string{{"OTEL_SDK_DISABLED", "true"}, {"OTEL_TRACES_EXPORTER", "none"}} {
-		t.Run(kv[0], func(t *testing.T) {
-			cfg := telemetry.Config{Endpoint: endpoint, Env: env(kv[0], kv[1])}
-			if telemetry.Enabled(cfg) {
-				t.Fatal("Enabled")
+	cases := []struct {
+		env            [2]string
+		enabled        bool
+		spans, metrics bool
+	}{
+		{[2]string{"OTEL_SDK_DISABLED", "true"}, false, false, false},
+		{[2]string{"OTEL_TRACES_EXPORTER", "none"}, true, false, true},
+		{[2]string{"OTEL_METRICS_EXPORTER", "none"}, true, true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.env[0], func(t *testing.T) {
+			var col telemetrytest.Collector
+			endpoint := col.Start(t)
+			cfg := telemetry.Config{Endpoint: endpoint, Env: env(tc.env[0], tc.env[1])}
+			if telemetry.Enabled(cfg) != tc.enabled {
+				t.Fatalf("Enabled = %v, want %v", !tc.enabled, tc.enabled)
 			}
 			shutdown := setup(t, "helpdesk", cfg)
 			parentAndChild(t.Context())
+			count(t, 1, "ticket.search")
 			if err := shutdown(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			if n := len(col.Spans()); n != 0 {
-				t.Fatalf("collector received %d spans", n)
+			if n := len(col.Spans()); (n > 0) != tc.spans {
+				t.Errorf("collector received %d spans; want some: %v", n, tc.spans)
+			}
+			if _, ok := telemetrytest.Last(col.Metrics(), "mandate-helpdesk", "telemetry_test.calls", nil); ok != tc.metrics {
+				t.Errorf("collector received the counter: %v, want %v", ok, tc.metrics)
 			}
 		})
 	}
@@ -211,6 +345,10 @@ func TestInvalidSettingsAreNamed(t *testing.T) {
 		{telemetry.Config{Endpoint: "jaeger:4317", Env: env()}, "--otlp-endpoint must be a URL such as http://collector:4317"},
 		{telemetry.Config{Env: env("OTEL_EXPORTER_OTLP_ENDPOINT", "collector")}, "OTEL_EXPORTER_OTLP_ENDPOINT must be a URL"},
 		{telemetry.Config{Endpoint: "http://127.0.0.1:4317", Env: env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")}, `protocol "http/json" is not supported`},
+		{telemetry.Config{Endpoint: "http://127.0.0.1:4317", Env: env("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/json")}, `protocol "http/json" is not supported`},
+		{telemetry.Config{Endpoint: "http://127.0.0.1:4317", Env: env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "collector:4317")}, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT must be a URL"},
+		{telemetry.Config{Endpoint: "http://127.0.0.1:4317", Env: env("OTEL_METRIC_EXPORT_INTERVAL", "1m")}, `OTEL_METRIC_EXPORT_INTERVAL must be a positive number of milliseconds, not "1m"`},
+		{telemetry.Config{Endpoint: "http://127.0.0.1:4317", Env: env("OTEL_METRIC_EXPORT_TIMEOUT", "0")}, "OTEL_METRIC_EXPORT_TIMEOUT must be a positive number of milliseconds"},
 	}
 	for _, tc := range cases {
 		_, err := telemetry.Setup(t.Context(), "executor", tc.cfg)
@@ -280,5 +418,12 @@ func TestTraceCrossesAGRPCHop(t *testing.T) {
 	}
 	if server.Name != "grpc.health.v1.Health/Check" {
 		t.Fatalf("server span %q", server.Name)
+	}
+	// The same handlers, created after Setup, record RPC metrics with the
+	// global MeterProvider it installed.
+	for _, name := range []string{"rpc.server.call.duration", "rpc.client.call.duration"} {
+		if m, ok := telemetrytest.Last(col.Metrics(), "mandate-executor", name, map[string]string{"rpc.method": "grpc.health.v1.Health/Check"}); !ok || m.Count != 1 {
+			t.Errorf("%s of Check: %+v (found %v); received %+v", name, m, ok, col.Metrics())
+		}
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -133,6 +134,9 @@ type Config struct {
 	Limits schema.Limits
 	Logger *slog.Logger
 	Now    func() time.Time
+	// MeterProvider records the executor's metrics (MetricCalls,
+	// MetricDuration); default otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 // Executor runs the pipeline.
@@ -140,6 +144,7 @@ type Executor struct {
 	cfg     Config
 	decoder *schema.Decoder
 	log     *slog.Logger
+	metrics *metrics
 	// sodTargets are the commands some declaration's separation of duties
 	// names; only their executions are recorded.
 	sodTargets map[string]bool
@@ -175,6 +180,13 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = otel.GetMeterProvider()
+	}
+	m, err := newMetrics(cfg.MeterProvider, cfg.Manifest)
+	if err != nil {
+		return nil, fmt.Errorf("executor: metrics: %w", err)
+	}
 	dec, err := schema.NewDecoder(cfg.Manifest.Types(), cfg.Limits)
 	if err != nil {
 		return nil, err
@@ -188,7 +200,7 @@ func New(cfg Config) (*Executor, error) {
 			targets[c.Code] = true
 		}
 	}
-	return &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, sodTargets: targets, pending: make(chan struct{}, 1024)}, nil
+	return &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, pending: make(chan struct{}, 1024)}, nil
 }
 
 // Call is one command invocation as a channel hands it over.
@@ -242,11 +254,15 @@ type invocation struct {
 	approval  *audit.Approval
 	start     time.Time
 	traceID   string
+	// ending is how the call ended, once a refusal, a fault or an outcome
+	// row says so.
+	ending ending
 }
 
 // Execute runs one call through the pipeline. Errors are *failure.Error
 // values carrying the stage, the code and the invocation id.
 func (e *Executor) Execute(ctx context.Context, call Call) (*Result, error) {
+	begin := time.Now()
 	inv := &invocation{id: NewInvocationID(), call: call, start: e.cfg.Now()}
 	ctx, span := tracer.Start(ctx, "mandate.execute", trace.WithAttributes(
 		attribute.String("mandate.invocation_id", inv.id),
@@ -261,6 +277,7 @@ func (e *Executor) Execute(ctx context.Context, call Call) (*Result, error) {
 	if err != nil {
 		span.SetStatus(codes.Error, failureCode(err))
 	}
+	e.metrics.record(ctx, call, endingOf(inv, err), time.Since(begin))
 	return res, err
 }
 
@@ -511,6 +528,7 @@ func (e *Executor) refuse(ctx context.Context, inv *invocation, stage, code, msg
 
 func (e *Executor) refuseWith(ctx context.Context, inv *invocation, fe *failure.Error) error {
 	fe.InvocationID = inv.id
+	inv.ending = ending{outcome: audit.OutcomeRefused, stage: fe.Stage, code: fe.Code}
 	_, span := tracer.Start(ctx, fe.Stage, trace.WithAttributes(attribute.String("mandate.code", fe.Code)))
 	span.SetStatus(codes.Error, fe.Code)
 	span.End()
@@ -524,6 +542,7 @@ func (e *Executor) fault(ctx context.Context, inv *invocation, stage, code strin
 	e.logger(ctx, inv).Error("stage failed", "stage", stage, "error", err)
 	fe := failure.Wrap(stage, code, "the call could not be completed; nothing was run", err)
 	fe.InvocationID = inv.id
+	inv.ending = ending{outcome: audit.OutcomeFailed, stage: stage, code: code}
 	if strings.HasSuffix(code, ".unavailable") {
 		fe.Retriable, fe.Remedy = true, "retry later"
 	}
@@ -564,6 +583,7 @@ func (e *Executor) outcome(ctx context.Context, inv *invocation, outcome audit.O
 // and if the process dies first the audit reconciler records the outcome as
 // unknown. Only the intent commit is on the call's path.
 func (e *Executor) outcomeAsync(ctx context.Context, inv *invocation, outcome audit.Outcome, stage, code, msg string, result []byte) {
+	inv.ending = ending{outcome: outcome, stage: stage, code: code}
 	select {
 	case e.pending <- struct{}{}:
 	default:

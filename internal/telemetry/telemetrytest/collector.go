@@ -1,7 +1,8 @@
-// Package telemetrytest is an in-process OTLP trace collector for tests:
-// it accepts spans over OTLP/gRPC and OTLP/HTTP (protobuf) on loopback and
-// keeps them for assertions, so a test can point real service processes at
-// it and check that one trace crosses all of them.
+// Package telemetrytest is an in-process OTLP collector for tests: it
+// accepts spans and metrics over OTLP/gRPC and OTLP/HTTP (protobuf) on
+// loopback and keeps them for assertions, so a test can point real service
+// processes at it and check that one trace crosses all of them and what
+// each one counted.
 package telemetrytest
 
 import (
@@ -18,14 +19,17 @@ import (
 	"testing"
 	"time"
 
+	collectormetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
 
-// Protocols a span can arrive by (Span.Protocol).
+// Protocols a span or a metric can arrive by (Span.Protocol,
+// Metric.Protocol).
 const (
 	ProtocolGRPC = "grpc"
 	ProtocolHTTP = "http/protobuf"
@@ -51,12 +55,41 @@ type Span struct {
 	Protocol string
 }
 
-// Collector receives OTLP trace exports. The zero value is ready to Start.
+// Metric is one received data point, flattened. Exporters send cumulative
+// values by default, so each export repeats every point with its total so
+// far: Last finds the newest.
+type Metric struct {
+	// Service is the resource's service.name, e.g. "mandate-executor".
+	Service string
+	// Scope is the instrumentation scope (meter) name, e.g.
+	// "mandate/executor".
+	Scope string
+	// Name and Unit are the instrument's, e.g. "mandate.executor.calls".
+	Name, Unit string
+	// Kind is sum, gauge, histogram, exponential_histogram or summary.
+	Kind string
+	// Attributes holds the data point's attributes, values formatted as
+	// text.
+	Attributes map[string]string
+	// Value is a sum's or gauge's value, and a histogram's or summary's sum
+	// of observations.
+	Value float64
+	// Count is the number of observations of a histogram or summary.
+	Count uint64
+	// Resource holds the resource attributes, values formatted as text.
+	Resource map[string]string
+	// Protocol is how the point arrived: grpc or http/protobuf.
+	Protocol string
+}
+
+// Collector receives OTLP trace and metric exports. The zero value is ready
+// to Start.
 type Collector struct {
 	collectortrace.UnimplementedTraceServiceServer
 
 	mu       sync.Mutex
 	spans    []Span
+	metrics  []Metric
 	changed  chan struct{} // closed (and replaced) on every export
 	grpcAddr string
 	httpAddr string
@@ -84,8 +117,20 @@ func (c *Collector) Start(t testing.TB) string {
 	}
 	gs := grpc.NewServer()
 	collectortrace.RegisterTraceServiceServer(gs, c)
+	collectormetrics.RegisterMetricsServiceServer(gs, metricsService{c: c})
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/traces", c.serveHTTP)
+	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, r *http.Request) {
+		var req collectortrace.ExportTraceServiceRequest
+		if serveHTTP(w, r, &req, &collectortrace.ExportTraceServiceResponse{}) {
+			c.add(&req, ProtocolHTTP)
+		}
+	})
+	mux.HandleFunc("POST /v1/metrics", func(w http.ResponseWriter, r *http.Request) {
+		var req collectormetrics.ExportMetricsServiceRequest
+		if serveHTTP(w, r, &req, &collectormetrics.ExportMetricsServiceResponse{}) {
+			c.addMetrics(&req, ProtocolHTTP)
+		}
+	})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = gs.Serve(glis) })
@@ -109,7 +154,7 @@ func (c *Collector) Endpoint() string {
 }
 
 // HTTPEndpoint is the OTLP/HTTP base URL (after Start): exporters given it
-// in OTEL_EXPORTER_OTLP_ENDPOINT post to its /v1/traces.
+// in OTEL_EXPORTER_OTLP_ENDPOINT post to its /v1/traces and /v1/metrics.
 func (c *Collector) HTTPEndpoint() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -127,6 +172,36 @@ func (c *Collector) Spans() []Span {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]Span(nil), c.spans...)
+}
+
+// Metrics returns every data point received so far, in arrival order.
+func (c *Collector) Metrics() []Metric {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Metric(nil), c.metrics...)
+}
+
+// Last returns the newest point among ms of the metric name from service
+// ("" for any) whose attributes include every one of attrs — with
+// cumulative export, the total so far of that series.
+func Last(ms []Metric, service, name string, attrs map[string]string) (Metric, bool) {
+	for i := len(ms) - 1; i >= 0; i-- {
+		m := ms[i]
+		if m.Name != name || service != "" && m.Service != service {
+			continue
+		}
+		match := true
+		for k, v := range attrs {
+			if got, ok := m.Attributes[k]; !ok || got != v {
+				match = false
+				break
+			}
+		}
+		if match {
+			return m, true
+		}
+	}
+	return Metric{}, false
 }
 
 // Trace returns the received spans of one trace.
@@ -177,19 +252,56 @@ func (c *Collector) Wait(ctx context.Context, done func([]Span) bool) ([]Span, e
 	}
 }
 
+// WaitMetrics is Wait for metrics: it returns the points received so far
+// as soon as done reports true for them, or ctx's error when ctx ends
+// first.
+func (c *Collector) WaitMetrics(ctx context.Context, done func([]Metric) bool) ([]Metric, error) {
+	for {
+		c.mu.Lock()
+		if c.changed == nil {
+			c.changed = make(chan struct{})
+		}
+		metrics, changed := append([]Metric(nil), c.metrics...), c.changed
+		c.mu.Unlock()
+		if done(metrics) {
+			return metrics, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return metrics, fmt.Errorf("telemetrytest: %w (%d metric points received)", ctx.Err(), len(metrics))
+		}
+	}
+}
+
 // Export implements the OTLP/gRPC trace service.
 func (c *Collector) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
 	c.add(req, ProtocolGRPC)
 	return &collectortrace.ExportTraceServiceResponse{}, nil
 }
 
-func (c *Collector) serveHTTP(w http.ResponseWriter, r *http.Request) {
+// metricsService is the OTLP/gRPC metrics service of a Collector (a type
+// of its own: both services name their method Export).
+type metricsService struct {
+	collectormetrics.UnimplementedMetricsServiceServer
+	c *Collector
+}
+
+// Export implements the OTLP/gRPC metrics service.
+func (s metricsService) Export(_ context.Context, req *collectormetrics.ExportMetricsServiceRequest) (*collectormetrics.ExportMetricsServiceResponse, error) {
+	s.c.addMetrics(req, ProtocolGRPC)
+	return &collectormetrics.ExportMetricsServiceResponse{}, nil
+}
+
+// serveHTTP decodes an OTLP/HTTP protobuf request into req and answers
+// with resp; false when it answered with an error instead.
+func serveHTTP(w http.ResponseWriter, r *http.Request, req, resp proto.Message) bool {
 	body := io.Reader(r.Body)
 	if r.Header.Get("Content-Encoding") == "gzip" {
 		zr, err := gzip.NewReader(r.Body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
+			return false
 		}
 		defer func() { _ = zr.Close() }()
 		body = zr
@@ -197,21 +309,20 @@ func (c *Collector) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	b, err := io.ReadAll(io.LimitReader(body, 64<<20))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return false
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "application/x-protobuf" {
 		http.Error(w, errors.New("telemetrytest: only application/x-protobuf is accepted, not "+ct).Error(), http.StatusUnsupportedMediaType)
-		return
+		return false
 	}
-	var req collectortrace.ExportTraceServiceRequest
-	if err := proto.Unmarshal(b, &req); err != nil {
+	if err := proto.Unmarshal(b, req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return false
 	}
-	c.add(&req, ProtocolHTTP)
-	out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
+	out, _ := proto.Marshal(resp)
 	w.Header().Set("Content-Type", "application/x-protobuf")
 	_, _ = w.Write(out)
+	return true
 }
 
 func (c *Collector) add(req *collectortrace.ExportTraceServiceRequest, protocol string) {
@@ -237,10 +348,75 @@ func (c *Collector) add(req *collectortrace.ExportTraceServiceRequest, protocol 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.spans = append(c.spans, got...)
+	c.notify()
+}
+
+func (c *Collector) addMetrics(req *collectormetrics.ExportMetricsServiceRequest, protocol string) {
+	var got []Metric
+	for _, rm := range req.GetResourceMetrics() {
+		res := attrs(rm.GetResource().GetAttributes())
+		for _, sm := range rm.GetScopeMetrics() {
+			for _, m := range sm.GetMetrics() {
+				base := Metric{Service: res["service.name"], Scope: sm.GetScope().GetName(), Name: m.GetName(), Unit: m.GetUnit(), Resource: res, Protocol: protocol}
+				got = append(got, points(base, m)...)
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.metrics = append(c.metrics, got...)
+	c.notify()
+}
+
+// notify wakes Wait; c.mu is held.
+func (c *Collector) notify() {
 	if c.changed != nil {
 		close(c.changed)
 	}
 	c.changed = make(chan struct{})
+}
+
+// points flattens the data points of one metric.
+func points(base Metric, m *metricspb.Metric) []Metric {
+	var out []Metric
+	number := func(kind string, dps []*metricspb.NumberDataPoint) {
+		for _, dp := range dps {
+			p := base
+			p.Kind, p.Attributes = kind, attrs(dp.GetAttributes())
+			switch v := dp.GetValue().(type) {
+			case *metricspb.NumberDataPoint_AsInt:
+				p.Value = float64(v.AsInt)
+			case *metricspb.NumberDataPoint_AsDouble:
+				p.Value = v.AsDouble
+			}
+			out = append(out, p)
+		}
+	}
+	switch d := m.GetData().(type) {
+	case *metricspb.Metric_Sum:
+		number("sum", d.Sum.GetDataPoints())
+	case *metricspb.Metric_Gauge:
+		number("gauge", d.Gauge.GetDataPoints())
+	case *metricspb.Metric_Histogram:
+		for _, dp := range d.Histogram.GetDataPoints() {
+			p := base
+			p.Kind, p.Attributes, p.Value, p.Count = "histogram", attrs(dp.GetAttributes()), dp.GetSum(), dp.GetCount()
+			out = append(out, p)
+		}
+	case *metricspb.Metric_ExponentialHistogram:
+		for _, dp := range d.ExponentialHistogram.GetDataPoints() {
+			p := base
+			p.Kind, p.Attributes, p.Value, p.Count = "exponential_histogram", attrs(dp.GetAttributes()), dp.GetSum(), dp.GetCount()
+			out = append(out, p)
+		}
+	case *metricspb.Metric_Summary:
+		for _, dp := range d.Summary.GetDataPoints() {
+			p := base
+			p.Kind, p.Attributes, p.Value, p.Count = "summary", attrs(dp.GetAttributes()), dp.GetSum(), dp.GetCount()
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func kind(k tracepb.Span_SpanKind) string {

@@ -130,7 +130,8 @@ func serve(t testing.TB, ctx context.Context, srv *server.Server) {
 	t.Fatal("server never became SERVING")
 }
 
-func start(t testing.TB) *env {
+// start builds the topology; opts adjust the executor's configuration.
+func start(t testing.TB, opts ...func(*executor.Config)) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pool, url := pgtest.NewURL(t, dirpg.Migrations, auditpg.Migrations, execpg.Migrations, confirmpg.Migrations)
@@ -195,11 +196,15 @@ func start(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exec, err := executor.New(executor.Config{
+	cfg := executor.Config{
 		Manifest: set, Directory: cache, Audit: writer, Confirm: executor.LocalConfirmer{Service: confirmSvc},
 		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{"examples.helpdesk.v1.HelpdeskService": backendConn}),
 		Store:      execpg.New(pool, execpg.Options{}),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	exec, err := executor.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
