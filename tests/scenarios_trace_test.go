@@ -83,6 +83,10 @@ func TestScenarioOneTraceAcrossServices(t *testing.T) {
 			t.Errorf("mandate.executor.calls%v from mandate-executor: %+v (found %v)", attrs, m, ok)
 		}
 	}
+	// The audit service counted at least the refusal, intent and outcome rows it committed.
+	if m, ok := telemetrytest.Last(metrics, "mandate-audit", "mandate.audit.records", map[string]string{"result": "committed"}); !ok || m.Value < 3 {
+		t.Errorf("mandate.audit.records{result=committed} from mandate-audit: %+v (found %v)", m, ok)
+	}
 }
 
 func randomHex(t *testing.T, n int) string {

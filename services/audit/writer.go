@@ -8,6 +8,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 )
 
 // WriterOptions tunes a [Writer]. Zero fields take the documented defaults.
@@ -41,6 +45,8 @@ type WriterOptions struct {
 	Logger *slog.Logger
 	// Now is the clock for records without a Time and for reconciliation. Default time.Now.
 	Now func() time.Time
+	// MeterProvider records MetricRecords and MetricBatchSize. Default otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 func (o WriterOptions) withDefaults() WriterOptions {
@@ -71,6 +77,9 @@ func (o WriterOptions) withDefaults() WriterOptions {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.MeterProvider == nil {
+		o.MeterProvider = otel.GetMeterProvider()
+	}
 	return o
 }
 
@@ -93,6 +102,7 @@ type Writer struct {
 	inflight  sync.WaitGroup
 
 	appends, records, batches, failures atomic.Uint64
+	metrics                             *writerMetrics
 
 	lastBatch int // records in the previous batch; touched by the flusher goroutine only
 }
@@ -113,6 +123,12 @@ func NewWriter(st Store, opts WriterOptions) *Writer {
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	m, err := newWriterMetrics(w.opts.MeterProvider)
+	if err != nil {
+		w.opts.Logger.Error("audit: writer metrics unavailable", "error", err)
+		m, _ = newWriterMetrics(metricnoop.NewMeterProvider())
+	}
+	w.metrics = m
 	if w.opts.Unbatched {
 		close(w.done)
 	} else {
@@ -185,6 +201,7 @@ func (w *Writer) appendDirect(ctx context.Context, recs []Record) ([]Stored, err
 	if err != nil {
 		w.failures.Add(1)
 	}
+	w.metrics.transaction(len(recs), err)
 	return res, err
 }
 
@@ -337,6 +354,7 @@ func (w *Writer) flush(batch []*request) {
 		w.failures.Add(1)
 		w.opts.Logger.Warn("audit: append failed", "error", err, "records", len(all), "retryable", Retryable(err))
 	}
+	w.metrics.transaction(len(all), err)
 	off := 0
 	for _, r := range batch {
 		if err != nil {

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/audit/memory"
 )
@@ -292,5 +295,68 @@ func TestWriterValidatesBeforeQueueing(t *testing.T) {
 	}
 	if out, err := w.Append(context.Background()); out != nil || err != nil {
 		t.Fatalf("empty append: %v, %v", out, err)
+	}
+}
+
+// TestWriterMetrics: every store transaction adds its records to mandate.audit.records by result
+// and its size to mandate.audit.batch.size, batched or not.
+func TestWriterMetrics(t *testing.T) {
+	for _, unbatched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unbatched=%v", unbatched), func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			st := newFake(t)
+			st.delay = time.Millisecond
+			w := newWriter(t, st, audit.WriterOptions{Unbatched: unbatched, Attempts: 1,
+				MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+			var wg sync.WaitGroup
+			for i := range 32 {
+				wg.Go(func() {
+					if _, err := w.Append(context.Background(), rec(fmt.Sprintf("inv-%d", i), audit.PhaseIntent)); err != nil {
+						t.Errorf("append %d: %v", i, err)
+					}
+				})
+			}
+			wg.Wait()
+			st.failNext.Store(1)
+			if _, err := w.Append(context.Background(), rec("lost", audit.PhaseIntent), rec("lost", audit.PhaseOutcome)); !errors.Is(err, audit.ErrUnavailable) {
+				t.Fatalf("append with the store down: %v", err)
+			}
+
+			var rm metricdata.ResourceMetrics
+			if err := reader.Collect(context.Background(), &rm); err != nil {
+				t.Fatal(err)
+			}
+			records := map[string]int64{}
+			batches := map[string]metricdata.HistogramDataPoint[int64]{}
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					switch m.Name {
+					case audit.MetricRecords:
+						for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+							v, _ := dp.Attributes.Value("result")
+							records[v.AsString()] += dp.Value
+						}
+					case audit.MetricBatchSize:
+						for _, dp := range m.Data.(metricdata.Histogram[int64]).DataPoints {
+							v, _ := dp.Attributes.Value("result")
+							batches[v.AsString()] = dp
+						}
+					}
+				}
+			}
+			if records[audit.ResultCommitted] != 32 || records[audit.ResultFailed] != 2 || len(records) != 2 {
+				t.Fatalf("records %v, want 32 committed and 2 failed", records)
+			}
+			ok, failed := batches[audit.ResultCommitted], batches[audit.ResultFailed]
+			// One observation per store transaction: the failed one, and the committed ones
+			// the store saw (one per append when unbatched, fewer when batched).
+			if int64(ok.Count)+int64(failed.Count) != int64(st.calls.Load()) || ok.Sum != 32 || failed.Count != 1 || failed.Sum != 2 {
+				t.Fatalf("batch sizes: committed %d transactions of %d records, failed %d of %d; store calls %d",
+					ok.Count, ok.Sum, failed.Count, failed.Sum, st.calls.Load())
+			}
+			if unbatched && ok.Count != 32 {
+				t.Fatalf("unbatched: %d committed transactions, want 32", ok.Count)
+			}
+		})
 	}
 }
