@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -85,6 +86,13 @@ type Config struct {
 	// until the client ends them). A session that only listens on its GET
 	// stream counts as idle, so clients should ping within the timeout.
 	SessionTimeout time.Duration
+	// StateKey, when set, makes the bridge also serve MCP 2026-07-28
+	// (ProtocolStateless) clients, on a stateless transport, and is the
+	// HMAC-SHA256 key that seals the requestState of their confirmation
+	// round trips (at least MinStateKeyBytes; keep it secret and the same
+	// on every replica). Without it only 2025-11-25 and 2025-06-18 are
+	// served, and a 2026 client falls back to initialize.
+	StateKey []byte
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -120,6 +128,9 @@ type Bridge struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// skew shifts the clock that seals and checks requestState (tests).
+	skew atomic.Int64
 
 	mu       sync.Mutex
 	servers  map[string]*entry
@@ -161,6 +172,9 @@ func New(cfg Config) (*Bridge, error) {
 	case cfg.Verifier == nil:
 		return nil, errors.New("mcpbridge: Verifier is required")
 	}
+	if len(cfg.StateKey) > 0 && len(cfg.StateKey) < MinStateKeyBytes {
+		return nil, fmt.Errorf("mcpbridge: StateKey has %d bytes; at least %d are needed", len(cfg.StateKey), MinStateKeyBytes)
+	}
 	u, err := url.Parse(cfg.ResourceURL)
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return nil, fmt.Errorf("mcpbridge: ResourceURL %q is not an absolute URL", cfg.ResourceURL)
@@ -188,8 +202,22 @@ func New(cfg Config) (*Bridge, error) {
 // Handler returns the MCP endpoint, to mount at the path of ResourceURL
 // (usually /mcp): bearer authentication, cross-origin protection,
 // DNS-rebinding protection and the stateful Streamable HTTP transport.
+// With Config.StateKey set, requests whose Mcp-Protocol-Version is
+// 2026-07-28 or later go to a stateless transport over the same
+// per-principal servers instead; older clients keep their sessions.
 func (b *Bridge) Handler() http.Handler {
-	h := mcp.NewStreamableHTTPHandler(b.server, &mcp.StreamableHTTPOptions{Logger: b.log, SessionTimeout: b.cfg.SessionTimeout})
+	var h http.Handler = mcp.NewStreamableHTTPHandler(b.server, &mcp.StreamableHTTPOptions{Logger: b.log, SessionTimeout: b.cfg.SessionTimeout})
+	if len(b.cfg.StateKey) > 0 {
+		stateful := h
+		stateless := mcp.NewStreamableHTTPHandler(b.server, &mcp.StreamableHTTPOptions{Logger: b.log, Stateless: true})
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if statelessRequest(r) {
+				stateless.ServeHTTP(w, r)
+				return
+			}
+			stateful.ServeHTTP(w, r)
+		})
+	}
 	protected := auth.RequireBearerToken(b.verifyToken, &auth.RequireBearerTokenOptions{
 		ResourceMetadataURL: b.metadataURL,
 	})(h)
@@ -214,6 +242,9 @@ func (b *Bridge) MetadataHandler() http.Handler {
 		ResourceName:           "Mandate",
 	})
 }
+
+// now is the clock of requestState expiry.
+func (b *Bridge) now() time.Time { return time.Now().Add(time.Duration(b.skew.Load())) }
 
 // verifyToken is the SDK's TokenVerifier over identity.Verifier.
 func (b *Bridge) verifyToken(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
@@ -352,6 +383,11 @@ func addTool(s *mcp.Server, t *catalog.Tool, h mcp.ToolHandler) (err error) {
 // newServer builds one principal's server: resources, and the tools/call
 // interception that sends every published command to the executor.
 func (b *Bridge) newServer() *mcp.Server {
+	versions := []string{"2025-11-25", "2025-06-18"}
+	if len(b.cfg.StateKey) > 0 {
+		// The stateful transport never negotiates it; the stateless one does.
+		versions = append([]string{ProtocolStateless}, versions...)
+	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "mandate", Title: "Mandate", Version: Version}, &mcp.ServerOptions{
 		Instructions: "Governed commands. Every call is authorised, validated, possibly confirmed by a human, and audited. " +
 			"A refusal is a tool result with isError and a structured code; follow its remedy.",
@@ -360,13 +396,19 @@ func (b *Bridge) newServer() *mcp.Server {
 			Tools:     &mcp.ToolCapabilities{ListChanged: true},
 			Resources: &mcp.ResourceCapabilities{},
 		},
-		SupportedProtocolVersions: []string{"2025-11-25", "2025-06-18"},
+		SupportedProtocolVersions: versions,
+		// Lists and resources differ per principal (2026-07-28 cacheScope).
+		SetCacheable: privateCache,
 	})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			if method == "tools/call" {
 				if r, ok := req.(*mcp.CallToolRequest); ok {
-					return b.callTool(ctx, r)
+					res, err := b.callTool(ctx, r)
+					if err != nil || res == nil || !modern(r) {
+						return res, err
+					}
+					return withResultType(res), nil
 				}
 			}
 			return next(ctx, method, req)

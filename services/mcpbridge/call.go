@@ -77,6 +77,10 @@ func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if req.Session != nil {
 		call.MCPSessionID = req.Session.ID()
 	}
+	if req.Params.RequestState != "" {
+		// The retry of an input_required result (2026-07-28 MRTR).
+		return b.resume(ctx, req, p, call)
+	}
 	res, err := b.cfg.Executor.Execute(ctx, call)
 	if err != nil {
 		return b.confirmation(ctx, req, p, call, err)

@@ -58,6 +58,10 @@ var approvalSchema = map[string]any{
 //
 // When elicitation itself fails (the client errs, times out or goes away)
 // the challenge stays pending and the result is the approval-URL refusal.
+//
+// A 2026-07-28 client has no session to elicit on: the form rides in an
+// input_required result with a sealed requestState (askInput, resume), and
+// URL mode is not used (the approval-URL refusal names the page).
 func (b *Bridge) confirmation(ctx context.Context, req *mcp.CallToolRequest, p identity.Principal, call executor.Call, refused error) (*mcp.CallToolResult, error) {
 	prob := failure.Problem(failure.ToStatus(refused), "")
 	if b.cfg.Confirm == nil || req.Session == nil || call.GrantID != "" ||
@@ -65,6 +69,13 @@ func (b *Bridge) confirmation(ctx context.Context, req *mcp.CallToolRequest, p i
 		return b.refusal(ctx, call.Code, refused)
 	}
 	form, url := elicitationModes(req.ClientCapabilities())
+	stateless := modern(req)
+	if stateless {
+		// 2026-07-28 has no server-initiated requests: a form rides in an
+		// input_required result, and URL mode gets the approval URL.
+		url = false
+		form = form && len(b.cfg.StateKey) > 0
+	}
 	if !form && !url {
 		return b.refusal(ctx, call.Code, refused)
 	}
@@ -78,6 +89,9 @@ func (b *Bridge) confirmation(ctx context.Context, req *mcp.CallToolRequest, p i
 		c.Risk = cmd.Risk
 	}
 	if form && confirm.CheckElicitable(&c) == nil {
+		if stateless {
+			return b.askInput(ctx, p, call, &c, refused)
+		}
 		return b.elicitForm(ctx, req, p, call, &c, refused)
 	}
 	if url && prob.ApprovalURL != "" {

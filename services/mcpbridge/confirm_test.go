@@ -55,11 +55,15 @@ type stack struct {
 	// backendAddr serves the helpdesk, the catalog (ops.review) and
 	// ConfirmService behind the service authenticator (helpdesk stacks).
 	backendAddr string
+	bridge      *mcpbridge.Bridge
 }
 
 // backends returns the executor's connection per gRPC service of the
 // manifest; it may fill in st.
 type backends func(t *testing.T, ctx context.Context, st *stack, authn *identity.Authenticator, cat *catalog.Catalog) map[string]grpc.ClientConnInterface
+
+// stateKey seals the requestState of 2026-07-28 confirmations.
+var stateKey = []byte("state-key-0123456789abcdef0123456789")
 
 func newStack(t *testing.T, set *manifest.Set, policy string, be backends) *stack {
 	t.Helper()
@@ -119,6 +123,7 @@ func newStack(t *testing.T, set *manifest.Set, policy string, be backends) *stac
 	b, err := mcpbridge.New(mcpbridge.Config{
 		Catalog: cat, Confirm: confirmSvc, Executor: exec, Manifest: set, Verifier: users,
 		ResourceURL: srv.URL + "/mcp", AuthorizationServers: []string{"https://issuer.test"},
+		StateKey: stateKey,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +134,7 @@ func newStack(t *testing.T, set *manifest.Set, policy string, be backends) *stac
 		srv.Close()
 	})
 	st.url = srv.URL
+	st.bridge = b
 	return st
 }
 
@@ -201,7 +207,16 @@ type clientOptions struct {
 	answer    *mcp.ElicitResult
 	// sample, when set, declares sampling and answers it.
 	sample *samplingResult
+	// protocol is the revision the client asks for: legacyProtocol when
+	// empty, or mcpbridge.ProtocolStateless.
+	protocol string
+	// noMRTR turns off the SDK's answering of input_required results, so
+	// that the test sees them and retries by hand.
+	noMRTR bool
 }
+
+// legacyProtocol is the newest revision with sessions and initialize.
+const legacyProtocol = "2025-11-25"
 
 // The SDK's sampling types are deprecated from protocol 2026-07-28; the
 // bridge narrates through sampling on 2025-06-18 and 2025-11-25.
@@ -214,6 +229,13 @@ func (st *stack) client(t *testing.T, tok string, o clientOptions) (*mcp.ClientS
 	t.Helper()
 	rec := &mcpClient{}
 	opts := &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}}
+	if o.noMRTR {
+		opts.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true}
+	}
+	proto := o.protocol
+	if proto == "" {
+		proto = legacyProtocol
+	}
 	if o.form || o.url {
 		opts.Capabilities.Elicitation = &mcp.ElicitationCapabilities{}
 		if o.form {
@@ -244,9 +266,12 @@ func (st *stack) client(t *testing.T, tok string, o clientOptions) (*mcp.ClientS
 	}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, opts).Connect(context.Background(), &mcp.StreamableClientTransport{
 		Endpoint: st.url + "/mcp", HTTPClient: &http.Client{Transport: bearer{tok}}, DisableStandaloneSSE: true,
-	}, nil)
+	}, &mcp.ClientSessionOptions{ProtocolVersion: proto})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := cs.InitializeResult().ProtocolVersion; got != proto {
+		t.Fatalf("negotiated protocol %s, want %s", got, proto)
 	}
 	t.Cleanup(func() { _ = cs.Close() })
 	return cs, rec
@@ -316,8 +341,17 @@ var (
 // client shows carol the confirm service's prompt as a form. Accept runs
 // the refund once, recorded as approved by carol through mcp_elicitation;
 // decline, cancel and an accept that leaves approve unset are refused by
-// the executor with confirmation.refused and move no money.
+// the executor with confirmation.refused and move no money. A 2025-11-25
+// client is asked with elicitation/create on its session; a 2026-07-28
+// client gets an input_required result, which the SDK client answers with
+// its elicitation handler and retries (MRTR).
 func TestConfirmationThroughElicitation(t *testing.T) {
+	for _, proto := range []string{legacyProtocol, mcpbridge.ProtocolStateless} {
+		t.Run(proto, func(t *testing.T) { testConfirmationThroughElicitation(t, proto) })
+	}
+}
+
+func testConfirmationThroughElicitation(t *testing.T, proto string) {
 	cases := []struct {
 		name    string
 		answer  *mcp.ElicitResult
@@ -332,7 +366,7 @@ func TestConfirmationThroughElicitation(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newHelpdeskStack(t)
-			cs, rec := st.client(t, token(t, "acme", "carol", "finance-bot"), clientOptions{form: true, answer: tc.answer})
+			cs, rec := st.client(t, token(t, "acme", "carol", "finance-bot"), clientOptions{form: true, answer: tc.answer, protocol: proto})
 			res, err := call(t, cs, "ticket.refund", refundInput, mcp.Meta{mcpbridge.MetaConversation: "conv-elicit"})
 			if err != nil {
 				t.Fatal(err)
@@ -556,6 +590,20 @@ func TestL4NeedsASecondHuman(t *testing.T) {
 	}
 	if forms, urls, _ := rec2.counts(); forms != 0 || urls != 0 {
 		t.Fatalf("forms-only client: %d forms, %d URL elicitations; want none", forms, urls)
+	}
+
+	// A 2026-07-28 client declaring both modes gets no input_required
+	// result either: the approval URL.
+	modern, rec3 := st.client(t, tok, clientOptions{form: true, url: true, answer: approve, protocol: mcpbridge.ProtocolStateless})
+	res, err = call(t, modern, "ledger.books.close", input, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r3 := refusalOf(t, res); r3.Code != mcpbridge.CodeConfirmationRequired || r3.ApprovalURL == "" || res.NeedsInput() || res.RequestState != "" {
+		t.Fatalf("2026-07-28 client: %+v", res)
+	}
+	if forms, urls, _ := rec3.counts(); forms != 0 || urls != 0 {
+		t.Fatalf("2026-07-28 client: %d forms, %d URL elicitations; want none", forms, urls)
 	}
 
 	// The requester cannot approve: not as herself, not through her agent's

@@ -1,6 +1,7 @@
 // Package mcpbridge serves Mandate's governed commands to agents over the
 // Model Context Protocol (Streamable HTTP, protocol revisions 2025-06-18 and
-// 2025-11-25), with the official Go SDK.
+// 2025-11-25 with sessions, and 2026-07-28 without them when
+// Config.StateKey is set), with the official Go SDK.
 //
 // # Authentication
 //
@@ -54,6 +55,30 @@
 // (elicitationId = challenge id), and the result is the
 // confirmation.required refusal; every other client gets that refusal with
 // the approval URL. If elicitation fails, the challenge stays pending.
+//
+// # Protocol 2026-07-28
+//
+// With Config.StateKey set, a request whose Mcp-Protocol-Version header is
+// 2026-07-28 or later goes to a stateless Streamable HTTP transport over
+// the same per-principal servers and authentication (server/discover, no
+// initialize, no session; capabilities come in each request's `_meta`);
+// older clients keep their sessions. Lists and resources are marked
+// cacheScope "private": they differ per principal. A client of that
+// revision cannot be sent elicitation/create; instead, where the form
+// above would be shown, the tools/call result is input_required, with the
+// form under inputRequests "confirm" and a requestState sealed with
+// HMAC-SHA256 under StateKey that binds a digest of the principal, the
+// tool, a SHA-256 of the arguments in canonical JSON, the challenge id and
+// an expiry (10 minutes, or the challenge's own expiry if sooner). The
+// client asks its user and calls again, under a new request id, with the
+// answer in inputResponses and the requestState. The bridge checks the
+// seal, the binding and the expiry, records the answer (DecideElicited:
+// a challenge is decided once, so a state is good for one retry) and runs
+// the call with the grant, which the executor redeems once. A state that
+// fails any check, or was used before, is refused with
+// confirmation.invalid_state and nothing is decided. URL mode is not used
+// on this revision: four-eyes, L4 and clients without form elicitation
+// get the approval-URL refusal.
 //
 // # Review narration
 //

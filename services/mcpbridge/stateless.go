@@ -1,0 +1,297 @@
+package mcpbridge
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/services/confirm"
+	"github.com/mandate-dev/mandate/services/executor"
+)
+
+// ProtocolStateless is the first MCP revision without sessions: no
+// initialize, per-request `_meta` capabilities, and multi round-trip
+// requests (MRTR) in place of server-initiated elicitation. The bridge
+// serves it on a stateless transport when Config.StateKey is set.
+const ProtocolStateless = "2026-07-28"
+
+// CodeInvalidState refuses an MRTR retry whose requestState is not one the
+// bridge sealed for this principal, tool and arguments, has expired, or was
+// used before. Nothing is decided or run.
+const CodeInvalidState = "confirmation.invalid_state"
+
+// InputConfirm is the key of the confirmation form in an input_required
+// result's inputRequests, and of its answer in the retry's inputResponses.
+const InputConfirm = "confirm"
+
+// MinStateKeyBytes is the shortest Config.StateKey accepted.
+const MinStateKeyBytes = 32
+
+// DefaultStateTTL is how long a sealed requestState stays valid (capped by
+// the challenge's own expiry).
+const DefaultStateTTL = 10 * time.Minute
+
+// stateLabel separates the requestState MAC from any other use of the key.
+const stateLabel = "mandate.dev/mcp-request-state/v1\x00"
+
+// protocolVersionHeader is the Streamable HTTP header naming the revision.
+const protocolVersionHeader = "Mcp-Protocol-Version"
+
+// requestState is the sealed payload of an input_required result: what the
+// retry must match before the answer it carries is recorded.
+type requestState struct {
+	// Principal is the SHA-256 of the principal key (principalKey).
+	Principal string `json:"p"`
+	Tool      string `json:"t"`
+	// Args is the SHA-256 of the arguments in canonical form.
+	Args      string `json:"a"`
+	Challenge string `json:"c"`
+	// Expires is a Unix time in seconds.
+	Expires int64 `json:"e"`
+}
+
+// statelessRequest reports whether a request follows the sessionless
+// revision (its Mcp-Protocol-Version header is 2026-07-28 or later).
+func statelessRequest(r *http.Request) bool {
+	v := r.Header.Get(protocolVersionHeader)
+	return v != "" && v >= ProtocolStateless
+}
+
+// modern reports whether a tools/call follows the sessionless revision.
+func modern(req *mcp.CallToolRequest) bool {
+	return req.ProtocolVersion() >= ProtocolStateless
+}
+
+// privateCache marks every cacheable result private: tools/list and the
+// resources differ per principal, so no shared cache may serve them.
+func privateCache(_ context.Context, _ mcp.Request, c *mcp.Cacheable) {
+	c.CacheScope = "private"
+}
+
+// seal signs st with the state key: base64url(JSON) "." base64url(HMAC).
+func (b *Bridge) seal(st requestState) (string, error) {
+	body, err := json.Marshal(st)
+	if err != nil {
+		return "", err
+	}
+	enc := base64.RawURLEncoding
+	return enc.EncodeToString(body) + "." + enc.EncodeToString(b.mac(body)), nil
+}
+
+// open verifies a sealed state and decodes it. It checks the MAC only;
+// the caller checks the binding and the expiry.
+func (b *Bridge) open(s string) (requestState, error) {
+	var st requestState
+	body64, mac64, ok := strings.Cut(s, ".")
+	if !ok {
+		return st, errors.New("requestState is not one the bridge issued")
+	}
+	enc := base64.RawURLEncoding
+	body, err1 := enc.DecodeString(body64)
+	mac, err2 := enc.DecodeString(mac64)
+	if err1 != nil || err2 != nil || !hmac.Equal(mac, b.mac(body)) {
+		return st, errors.New("requestState is not one the bridge issued")
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		return st, errors.New("requestState is not one the bridge issued")
+	}
+	return st, nil
+}
+
+func (b *Bridge) mac(body []byte) []byte {
+	h := hmac.New(sha256.New, b.cfg.StateKey)
+	h.Write([]byte(stateLabel))
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// principalDigest is the SHA-256 of a principal's key, so that the state
+// a client holds does not spell out identities.
+func principalDigest(p identity.Principal) string {
+	sum := sha256.Sum256([]byte(principalKey(p)))
+	return hex.EncodeToString(sum[:])
+}
+
+// argsDigest is the SHA-256 of the arguments in canonical JSON (object
+// keys sorted, no insignificant whitespace, numbers kept verbatim), so a
+// client that re-encodes the same arguments on the retry still matches.
+func argsDigest(input []byte) (string, error) {
+	d := json.NewDecoder(bytes.NewReader(input))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return "", err
+	}
+	canon, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// askInput answers a confirmation.required call of a sessionless client
+// that declared form elicitation with an input_required result: the
+// confirm service's prompt as a form under InputConfirm, and a sealed
+// requestState binding the principal, tool, arguments, challenge and an
+// expiry. The client asks its user and calls again, with a new request id,
+// carrying the answer and the state (resume).
+func (b *Bridge) askInput(ctx context.Context, p identity.Principal, call executor.Call, c *confirm.Challenge, refused error) (*mcp.CallToolResult, error) {
+	digest, err := argsDigest(call.Input)
+	if err != nil {
+		return b.refusal(ctx, call.Code, refused)
+	}
+	exp := b.now().Add(DefaultStateTTL)
+	if !c.ExpiresAt.IsZero() && c.ExpiresAt.Before(exp) {
+		exp = c.ExpiresAt
+	}
+	state, err := b.seal(requestState{
+		Principal: principalDigest(p), Tool: call.Code, Args: digest, Challenge: c.ID, Expires: exp.Unix(),
+	})
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "sealing requestState"}
+	}
+	b.log.InfoContext(ctx, "mcpbridge: confirmation asked through an input_required result",
+		"tool", call.Code, "challenge_id", c.ID)
+	return &mcp.CallToolResult{
+		InputRequests: mcp.InputRequestMap{InputConfirm: &mcp.ElicitParams{
+			Meta: mcp.Meta{MetaChallenge: c.ID},
+			Mode: "form", Message: FormMessage(c.Prompt), RequestedSchema: approvalSchema,
+		}},
+		RequestState: state,
+	}, nil
+}
+
+// resume handles the retry of an input_required result: it checks the
+// requestState's seal, that it was issued to this principal for this tool
+// and these arguments, and that it has not expired; then it records the
+// answer (DecideElicited, single use: a challenge is decided once) and
+// runs the call with the grant, which the executor redeems once. Any
+// failed check refuses with CodeInvalidState and decides nothing.
+func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest, p identity.Principal, call executor.Call) (*mcp.CallToolResult, error) {
+	if b.cfg.Confirm == nil || len(b.cfg.StateKey) == 0 {
+		return b.invalidState(ctx, call.Code, "this bridge issues no requestState")
+	}
+	st, err := b.open(req.Params.RequestState)
+	if err != nil {
+		return b.invalidState(ctx, call.Code, err.Error())
+	}
+	digest, err := argsDigest(call.Input)
+	switch {
+	case st.Principal != principalDigest(p):
+		return b.invalidState(ctx, call.Code, "requestState was issued to another principal")
+	case st.Tool != call.Code:
+		return b.invalidState(ctx, call.Code, "requestState was issued for another tool")
+	case err != nil || st.Args != digest:
+		return b.invalidState(ctx, call.Code, "requestState was issued for other arguments")
+	case b.now().Unix() >= st.Expires:
+		return b.invalidState(ctx, call.Code, "requestState has expired; call the tool again without it")
+	}
+	ans, ok := req.Params.InputResponses[InputConfirm].(*mcp.ElicitResult)
+	if !ok || ans == nil {
+		return b.invalidState(ctx, call.Code, fmt.Sprintf("the retry carries no elicitation answer under inputResponses[%q]", InputConfirm))
+	}
+	approve := ans.Action == "accept" && ans.Content[ApproveField] == true
+	if _, err := b.cfg.Confirm.DecideElicited(ctx, p, st.Challenge, approve); err != nil {
+		if errors.Is(err, confirm.ErrAlreadyDecided) {
+			return b.invalidState(ctx, call.Code, "requestState was used before; call the tool again without it")
+		}
+		b.log.WarnContext(ctx, "mcpbridge: recording the MRTR answer failed",
+			"tool", call.Code, "challenge_id", st.Challenge, "action", ans.Action, "error", err)
+		var ce *confirm.Error
+		if errors.As(err, &ce) {
+			// Nothing was recorded; say why in the confirm service's words.
+			return b.stateRefusal(ctx, call.Code, ce.Code, ce.Message, ce.Code == confirm.CodeUnavailable)
+		}
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "recording the confirmation failed"}
+	}
+	b.log.InfoContext(ctx, "mcpbridge: confirmation answered through MRTR",
+		"tool", call.Code, "challenge_id", st.Challenge, "action", ans.Action, "approved", approve)
+	call.GrantID = st.Challenge
+	out, err := b.cfg.Executor.Execute(ctx, call)
+	if err != nil {
+		return b.refusal(ctx, call.Code, err)
+	}
+	return b.result(ctx, req, call, out), nil
+}
+
+// invalidState is the CodeInvalidState refusal.
+func (b *Bridge) invalidState(ctx context.Context, name, why string) (*mcp.CallToolResult, error) {
+	b.log.WarnContext(ctx, "mcpbridge: refusing an MRTR retry", "tool", name, "reason", why)
+	return b.stateRefusal(ctx, name, CodeInvalidState, why, false)
+}
+
+// stateRefusal is the isError result of an MRTR retry the bridge refused
+// before the executor ran (so no invocation id): stage
+// confirmation_check, with code and message.
+func (b *Bridge) stateRefusal(ctx context.Context, name, code, why string, retriable bool) (*mcp.CallToolResult, error) {
+	markRefused(ctx, code)
+	r := Refusal{
+		Code: code, Stage: "confirmation_check", Message: why, Retriable: retriable,
+		Remedy: "call the tool again without requestState to get a fresh confirmation",
+	}
+	body, err := json.Marshal(r)
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding refusal"}
+	}
+	text := fmt.Sprintf("%s refused at %s: %s (%s). Remedy: %s.", name, r.Stage, r.Message, r.Code, r.Remedy)
+	return &mcp.CallToolResult{
+		IsError:           true,
+		Content:           []mcp.Content{&mcp.TextContent{Text: text}, &mcp.TextContent{Text: string(body)}},
+		StructuredContent: json.RawMessage(body),
+	}, nil
+}
+
+// typedResult is a tools/call result of a sessionless request with its
+// resultType ("complete" or "input_required"). The SDK sets it only on
+// results of its own tools/call handler, which the bridge's interception
+// bypasses.
+type typedResult struct {
+	mcp.ResultBase
+	res *mcp.CallToolResult
+}
+
+// withResultType wraps res for a sessionless client.
+func withResultType(res *mcp.CallToolResult) mcp.Result {
+	if res.Content == nil && res.InputRequests == nil {
+		res.Content = []mcp.Content{}
+	}
+	return &typedResult{res: res}
+}
+
+// GetMeta implements mcp.Result over the wrapped result.
+func (t *typedResult) GetMeta() map[string]any { return t.res.GetMeta() }
+
+// SetMeta implements mcp.Result over the wrapped result.
+func (t *typedResult) SetMeta(m map[string]any) { t.res.SetMeta(m) }
+
+// MarshalJSON is the wrapped result's JSON with resultType added.
+func (t *typedResult) MarshalJSON() ([]byte, error) {
+	body, err := json.Marshal(t.res)
+	if err != nil {
+		return nil, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return nil, err
+	}
+	rt := "complete"
+	if t.res.InputRequests != nil {
+		rt = "input_required"
+	}
+	fields["resultType"], _ = json.Marshal(rt)
+	return json.Marshal(fields)
+}
