@@ -206,8 +206,11 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		return helpdeskv1.RegisterHelpdeskServiceHandler(ctx, mux, conn)
 	})
 	srv.Handle(page.Pattern, approvals)
+	// The requestState key of MCP 2026-07-28 confirmations lives as long as
+	// the run, like the service secret.
 	bridge, err := mcpbridge.New(mcpbridge.Config{Catalog: cat, Executor: exec, Confirm: confirmSvc, Manifest: set, Verifier: users,
-		ResourceURL: base + "/mcp", AuthorizationServers: []string{DefaultIssuer}, SessionTimeout: time.Hour, Logger: log})
+		ResourceURL: base + "/mcp", AuthorizationServers: []string{DefaultIssuer}, SessionTimeout: time.Hour, Logger: log,
+		StateKey: []byte(randomHex(32))})
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"fmt"
 	"net/url"
 	"time"
@@ -33,6 +35,7 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 		resourceURL                        string
 		authServers                        []string
 		sessionTimeout, idleTimeout        time.Duration
+		stateSecret                        config.Secret
 	)
 	s := config.New("mcpbridge", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
@@ -47,6 +50,14 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	s.Strings(&authServers, "authorization-server", nil, "issuers clients get tokens from, advertised in the metadata (default: --issuer)")
 	s.Duration(&sessionTimeout, "session-timeout", time.Hour, "close MCP sessions that made no request for this long; clients keep theirs with pings (0: never)")
 	s.Duration(&idleTimeout, "idle-timeout", mcpbridge.DefaultIdleTimeout, "drop a principal's server and catalog watch this long after its last request once no session is open")
+	s.SecretVar(&stateSecret, "state-secret", "HMAC key sealing the requestState of MCP 2026-07-28 confirmations, the same on every replica "+
+		"(at least 32 bytes; default: derived from --service-secret)")
+	s.Check(func() error {
+		if stateSecret.Set() && len(stateSecret.Reveal()) < mcpbridge.MinStateKeyBytes {
+			return s.Errorf("state-secret", "must be at least %d bytes", mcpbridge.MinStateKeyBytes)
+		}
+		return nil
+	})
 	s.Check(func() error {
 		if resourceURL == "" {
 			return nil
@@ -111,6 +122,10 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 		Catalog: catalogClient, Executor: execapi.NewClient(executorConn), Manifest: set, Verifier: users,
 		ResourceURL: resourceURL, AuthorizationServers: authServers,
 		IdleTimeout: idleTimeout, SessionTimeout: sessionTimeout, Logger: log,
+		StateKey: []byte(stateSecret.Reveal()),
+	}
+	if !stateSecret.Set() {
+		cfg.StateKey = deriveStateKey([]byte(f.serviceSecret.Reveal()))
 	}
 	if confirm != "" {
 		confirmConn, err := dial(confirm)
@@ -141,4 +156,14 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	srv.Handle(bridge.MetadataPath(), bridge.MetadataHandler())
 	log.Info("MCP endpoint", "resource", resourceURL, "catalog", catalogAddr, "executor", executorAddr, "confirm", confirm)
 	return srv.Run(ctx)
+}
+
+// deriveStateKey is the default requestState key of the MCP bridge: an
+// HMAC-SHA256 of a label under the service secret, so that every replica
+// sharing the service secret agrees on it and the key is never the service
+// secret itself.
+func deriveStateKey(serviceSecret []byte) []byte {
+	h := hmac.New(sha256.New, serviceSecret)
+	h.Write([]byte("mandate.dev/mcpbridge/request-state-key/v1"))
+	return h.Sum(nil)
 }

@@ -19,6 +19,9 @@ func TestMCPBridgeRefusesBadSettings(t *testing.T) {
 		{"relative resource url", secrets, []string{"--resource-url", "/mcp"}, []string{"--resource-url (MANDATE_RESOURCE_URL) must be an absolute URL"}},
 		{"no executor", secrets, []string{"--executor-addr", ""}, []string{"--executor-addr (MANDATE_EXECUTOR_ADDR) is required"}},
 		{"no catalog", secrets, []string{"--catalog-addr", ""}, []string{"--catalog-addr (MANDATE_CATALOG_ADDR) is required"}},
+		{"short state secret", map[string]string{
+			"MANDATE_DEV_SECRET": testSecret, "MANDATE_SERVICE_SECRET": testSecret + "-svc", "MANDATE_STATE_SECRET": "too-short",
+		}, nil, []string{"--state-secret (MANDATE_STATE_SECRET) must be at least 32 bytes"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,5 +41,14 @@ func TestMCPBridgeRefusesBadSettings(t *testing.T) {
 				t.Fatal("a secret was printed")
 			}
 		})
+	}
+}
+
+// TestDeriveStateKey: the default requestState key is stable for a service
+// secret, differs between secrets, and is not the service secret.
+func TestDeriveStateKey(t *testing.T) {
+	a, b := deriveStateKey([]byte("secret-a")), deriveStateKey([]byte("secret-b"))
+	if string(a) != string(deriveStateKey([]byte("secret-a"))) || string(a) == string(b) || len(a) != 32 || string(a) == "secret-a" {
+		t.Fatalf("derived keys %x, %x", a, b)
 	}
 }
