@@ -1,8 +1,11 @@
 package mcpbridge_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -209,6 +212,71 @@ func TestStatelessConfirmationWithoutElicitation(t *testing.T) {
 	}
 	if n := st.gateway.Refunds(); n != 1 {
 		t.Fatalf("gateway counted %d refunds, want 1", n)
+	}
+}
+
+// TestStatelessWire drives the 2026-07-28 wire by hand, as a client of
+// another SDK would: no initialize, the revision and capabilities in
+// `_meta`, the Mcp-* headers. Results carry resultType: complete for a
+// call that ran, input_required (with inputRequests and requestState, and
+// no content) for a confirmation.
+func TestStatelessWire(t *testing.T) {
+	st := newHelpdeskStack(t)
+	post := func(t *testing.T, tok, name, args string) map[string]any {
+		t.Helper()
+		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"` + name + `","arguments":` + args +
+			`,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"form":{}}}}}}`
+		req, err := http.NewRequest(http.MethodPost, st.url+"/mcp", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range map[string]string{
+			"Authorization": "Bearer " + tok, "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+			"Mcp-Protocol-Version": mcpbridge.ProtocolStateless, "Mcp-Method": "tools/call", "Mcp-Name": name,
+		} {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") != "" {
+			t.Fatalf("status %d, session %q", resp.StatusCode, resp.Header.Get("Mcp-Session-Id"))
+		}
+		// One JSON body, or an SSE stream whose data line holds it.
+		var raw []byte
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			if d, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+				raw = bytes.TrimSpace(d)
+			} else if len(bytes.TrimSpace(line)) > 0 && raw == nil && line[0] == '{' {
+				raw = append([]byte(nil), line...)
+			}
+		}
+		var msg struct {
+			Result map[string]any `json:"result"`
+			Error  any            `json:"error"`
+		}
+		if err := json.Unmarshal(raw, &msg); err != nil || msg.Result == nil {
+			t.Fatalf("response %s: %v %v", raw, err, msg.Error)
+		}
+		return msg.Result
+	}
+	ran := post(t, token(t, "acme", "alice", "support-bot"), "ticket.search", `{"query":"refund"}`)
+	if ran["resultType"] != "complete" || ran["isError"] == true {
+		t.Fatalf("search result %v", ran)
+	}
+	ask := post(t, token(t, "acme", "carol", "finance-bot"), "ticket.refund", refundInput)
+	irs, _ := ask["inputRequests"].(map[string]any)
+	confirmReq, _ := irs[mcpbridge.InputConfirm].(map[string]any)
+	if ask["resultType"] != "input_required" || confirmReq["method"] != "elicitation/create" || ask["requestState"] == "" || ask["content"] != nil {
+		t.Fatalf("refund result %v", ask)
+	}
+	if n := st.gateway.Refunds(); n != 0 {
+		t.Fatalf("gateway counted %d refunds", n)
 	}
 }
 
