@@ -63,7 +63,8 @@
 // the same per-principal servers and authentication (server/discover, no
 // initialize, no session; capabilities come in each request's `_meta`);
 // older clients keep their sessions. Lists and resources are marked
-// cacheScope "private": they differ per principal. A client of that
+// cacheScope "private": they differ per principal; tools/list_changed
+// reaches such a client on its subscriptions/listen stream. A client of that
 // revision cannot be sent elicitation/create; instead, where the form
 // above would be shown, the tools/call result is input_required, with the
 // form under inputRequests "confirm" and a requestState sealed with

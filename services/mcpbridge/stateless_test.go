@@ -9,9 +9,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/confirm"
 	"github.com/mandate-dev/mandate/services/mcpbridge"
@@ -277,6 +279,30 @@ func TestStatelessWire(t *testing.T) {
 	}
 	if n := st.gateway.Refunds(); n != 0 {
 		t.Fatalf("gateway counted %d refunds", n)
+	}
+}
+
+// TestStatelessListChanged: a 2026-07-28 client that wants
+// tools/list_changed listens with subscriptions/listen; disabling alice
+// reaches her agent's stream, and its next list is empty.
+func TestStatelessListChanged(t *testing.T) {
+	base := start(t)
+	e := startBridge(t, base, mcpbridge.Config{StateKey: stateKey})
+	cs, changed := e.listen(t, token(t, "acme", "alice", "support-bot"))
+	if v := cs.InitializeResult().ProtocolVersion; v != mcpbridge.ProtocolStateless || cs.ID() != "" {
+		t.Fatalf("protocol %s, session %q", v, cs.ID())
+	}
+	before := names(t, cs)
+	if err := directory.SetUserDisabled(context.Background(), e.dir, "acme", "alice", true); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no tools/list_changed")
+	}
+	if after := names(t, cs); len(before) == 0 || len(after) != 0 {
+		t.Fatalf("before %v, after %v: want an empty list", before, after)
 	}
 }
 
