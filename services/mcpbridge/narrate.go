@@ -32,6 +32,12 @@ const NarrationNeedsSampling = "Narration needs sampling: this client did not de
 	"so Mandate cannot ask its model to narrate. Mandate holds no model API key of its own. " +
 	"Below is the deterministic rendering of the review."
 
+// NarrationNeedsSession is the note a 2026-07-28 client gets: that revision
+// has no server-initiated requests, so the bridge cannot ask its model.
+const NarrationNeedsSession = "Narration needs sampling, which protocol revision 2026-07-28 no longer offers a server; " +
+	"connect with 2025-11-25 (or 2025-06-18) and declare sampling to have your model narrate the review. " +
+	"Mandate holds no model API key of its own. Below is the deterministic rendering of the review."
+
 // Narration is what the bridge adds to an ops.review result that asked for
 // narration.
 type Narration struct {
@@ -86,6 +92,9 @@ func (b *Bridge) narrate(ctx context.Context, req *mcp.CallToolRequest, r *mcp.C
 
 // sample asks the client's model to narrate prompt.
 func (b *Bridge) sample(ctx context.Context, req *mcp.CallToolRequest, prompt string) Narration {
+	if modern(req) {
+		return Narration{Status: NarrationUnavailable, Note: NarrationNeedsSession}
+	}
 	caps := req.ClientCapabilities()
 	//nolint:staticcheck // Sampling is deprecated from 2026-07-28; the bridge serves 2025-06-18 and 2025-11-25, where it is how a server asks the client's model.
 	if req.Session == nil || caps == nil || caps.Sampling == nil {

@@ -95,6 +95,24 @@ func TestReviewNarration(t *testing.T) {
 		st.outcome(t, "acme", invocationOf(t, res))
 	})
 
+	t.Run("2026-07-28 client, which cannot be sampled", func(t *testing.T) {
+		cs, rec := st.client(t, tok, clientOptions{protocol: mcpbridge.ProtocolStateless, sample: &samplingResult{Model: "m", Content: &mcp.TextContent{Text: "x"}}})
+		res, err := call(t, cs, catalog.ReviewCommand, `{"narrate":true}`, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, samples := rec.counts(); samples != 0 {
+			t.Fatalf("%d sampling requests on a stateless request", samples)
+		}
+		n := narrationOf(t, res)
+		if res.IsError || n.Status != mcpbridge.NarrationUnavailable || n.Note != mcpbridge.NarrationNeedsSession {
+			t.Fatalf("narration %+v (isError %v)", n, res.IsError)
+		}
+		if len(res.Content) != 2 || res.Content[1].(*mcp.TextContent).Text != mcpbridge.NarrationNeedsSession+"\n\n"+prompt {
+			t.Fatalf("content %+v", res.Content)
+		}
+	})
+
 	t.Run("no narration asked", func(t *testing.T) {
 		cs, rec := st.client(t, tok, clientOptions{sample: &samplingResult{Model: "m", Content: &mcp.TextContent{Text: "x"}}})
 		res, err := call(t, cs, catalog.ReviewCommand, `{}`, nil)
