@@ -7,14 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -28,61 +23,8 @@ func TestDevRunsEveryExample(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	root, _ := filepath.Abs("..")
-	bin := filepath.Join(t.TempDir(), "mandate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/mandate")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	httpAddr, grpcAddr := freePort(t), freePort(t)
-	tokensFile := filepath.Join(t.TempDir(), "tokens.json")
-	var out syncBuffer
-	cmd := exec.Command(bin, "dev", "--http-addr", httpAddr, "--grpc-addr", grpcAddr, "--tokens-file", tokensFile)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("mandate dev did not stop cleanly on Ctrl-C: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Error("mandate dev did not stop within 15s")
-		}
-		if t.Failed() {
-			t.Logf("mandate dev output:\n%s", tail(out.String(), 4000))
-		}
-	}()
-	base := "http://" + httpAddr
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(base + "/healthz") //nolint:noctx // test polling
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mandate dev never became healthy:\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	var tokens map[string]string
-	b, err := os.ReadFile(tokensFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &tokens); err != nil {
-		t.Fatal(err)
-	}
+	dev := startDev(t)
+	base, tokens, tokensFile, out := dev.base, dev.tokens, dev.tokensFile, dev.out
 	for _, name := range []string{"alice", "bob", "carol", "olive", "dave", "support-bot@alice", "finance-bot@carol"} {
 		if tokens[name] == "" {
 			t.Fatalf("no token for %s in %s", name, tokensFile)

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -192,70 +191,12 @@ func nodeOrSkip(t *testing.T) string {
 }
 
 // nodeDev is a running `mandate dev` and its tokens.
-type nodeDev struct {
-	base   string
-	tokens map[string]string
-	out    *syncBuffer
-}
+type nodeDev = devProcess
 
-// startNodeDev builds the binary and runs `mandate dev` on free ports
-// until the test ends.
+// startNodeDev runs `mandate dev` on free ports until the test ends.
 func startNodeDev(t *testing.T) *nodeDev {
 	t.Helper()
-	root, _ := filepath.Abs("..")
-	bin := filepath.Join(t.TempDir(), "mandate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/mandate")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	httpAddr, grpcAddr := freePort(t), freePort(t)
-	tokensFile := filepath.Join(t.TempDir(), "tokens.json")
-	d := &nodeDev{base: "http://" + httpAddr, out: &syncBuffer{}}
-	cmd := exec.Command(bin, "dev", "--http-addr", httpAddr, "--grpc-addr", grpcAddr, "--tokens-file", tokensFile, "--log-level", "info")
-	cmd.Stdout, cmd.Stderr = d.out, d.out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("mandate dev did not stop cleanly: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Error("mandate dev did not stop within 15s")
-		}
-		if t.Failed() {
-			t.Logf("mandate dev output:\n%s", tail(d.out.String(), 6000))
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(d.base + "/healthz") //nolint:noctx // test polling
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mandate dev never became healthy:\n%s", tail(d.out.String(), 4000))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	b, err := os.ReadFile(tokensFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &d.tokens); err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return startDev(t, "--log-level", "info")
 }
 
 // nodeOutput is what client.mjs prints.

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -50,24 +49,9 @@ func TestREADMEWalkthrough(t *testing.T) {
 		t.Fatalf("the walk-through has %d shell blocks; walkthroughExpect lists %d", len(blocks), len(walkthroughExpect))
 	}
 
-	bin := rssBuild(t)
+	dev := startDev(t)
 	dir := t.TempDir()
-	httpAddr, grpcAddr := freePort(t), freePort(t)
-	tokensFile := filepath.Join(dir, "tokens.json")
-	var out syncBuffer
-	dev := exec.Command(bin, "dev", "--http-addr", httpAddr, "--grpc-addr", grpcAddr, "--tokens-file", tokensFile)
-	dev.Stdout, dev.Stderr = &out, &out
-	if err := dev.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = dev.Process.Signal(syscall.SIGINT)
-		_ = dev.Wait()
-		if t.Failed() {
-			t.Logf("mandate dev output:\n%s", tail(out.String(), 3000))
-		}
-	})
-	rssWaitHealthy(t, "http://"+httpAddr)
+	httpAddr, tokensFile := dev.httpAddr, dev.tokensFile
 
 	// One shell runs every block, so variables carry over as they do in a
 	// reader's terminal; a marker separates the blocks' output.

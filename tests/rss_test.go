@@ -3,17 +3,14 @@ package tests
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,34 +87,10 @@ func rssLoad(t *testing.T, url, tok string, n int) int64 {
 	return ok.Load()
 }
 
-func rssBuild(t *testing.T) string {
-	t.Helper()
-	root, _ := filepath.Abs("..")
-	bin := filepath.Join(t.TempDir(), "mandate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/mandate")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 func TestRSSDev(t *testing.T) {
 	rssEnabled(t)
-	bin := rssBuild(t)
-	httpAddr, grpcAddr := freePort(t), freePort(t)
-	tokensFile := filepath.Join(t.TempDir(), "tokens.json")
-	cmd := exec.Command(bin, "dev", "--http-addr", httpAddr, "--grpc-addr", grpcAddr, "--tokens-file", tokensFile)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		_ = cmd.Wait()
-	}()
-	base := "http://" + httpAddr
-	rssWaitHealthy(t, base)
-	tokens := rssReadTokens(t, tokensFile)
+	dev := startDev(t)
+	base, tokens, cmd := dev.base, dev.tokens, dev.cmd
 	time.Sleep(2 * time.Second)
 	idle := rssKiB(t, cmd.Process.Pid)
 	start := time.Now()
@@ -135,7 +108,7 @@ func TestRSSServices(t *testing.T) {
 	rssEnabled(t)
 	_, url := pgtest.NewURL(t)
 	root, _ := filepath.Abs("..")
-	bin := rssBuild(t)
+	bin := mandateBinary(t, root)
 	s := &stack{t: t, bin: bin, logDir: t.TempDir(), http: map[string]string{}, env: append(os.Environ(),
 		"MANDATE_DATABASE_URL="+url, "MANDATE_DEV_SECRET="+devSecret, "MANDATE_SERVICE_SECRET="+serviceSecret)}
 	s.run("migrate")
@@ -211,35 +184,4 @@ func rssPIDs(t *testing.T, bin string, _ map[string]string, names []string) map[
 		}
 	}
 	return out
-}
-
-func rssWaitHealthy(t *testing.T, base string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(base + "/healthz") //nolint:noctx // test polling
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("never became healthy")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func rssReadTokens(t *testing.T, file string) map[string]string {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]string
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
 }

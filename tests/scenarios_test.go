@@ -219,7 +219,23 @@ func (tp *topology) startAll(specs ...spec) {
 	}
 }
 
+// start runs one service and waits until it answers /healthz. A port
+// taken by some other process between freePort and the service's listen is
+// retried on fresh ports.
 func (tp *topology) start(s spec) error {
+	var err error
+	for range 3 {
+		if err = tp.startOnce(s); !errors.Is(err, errAddrInUse) {
+			return err
+		}
+	}
+	return err
+}
+
+// errAddrInUse marks a service that exited because its port was taken.
+var errAddrInUse = errors.New("address already in use")
+
+func (tp *topology) startOnce(s spec) error {
 	grpcAddr, httpAddr := freePort(tp.t), freePort(tp.t)
 	log, err := os.Create(filepath.Join(tp.logDir, s.name+".log"))
 	if err != nil {
@@ -244,7 +260,12 @@ func (tp *topology) start(s spec) error {
 		select {
 		case err := <-p.done:
 			p.done <- err
-			return fmt.Errorf("%s exited before it became healthy (%w):\n%s", s.name, err, tp.logOf(s.name))
+			log := tp.logOf(s.name)
+			if strings.Contains(log, "address already in use") {
+				tp.forget(p)
+				return fmt.Errorf("%s: %w", s.name, errAddrInUse)
+			}
+			return fmt.Errorf("%s exited before it became healthy (%w):\n%s", s.name, err, log)
 		default:
 		}
 		resp, err := client.Get("http://" + httpAddr + "/healthz")
@@ -259,6 +280,19 @@ func (tp *topology) start(s spec) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// forget drops a process that exited on start from the topology.
+func (tp *topology) forget(p *process) {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	for i, q := range tp.procs {
+		if q == p {
+			tp.procs = append(tp.procs[:i], tp.procs[i+1:]...)
+			break
+		}
+	}
+	_ = p.log.Close()
 }
 
 func (tp *topology) logOf(name string) string {

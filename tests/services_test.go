@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,14 +41,37 @@ type stack struct {
 	http   map[string]string
 }
 
+// handedOut remembers every port freePort returned: the kernel may hand
+// the same free port out twice, and two processes of one topology must
+// never be given the same address.
+var handedOut struct {
+	sync.Mutex
+	ports map[string]bool
+}
+
+// freePort returns a loopback address that was free a moment ago and that
+// this test binary has not handed out before.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[string]bool{}
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		if !handedOut.ports[addr] {
+			handedOut.ports[addr] = true
+			return addr
+		}
+	}
+	t.Fatal("no free port that was not handed out already")
+	return ""
 }
 
 func (s *stack) run(args ...string) string {
@@ -174,12 +198,7 @@ func TestServicesAsProcesses(t *testing.T) {
 	}
 	_, url := pgtest.NewURL(t)
 	root, _ := filepath.Abs("..")
-	bin := filepath.Join(t.TempDir(), "mandate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/mandate")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := mandateBinary(t, root)
 	s := &stack{t: t, bin: bin, logDir: t.TempDir(), http: map[string]string{}, env: append(os.Environ(),
 		"MANDATE_DATABASE_URL="+url, "MANDATE_DEV_SECRET="+devSecret, "MANDATE_SERVICE_SECRET="+serviceSecret)}
 	s.run("migrate")

@@ -1,0 +1,81 @@
+package tests
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// devProcess is a running `mandate dev` on free loopback ports, started by
+// startDev, and the tokens it wrote.
+type devProcess struct {
+	// base is the HTTP base URL, e.g. http://127.0.0.1:41234.
+	base               string
+	httpAddr, grpcAddr string
+	tokensFile         string
+	tokens             map[string]string
+	out                *syncBuffer
+	cmd                *exec.Cmd
+}
+
+// startDev runs the README's first command — `mandate dev` with a tokens
+// file — on free ports until the test ends, then stops it with Ctrl-C and
+// fails the test if it does not stop cleanly within 15 s. The binary is
+// built once per test run.
+func startDev(t *testing.T, args ...string) *devProcess {
+	t.Helper()
+	root, _ := filepath.Abs("..")
+	bin := mandateBinary(t, root)
+	d := &devProcess{httpAddr: freePort(t), grpcAddr: freePort(t), out: &syncBuffer{}}
+	d.base = "http://" + d.httpAddr
+	d.tokensFile = filepath.Join(t.TempDir(), "tokens.json")
+	d.cmd = exec.Command(bin, append([]string{"dev", "--http-addr", d.httpAddr, "--grpc-addr", d.grpcAddr, "--tokens-file", d.tokensFile}, args...)...)
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = d.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("mandate dev did not stop cleanly on Ctrl-C: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			_ = d.cmd.Process.Kill()
+			t.Error("mandate dev did not stop within 15s")
+		}
+		if t.Failed() {
+			t.Logf("mandate dev output:\n%s", tail(d.out.String(), 6000))
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(d.base + "/healthz") //nolint:noctx // test polling
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mandate dev never became healthy:\n%s", tail(d.out.String(), 4000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, err := os.ReadFile(d.tokensFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &d.tokens); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
