@@ -9,14 +9,11 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/config"
-	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
-	"github.com/mandate-dev/mandate/internal/telemetry"
 	auditapi "github.com/mandate-dev/mandate/services/audit/api"
 	"github.com/mandate-dev/mandate/services/executor"
 	execapi "github.com/mandate-dev/mandate/services/executor/api"
@@ -89,18 +86,9 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	src, err := identity.NewServiceTokenSource([]byte(f.serviceSecret.Reveal()), f.issuers[0], f.audience[0], executor.ServiceName, time.Hour)
+	dial, err := f.serviceDialer(executor.ServiceName, &cl)
 	if err != nil {
 		return err
-	}
-	dial := func(addr string) (*grpc.ClientConn, error) {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), telemetry.GRPCClientOption(),
-			grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)),
-			grpc.WithStreamInterceptor(identity.StreamClientInterceptor(src)))
-		if err == nil {
-			cl.add(func() { _ = conn.Close() })
-		}
-		return conn, err
 	}
 	conns := map[string]grpc.ClientConnInterface{}
 	for svc, addr := range backendMap {

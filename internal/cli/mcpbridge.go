@@ -4,17 +4,12 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"fmt"
 	"net/url"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
-	"github.com/mandate-dev/mandate/internal/telemetry"
 	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
 	confirmapi "github.com/mandate-dev/mandate/services/confirm/api"
 	execapi "github.com/mandate-dev/mandate/services/executor/api"
@@ -92,19 +87,9 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	src, err := identity.NewServiceTokenSource([]byte(f.serviceSecret.Reveal()), f.issuers[0], f.audience[0], identity.MCPBridgeService, time.Hour)
+	dial, err := f.serviceDialer(identity.MCPBridgeService, &cl)
 	if err != nil {
 		return err
-	}
-	dial := func(addr string) (*grpc.ClientConn, error) {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), telemetry.GRPCClientOption(),
-			grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)),
-			grpc.WithStreamInterceptor(identity.StreamClientInterceptor(src)))
-		if err != nil {
-			return nil, fmt.Errorf("dialing %s: %w", addr, err)
-		}
-		cl.add(func() { _ = conn.Close() })
-		return conn, nil
 	}
 	catalogConn, err := dial(catalogAddr)
 	if err != nil {
