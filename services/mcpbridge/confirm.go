@@ -129,12 +129,7 @@ func (b *Bridge) elicitForm(ctx context.Context, req *mcp.CallToolRequest, p ide
 	}
 	b.log.InfoContext(ctx, "mcpbridge: confirmation answered through elicitation",
 		"tool", call.Code, "challenge_id", c.ID, "action", res.Action, "approved", approve)
-	call.GrantID = c.ID
-	out, err := b.cfg.Executor.Execute(ctx, call)
-	if err != nil {
-		return b.refusal(ctx, call.Code, err)
-	}
-	return b.result(ctx, req, call, out), nil
+	return b.runWithGrant(ctx, req, call, c.ID)
 }
 
 // elicitURL sends the approval page's URL to the client (URL mode, the
@@ -189,4 +184,16 @@ func elicitationModes(caps *mcp.ClientCapabilities) (form, url bool) {
 	}
 	e := caps.Elicitation
 	return e.Form != nil || e.URL == nil, e.URL != nil
+}
+
+// runWithGrant runs call again with the challenge the session's human just
+// answered as its grant: the executor redeems it, or refuses (and audits)
+// when the answer was no.
+func (b *Bridge) runWithGrant(ctx context.Context, req *mcp.CallToolRequest, call executor.Call, challengeID string) (*mcp.CallToolResult, error) {
+	call.GrantID = challengeID
+	out, err := b.cfg.Executor.Execute(ctx, call)
+	if err != nil {
+		return b.refusal(ctx, call.Code, err)
+	}
+	return b.result(ctx, req, call, out), nil
 }

@@ -220,12 +220,7 @@ func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest, p identit
 	}
 	b.log.InfoContext(ctx, "mcpbridge: confirmation answered through MRTR",
 		"tool", call.Code, "challenge_id", st.Challenge, "action", ans.Action, "approved", approve)
-	call.GrantID = st.Challenge
-	out, err := b.cfg.Executor.Execute(ctx, call)
-	if err != nil {
-		return b.refusal(ctx, call.Code, err)
-	}
-	return b.result(ctx, req, call, out), nil
+	return b.runWithGrant(ctx, req, call, st.Challenge)
 }
 
 // invalidState is the CodeInvalidState refusal.
