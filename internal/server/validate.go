@@ -56,7 +56,15 @@ func (v *validator) check(req any) error {
 	return e
 }
 
-func (v *validator) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// SelfValidating is implemented by a service whose handlers validate their
+// requests themselves, so that a malformed request is refused (and audited)
+// by the service rather than by the server: the executor's API is one.
+type SelfValidating interface{ ValidatesOwnRequests() bool }
+
+func (v *validator) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if sv, ok := info.Server.(SelfValidating); ok && sv.ValidatesOwnRequests() {
+		return handler(ctx, req)
+	}
 	if err := v.check(req); err != nil {
 		return nil, err
 	}

@@ -33,6 +33,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	"github.com/mandate-dev/mandate/internal/callattr"
 	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
@@ -46,6 +47,7 @@ var tracer = otel.Tracer("mandate/executor")
 // Stage names, in pipeline order.
 const (
 	StageAuthenticate  = "authenticate"
+	StageRequest       = "request_check"
 	StageLoad          = "load_definition"
 	StageEntitlement   = "entitlement_check"
 	StagePermission    = "permission_check"
@@ -219,6 +221,13 @@ type Call struct {
 	// while decoding it (e.g. unknown binary fields); schema_validate
 	// refuses with it.
 	InputError *schema.InvalidError
+	// TraceParent and TraceState are the W3C trace context the caller sent,
+	// as sent; request_check refuses a malformed one.
+	TraceParent, TraceState string
+	// Invalid lists attributes the channel could not even read as strings
+	// (e.g. a number as the idempotency key in MCP `_meta`): the call is
+	// refused with them, never run as if they were absent.
+	Invalid []callattr.Invalid
 }
 
 // Result is a successful (or replayed) call's outcome.
@@ -301,6 +310,11 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		return nil, e.refuse(ctx, inv, StageAuthenticate, "authorization.principal_inactive", "the principal is not active ("+res.Reason+")", "ask an administrator")
 	}
 
+	// request_check: the attributes the caller sent besides the arguments.
+	if fe := checkAttributes(inv); fe != nil {
+		return nil, e.refuseWith(ctx, inv, fe)
+	}
+
 	// load_definition
 	cmd, ok := e.cfg.Manifest.ByCode(inv.call.Code)
 	if !ok || !cmd.Published() {
@@ -359,7 +373,11 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		return nil, e.refuse(ctx, inv, StageScope, "scope.tenant_mismatch", "the call names another tenant", "not retriable")
 	}
 
-	// idempotency_check
+	// idempotency_check: a malformed key is refused before anyone is asked
+	// to approve a call that could never run.
+	if fe := checkIdempotencyKey(inv); fe != nil {
+		return nil, e.refuseWith(ctx, inv, fe)
+	}
 	if key := inv.call.IdempotencyKey; key != "" {
 		k := IdemKey{Tenant: p.Tenant, User: p.UserID, Command: cmd.Code, Key: key}
 		saved, err := e.cfg.Store.Reserve(ctx, k, inv.argDigest, e.cfg.IdempotencyTTL)
@@ -656,6 +674,7 @@ func (e *Executor) record(inv *invocation, phase audit.Phase, outcome audit.Outc
 	if !validCommand(r.Command) {
 		r.Command = "unknown"
 	}
+	safeRecord(&r)
 	return r
 }
 
@@ -713,7 +732,7 @@ func isUnavailable(err error) bool {
 }
 
 func validCommand(code string) bool {
-	return code != "" && len(code) <= 128 && !strings.ContainsAny(code, " \t\n")
+	return code != "" && len(code) <= 128 && callattr.Safe(code, 128) == code && !strings.ContainsAny(code, " \t\n")
 }
 
 // digest hashes a labelled value.

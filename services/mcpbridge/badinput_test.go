@@ -170,10 +170,13 @@ func TestMalformedJSONRPC(t *testing.T) {
 	if r.status != http.StatusOK || r.rpc == nil || r.rpc.Error != nil || !strings.Contains(string(r.rpc.Result), "T-1001") {
 		t.Fatalf("well-formed raw call: HTTP %d %s", r.status, r.body)
 	}
-	// Only that call reached the executor: one intent and one outcome.
-	rows := waitCount(t, e, "acme", 2)
+	// Only two calls reached the executor: the one without a tool name,
+	// refused at load_definition (an attempt, so audited), and that call,
+	// with one intent and one outcome.
+	rows := waitCount(t, e, "acme", 3)
 	for _, row := range rows {
-		if row.Command != "ticket.search" || row.Channel != audit.ChannelMCP {
+		unnamed := row.Command == "unknown" && row.Stage == "load_definition" && row.Code == "command.not_found"
+		if !unnamed && row.Command != "ticket.search" || row.Channel != audit.ChannelMCP {
 			t.Errorf("unexpected audit row %+v", row.Record)
 		}
 	}
@@ -204,9 +207,10 @@ func waitCount(t *testing.T, e *env, tenant string, n int) []audit.Stored {
 }
 
 // TestUnknownTools: names that are no published command get JSON-RPC
-// -32602 from the bridge and never reach the executor (no audit row);
-// a published command the caller cannot see reaches it and is refused
-// and audited as an attempt.
+// -32602 from the bridge, and each attempt is refused by the executor at
+// load_definition and audited (every attempt leaves a row); a published
+// command the caller cannot see reaches it and is refused and audited as
+// an attempt.
 func TestUnknownTools(t *testing.T) {
 	e := start(t)
 	cs := e.connect(t, token(t, "acme", "alice", "support-bot"))
@@ -217,9 +221,13 @@ func TestUnknownTools(t *testing.T) {
 			t.Errorf("tool %.40q: %v, want JSON-RPC -32602", name, err)
 		}
 	}
-	if rows := e.auditRows(t, "acme"); len(rows) != 0 {
-		t.Fatalf("unknown tools left %d audit rows", len(rows))
+	rows := waitCount(t, e, "acme", 6)
+	for _, row := range rows {
+		if row.Phase != audit.PhaseOutcome || row.Outcome != audit.OutcomeRefused || row.Stage != "load_definition" || row.Code != "command.not_found" {
+			t.Errorf("unknown tool's row: %s %s %s %s", row.Phase, row.Outcome, row.Stage, row.Code)
+		}
 	}
+	before := len(rows)
 
 	// ticket.refund is published but not alice's: refused by the executor
 	// at permission_check, one refused outcome row, no intent, no refund.
@@ -231,8 +239,13 @@ func TestUnknownTools(t *testing.T) {
 	if r.Code != "authorization.permission_denied" || r.Stage != "permission_check" || r.InvocationID == "" || r.Retriable {
 		t.Fatalf("refusal %+v", r)
 	}
-	rows := waitCount(t, e, "acme", 1)
-	row := rows[0]
+	rows = waitCount(t, e, "acme", before+1)
+	var row audit.Stored
+	for _, x := range rows {
+		if x.InvocationID == r.InvocationID {
+			row = x
+		}
+	}
 	if row.InvocationID != r.InvocationID || row.Phase != audit.PhaseOutcome || row.Outcome != audit.OutcomeRefused ||
 		row.Stage != "permission_check" || row.Code != "authorization.permission_denied" ||
 		row.AgentID != "support-bot" || row.UserID != "alice" || row.MCPSessionID != cs.ID() {

@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc/codes"
 
+	"github.com/mandate-dev/mandate/internal/callattr"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/services/executor"
 )
@@ -48,8 +49,9 @@ func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "missing params"}
 	}
 	name := req.Params.Name
-	if cmd, ok := b.cfg.Manifest.ByCode(name); !ok || !cmd.Published() {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
+	_, known := b.cfg.Manifest.ByCode(name)
+	if cmd, ok := b.cfg.Manifest.ByCode(name); ok && !cmd.Published() {
+		known = false
 	}
 	var ti = req.Extra
 	if ti == nil || ti.TokenInfo == nil {
@@ -66,16 +68,29 @@ func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if s := strings.TrimSpace(string(input)); s == "" || s == "null" {
 		input = []byte("{}")
 	}
-	call := executor.Call{
-		Code:           name,
-		Input:          input,
-		IdempotencyKey: metaString(req.Params.Meta, MetaIdempotencyKey),
-		GrantID:        metaString(req.Params.Meta, MetaApproval),
-		ConversationID: metaString(req.Params.Meta, MetaConversation),
-		Channel:        "mcp",
+	call := executor.Call{Code: name, Input: input, Channel: "mcp"}
+	meta := req.Params.Meta
+	call.IdempotencyKey = metaAttr(meta, MetaIdempotencyKey, callattr.IdempotencyKey, &call)
+	call.GrantID = metaAttr(meta, MetaApproval, callattr.ApprovalGrant, &call)
+	call.ConversationID = metaAttr(meta, MetaConversation, callattr.Conversation, &call)
+	// The trace context parents the bridge's span (which the executor's
+	// spans follow); a malformed one is relayed as invalid to be refused.
+	for _, tc := range []struct{ key, name string }{{MetaTraceparent, callattr.TraceParent}, {MetaTracestate, callattr.TraceState}} {
+		if v := metaAttr(meta, tc.key, tc.name, &call); v != "" {
+			if p := callattr.Check(tc.name, v); p != nil {
+				call.Invalid = append(call.Invalid, *p)
+			}
+		}
 	}
 	if req.Session != nil {
 		call.MCPSessionID = req.Session.ID()
+	}
+	if !known {
+		// Not a tool of this server: the executor refuses it at
+		// load_definition, so the attempt is audited, and the client gets
+		// the JSON-RPC error the protocol prescribes.
+		_, _ = b.cfg.Executor.Execute(ctx, call)
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
 	}
 	if req.Params.RequestState != "" {
 		// The retry of an input_required result (2026-07-28 MRTR).
@@ -153,4 +168,20 @@ func (b *Bridge) refusal(ctx context.Context, name string, err error) (*mcp.Call
 func metaString(m mcp.Meta, key string) string {
 	s, _ := m[key].(string)
 	return s
+}
+
+// metaAttr reads a string `_meta` value the executor checks. A value of
+// any other JSON type is never ignored: it is added to call.Invalid, so the
+// executor refuses the call (and audits the attempt).
+func metaAttr(m mcp.Meta, key, name string, call *executor.Call) string {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return ""
+	}
+	if s, ok := v.(string); ok {
+		return s
+	}
+	raw, _ := json.Marshal(v)
+	call.Invalid = append(call.Invalid, *callattr.TypeError(name, string(raw)))
+	return ""
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mandate-dev/mandate/internal/callattr"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/services/confirm"
 	"github.com/mandate-dev/mandate/services/executor"
@@ -183,38 +184,38 @@ func (b *Bridge) askInput(ctx context.Context, p identity.Principal, call execut
 // failed check refuses with CodeInvalidState and decides nothing.
 func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest, p identity.Principal, call executor.Call) (*mcp.CallToolResult, error) {
 	if b.cfg.Confirm == nil || len(b.cfg.StateKey) == 0 {
-		return b.invalidState(ctx, call.Code, "this bridge issues no requestState")
+		return b.invalidState(ctx, call, "this bridge issues no requestState")
 	}
 	st, err := b.open(req.Params.RequestState)
 	if err != nil {
-		return b.invalidState(ctx, call.Code, err.Error())
+		return b.invalidState(ctx, call, err.Error())
 	}
 	digest, err := argsDigest(call.Input)
 	switch {
 	case st.Principal != principalDigest(p):
-		return b.invalidState(ctx, call.Code, "requestState was issued to another principal")
+		return b.invalidState(ctx, call, "requestState was issued to another principal")
 	case st.Tool != call.Code:
-		return b.invalidState(ctx, call.Code, "requestState was issued for another tool")
+		return b.invalidState(ctx, call, "requestState was issued for another tool")
 	case err != nil || st.Args != digest:
-		return b.invalidState(ctx, call.Code, "requestState was issued for other arguments")
+		return b.invalidState(ctx, call, "requestState was issued for other arguments")
 	case b.now().Unix() >= st.Expires:
-		return b.invalidState(ctx, call.Code, "requestState has expired; call the tool again without it")
+		return b.invalidState(ctx, call, "requestState has expired; call the tool again without it")
 	}
 	ans, ok := req.Params.InputResponses[InputConfirm].(*mcp.ElicitResult)
 	if !ok || ans == nil {
-		return b.invalidState(ctx, call.Code, fmt.Sprintf("the retry carries no elicitation answer under inputResponses[%q]", InputConfirm))
+		return b.invalidState(ctx, call, fmt.Sprintf("the retry carries no elicitation answer under inputResponses[%q]", InputConfirm))
 	}
 	approve := ans.Action == "accept" && ans.Content[ApproveField] == true
 	if _, err := b.cfg.Confirm.DecideElicited(ctx, p, st.Challenge, approve); err != nil {
 		if errors.Is(err, confirm.ErrAlreadyDecided) {
-			return b.invalidState(ctx, call.Code, "requestState was used before; call the tool again without it")
+			return b.invalidState(ctx, call, "requestState was used before; call the tool again without it")
 		}
 		b.log.WarnContext(ctx, "mcpbridge: recording the MRTR answer failed",
 			"tool", call.Code, "challenge_id", st.Challenge, "action", ans.Action, "error", err)
 		var ce *confirm.Error
 		if errors.As(err, &ce) {
 			// Nothing was recorded; say why in the confirm service's words.
-			return b.stateRefusal(ctx, call.Code, ce.Code, ce.Message, ce.Code == confirm.CodeUnavailable)
+			return b.stateRefusal(ctx, call, ce.Code, ce.Message)
 		}
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "recording the confirmation failed"}
 	}
@@ -224,30 +225,28 @@ func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest, p identit
 }
 
 // invalidState is the CodeInvalidState refusal.
-func (b *Bridge) invalidState(ctx context.Context, name, why string) (*mcp.CallToolResult, error) {
-	b.log.WarnContext(ctx, "mcpbridge: refusing an MRTR retry", "tool", name, "reason", why)
-	return b.stateRefusal(ctx, name, CodeInvalidState, why, false)
+func (b *Bridge) invalidState(ctx context.Context, call executor.Call, why string) (*mcp.CallToolResult, error) {
+	b.log.WarnContext(ctx, "mcpbridge: refusing an MRTR retry", "tool", call.Code, "reason", why)
+	return b.stateRefusal(ctx, call, CodeInvalidState, why)
 }
 
-// stateRefusal is the isError result of an MRTR retry the bridge refused
-// before the executor ran (so no invocation id): stage
-// confirmation_check, with code and message.
-func (b *Bridge) stateRefusal(ctx context.Context, name, code, why string, retriable bool) (*mcp.CallToolResult, error) {
-	markRefused(ctx, code)
-	r := Refusal{
-		Code: code, Stage: "confirmation_check", Message: why, Retriable: retriable,
-		Remedy: "call the tool again without requestState to get a fresh confirmation",
+// stateRefusal refuses an MRTR retry whose requestState or answer the
+// bridge cannot accept. The refusal is the executor's: the call goes to it
+// with the problem attached, so that it is refused at confirmation_check
+// with code and message — and audited like every other attempt, forged or
+// replayed states included.
+func (b *Bridge) stateRefusal(ctx context.Context, call executor.Call, code, why string) (*mcp.CallToolResult, error) {
+	call.Invalid = append(call.Invalid, callattr.Invalid{
+		Name: callattr.RequestState, Rule: code, Reason: why,
+	})
+	_, err := b.cfg.Executor.Execute(ctx, call)
+	if err == nil {
+		// An executor that ran the call anyway is a bug; never report it
+		// as the answer to a refused retry.
+		b.log.ErrorContext(ctx, "mcpbridge: the executor ran an MRTR retry the bridge refused", "tool", call.Code)
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "refusing the retry failed"}
 	}
-	body, err := json.Marshal(r)
-	if err != nil {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding refusal"}
-	}
-	text := fmt.Sprintf("%s refused at %s: %s (%s). Remedy: %s.", name, r.Stage, r.Message, r.Code, r.Remedy)
-	return &mcp.CallToolResult{
-		IsError:           true,
-		Content:           []mcp.Content{&mcp.TextContent{Text: text}, &mcp.TextContent{Text: string(body)}},
-		StructuredContent: json.RawMessage(body),
-	}, nil
+	return b.refusal(ctx, call.Code, err)
 }
 
 // typedResult is a tools/call result of a sessionless request with its

@@ -1,6 +1,7 @@
 package mcpbridge_test
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,14 +99,18 @@ func TestTraceparentFromMeta(t *testing.T) {
 		t.Fatalf("mandate.execute's parent %s, want the tools/call span %s", execute.Parent().SpanID(), toolsCall.SpanContext().SpanID())
 	}
 
-	// A malformed traceparent is ignored: the call runs under a trace of
-	// its own.
+	// A malformed traceparent is refused at request_check, and the
+	// refusal is audited with the value marked: nothing runs.
 	res, err = call(t, cs, "ticket.search", `{"query":"refund"}`, mcp.Meta{mcpbridge.MetaTraceparent: "00-not-a-trace-01"})
-	if err != nil || res.IsError {
+	if err != nil || !res.IsError {
 		t.Fatalf("malformed traceparent: %v %+v", err, res)
 	}
-	out := st.outcome(t, "acme", invocationOf(t, res))
-	if out.Phase != audit.PhaseOutcome || out.TraceID == "" || out.TraceID == traceID {
-		t.Fatalf("trace id %q after a malformed traceparent", out.TraceID)
+	r := refusalOf(t, res)
+	if r.Stage != "request_check" || r.Code != "request.invalid_metadata" || len(r.Violations) != 1 || r.Violations[0].Pointer != "/traceparent" {
+		t.Fatalf("malformed traceparent refused with %+v", r)
+	}
+	out := st.outcome(t, "acme", r.InvocationID)
+	if out.Outcome != audit.OutcomeRefused || out.Code != "request.invalid_metadata" || !strings.Contains(out.Message, "[invalid] 00-not-a-trace-01") {
+		t.Fatalf("row of the malformed traceparent: %+v", out.Record)
 	}
 }

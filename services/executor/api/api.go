@@ -8,6 +8,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 
 	"google.golang.org/grpc"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/callattr"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
@@ -41,6 +43,11 @@ const (
 	// the call is then refused at schema_validate, and audited, as it would
 	// be in process. It is honoured only on calls the bridge relays.
 	MetadataInputNotObject = "x-mandate-input-not-object"
+	// MetadataInvalidAttribute carries, as JSON, an attribute of an MCP
+	// call the bridge could not read as a string (e.g. a number as the
+	// idempotency key in `_meta`), so that the executor refuses the call
+	// and audits it. It is honoured only on calls the bridge relays.
+	MetadataInvalidAttribute = "x-mandate-invalid-attribute-bin"
 	// MCPBridgeService is the service identity of the MCP bridge; calls it
 	// makes on behalf of a user are recorded with channel "mcp".
 	MCPBridgeService = identity.MCPBridgeService
@@ -119,10 +126,9 @@ func (s *Service) call(ctx context.Context, code string, input []byte) executor.
 		Tenant:         first(MetadataTenant),
 	}
 	p, _ := identity.FromContext(ctx)
-	switch {
-	case server.FromGateway(ctx):
-		call.Channel = "rest"
-	case p.Via == MCPBridgeService:
+	if p.Via == MCPBridgeService && !server.FromGateway(ctx) {
+		// The bridge's own trace context parents the call; what the MCP
+		// client sent in `_meta` the bridge checked (and relays if invalid).
 		call.Channel = "mcp"
 		call.MCPSessionID = first(MetadataMCPSession)
 		if first(MetadataInputNotObject) != "" {
@@ -130,9 +136,28 @@ func (s *Service) call(ctx context.Context, code string, input []byte) executor.
 				{Rule: "schema.type", Message: "input must be a JSON object"},
 			}}
 		}
+		for _, raw := range md.Get(MetadataInvalidAttribute) {
+			var inv callattr.Invalid
+			if json.Unmarshal([]byte(raw), &inv) != nil || inv.Name == "" {
+				inv = callattr.Invalid{Name: "metadata", Rule: callattr.RuleFormat, Reason: "was relayed unreadably", Value: callattr.Mark(raw)}
+			}
+			inv.Value = callattr.Safe(inv.Value, callattr.MaxMarked)
+			call.Invalid = append(call.Invalid, inv)
+		}
+		return call
 	}
+	if server.FromGateway(ctx) {
+		call.Channel = "rest"
+	}
+	call.TraceParent, call.TraceState = first("traceparent"), first("tracestate")
 	return call
 }
+
+// ValidatesOwnRequests tells the server not to refuse an ExecuteRequest
+// that breaks its field rules before the pipeline sees it: the executor
+// checks those fields itself (request_check, idempotency_check), so that a
+// malformed call is refused and audited like any other attempt.
+func (s *Service) ValidatesOwnRequests() bool { return true }
 
 // proxy serves a command's own RPC: decode the binary request, run the
 // pipeline, encode the result.

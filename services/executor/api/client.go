@@ -57,6 +57,13 @@ func (c *Client) Execute(ctx context.Context, call executor.Call) (*executor.Res
 	if call.MCPSessionID != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, MetadataMCPSession, call.MCPSessionID)
 	}
+	for _, inv := range call.Invalid {
+		b, err := json.Marshal(inv)
+		if err != nil {
+			return nil, failure.Internal(executor.StageRequest, err)
+		}
+		ctx = metadata.AppendToOutgoingContext(ctx, MetadataInvalidAttribute, string(b))
+	}
 	resp, err := c.rpc.Execute(ctx, &mandatev1.ExecuteRequest{
 		Code: call.Code, Input: input, IdempotencyKey: call.IdempotencyKey,
 		ApprovalGrantId: call.GrantID, ConversationId: call.ConversationID,

@@ -1,0 +1,131 @@
+package executor
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/mandate-dev/mandate/internal/callattr"
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/services/audit"
+)
+
+// CodeInvalidMetadata refuses a call whose attributes besides its
+// arguments (conversation, MCP session, approval grant id, trace context)
+// break their rules; CodeInvalidIdempotencyKey one whose idempotency key
+// does.
+const (
+	CodeInvalidMetadata       = "request.invalid_metadata"
+	CodeInvalidIdempotencyKey = "idempotency.invalid_key"
+	// CodeInvalidState refuses an MCP retry whose requestState is forged,
+	// tampered with, moved to another call, expired or reused.
+	CodeInvalidState = "confirmation.invalid_state"
+)
+
+// checkAttributes is request_check: every attribute a caller sent with the
+// call is validated before anything else looks at it. A malformed value is
+// replaced by its marked rendering in the call, so that the refusal's own
+// audit row can hold it. The idempotency key is left to idempotency_check.
+func checkAttributes(inv *invocation) *failure.Error {
+	var bad []callattr.Invalid
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{
+		{callattr.Conversation, &inv.call.ConversationID},
+		{callattr.MCPSession, &inv.call.MCPSessionID},
+		{callattr.ApprovalGrant, &inv.call.GrantID},
+		{callattr.TraceParent, &inv.call.TraceParent},
+		{callattr.TraceState, &inv.call.TraceState},
+	} {
+		if p := callattr.Check(f.name, *f.v); p != nil {
+			bad = append(bad, *p)
+			*f.v = p.Value
+		}
+	}
+	for _, p := range inv.call.Invalid {
+		switch p.Name {
+		case callattr.IdempotencyKey:
+		case callattr.RequestState:
+			// The bridge refused an MCP retry's requestState or answer:
+			// the refusal is the confirmation's, in the bridge's words.
+			code := p.Rule
+			if !strings.HasPrefix(code, "confirmation.") {
+				code = CodeInvalidState
+			}
+			fe := failure.New(StageConfirmation, code, callattr.Safe(p.Reason, 512))
+			fe.Retriable = strings.HasSuffix(code, ".unavailable")
+			fe.Remedy = "call the tool again without requestState to get a fresh confirmation"
+			return fe
+		default:
+			bad = append(bad, p)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return invalidAttributes(StageRequest, CodeInvalidMetadata, bad)
+}
+
+// checkIdempotencyKey refuses a key that breaks its rules, at
+// idempotency_check: before confirmation, so no human approves a call that
+// could not be run.
+func checkIdempotencyKey(inv *invocation) *failure.Error {
+	var bad []callattr.Invalid
+	for _, p := range inv.call.Invalid {
+		if p.Name == callattr.IdempotencyKey {
+			bad = append(bad, p)
+		}
+	}
+	if p := callattr.Check(callattr.IdempotencyKey, inv.call.IdempotencyKey); p != nil {
+		bad = append(bad, *p)
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	inv.call.IdempotencyKey = ""
+	return invalidAttributes(StageIdempotency, CodeInvalidIdempotencyKey, bad)
+}
+
+func invalidAttributes(stage, code string, bad []callattr.Invalid) *failure.Error {
+	msgs := make([]string, 0, len(bad))
+	fe := failure.New(stage, code, "")
+	for _, p := range bad {
+		msgs = append(msgs, p.Error()+": "+strconv.Quote(p.Value))
+		fe.Violations = append(fe.Violations, failure.Violation{Pointer: "/" + p.Name, Rule: p.Rule, Message: p.Name + " " + p.Reason})
+	}
+	fe.Message = "the call's " + strings.Join(msgs, "; ")
+	fe.Remedy = "send " + bad[0].Name + " within its limits: valid UTF-8 without control or bidi characters, and no longer than the limit"
+	return fe
+}
+
+// safeRecord is the last line of defence of "every attempt leaves a row":
+// whatever a caller or a backend put into a text field, the row keeps a
+// marked rendering of it rather than being refused by the audit trail.
+func safeRecord(r *audit.Record) {
+	for _, f := range []*string{
+		&r.ConversationID, &r.MCPSessionID, &r.Subject, &r.UserID, &r.AgentID,
+		&r.Model, &r.ModelVersion, &r.TraceID, &r.Stage, &r.Code,
+	} {
+		*f = callattr.Safe(*f, audit.MaxFieldLen)
+	}
+	r.Message = safeMessage(r.Message)
+	if len(r.Arguments) > audit.MaxArgumentsLen {
+		r.Arguments = []byte(`{"mandate.dev/withheld":"arguments longer than ` + strconv.Itoa(audit.MaxArgumentsLen) +
+			` bytes (` + strconv.Itoa(len(r.Arguments)) + `); their digest is recorded"}`)
+	}
+}
+
+// safeMessage keeps a message readable (newlines and all) but valid UTF-8,
+// free of NUL bytes and within the audit trail's limit.
+func safeMessage(m string) string {
+	m = strings.ReplaceAll(strings.ToValidUTF8(m, "\uFFFD"), "\x00", `\u{0000}`)
+	if len(m) <= audit.MaxMessageLen {
+		return m
+	}
+	cut := audit.MaxMessageLen - len("…")
+	for cut > 0 && !utf8.RuneStart(m[cut]) {
+		cut--
+	}
+	return m[:cut] + "…"
+}
