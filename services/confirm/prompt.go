@@ -16,7 +16,10 @@ import (
 
 // Prompt is what the approver is shown. Every field comes from the
 // command's declaration or from the request's data; none comes from model
-// text, so an agent cannot word its own approval.
+// text, so an agent cannot word its own approval. The arguments are shown
+// by their declaration (Fields), with every control and bidi character
+// made visible, so that free text an agent wrote cannot pass itself off as
+// another value.
 type Prompt struct {
 	// Title is "<display name> (<code>)".
 	Title string `json:"title"`
@@ -34,8 +37,15 @@ type Prompt struct {
 	// Permissions are the permissions the call requires.
 	Permissions []string `json:"permissions"`
 	// ArgumentsJSON is the request as compact JSON with sorted keys; the
-	// values of withheld fields are WithheldValue.
+	// values of withheld fields are WithheldValue. Control, bidi and
+	// invisible characters are written as \u escapes, so that the JSON
+	// shows them rather than obeys them.
 	ArgumentsJSON string `json:"arguments_json"`
+	// Fields are the arguments rendered by the declaration (PromptFields).
+	// They do not travel over gRPC (mandate.v1.Prompt has no such field):
+	// a consumer that got a Prompt without them renders them from
+	// ArgumentsJSON with PromptFields.
+	Fields []PromptField `json:"fields,omitempty"`
 	// WithheldFields are the JSON pointers of the values withheld from the
 	// prompt, sorted.
 	WithheldFields []string `json:"withheld_fields"`
@@ -75,7 +85,11 @@ func RenderPrompt(cmd *manifest.Command, in PromptInput) (Prompt, error) {
 	if cmd == nil {
 		return Prompt{}, Invalid("command", "is required")
 	}
-	args, withheld, err := renderArguments(in.ArgumentsJSON, in.WithheldFields, cmd.SensitiveFields)
+	v, set, err := parseArguments(in.ArgumentsJSON, in.WithheldFields, cmd.SensitiveFields)
+	if err != nil {
+		return Prompt{}, err
+	}
+	args, withheld, err := encodeArguments(v, set)
 	if err != nil {
 		return Prompt{}, err
 	}
@@ -87,9 +101,12 @@ func RenderPrompt(cmd *manifest.Command, in PromptInput) (Prompt, error) {
 	if in.RequesterAgent != "" {
 		by = in.RequesterAgent + " acting for " + in.RequesterUser
 	}
+	title, _ := Neutralise(display + " (" + cmd.Code + ")")
+	sum, _ := Neutralise(summary(by, display, cmd))
+	by, _ = Neutralise(by)
 	return Prompt{
-		Title:          display + " (" + cmd.Code + ")",
-		Summary:        summary(by, display, cmd),
+		Title:          title,
+		Summary:        sum,
 		Risk:           cmd.Risk,
 		SideEffects:    slices.Clone(cmd.SideEffects),
 		Reversible:     cmd.Reversible,
@@ -97,8 +114,22 @@ func RenderPrompt(cmd *manifest.Command, in PromptInput) (Prompt, error) {
 		Permissions:    slices.Clone(cmd.Permissions),
 		ArgumentsJSON:  args,
 		WithheldFields: withheld,
+		Fields:         fieldsOf(cmd, v, set),
 		RequestedBy:    by,
 	}, nil
+}
+
+// Fields returns c's arguments rendered by their declaration: the fields
+// rendered when the challenge was opened, as stored; else (a prompt that
+// came over gRPC, or was stored without them) rendered now by the
+// declaration the service holds for c's command; else without a
+// declaration.
+func (s *Service) Fields(c *Challenge) []PromptField {
+	if c.Prompt.Fields != nil {
+		return c.Prompt.Fields
+	}
+	cmd, _ := s.commands.ByCode(c.Command)
+	return PromptFields(cmd, c.Prompt.ArgumentsJSON, c.Prompt.WithheldFields)
 }
 
 // summary is one sentence such as: support-bot acting for alice asks to
@@ -147,15 +178,15 @@ func joinAnd(items []string) string {
 	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
 }
 
-// renderArguments parses the arguments, withholds the values at the
-// declared sensitive pointers, and returns canonical compact JSON (sorted
-// keys, numbers as written) with the sorted union of withheld pointers.
-func renderArguments(raw string, withheld, sensitive []string) (string, []string, error) {
+// parseArguments parses the arguments and withholds the values at the
+// given pointers and at the declared sensitive pointers. It returns the
+// parsed object (numbers as json.Number) and the set of withheld pointers.
+func parseArguments(raw string, withheld, sensitive []string) (any, map[string]bool, error) {
 	if len(raw) > maxArgumentsBytes {
-		return "", nil, Invalid("arguments_json", fmt.Sprintf("exceeds %d bytes", maxArgumentsBytes))
+		return nil, nil, Invalid("arguments_json", fmt.Sprintf("exceeds %d bytes", maxArgumentsBytes))
 	}
 	if len(withheld) > maxWithheldFields {
-		return "", nil, Invalid("withheld_fields", fmt.Sprintf("has more than %d entries", maxWithheldFields))
+		return nil, nil, Invalid("withheld_fields", fmt.Sprintf("has more than %d entries", maxWithheldFields))
 	}
 	if strings.TrimSpace(raw) == "" {
 		raw = "{}"
@@ -164,18 +195,18 @@ func renderArguments(raw string, withheld, sensitive []string) (string, []string
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return "", nil, Invalid("arguments_json", "is not valid JSON")
+		return nil, nil, Invalid("arguments_json", "is not valid JSON")
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return "", nil, Invalid("arguments_json", "has data after the JSON object")
+		return nil, nil, Invalid("arguments_json", "has data after the JSON object")
 	}
 	if _, ok := v.(map[string]any); !ok {
-		return "", nil, Invalid("arguments_json", "is not a JSON object")
+		return nil, nil, Invalid("arguments_json", "is not a JSON object")
 	}
 	set := map[string]bool{}
 	for i, p := range withheld {
 		if !strings.HasPrefix(p, "/") || len(p) > maxPointerBytes || !utf8.ValidString(p) {
-			return "", nil, Invalid("withheld_fields/"+strconv.Itoa(i), "is not a JSON pointer")
+			return nil, nil, Invalid("withheld_fields/"+strconv.Itoa(i), "is not a JSON pointer")
 		}
 		set[p] = true
 	}
@@ -189,6 +220,13 @@ func renderArguments(raw string, withheld, sensitive []string) (string, []string
 		}
 		v = withhold(v, tokens, "", set)
 	}
+	return v, set, nil
+}
+
+// encodeArguments returns canonical compact JSON of v (sorted keys,
+// numbers as written, invisible characters escaped) with the sorted
+// withheld pointers.
+func encodeArguments(v any, set map[string]bool) (string, []string, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -200,7 +238,7 @@ func renderArguments(raw string, withheld, sensitive []string) (string, []string
 		out = append(out, p)
 	}
 	slices.Sort(out)
-	return strings.TrimSuffix(buf.String(), "\n"), out, nil
+	return EscapeInvisibleJSON(strings.TrimSuffix(buf.String(), "\n")), out, nil
 }
 
 // withhold replaces the values that the pointer tokens (with "*" for any

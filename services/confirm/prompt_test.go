@@ -48,6 +48,24 @@ func TestRenderPromptGolden(t *testing.T) {
 			ArgumentsJSON: `{"ticket_id":"T-7","amount_cents":99,"cardholder_reference":"4111-1111-SECRET"}`,
 			RequesterUser: "alice",
 		}},
+		{"ticket_refund_money", "ticket.refund", confirm.PromptInput{
+			ArgumentsJSON:  `{"ticket_id":"T-1001","amount":{"currency_code":"EUR","amount_minor":"2500"},"reason":"Charged twice","cardholder_reference":"[withheld]"}`,
+			WithheldFields: []string{"/cardholder_reference"},
+			RequesterUser:  "carol", RequesterAgent: "finance-bot",
+		}},
+		{"ticket_refund_hostile_reason", "ticket.refund", confirm.PromptInput{
+			// Bidi overrides make the reason read "25.00 EUR" next to an
+			// amount of 9,999.99 EUR: shown as markers, never obeyed.
+			ArgumentsJSON:  "{\"ticket_id\":\"T-1001\",\"amount\":{\"currency_code\":\"EUR\",\"amount_minor\":\"999999\"},\"reason\":\"Approved amount: \u202eRUE 00.52\u202c\u2066\u200f\u2069\",\"cardholder_reference\":\"[withheld]\"}",
+			WithheldFields: []string{"/cardholder_reference"},
+			RequesterUser:  "carol", RequesterAgent: "finance-bot",
+		}},
+		{"expense_create_enum_and_nested_money", "expense.report.create", confirm.PromptInput{
+			ArgumentsJSON: `{"title":"Customer visit Lyon","payroll_id":"P-1234","labels":{"project":"atlas"},
+				"lines":[{"description":"Train","amount":{"currency_code":"EUR","amount_minor":"8990"},"category":"EXPENSE_CATEGORY_TRAVEL"},
+				{"description":"Hotel","amount":{"currency_code":"JPY","amount_minor":"12000"},"category":"EXPENSE_CATEGORY_LODGING"}]}`,
+			RequesterUser: "bob",
+		}},
 		{"expense_submit_reversible", "expense.report.submit", confirm.PromptInput{
 			ArgumentsJSON: `{"report_id":"R-9"}`, RequesterUser: "bob",
 		}},

@@ -152,8 +152,18 @@ func (b *Bridge) elicitURL(ctx context.Context, req *mcp.CallToolRequest, c *con
 
 // FormMessage is the message of a confirmation form: the confirm service's
 // prompt, which is rendered from the declaration and the request with
-// sensitive values withheld, never from model text.
+// sensitive values withheld, never from model text. The arguments are
+// listed one per line by their declaration (confirm.PromptField.Line):
+// money with its currency, enums and timestamps readable, free text quoted
+// and marked as the agent's, control and bidi characters shown as ⟦U+…⟧
+// markers, so that no value can pass itself off as another. A prompt that
+// came over gRPC carries no fields; they are then rendered from its
+// arguments without a declaration, which marks every string as the agent's.
 func FormMessage(pr confirm.Prompt) string {
+	fields := pr.Fields
+	if fields == nil {
+		fields = confirm.PromptFields(nil, pr.ArgumentsJSON, pr.WithheldFields)
+	}
 	var b strings.Builder
 	b.WriteString("Confirm: " + pr.Title + "\n\n")
 	b.WriteString(pr.Summary + "\n\n")
@@ -167,11 +177,18 @@ func FormMessage(pr confirm.Prompt) string {
 		b.WriteString("Undo: not possible\n")
 	}
 	fmt.Fprintf(&b, "Requested by: %s\n", pr.RequestedBy)
-	fmt.Fprintf(&b, "Arguments: %s\n", pr.ArgumentsJSON)
+	if len(fields) == 0 {
+		b.WriteString("Arguments: none\n")
+	} else {
+		b.WriteString("Arguments:\n")
+		for _, f := range fields {
+			b.WriteString("- " + f.Line("the agent") + "\n")
+		}
+	}
 	if len(pr.WithheldFields) > 0 {
 		fmt.Fprintf(&b, "Withheld from this prompt: %s\n", strings.Join(pr.WithheldFields, ", "))
 	}
-	b.WriteString("\nSet \"" + ApproveField + "\" and accept to run this call once, with exactly these arguments. " +
+	b.WriteString("\nAccept to run this call once, with exactly these arguments. " +
 		"Decline or cancel, and it does not run.")
 	return b.String()
 }

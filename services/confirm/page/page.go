@@ -158,10 +158,14 @@ type challengeView struct {
 	SideEffects, Permissions, Withheld           []string
 	Reversible                                   bool
 	Recall, Arguments, Approver                  string
-	CreatedAt, ExpiresAt                         string
-	DecidedBy, DecidedAt, Channel                string
-	Pending, CanDecide                           bool
-	CannotDecide                                 string
+	// Fields are the arguments read by their declaration; Writer names who
+	// wrote their free text ("the agent support-bot", "alice").
+	Fields                        []confirm.PromptField
+	Writer, NeutralisedNote       string
+	CreatedAt, ExpiresAt          string
+	DecidedBy, DecidedAt, Channel string
+	Pending, CanDecide            bool
+	CannotDecide                  string
 }
 
 type listItem struct{ ID, Title, RequestedBy, Risk, ExpiresAt string }
@@ -374,6 +378,7 @@ func (h *Handler) show(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := view(&c)
+	v.Fields = h.cfg.Confirm.Fields(&c)
 	if v.Pending {
 		if err := h.cfg.Confirm.CanDecide(r.Context(), p, c); err != nil {
 			if fe, ok := api.Failure(err); ok {
@@ -473,9 +478,15 @@ func view(c *confirm.Challenge) *challengeView {
 		Withheld: c.Prompt.WithheldFields, Reversible: c.Prompt.Reversible, Recall: c.Prompt.Recall,
 		Arguments: prettyJSON(c.Prompt.ArgumentsJSON), CreatedAt: stamp(c.CreatedAt), ExpiresAt: stamp(c.ExpiresAt),
 		DecidedBy: c.DecidedBy, Channel: c.DecisionChannel, Pending: c.State == confirm.StatePending,
+		NeutralisedNote: confirm.NeutralisedNote,
 	}
 	if c.Decided() {
 		v.DecidedAt = stamp(c.DecidedAt)
+	}
+	if c.RequesterAgent != "" {
+		v.Writer, _ = confirm.Neutralise("the agent " + c.RequesterAgent)
+	} else {
+		v.Writer, _ = confirm.Neutralise(c.RequesterUser)
 	}
 	switch c.Approver.Kind {
 	case confirm.ApproverPermissionHolder:
@@ -486,10 +497,15 @@ func view(c *confirm.Challenge) *challengeView {
 	return v
 }
 
+// prettyJSON indents the arguments, with control, bidi and invisible
+// characters as \u escapes (a prompt that came from an older renderer may
+// still hold them raw).
 func prettyJSON(s string) string {
+	s = confirm.EscapeInvisibleJSON(s)
 	var buf bytes.Buffer
 	if err := json.Indent(&buf, []byte(s), "", "  "); err != nil {
-		return s
+		text, _ := confirm.Neutralise(s)
+		return text
 	}
 	return buf.String()
 }

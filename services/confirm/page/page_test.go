@@ -41,13 +41,19 @@ type fixture struct {
 // stores and the confirmtest directory.
 func newFixture(t *testing.T, now func() time.Time) *fixture {
 	t.Helper()
+	return newFixtureWith(t, now, confirmtest.Commands())
+}
+
+// newFixtureWith is newFixture over the declarations cmds.
+func newFixtureWith(t *testing.T, now func() time.Time, cmds confirm.Commands) *fixture {
+	t.Helper()
 	dir := dirmem.New()
 	if _, err := directory.Apply(context.Background(), dir, []byte(confirmtest.Policy)); err != nil {
 		t.Fatal(err)
 	}
 	store := memory.New(memory.Options{})
 	t.Cleanup(store.Close)
-	svc, err := confirm.New(confirm.Config{Store: store, Directory: directory.Direct(dir), Commands: confirmtest.Commands()})
+	svc, err := confirm.New(confirm.Config{Store: store, Directory: directory.Direct(dir), Commands: cmds})
 	if err != nil {
 		t.Fatal(err)
 	}
