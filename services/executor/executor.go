@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -465,7 +466,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		fe := backendFailure(dispatchErr)
 		fe.InvocationID = inv.id
 		outcome := audit.OutcomeFailed
-		if isRefusalStage(fe.Stage) {
+		if isRefusalStage(fe.Stage) || clientError(fe.Status) {
 			outcome = audit.OutcomeRefused
 		}
 		e.outcomeAsync(ctx, inv, outcome, fe.Stage, fe.Code, fe.Message, nil)
@@ -692,17 +693,32 @@ func (e *Executor) logger(ctx context.Context, inv *invocation) *slog.Logger {
 
 // backendFailure keeps the stage and code a backend reported for the
 // stages a backend may refuse at, and maps everything else to handler.*.
+// A backend's domain refusal (a Mandate code with a client-error gRPC
+// code, e.g. refund.exceeds_paid as FailedPrecondition) stays what it is —
+// a 4xx with its stage and code on every channel, and replayed as such —
+// never a 500 handler.failed.
 func backendFailure(err error) *failure.Error {
 	st := failure.ToStatus(err)
 	p := failure.Problem(st, "")
 	switch {
-	case st.Code().String() == "DeadlineExceeded" || errors.Is(err, context.DeadlineExceeded):
+	case st.Code() == grpccodes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded):
 		return failure.New(StageDispatch, "handler.deadline_exceeded", "the backend did not answer in time; the effect is unknown")
+	case p.Code != "" && !strings.HasPrefix(p.Code, "grpc.") && clientError(st.Code()):
+		stage := p.Stage
+		if !isRefusalStage(stage) {
+			stage = StageDispatch
+		}
+		fe := failure.New(stage, p.Code, p.Detail)
+		fe.Remedy, fe.Status = p.Remedy, st.Code()
+		for _, v := range p.Errors {
+			fe.Violations = append(fe.Violations, failure.Violation{Pointer: v.Pointer, Rule: v.Rule, Message: v.Detail})
+		}
+		return fe
 	case isRefusalStage(p.Stage) && p.Code != "":
 		fe := failure.New(p.Stage, p.Code, p.Detail)
 		fe.Remedy = p.Remedy
 		return fe
-	case st.Code().String() == "Unavailable":
+	case st.Code() == grpccodes.Unavailable:
 		fe := failure.New(StageDispatch, "handler.unavailable", "the backend is unavailable")
 		fe.Retriable, fe.Remedy = true, "retry later with the same idempotency key"
 		return fe
@@ -710,10 +726,21 @@ func backendFailure(err error) *failure.Error {
 	return failure.New(StageDispatch, "handler.failed", "the backend failed")
 }
 
+// clientError reports the gRPC codes by which a backend says the request,
+// not the backend, is at fault.
+func clientError(c grpccodes.Code) bool {
+	switch c {
+	case grpccodes.InvalidArgument, grpccodes.FailedPrecondition, grpccodes.NotFound, grpccodes.AlreadyExists,
+		grpccodes.OutOfRange, grpccodes.PermissionDenied:
+		return true
+	}
+	return false
+}
+
 // isRefusalStage lists the stages a backend may refuse at.
 func isRefusalStage(stage string) bool {
 	switch stage {
-	case "state_check", "pre_invariant", "assert", "post_invariant", StageScope:
+	case "state_check", "pre_invariant", "assert", "post_invariant", StageScope, StageSchema, StageIdempotency:
 		return true
 	}
 	return false

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/mandate-dev/mandate/internal/callattr"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/services/audit"
@@ -90,6 +92,7 @@ func checkIdempotencyKey(inv *invocation) *failure.Error {
 func invalidAttributes(stage, code string, bad []callattr.Invalid) *failure.Error {
 	msgs := make([]string, 0, len(bad))
 	fe := failure.New(stage, code, "")
+	fe.Status = codes.InvalidArgument
 	for _, p := range bad {
 		msgs = append(msgs, p.Error()+": "+strconv.Quote(p.Value))
 		fe.Violations = append(fe.Violations, failure.Violation{Pointer: "/" + p.Name, Rule: p.Rule, Message: p.Name + " " + p.Reason})

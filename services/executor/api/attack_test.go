@@ -1,0 +1,293 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/services/audit"
+)
+
+// restPost posts body to the executor's REST gateway with a bearer token
+// and extra headers, and returns the status and the decoded body.
+func (e *env) restPost(t *testing.T, path, tok, body string, hdr ...string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+e.exec.HTTPAddr()+path, bytes.NewBufferString(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return resp.StatusCode, m
+}
+
+// rowCount returns how many audit rows a tenant's chain holds (its
+// newest row's sequence number: the chain has no gaps).
+func (e *env) rowCount(t *testing.T, tenant string) int {
+	t.Helper()
+	page, err := e.audit.Query(context.Background(), audit.Filter{Tenant: tenant, PageSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Records) == 0 {
+		return 0
+	}
+	return int(page.Records[0].Seq)
+}
+
+// TestAttackMetadataIsValidatedAndAudited: attributes besides the
+// arguments that break their rules — on the ExecuteRequest, in gRPC
+// metadata and in REST headers — are refused at request_check (or, for
+// the idempotency key, at idempotency_check, before anyone is asked to
+// approve) with a stable code, and every refusal leaves exactly one
+// refused row holding the offending value truncated and marked. Nothing
+// reaches the backend; no challenge is opened.
+func TestAttackMetadataIsValidatedAndAudited(t *testing.T) {
+	e := start(t)
+	bot := token(t, "acme", "carol", "finance-bot")
+	long := strings.Repeat("c", 300)
+	cases := []struct {
+		name        string
+		run         func() (codes.Code, *mandatev1.CommandError)
+		stage, code string
+		marked      string // a substring the refused row's conversation or message holds
+	}{
+		{"conversation of 300 bytes in the request", func() (codes.Code, *mandatev1.CommandError) {
+			_, err := e.execute(t, as(bot), "ticket.refund", refundInput, func(r *mandatev1.ExecuteRequest) { r.ConversationId = long })
+			return status.Code(err), refusal(err)
+		}, "request_check", "request.invalid_metadata", "[invalid] ccc"},
+		{"conversation with a NUL byte in the request", func() (codes.Code, *mandatev1.CommandError) {
+			_, err := e.execute(t, as(bot), "ticket.refund", refundInput, func(r *mandatev1.ExecuteRequest) { r.ConversationId = "conv\x00x" })
+			return status.Code(err), refusal(err)
+		}, "request_check", "request.invalid_metadata", `conv\u{0000}x`},
+		{"conversation of 300 bytes in gRPC metadata", func() (codes.Code, *mandatev1.CommandError) {
+			_, err := e.execute(t, as(bot, "x-mandate-conversation", long), "ticket.refund", refundInput)
+			return status.Code(err), refusal(err)
+		}, "request_check", "request.invalid_metadata", "[invalid] ccc"},
+		{"bidi override in gRPC metadata conversation", func() (codes.Code, *mandatev1.CommandError) {
+			_, err := e.execute(t, as(bot), "ticket.refund", refundInput, func(r *mandatev1.ExecuteRequest) { r.ConversationId = "a\u202eb" })
+			return status.Code(err), refusal(err)
+		}, "request_check", "request.invalid_metadata", `a\u{202E}b`},
+		{"malformed traceparent in gRPC metadata", func() (codes.Code, *mandatev1.CommandError) {
+			_, err := e.execute(t, as(bot, "traceparent", "00-zz-01"), "ticket.search", `{"query":"x"}`)
+			return status.Code(err), refusal(err)
+		}, "request_check", "request.invalid_metadata", "[invalid] 00-zz-01"},
+		{"approval grant id with a path", func() (codes.Code, *mandatev1.CommandError) {
+			_, err := e.execute(t, as(bot), "ticket.refund", refundInput, withGrant("../../etc/passwd"))
+			return status.Code(err), refusal(err)
+		}, "request_check", "request.invalid_metadata", "[invalid] ../../etc/passwd"},
+		{"idempotency key of 256 bytes", func() (codes.Code, *mandatev1.CommandError) {
+			_, err := e.execute(t, as(bot), "ticket.refund", refundInput, withKey(strings.Repeat("k", 256)))
+			return status.Code(err), refusal(err)
+		}, "idempotency_check", "idempotency.invalid_key", "[invalid] kkk"},
+		{"idempotency key of 256 bytes in gRPC metadata", func() (codes.Code, *mandatev1.CommandError) {
+			_, err := e.execute(t, as(bot, "idempotency-key", strings.Repeat("k", 256)), "ticket.refund", refundInput)
+			return status.Code(err), refusal(err)
+		}, "idempotency_check", "idempotency.invalid_key", "[invalid] kkk"},
+		{"conversation of 300 bytes in a REST header", func() (codes.Code, *mandatev1.CommandError) {
+			code, body := e.restPost(t, "/v1/commands/ticket.refund:execute", bot, `{"input":`+refundInput+`}`, "X-Mandate-Conversation", long)
+			return problemCode(code), &mandatev1.CommandError{Code: fmt.Sprint(body["code"]), Stage: fmt.Sprint(body["stage"]), InvocationId: fmt.Sprint(body["invocation_id"])}
+		}, "request_check", "request.invalid_metadata", "[invalid] ccc"},
+		{"idempotency key of 256 bytes in a REST header", func() (codes.Code, *mandatev1.CommandError) {
+			code, body := e.restPost(t, "/v1/commands/ticket.refund:execute", bot, `{"input":`+refundInput+`}`, "Idempotency-Key", strings.Repeat("k", 256))
+			return problemCode(code), &mandatev1.CommandError{Code: fmt.Sprint(body["code"]), Stage: fmt.Sprint(body["stage"]), InvocationId: fmt.Sprint(body["invocation_id"])}
+		}, "idempotency_check", "idempotency.invalid_key", "[invalid] kkk"},
+		{"malformed traceparent in a REST header", func() (codes.Code, *mandatev1.CommandError) {
+			code, body := e.restPost(t, "/v1/commands/ticket.search:execute", bot, `{"input":{"query":"x"}}`, "traceparent", "01-"+strings.Repeat("0", 32)+"-1-1")
+			return problemCode(code), &mandatev1.CommandError{Code: fmt.Sprint(body["code"]), Stage: fmt.Sprint(body["stage"]), InvocationId: fmt.Sprint(body["invocation_id"])}
+		}, "request_check", "request.invalid_metadata", "[invalid] 01-000"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := e.rowCount(t, "acme")
+			code, ce := c.run()
+			if code != codes.InvalidArgument || ce.GetStage() != c.stage || ce.GetCode() != c.code || ce.GetInvocationId() == "" {
+				t.Fatalf("refused with %v %+v, want InvalidArgument %s %s", code, ce, c.stage, c.code)
+			}
+			rows := e.rows(t, "acme", ce.GetInvocationId(), 1)
+			if len(rows) != 1 || rows[0].Outcome != audit.OutcomeRefused || rows[0].Stage != c.stage || rows[0].Code != c.code {
+				t.Fatalf("rows of the refusal: %+v", rows)
+			}
+			if r := rows[0]; !strings.Contains(r.ConversationID+" "+r.Message, c.marked) {
+				t.Fatalf("the row does not hold the marked value %q: conversation %q, message %q", c.marked, r.ConversationID, r.Message)
+			}
+			if after := e.rowCount(t, "acme"); after != before+1 {
+				t.Fatalf("the trail gained %d rows, want 1", after-before)
+			}
+		})
+	}
+	if n := e.gateway.Refunds(); n != 0 {
+		t.Fatalf("the gateway counted %d refunds", n)
+	}
+	if pending, err := e.confirm.Pending(context.Background(), carol, 100); err != nil || len(pending) != 0 {
+		t.Fatalf("challenges opened for refused calls: %d %v", len(pending), err)
+	}
+}
+
+// problemCode maps an HTTP status of a problem body back to the gRPC code
+// the gateway derived it from (the ones these tests expect).
+func problemCode(httpStatus int) codes.Code {
+	switch httpStatus {
+	case http.StatusBadRequest:
+		return codes.InvalidArgument
+	case http.StatusUnprocessableEntity:
+		return codes.FailedPrecondition
+	case http.StatusForbidden:
+		return codes.PermissionDenied
+	}
+	return codes.Unknown
+}
+
+// TestAttackBackendDomainRefusalIsNoServerError: a refund larger than what
+// was paid is refused by the backend (refund.exceeds_paid at
+// pre_invariant). The caller gets that stage and code as a client error —
+// FailedPrecondition over gRPC, 422 over REST — never 500 handler.failed;
+// the outcome row says refused; a retry with the same key replays the
+// same refusal; the gateway moved nothing.
+func TestAttackBackendDomainRefusalIsNoServerError(t *testing.T) {
+	e := start(t)
+	bot := as(token(t, "acme", "carol", "finance-bot"))
+	tooMuch := strings.Replace(refundInput, `"2500"`, `"999999"`, 1)
+	_, err := e.execute(t, bot, "ticket.refund", tooMuch, withKey("too-much-1"))
+	challenge := refusal(err).GetChallengeId()
+	if challenge == "" {
+		t.Fatalf("first call: %v", err)
+	}
+	if _, err := e.confirm.Decide(context.Background(), carol, challenge, true, "api"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.execute(t, bot, "ticket.refund", tooMuch, withKey("too-much-1"), withGrant(challenge))
+	ce := refusal(err)
+	if status.Code(err) != codes.FailedPrecondition || ce.GetStage() != "pre_invariant" || ce.GetCode() != "refund.exceeds_paid" {
+		t.Fatalf("refund beyond what was paid: %v %+v", status.Code(err), ce)
+	}
+	rows := e.rows(t, "acme", ce.GetInvocationId(), 2)
+	if len(rows) != 2 || rows[1].Outcome != audit.OutcomeRefused || rows[1].Code != "refund.exceeds_paid" {
+		t.Fatalf("rows: %+v", rows)
+	}
+	// The same key replays the refusal, as a client error.
+	_, err = e.execute(t, bot, "ticket.refund", tooMuch, withKey("too-much-1"), withGrant(challenge))
+	if status.Code(err) != codes.FailedPrecondition || refusal(err).GetCode() != "refund.exceeds_paid" {
+		t.Fatalf("replay: %v %+v", status.Code(err), refusal(err))
+	}
+	// Over REST: 422 with the stage and code.
+	code, body := e.restPost(t, "/v1/commands/ticket.refund:execute", token(t, "acme", "carol", "finance-bot"), `{"input":`+tooMuch+`}`, "Idempotency-Key", "too-much-1")
+	if code != http.StatusUnprocessableEntity || body["code"] != "refund.exceeds_paid" || body["stage"] != "pre_invariant" {
+		t.Fatalf("REST replay: %d %v", code, body)
+	}
+	if n := e.gateway.Refunds(); n != 0 {
+		t.Fatalf("the gateway counted %d refunds", n)
+	}
+}
+
+// TestAttackEveryAttemptLeavesOneRow is a property test over the input
+// channels' metadata: for any authenticated call with arbitrary
+// conversation, idempotency key, grant id and trace context — bytes of any
+// length, NUL, invalid UTF-8, bidi controls — over gRPC (request fields and
+// metadata) and REST (headers), the trail gains exactly one refused (or
+// replayed) row, or an intent and an outcome row, and never anything else.
+func TestAttackEveryAttemptLeavesOneRow(t *testing.T) {
+	e := start(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 42))
+	alice := token(t, "acme", "alice", "support-bot")
+	pieces := []string{"", "a", "conv-1", "\x00", "\xff", "\u202e", "\u2066", "é", "-", "_", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", " ", "\n", "%ff"}
+	gen := func() string {
+		if rng.IntN(4) == 0 {
+			return ""
+		}
+		var b strings.Builder
+		for range rng.IntN(6) {
+			p := pieces[rng.IntN(len(pieces))]
+			b.WriteString(strings.Repeat(p, 1+rng.IntN(90)))
+		}
+		return b.String()
+	}
+	ascii := func(s string) string { // gRPC metadata and HTTP headers carry printable ASCII only
+		return strings.Map(func(r rune) rune {
+			if r < 0x20 || r > 0x7e {
+				return 'x'
+			}
+			return r
+		}, s)
+	}
+	inputs := []struct{ code, input string }{
+		{"ticket.search", `{"query":"charged twice"}`},
+		{"ticket.refund", refundInput},
+		{"no.such.command", `{}`},
+	}
+	n := 60
+	if testing.Short() {
+		n = 15
+	}
+	for i := range n {
+		in := inputs[rng.IntN(len(inputs))]
+		conv, key, grant, tp := gen(), gen(), gen(), gen()
+		before := e.rowCount(t, "acme")
+		var invocation string
+		switch rng.IntN(3) {
+		case 0: // ExecuteRequest fields (any UTF-8 the proto can carry)
+			resp, err := e.execute(t, as(alice, "traceparent", ascii(tp)), in.code, in.input, func(r *mandatev1.ExecuteRequest) {
+				r.ConversationId, r.IdempotencyKey, r.ApprovalGrantId = strings.ToValidUTF8(conv, "?"), strings.ToValidUTF8(key, "?"), strings.ToValidUTF8(grant, "?")
+			})
+			invocation = invocationOf(resp, err)
+		case 1: // gRPC metadata
+			md := []string{"x-mandate-conversation", ascii(conv), "idempotency-key", ascii(key), "x-mandate-approval-grant", ascii(grant), "traceparent", ascii(tp)}
+			resp, err := e.execute(t, as(alice, md...), in.code, in.input)
+			invocation = invocationOf(resp, err)
+		default: // REST headers
+			code, body := e.restPost(t, "/v1/commands/"+in.code+":execute", alice, `{"input":`+in.input+`}`,
+				"X-Mandate-Conversation", ascii(conv), "Idempotency-Key", ascii(key), "X-Mandate-Approval-Grant", ascii(grant), "traceparent", ascii(tp))
+			if code >= 500 {
+				t.Fatalf("attempt %d: HTTP %d %v", i, code, body)
+			}
+			invocation, _ = body["invocation_id"].(string)
+		}
+		if invocation == "" {
+			t.Fatalf("attempt %d (%s): no invocation id", i, in.code)
+		}
+		rows := e.rows(t, "acme", invocation, 1)
+		if len(rows) == 1 && rows[0].Phase == audit.PhaseIntent {
+			rows = e.rows(t, "acme", invocation, 2)
+		}
+		ok := len(rows) == 1 && rows[0].Phase == audit.PhaseOutcome && rows[0].Outcome != audit.OutcomeExecuted ||
+			len(rows) == 2 && rows[0].Phase == audit.PhaseIntent && rows[1].Phase == audit.PhaseOutcome
+		if !ok {
+			t.Fatalf("attempt %d (%s, conv %q, key %q, grant %q, traceparent %q): rows %+v", i, in.code, conv, key, grant, tp, rows)
+		}
+		if after := e.rowCount(t, "acme"); after != before+len(rows) {
+			t.Fatalf("attempt %d: the trail gained %d rows, the invocation has %d", i, after-before, len(rows))
+		}
+	}
+	if n := e.gateway.Refunds(); n != 0 {
+		t.Fatalf("the gateway counted %d refunds; support-bot may not refund", n)
+	}
+}
+
+// invocationOf returns the invocation id of a call's response or error.
+func invocationOf(resp *mandatev1.ExecuteResponse, err error) string {
+	if err == nil {
+		return resp.GetInvocationId()
+	}
+	return refusal(err).GetInvocationId()
+}
