@@ -606,10 +606,35 @@ func enumNames(r *fieldRenderer, s map[string]any) []string {
 	return names
 }
 
-// anchoredPattern reports whether s's pattern pins the whole value.
+// anchoredPattern reports whether s's pattern pins the whole value to a
+// shape: anchored at both ends, with no wildcard ("."), negated class
+// ("[^…]") or negated or Unicode-category escape (\S, \W, \D, \p, \P)
+// that would let prose through.
 func anchoredPattern(r *fieldRenderer, s map[string]any) bool {
 	p, _ := facet(r, s, "pattern").(string)
-	return strings.HasPrefix(p, "^") && strings.HasSuffix(p, "$") && !strings.Contains(p, ".*") && !strings.Contains(p, ".+")
+	if !strings.HasPrefix(p, "^") || !strings.HasSuffix(p, "$") {
+		return false
+	}
+	inClass := false
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c == '\\' && i+1 < len(p):
+			i++
+			if strings.IndexByte("SWDpP", p[i]) >= 0 {
+				return false
+			}
+		case c == '[' && !inClass:
+			inClass = true
+			if i+1 < len(p) && p[i+1] == '^' {
+				return false
+			}
+		case c == ']' && inClass:
+			inClass = false
+		case c == '.' && !inClass:
+			return false
+		}
+	}
+	return true
 }
 
 func sensitiveSchema(r *fieldRenderer, s map[string]any) bool {

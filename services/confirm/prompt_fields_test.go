@@ -170,6 +170,9 @@ var kitchenSink = &manifest.Command{
 	    "request_uuid": {"type": "string", "format": "uuid"},
 	    "note": {"type": "string", "maxLength": 500, "title": "Note to the customer"},
 	    "loose": {"type": "string", "pattern": "^.*$"},
+	    "negated": {"type": "string", "pattern": "^[^<>]{1,200}$"},
+	    "nonspace": {"type": "string", "pattern": "^\\S+$"},
+	    "escaped_dot": {"type": "string", "pattern": "^v[0-9]+\\.[0-9]+$"},
 	    "count": {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": "^[0-9]+$"}]},
 	    "urgent": {"type": "boolean"},
 	    "secret": {"type": "string"},
@@ -185,7 +188,7 @@ var kitchenSink = &manifest.Command{
 func TestPromptFieldsByDeclaration(t *testing.T) {
 	args := `{"status":"TICKET_STATUS_CLOSED","due":"2026-03-01T15:04:05+01:00","ticket_id":"T-1001",
 	  "email":"ann@example.com","request_uuid":"0f8fad5b-d9cb-469f-a165-70867728950e","note":"Sorry\nfor the wait",
-	  "loose":"abc","count":"42","urgent":true,"secret":"s3cr3t","pin":"1234","labels":{"pro\u202eject":"atlas"},
+	  "loose":"abc","negated":"abc","nonspace":"abc","escaped_dot":"v1.2","count":"42","urgent":true,"secret":"s3cr3t","pin":"1234","labels":{"pro\u202eject":"atlas"},
 	  "parent":{"name":"root","child":{"name":"leaf"}},"tags":["a","b"],"extra":"x","nothing":null,"empty":[]}`
 	p, err := confirm.RenderPrompt(kitchenSink, confirm.PromptInput{ArgumentsJSON: args, RequesterUser: "alice"})
 	if err != nil {
@@ -203,6 +206,9 @@ func TestPromptFieldsByDeclaration(t *testing.T) {
 		{"/request_uuid", "Request UUID", confirm.KindIdentifier, "0f8fad5b-d9cb-469f-a165-70867728950e", "", "", ""},
 		{"/note", "Note to the customer", confirm.KindText, "Sorry⟦U+000A⟧for the wait", "", "", ""},
 		{"/loose", "Loose", confirm.KindText, "abc", "", "", ""},
+		{"/negated", "Negated", confirm.KindText, "abc", "", "", ""},
+		{"/nonspace", "Nonspace", confirm.KindText, "abc", "", "", ""},
+		{"/escaped_dot", "Escaped dot", confirm.KindIdentifier, "v1.2", "", "", ""},
 		{"/count", "Count", confirm.KindNumber, "42", "", "", ""},
 		{"/urgent", "Urgent", confirm.KindBoolean, "yes", "", "", ""},
 		{"/secret", "Secret", confirm.KindWithheld, confirm.WithheldValue, "", "", ""},
