@@ -211,3 +211,19 @@ func (b *Backend) ApproveExpenseReport(ctx context.Context, req *helpdeskv1.Appr
 	}
 	return reportToProto(r), nil
 }
+
+// EraseCustomer implements helpdeskv1.HelpdeskServiceServer.
+func (b *Backend) EraseCustomer(ctx context.Context, req *helpdeskv1.EraseCustomerRequest) (*helpdeskv1.CustomerErasure, error) {
+	p, inv, err := b.caller(ctx)
+	if err != nil {
+		return nil, b.fail(ctx, "EraseCustomer", p, inv, err)
+	}
+	e, err := b.desk.eraseCustomer(ctx, p, inv, eraseInput{CustomerEmail: req.GetCustomerEmail(), Reason: req.GetReason()})
+	if err != nil {
+		return nil, b.fail(ctx, "EraseCustomer", p, inv, err)
+	}
+	// Never the email: the log would keep what the erasure removed.
+	b.log.InfoContext(ctx, "customer erased", "invocation_id", inv.ID, "tenant", p.Tenant, "user", p.UserID,
+		"erasure", e.ID, "tickets_erased", e.TicketsErased)
+	return erasureToProto(e), nil
+}

@@ -1,6 +1,7 @@
 package helpdesk
 
 import (
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -146,4 +147,12 @@ func reportToProto(r ExpenseReport) *helpdeskv1.ExpenseReport {
 		out.Lines = append(out.Lines, line)
 	}
 	return out
+}
+
+func erasureToProto(e Erasure) *helpdeskv1.CustomerErasure {
+	return &helpdeskv1.CustomerErasure{
+		ErasureId:     e.ID,
+		TicketsErased: int32(min(e.TicketsErased, math.MaxInt32)), //nolint:gosec // G115: clamped to int32 above
+		ErasedAt:      timeToProto(e.ErasedAt),
+	}
 }

@@ -1,10 +1,11 @@
 // Package helpdesk is the sample business backend Mandate is shown and tested with (DESIGN §8):
-// a gRPC server implementing helpdesk.v1.HelpdeskService over tenant-scoped tickets, refunds and
-// expense reports. It is an ordinary backend, not part of Mandate: it trusts Mandate's executor
+// a gRPC server implementing helpdesk.v1.HelpdeskService over tenant-scoped tickets, refunds,
+// expense reports and customer erasures. It is an ordinary backend, not part of Mandate: it trusts Mandate's executor
 // to authorise, confirm, de-duplicate and audit each call, and only enforces what the business
 // itself owns — tenant isolation, state guards (submit only a draft, recall only before
-// approval), money invariants (never refund more than was paid, never mix currencies) and who
-// may act on whose report.
+// approval), money invariants (never refund more than was paid, never mix currencies), who
+// may act on whose report, and that an erased customer's email leaves every ticket of the tenant
+// (replaced by a tombstone naming the erasure, whose receipt never keeps the email).
 //
 // The backend serves only calls relayed by a Mandate service: the authenticated principal must
 // carry Via (a service token calling on behalf of the user, see internal/identity); a user or an

@@ -174,6 +174,51 @@ func (r Refund) Validate() error {
 	return nil
 }
 
+// Erasure is the receipt of a customer erasure: what was erased, for whom and by which
+// invocation. It never holds the erased data: the customer's email is gone from the tenant's
+// records once the erasure commits, and the receipt does not keep a copy.
+type Erasure struct {
+	// Tenant owns the erasure.
+	Tenant string
+	// ID is e.g. "CE-4001".
+	ID string
+	// Reason is why the customer was erased, e.g. the reference of the deletion request.
+	Reason string
+	// TicketsErased is how many tickets had the customer's email replaced by the tombstone.
+	TicketsErased int
+	// RequestedBy is the user the erasure was made for; AgentID the agent that asked, if any.
+	RequestedBy string
+	AgentID     string
+	// InvocationID is the Mandate invocation that made the erasure.
+	InvocationID string
+	// ErasedAt is when the erasure was made.
+	ErasedAt time.Time
+}
+
+// Tombstone is what replaces the erased customer's email on their records: it names the
+// erasure, so the records of one customer stay recognisable as one, and carries nothing
+// derived from the email (a hash of it could be reversed by guessing addresses).
+func (e Erasure) Tombstone() string { return "erased:" + e.ID }
+
+// Normalize returns e as a store keeps it (see Ticket.Normalize).
+func (e Erasure) Normalize() Erasure {
+	e.ErasedAt = normTime(e.ErasedAt)
+	return e
+}
+
+// Validate checks what a store requires of an erasure; errors match ErrInvalid.
+func (e Erasure) Validate() error {
+	switch {
+	case e.Tenant == "" || e.ID == "":
+		return invalidRecord("erasure needs a tenant and an id")
+	case e.TicketsErased < 0:
+		return invalidRecord("erasure " + e.ID + " has a negative count")
+	case e.ErasedAt.IsZero():
+		return invalidRecord("erasure " + e.ID + " has no erasure time")
+	}
+	return nil
+}
+
 // Category classifies an expense line.
 type Category string
 

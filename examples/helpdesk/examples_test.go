@@ -22,6 +22,15 @@ var exampleRuns = map[string]struct {
 	as    principal
 	check func(t *testing.T, e *env, resp proto.Message)
 }{
+	"customer.erase": {user("carol"), func(t *testing.T, e *env, resp proto.Message) {
+		got := resp.(*helpdeskv1.CustomerErasure)
+		if got.GetErasureId() != "CE-4001" || got.GetTicketsErased() != 1 || got.GetErasedAt() == nil {
+			t.Errorf("erasure = %v, want CE-4001 erasing li.wei's one ticket", got)
+		}
+		if tk, err := e.store.Ticket(testCtx(t), "acme", "T-1002"); err != nil || tk.CustomerEmail != "erased:CE-4001" {
+			t.Errorf("T-1002 after the erasure: %q %v", tk.CustomerEmail, err)
+		}
+	}},
 	"ticket.search": {user("alice"), func(t *testing.T, _ *env, resp proto.Message) {
 		got := resp.(*helpdeskv1.SearchTicketsResponse)
 		if len(got.GetTickets()) != 1 || got.GetTickets()[0].GetTicketId() != "T-1001" {

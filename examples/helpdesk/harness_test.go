@@ -57,7 +57,8 @@ var storeKinds = []struct {
 		pool := pgtest.New(t, postgres.Migrations)
 		return func(t *testing.T) helpdesk.Store {
 			if _, err := pool.Exec(testCtx(t), `DELETE FROM helpdesk.refunds; DELETE FROM helpdesk.tickets;
-				DELETE FROM helpdesk.expense_reports; DELETE FROM helpdesk.sequences; DELETE FROM helpdesk.idempotency_keys`); err != nil {
+				DELETE FROM helpdesk.expense_reports; DELETE FROM helpdesk.sequences; DELETE FROM helpdesk.idempotency_keys;
+				DELETE FROM helpdesk.erasures`); err != nil {
 				t.Fatal(err)
 			}
 			return postgres.New(pool)

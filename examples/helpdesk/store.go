@@ -51,6 +51,8 @@ const (
 	SeqReport Sequence = "expense_report"
 	// SeqRefund numbers refunds (RF-3001, …).
 	SeqRefund Sequence = "refund"
+	// SeqErasure numbers customer erasures (CE-4001, …).
+	SeqErasure Sequence = "erasure"
 )
 
 // IdempotencyKey scopes a client's idempotency key to the tenant, the user it acts for and the
@@ -88,6 +90,8 @@ type Reader interface {
 	Refunds(ctx context.Context, tenant, ticketID string) ([]Refund, error)
 	// Report returns one expense report, or an error matching ErrNotFound.
 	Report(ctx context.Context, tenant, id string) (ExpenseReport, error)
+	// Erasure returns one customer erasure, or an error matching ErrNotFound.
+	Erasure(ctx context.Context, tenant, id string) (Erasure, error)
 }
 
 // Store keeps the helpdesk's records. Implementations: examples/helpdesk/memory and
@@ -128,6 +132,14 @@ type Tx interface {
 	// OwnerOrg and CreatedAt) with those of r, which must be a valid report as a whole; an
 	// unknown report fails with ErrNotFound.
 	UpdateReport(ctx context.Context, r ExpenseReport) error
+	// EraseCustomer replaces the customer email of every ticket of tenant whose email equals
+	// email (compared case-insensitively) with tombstone, and returns how many tickets it
+	// changed. An empty email or tombstone fails with ErrInvalid: neither may match or leave
+	// a ticket without a customer.
+	EraseCustomer(ctx context.Context, tenant, email, tombstone string) (int, error)
+	// InsertErasure stores the receipt of an erasure; an existing (Tenant, ID) fails with
+	// ErrConflict.
+	InsertErasure(ctx context.Context, e Erasure) error
 	// NextID advances the tenant's counter seq and returns its new value, max(last, floor)+1:
 	// the first call with floor 1000 returns 1001, and a larger floor jumps ahead. Counters
 	// are per tenant and roll back with the transaction.

@@ -44,7 +44,7 @@ func TestHelpdeskManifestGolden(t *testing.T) {
 	for _, c := range m.Commands {
 		codes = append(codes, c.Code)
 	}
-	wantCodes := "expense.report.approve,expense.report.create,expense.report.recall,expense.report.submit,ops.review,ticket.get,ticket.refund,ticket.search"
+	wantCodes := "customer.erase,expense.report.approve,expense.report.create,expense.report.recall,expense.report.submit,ops.review,ticket.get,ticket.refund,ticket.search"
 	if strings.Join(codes, ",") != wantCodes {
 		t.Errorf("codes %v, want %s", codes, wantCodes)
 	}

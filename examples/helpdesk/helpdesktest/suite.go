@@ -27,6 +27,7 @@ func Run(t *testing.T, newStore func(t *testing.T) helpdesk.Store) {
 		{"SearchFilters", s.testSearchFilters},
 		{"SearchPagination", s.testSearchPagination},
 		{"Refunds", s.testRefunds},
+		{"EraseCustomer", s.testEraseCustomer},
 		{"ReportRoundTrip", s.testReportRoundTrip},
 		{"TenantIsolation", s.testTenantIsolation},
 		{"Sequences", s.testSequences},
@@ -356,6 +357,102 @@ func (s *suite) testRefunds(t *testing.T) {
 	err = st.InTx(ctx, func(tx helpdesk.Tx) error { return tx.InsertRefund(ctx, refund("acme", "RF-9", "T-404", 1, Base)) })
 	if !errors.Is(err, helpdesk.ErrNotFound) {
 		t.Errorf("refund of an unknown ticket: err = %v, want ErrNotFound", err)
+	}
+}
+
+func (s *suite) testEraseCustomer(t *testing.T) {
+	st, ctx := s.newStore(t), testCtx(t)
+	mk := func(tenant, id, email string) helpdesk.Ticket {
+		tk := Ticket(tenant, id)
+		tk.CustomerEmail = email
+		return tk
+	}
+	insertTickets(t, st, mk("acme", "T-1", "Jane.Doe@Example.com"), mk("acme", "T-2", "jane.doe@example.com"),
+		mk("acme", "T-3", "li.wei@example.com"), mk("globex", "T-1", "jane.doe@example.com"))
+	erasure := helpdesk.Erasure{
+		Tenant: "acme", ID: "CE-4001", Reason: "Deletion request DR-1", RequestedBy: "carol", AgentID: "finance-bot",
+		InvocationID: "inv-erase", ErasedAt: time.Date(2026, 2, 2, 10, 0, 0, 123456789, time.UTC),
+	}
+
+	// A rolled-back erasure changes nothing.
+	err := st.InTx(ctx, func(tx helpdesk.Tx) error {
+		if _, err := tx.EraseCustomer(ctx, "acme", "jane.doe@example.com", erasure.Tombstone()); err != nil {
+			return err
+		}
+		return errAbort
+	})
+	if !errors.Is(err, errAbort) {
+		t.Fatalf("InTx returned %v, want the callback's error", err)
+	}
+	if got, _ := st.Ticket(ctx, "acme", "T-1"); got.CustomerEmail != "Jane.Doe@Example.com" {
+		t.Fatalf("rolled-back erasure is visible: %q", got.CustomerEmail)
+	}
+
+	inTx(t, st, func(tx helpdesk.Tx) error {
+		n, err := tx.EraseCustomer(ctx, "acme", "JANE.DOE@example.com", erasure.Tombstone())
+		if err != nil {
+			return err
+		}
+		if n != 2 {
+			t.Errorf("erased %d tickets, want 2 (the email compared case-insensitively, in acme only)", n)
+		}
+		erasure.TicketsErased = n
+		return tx.InsertErasure(ctx, erasure)
+	})
+	for _, want := range []helpdesk.Ticket{
+		mk("acme", "T-1", "erased:CE-4001"), mk("acme", "T-2", "erased:CE-4001"),
+		mk("acme", "T-3", "li.wei@example.com"), mk("globex", "T-1", "jane.doe@example.com"),
+	} {
+		got, err := st.Ticket(ctx, want.Tenant, want.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustEqual(t, want.Tenant+"/"+want.ID, got, want.Normalize())
+	}
+	found, err := st.SearchTickets(ctx, "acme", helpdesk.TicketFilter{CustomerEmail: "jane.doe@example.com"}, nil, 10)
+	if err != nil || len(found) != 0 {
+		t.Errorf("search for the erased email: %v %v, want nothing", ids(found), err)
+	}
+	got, err := st.Erasure(ctx, "acme", "CE-4001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "erasure", got, erasure.Normalize())
+	if _, err := st.Erasure(ctx, "globex", "CE-4001"); !errors.Is(err, helpdesk.ErrNotFound) {
+		t.Errorf("another tenant's erasure: err = %v, want ErrNotFound", err)
+	}
+
+	// Erasing again finds nothing left.
+	inTx(t, st, func(tx helpdesk.Tx) error {
+		n, err := tx.EraseCustomer(ctx, "acme", "jane.doe@example.com", "erased:CE-4002")
+		if err == nil && n != 0 {
+			t.Errorf("a repeated erasure changed %d tickets, want 0", n)
+		}
+		return err
+	})
+	err = st.InTx(ctx, func(tx helpdesk.Tx) error { return tx.InsertErasure(ctx, erasure) })
+	if !errors.Is(err, helpdesk.ErrConflict) {
+		t.Errorf("duplicate erasure: err = %v, want ErrConflict", err)
+	}
+	for name, fn := range map[string]func(tx helpdesk.Tx) error{
+		"empty email": func(tx helpdesk.Tx) error {
+			_, err := tx.EraseCustomer(ctx, "acme", "", "erased:CE-9")
+			return err
+		},
+		"empty tombstone": func(tx helpdesk.Tx) error {
+			_, err := tx.EraseCustomer(ctx, "acme", "li.wei@example.com", "")
+			return err
+		},
+		"erasure without time": func(tx helpdesk.Tx) error {
+			return tx.InsertErasure(ctx, helpdesk.Erasure{Tenant: "acme", ID: "CE-9"})
+		},
+	} {
+		if err := st.InTx(ctx, fn); !errors.Is(err, helpdesk.ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+	if got, _ := st.Ticket(ctx, "acme", "T-3"); got.CustomerEmail != "li.wei@example.com" {
+		t.Errorf("a refused erasure changed T-3: %q", got.CustomerEmail)
 	}
 }
 

@@ -22,12 +22,13 @@ type seqKey struct {
 // Store is an in-memory helpdesk.Store, safe for concurrent use. The zero value is not
 // usable; call New.
 type Store struct {
-	mu      sync.RWMutex
-	tickets map[key]helpdesk.Ticket
-	refunds map[key]helpdesk.Refund
-	reports map[key]helpdesk.ExpenseReport
-	seqs    map[seqKey]int64
-	claims  map[helpdesk.IdempotencyKey]helpdesk.Claim
+	mu       sync.RWMutex
+	tickets  map[key]helpdesk.Ticket
+	refunds  map[key]helpdesk.Refund
+	reports  map[key]helpdesk.ExpenseReport
+	erasures map[key]helpdesk.Erasure
+	seqs     map[seqKey]int64
+	claims   map[helpdesk.IdempotencyKey]helpdesk.Claim
 }
 
 var _ helpdesk.Store = (*Store)(nil)
@@ -35,11 +36,12 @@ var _ helpdesk.Store = (*Store)(nil)
 // New returns an empty Store.
 func New() *Store {
 	return &Store{
-		tickets: map[key]helpdesk.Ticket{},
-		refunds: map[key]helpdesk.Refund{},
-		reports: map[key]helpdesk.ExpenseReport{},
-		seqs:    map[seqKey]int64{},
-		claims:  map[helpdesk.IdempotencyKey]helpdesk.Claim{},
+		tickets:  map[key]helpdesk.Ticket{},
+		refunds:  map[key]helpdesk.Refund{},
+		reports:  map[key]helpdesk.ExpenseReport{},
+		erasures: map[key]helpdesk.Erasure{},
+		seqs:     map[seqKey]int64{},
+		claims:   map[helpdesk.IdempotencyKey]helpdesk.Claim{},
 	}
 }
 
@@ -105,6 +107,13 @@ func (s *Store) Report(ctx context.Context, tenant, id string) (helpdesk.Expense
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.report(ctx, tenant, id)
+}
+
+// Erasure implements helpdesk.Reader.
+func (s *Store) Erasure(ctx context.Context, tenant, id string) (helpdesk.Erasure, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.erasure(ctx, tenant, id)
 }
 
 // The lower-case readers expect s.mu to be held.
@@ -209,6 +218,17 @@ func (s *Store) report(ctx context.Context, tenant, id string) (helpdesk.Expense
 	return r.Clone(), nil
 }
 
+func (s *Store) erasure(ctx context.Context, tenant, id string) (helpdesk.Erasure, error) {
+	if err := ctx.Err(); err != nil {
+		return helpdesk.Erasure{}, err
+	}
+	e, ok := s.erasures[key{tenant, id}]
+	if !ok {
+		return helpdesk.Erasure{}, fmt.Errorf("erasure %s: %w", id, helpdesk.ErrNotFound)
+	}
+	return e, nil
+}
+
 // tx is a transaction: it runs with s.mu held exclusively and records how to undo each write.
 type tx struct {
 	s    *Store
@@ -271,6 +291,13 @@ func (t *tx) Report(ctx context.Context, tenant, id string) (helpdesk.ExpenseRep
 		return helpdesk.ExpenseReport{}, err
 	}
 	return t.s.report(ctx, tenant, id)
+}
+
+func (t *tx) Erasure(ctx context.Context, tenant, id string) (helpdesk.Erasure, error) {
+	if err := t.check(ctx); err != nil {
+		return helpdesk.Erasure{}, err
+	}
+	return t.s.erasure(ctx, tenant, id)
 }
 
 // TicketForUpdate needs no lock of its own: the transaction holds the store's.
@@ -361,6 +388,39 @@ func (t *tx) UpdateReport(ctx context.Context, r helpdesk.ExpenseReport) error {
 	}
 	r.Owner, r.OwnerOrg, r.CreatedAt = old.Owner, old.OwnerOrg, old.CreatedAt
 	set(t, t.s.reports, k, r.Normalize())
+	return nil
+}
+
+func (t *tx) EraseCustomer(ctx context.Context, tenant, email, tombstone string) (int, error) {
+	if err := t.check(ctx); err != nil {
+		return 0, err
+	}
+	if email == "" || tombstone == "" {
+		return 0, fmt.Errorf("%w: erasing a customer needs an email and a tombstone", helpdesk.ErrInvalid)
+	}
+	n := 0
+	for k, tk := range t.s.tickets {
+		if k.tenant == tenant && strings.EqualFold(tk.CustomerEmail, email) {
+			tk.CustomerEmail = tombstone
+			set(t, t.s.tickets, k, tk)
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (t *tx) InsertErasure(ctx context.Context, e helpdesk.Erasure) error {
+	if err := t.check(ctx); err != nil {
+		return err
+	}
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	k := key{e.Tenant, e.ID}
+	if _, ok := t.s.erasures[k]; ok {
+		return fmt.Errorf("erasure %s: %w", e.ID, helpdesk.ErrConflict)
+	}
+	set(t, t.s.erasures, k, e.Normalize())
 	return nil
 }
 

@@ -1,7 +1,7 @@
 // Package postgres is the PostgreSQL helpdesk Store. Its tables live in the helpdesk schema and
 // are created by the embedded [Migrations]: tickets, refunds, expense_reports (lines and labels
-// as jsonb), sequences (per-tenant id counters) and idempotency_keys; every primary key starts
-// with the tenant.
+// as jsonb), erasures (receipts of customer erasures), sequences (per-tenant id counters) and
+// idempotency_keys; every primary key starts with the tenant.
 //
 // InTx runs one READ COMMITTED transaction and never retries it, because the callback may have
 // called the payment gateway. ...ForUpdate reads take row locks (SELECT … FOR UPDATE), so

@@ -109,6 +109,11 @@ func (s *Store) Report(ctx context.Context, tenant, id string) (helpdesk.Expense
 	return reader{s.pool}.Report(ctx, tenant, id)
 }
 
+// Erasure implements helpdesk.Reader.
+func (s *Store) Erasure(ctx context.Context, tenant, id string) (helpdesk.Erasure, error) {
+	return reader{s.pool}.Erasure(ctx, tenant, id)
+}
+
 // reader implements helpdesk.Reader on a pool or a transaction.
 type reader struct{ q querier }
 
@@ -246,6 +251,19 @@ func (r reader) Report(ctx context.Context, tenant, id string) (helpdesk.Expense
 	return r.report(ctx, tenant, id, "")
 }
 
+const erasureColumns = `tenant, erasure_id, reason, tickets_erased, requested_by, agent_id,
+	invocation_id, erased_at`
+
+func (r reader) Erasure(ctx context.Context, tenant, id string) (helpdesk.Erasure, error) {
+	var e helpdesk.Erasure
+	err := r.q.QueryRow(ctx, `SELECT `+erasureColumns+` FROM helpdesk.erasures WHERE tenant = $1 AND erasure_id = $2`,
+		tenant, id).Scan(&e.Tenant, &e.ID, &e.Reason, &e.TicketsErased, &e.RequestedBy, &e.AgentID, &e.InvocationID, &e.ErasedAt)
+	if err != nil {
+		return helpdesk.Erasure{}, wrap("erasure "+id, err)
+	}
+	return e.Normalize(), nil
+}
+
 // tx implements helpdesk.Tx on a pgx transaction.
 type tx struct{ reader }
 
@@ -366,6 +384,29 @@ func (t *tx) UpdateReport(ctx context.Context, r helpdesk.ExpenseReport) error {
 		return fmt.Errorf("expense report %s: %w", r.ID, helpdesk.ErrNotFound)
 	}
 	return nil
+}
+
+func (t *tx) EraseCustomer(ctx context.Context, tenant, email, tombstone string) (int, error) {
+	if email == "" || tombstone == "" {
+		return 0, fmt.Errorf("%w: erasing a customer needs an email and a tombstone", helpdesk.ErrInvalid)
+	}
+	tag, err := t.q.Exec(ctx, `UPDATE helpdesk.tickets SET customer_email = $3
+		WHERE tenant = $1 AND lower(customer_email) = lower($2)`, tenant, email, tombstone)
+	if err != nil {
+		return 0, wrap("erase customer", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (t *tx) InsertErasure(ctx context.Context, e helpdesk.Erasure) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	e = e.Normalize()
+	_, err := t.q.Exec(ctx, `INSERT INTO helpdesk.erasures (`+erasureColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		e.Tenant, e.ID, e.Reason, e.TicketsErased, e.RequestedBy, e.AgentID, e.InvocationID, e.ErasedAt)
+	return wrap("insert erasure "+e.ID, err)
 }
 
 func (t *tx) NextID(ctx context.Context, tenant string, seq helpdesk.Sequence, floor int64) (int64, error) {

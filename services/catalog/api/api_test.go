@@ -45,7 +45,8 @@ var (
 
 var (
 	aliceTools = []string{"expense.report.create", "expense.report.recall", "expense.report.submit", "ticket.get", "ticket.search"}
-	carolTools = []string{"ticket.get", "ticket.refund", "ticket.search"}
+	carolTools = []string{"customer.erase", "ticket.get", "ticket.refund", "ticket.search"}
+	daveTools  = []string{"ticket.get", "ticket.refund", "ticket.search"}
 )
 
 // directories returns the store the catalog reads and the store a test
@@ -229,7 +230,7 @@ func TestListToolsPerPrincipal(t *testing.T) {
 			{"carol", as(token(t, "acme", "carol", "")), client, carolTools, ""},
 			{"finance-bot acting for carol", as(token(t, "acme", "carol", "finance-bot")), client, carolTools, ""},
 			{"olive", as(token(t, "acme", "olive", "")), client, []string{"ops.review"}, ""},
-			{"dave of globex: no expenses feature", as(token(t, "globex", "dave", "")), client, carolTools, ""},
+			{"dave of globex: no expenses feature", as(token(t, "globex", "dave", "")), client, daveTools, ""},
 			{"alice relayed by the MCP bridge", relaying(token(t, "acme", "alice", "support-bot")), mandatev1.NewCatalogServiceClient(e.svc), aliceTools, ""},
 			{"support-bot claiming to act for carol", as(token(t, "acme", "carol", "support-bot")), client, nil, directory.ReasonAgentWrongUser},
 			{"unregistered agent", as(token(t, "acme", "alice", "rogue-bot")), client, nil, directory.ReasonAgentNotRegistered},
@@ -376,6 +377,7 @@ func TestReviewRunsOnlyThroughTheExecutor(t *testing.T) {
 	want := []finding{
 		{"REVIEW001", mandatev1.FindingSeverity_FINDING_SEVERITY_WARNING, "ticket.refund"},
 		{"REVIEW004", mandatev1.FindingSeverity_FINDING_SEVERITY_WARNING, "expense.report.approve"},
+		{"REVIEW009", mandatev1.FindingSeverity_FINDING_SEVERITY_INFO, "customer.erase"},
 	}
 	if !slices.Equal(got, want) || resp.GetManifestDigest() != e.set.Digest() || resp.GetPrompt() != "" {
 		t.Fatalf("review %v (prompt %d bytes), want %v", got, len(resp.GetPrompt()), want)

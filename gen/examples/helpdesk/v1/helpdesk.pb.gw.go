@@ -316,6 +316,33 @@ func local_request_HelpdeskService_ApproveExpenseReport_0(ctx context.Context, m
 	return msg, metadata, err
 }
 
+func request_HelpdeskService_EraseCustomer_0(ctx context.Context, marshaler runtime.Marshaler, client HelpdeskServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq EraseCustomerRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.EraseCustomer(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_HelpdeskService_EraseCustomer_0(ctx context.Context, marshaler runtime.Marshaler, server HelpdeskServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq EraseCustomerRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.EraseCustomer(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterHelpdeskServiceHandlerServer registers the http handlers for service HelpdeskService to "mux".
 // UnaryRPC     :call HelpdeskServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -461,6 +488,26 @@ func RegisterHelpdeskServiceHandlerServer(ctx context.Context, mux *runtime.Serv
 			return
 		}
 		forward_HelpdeskService_ApproveExpenseReport_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_HelpdeskService_EraseCustomer_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/examples.helpdesk.v1.HelpdeskService/EraseCustomer", runtime.WithHTTPPathPattern("/v1/customers:erase"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_HelpdeskService_EraseCustomer_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_HelpdeskService_EraseCustomer_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -621,6 +668,23 @@ func RegisterHelpdeskServiceHandlerClient(ctx context.Context, mux *runtime.Serv
 		}
 		forward_HelpdeskService_ApproveExpenseReport_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_HelpdeskService_EraseCustomer_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/examples.helpdesk.v1.HelpdeskService/EraseCustomer", runtime.WithHTTPPathPattern("/v1/customers:erase"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_HelpdeskService_EraseCustomer_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_HelpdeskService_EraseCustomer_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
@@ -632,6 +696,7 @@ var (
 	pattern_HelpdeskService_SubmitExpenseReport_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "expense-reports", "report_id"}, "submit"))
 	pattern_HelpdeskService_RecallExpenseReport_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "expense-reports", "report_id"}, "recall"))
 	pattern_HelpdeskService_ApproveExpenseReport_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "expense-reports", "report_id"}, "approve"))
+	pattern_HelpdeskService_EraseCustomer_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "customers"}, "erase"))
 )
 
 var (
@@ -642,4 +707,5 @@ var (
 	forward_HelpdeskService_SubmitExpenseReport_0  = runtime.ForwardResponseMessage
 	forward_HelpdeskService_RecallExpenseReport_0  = runtime.ForwardResponseMessage
 	forward_HelpdeskService_ApproveExpenseReport_0 = runtime.ForwardResponseMessage
+	forward_HelpdeskService_EraseCustomer_0        = runtime.ForwardResponseMessage
 )
