@@ -65,7 +65,25 @@ type Agent struct {
 	UserID string
 	// Disabled agents are inactive.
 	Disabled bool
+	// Host says who operates the client the agent runs in; "" reads as
+	// HostHeadless. Only an interactive host's answers to a confirmation
+	// form count as its user's decision.
+	Host AgentHost
 }
+
+// AgentHost says who operates the client an agent runs in.
+type AgentHost string
+
+const (
+	// HostHeadless is the default: the agent runs unattended, or in a
+	// runtime whose code — not its user — answers what the server asks. A
+	// human confirms its calls on the approval page, signed in.
+	HostHeadless AgentHost = "headless"
+	// HostInteractive: the agent runs in a client its user operates (an IDE
+	// or chat host with the user at the keyboard), so the client's answer
+	// to a confirmation form is the user's.
+	HostInteractive AgentHost = "interactive"
+)
 
 // Snapshot is everything a tenant holds, each list sorted by name or ID.
 type Snapshot struct {
@@ -238,6 +256,13 @@ func (a Agent) Check() (Agent, error) {
 	}
 	if err := CheckID("agent id", a.ID); err != nil {
 		return a, err
+	}
+	switch a.Host {
+	case "":
+		a.Host = HostHeadless
+	case HostHeadless, HostInteractive:
+	default:
+		return a, fmt.Errorf("%w: host of agent %q must be %q or %q", ErrInvalid, a.ID, HostHeadless, HostInteractive)
 	}
 	return a, CheckID("agent user", a.UserID)
 }

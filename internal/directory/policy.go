@@ -225,7 +225,7 @@ func (p *policyParser) policy(doc *yaml.Node) (Policy, error) {
 var (
 	tenantFields = []string{"id", "display_name", "features", "roles", "users", "agents"}
 	userFields   = []string{"id", "org", "roles", "disabled"}
-	agentFields  = []string{"id", "user", "disabled"}
+	agentFields  = []string{"id", "user", "disabled", "host"}
 )
 
 func (p *policyParser) tenant(n *yaml.Node) (Snapshot, error) {
@@ -382,11 +382,21 @@ func (p *policyParser) agent(n *yaml.Node, tenant string, users map[string]int) 
 			userNode = v
 		case "disabled":
 			a.Disabled, err = p.boolean(v, "disabled")
+		case "host":
+			switch h := AgentHost(v.Value); {
+			case v.Kind != yaml.ScalarNode || (h != HostHeadless && h != HostInteractive):
+				err = p.errf(v, "host must be %q or %q", HostHeadless, HostInteractive)
+			default:
+				a.Host = h
+			}
 		}
 		return err
 	})
 	if err != nil {
 		return Agent{}, err
+	}
+	if a.Host == "" {
+		a.Host = HostHeadless
 	}
 	if !hasID {
 		return Agent{}, p.errf(n, "agent has no id")

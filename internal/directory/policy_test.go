@@ -42,7 +42,7 @@ tenants:
 			{Tenant: "acme", ID: "1234", Disabled: true},
 			{Tenant: "acme", ID: "alice", Org: "support", Roles: []string{"backup", "support"}},
 		},
-		Agents: []directory.Agent{{Tenant: "acme", ID: "support-bot", UserID: "alice"}},
+		Agents: []directory.Agent{{Tenant: "acme", ID: "support-bot", UserID: "alice", Host: directory.HostHeadless}},
 	}}}
 	if !reflect.DeepEqual(pol, want) {
 		t.Fatalf("got  %+v\nwant %+v", pol, want)

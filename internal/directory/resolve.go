@@ -34,6 +34,12 @@ type Resolution struct {
 	Org string
 	// Roles are the user's roles, sorted, when the user is known.
 	Roles []string
+	// Interactive reports, for an active principal, whether the client it
+	// calls from is operated by its user: always for a user acting
+	// directly, and for an agent whose host is HostInteractive. Only then
+	// does an answer elicited through that client count as the user's
+	// decision on a confirmation.
+	Interactive bool
 }
 
 // Resolver answers who a principal is. *Cache implements it, and [Direct] adapts a Store.
@@ -99,6 +105,7 @@ func Decide(r Resolution, f Facts) Resolution {
 		r.Active = true
 		r.Permissions = slices.Clone(f.Permissions)
 		r.Features = slices.Clone(f.Features)
+		r.Interactive = r.AgentID == "" || f.Agent.Host == HostInteractive
 	}
 	return r
 }

@@ -32,7 +32,7 @@ tenants:
       - {id: dave, org: ops}
     agents:
       - {id: support-bot, user: alice}
-      - {id: bob-bot, user: bob}
+      - {id: bob-bot, user: bob, host: interactive}
       - {id: retired-bot, user: alice, disabled: true}
       - {id: carol-bot, user: carol}
   - id: globex
@@ -185,6 +185,30 @@ func (s *suite) testResolve(t *testing.T) {
 	if st := cache.Stats(); st.Hits < uint64(len(resolveCases)) {
 		t.Errorf("cache stats %+v: the second round should have been hits", st)
 	}
+
+	t.Run("interactive hosts", func(t *testing.T) {
+		// Only a user acting directly and an agent whose host is
+		// interactive answer confirmation forms for their user; agents
+		// default to headless.
+		for _, c := range []struct {
+			user, agent string
+			want        bool
+		}{{"alice", "", true}, {"alice", "support-bot", false}, {"bob", "bob-bot", true}, {"alice", "retired-bot", false}} {
+			res := resolve(t, st, "acme", c.user, c.agent)
+			if res.Interactive != c.want {
+				t.Errorf("%s/%s: Interactive = %v, want %v", c.user, c.agent, res.Interactive, c.want)
+			}
+		}
+		for _, a := range snapshot(t, st, "acme").Agents {
+			want := directory.HostHeadless
+			if a.ID == "bob-bot" {
+				want = directory.HostInteractive
+			}
+			if a.Host != want {
+				t.Errorf("agent %s: host %q, want %q", a.ID, a.Host, want)
+			}
+		}
+	})
 
 	t.Run("helpers", func(t *testing.T) {
 		res := resolve(t, st, "acme", "alice", "support-bot")
@@ -408,7 +432,7 @@ tenants:
     agents:
       - {id: carol-bot, user: carol}
       - {id: retired-bot, user: alice, disabled: true}
-      - {id: bob-bot, user: bob}
+      - {id: bob-bot, user: bob, host: interactive}
       - {id: support-bot, user: alice}
 `
 	sum, err := directory.Apply(ctx, st, []byte(reordered))
@@ -508,6 +532,7 @@ type MalformedCase struct {
 
 // MalformedCases are the refused files the suite applies; exported for parser unit tests.
 var MalformedCases = []MalformedCase{
+	{"unknown agent host", "tenants:\n  - id: acme\n    users:\n      - {id: alice}\n    agents:\n      - {id: bot, user: alice, host: sometimes}\n", 6, `host must be "headless" or "interactive"`},
 	{"syntax error", "tenants:\n  - id: acme\n    display_name: a: b\n", 3, "syntax error: mapping values are not allowed"},
 	{"tab indentation", "tenants:\n\t- id: acme\n", 2, "syntax error: found character that cannot start any token"},
 	{"unknown field", "tenants:\n  - id: acme\n    rolez:\n      support: [ticket.read]\n", 3, `unknown field "rolez"`},
@@ -662,7 +687,7 @@ func (s *suite) testApplyAtomic(t *testing.T) {
 		before := snapshotAll(t, st)
 		w := watch(t, st)
 		next := strings.Replace(Seed, "      - {id: bob, org: finance, roles: [support]}\n", "", 1)
-		next = strings.Replace(next, "      - {id: bob-bot, user: bob}\n", "", 1)
+		next = strings.Replace(next, "      - {id: bob-bot, user: bob, host: interactive}\n", "", 1)
 		next = strings.Replace(next, "admin: [directory.manage]", "admin: [directory.manage, directory.audit]", 1)
 		_, err := directory.Apply(ctx, failingStore{st, 3}, []byte(next)) // role update, agent disable, then fail
 		if !errors.Is(err, errInjected) {

@@ -125,7 +125,8 @@ SELECT t.features,
                   WHERE ur.tenant_id = t.id AND ur.user_id = u.id), '{}'),
        a.id IS NOT NULL,
        coalesce(a.user_id, ''),
-       coalesce(a.disabled, false)
+       coalesce(a.disabled, false),
+       coalesce(a.host, '')
   FROM directory.tenants t
   LEFT JOIN directory.users u  ON u.tenant_id = t.id AND u.id = $2
   LEFT JOIN directory.agents a ON a.tenant_id = t.id AND a.id = $3
@@ -136,7 +137,7 @@ func (s *Store) Lookup(ctx context.Context, tenant, userID, agentID string) (dir
 	f := directory.Facts{User: directory.User{Tenant: tenant, ID: userID}, Agent: directory.Agent{Tenant: tenant, ID: agentID}}
 	err := s.pool.QueryRow(ctx, lookupSQL, tenant, userID, agentID).Scan(
 		&f.Features, &f.UserFound, &f.User.Org, &f.User.Disabled, &f.User.Roles, &f.Permissions,
-		&f.AgentFound, &f.Agent.UserID, &f.Agent.Disabled)
+		&f.AgentFound, &f.Agent.UserID, &f.Agent.Disabled, &f.Agent.Host)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return directory.Facts{}, nil
 	}
@@ -226,7 +227,7 @@ func (t *tx) Snapshot(ctx context.Context, tenant string) (directory.Snapshot, e
 	if snap.Users, err = pgx.CollectRows(rows, pgx.RowToStructByPos[directory.User]); err != nil {
 		return directory.Snapshot{}, pg.Wrap("directory: snapshot", err)
 	}
-	rows, _ = t.tx.Query(ctx, "SELECT tenant_id, id, user_id, disabled FROM directory.agents WHERE tenant_id = $1 ORDER BY id", tenant)
+	rows, _ = t.tx.Query(ctx, "SELECT tenant_id, id, user_id, disabled, host FROM directory.agents WHERE tenant_id = $1 ORDER BY id", tenant)
 	if snap.Agents, err = pgx.CollectRows(rows, pgx.RowToStructByPos[directory.Agent]); err != nil {
 		return directory.Snapshot{}, pg.Wrap("directory: snapshot", err)
 	}
@@ -383,9 +384,9 @@ func (t *tx) PutAgent(ctx context.Context, a directory.Agent) error {
 		return fmt.Errorf("%w: user %q does not exist in tenant %q", directory.ErrReference, a.UserID, a.Tenant)
 	}
 	_, err = t.tx.Exec(ctx, `
-		INSERT INTO directory.agents (tenant_id, id, user_id, disabled) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (tenant_id, id) DO UPDATE SET user_id = excluded.user_id, disabled = excluded.disabled`,
-		a.Tenant, a.ID, a.UserID, a.Disabled)
+		INSERT INTO directory.agents (tenant_id, id, user_id, disabled, host) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (tenant_id, id) DO UPDATE SET user_id = excluded.user_id, disabled = excluded.disabled, host = excluded.host`,
+		a.Tenant, a.ID, a.UserID, a.Disabled, string(a.Host))
 	if err != nil {
 		return writeErr("directory: put agent", err, fmt.Sprintf("user %q does not exist in tenant %q", a.UserID, a.Tenant))
 	}
