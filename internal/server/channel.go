@@ -35,15 +35,21 @@ func (s *Server) markGateway(ctx context.Context) context.Context {
 	if !ok {
 		return ctx
 	}
-	vals := md.Get(gatewayHeader)
-	if len(vals) == 0 {
+	vals, input := md.Get(gatewayHeader), md.Get(gatewayInputHeader)
+	if len(vals) == 0 && len(input) == 0 {
 		return ctx
 	}
 	md = md.Copy()
 	md.Delete(gatewayHeader)
+	md.Delete(gatewayInputHeader)
 	ctx = metadata.NewIncomingContext(ctx, md)
 	if len(vals) == 1 && subtle.ConstantTimeCompare([]byte(vals[0]), []byte(s.nonce)) == 1 {
 		ctx = context.WithValue(ctx, gatewayKey{}, true)
+		// The faults the gateway found in the REST request (input.go),
+		// trusted only with the nonce.
+		if ie := readGatewayInput(input); ie != nil {
+			ctx = context.WithValue(ctx, inputKey{}, ie)
+		}
 	}
 	return ctx
 }

@@ -148,6 +148,9 @@ func (s *Service) call(ctx context.Context, code string, input []byte) executor.
 	}
 	if server.FromGateway(ctx) {
 		call.Channel = "rest"
+		// A REST request the gateway could not read is refused at
+		// schema_validate, after authorisation, and audited.
+		call.InputError = server.GatewayInputError(ctx)
 	}
 	call.TraceParent, call.TraceState = first("traceparent"), first("tracestate")
 	return call
@@ -158,6 +161,11 @@ func (s *Service) call(ctx context.Context, code string, input []byte) executor.
 // checks those fields itself (request_check, idempotency_check), so that a
 // malformed call is refused and audited like any other attempt.
 func (s *Service) ValidatesOwnRequests() bool { return true }
+
+// RefusesGatewayInput tells the server to pass REST calls whose path,
+// query or body the gateway could not read to the pipeline, which refuses
+// them and audits the attempt (server.GatewayInputError).
+func (s *Service) RefusesGatewayInput() bool { return true }
 
 // proxy serves a command's own RPC: decode the binary request, run the
 // pipeline, encode the result.
