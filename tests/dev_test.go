@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -90,8 +93,11 @@ func TestDevRunsEveryExample(t *testing.T) {
 	runAs := map[string]string{
 		"ticket.search": "alice", "ticket.get": "alice", "ticket.refund": "carol",
 		"expense.report.create": "alice", "expense.report.submit": "alice", "expense.report.recall": "alice",
-		"expense.report.approve": "bob", "ops.review": "olive",
+		"expense.report.approve": "bob", "ops.review": "olive", "customer.erase": "carol",
 	}
+	// holders name a demo user holding each permission a four-eyes approver policy asks for.
+	holders := map[string]string{"privacy.approve": "olive"}
+	pages := map[string]*approvalPage{}
 	for _, c := range set.Commands() {
 		for _, ex := range c.Examples {
 			t.Run(c.Code+"/"+ex.Description, func(t *testing.T) {
@@ -101,12 +107,28 @@ func TestDevRunsEveryExample(t *testing.T) {
 				}
 				url := base + "/v1/commands/" + c.Code + ":execute"
 				code, body := do(t, http.MethodPost, url, tokens[user], `{"input":`+string(ex.Input)+`}`)
+				if c.ConfirmationRequired && (code != 422 || body["code"] != "confirmation.required") {
+					t.Fatalf("%s as %s ran without asking a human: %d %v", c.Code, user, code, body)
+				}
 				if code == 422 && body["code"] == "confirmation.required" {
 					challenge := body["challenge_id"].(string)
 					if !strings.HasPrefix(body["approval_url"].(string), base+"/approve/") {
 						t.Fatalf("approval URL %v", body["approval_url"])
 					}
-					if code, body := do(t, http.MethodPost, base+"/v1/challenges/"+challenge+":decide", tokens[user], `{"decision":"DECISION_APPROVE"}`); code != 200 {
+					approver := user
+					if c.Approver.Kind == "PERMISSION_HOLDER" {
+						if approver = holders[c.Approver.Permission]; approver == "" {
+							t.Fatalf("no demo user holds %s to approve %s", c.Approver.Permission, c.Code)
+						}
+					}
+					if c.Risk == "L4" {
+						// L4 is approved by a signed-in human on the approval page, never
+						// through the API.
+						if pages[approver] == nil {
+							pages[approver] = signIn(t, base, out.String(), approver)
+						}
+						pages[approver].approve(t, challenge)
+					} else if code, body := do(t, http.MethodPost, base+"/v1/challenges/"+challenge+":decide", tokens[approver], `{"decision":"DECISION_APPROVE"}`); code != 200 {
 						t.Fatalf("approve: %d %v", code, body)
 					}
 					code, body = do(t, http.MethodPost, url, tokens[user], `{"input":`+string(ex.Input)+`,"approval_grant_id":"`+challenge+`"}`)
@@ -116,6 +138,73 @@ func TestDevRunsEveryExample(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// approvalPage is a human signed in on the approval page, with the session
+// cookie a browser would keep.
+type approvalPage struct {
+	base   string
+	client *http.Client
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// signIn opens the one-time sign-in link `mandate dev` printed for user.
+func signIn(t *testing.T, base, devOutput, user string) *approvalPage {
+	t.Helper()
+	var link string
+	for _, line := range strings.Split(devOutput, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == user && strings.Contains(f[1], "/approve/login?t=") {
+			link = f[1]
+		}
+	}
+	if link == "" {
+		t.Fatalf("mandate dev printed no sign-in link for %s", user)
+	}
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &approvalPage{base: base, client: &http.Client{Jar: jar}}
+	if code, page := p.get(t, link); code != 200 || !strings.Contains(page, "signed in as "+user) {
+		t.Fatalf("%s signing in: %d\n%s", user, code, page)
+	}
+	return p
+}
+
+func (p *approvalPage) get(t *testing.T, target string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, target, nil)
+	resp, err := p.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// approve presses Approve on the challenge's page, as the signed-in human.
+func (p *approvalPage) approve(t *testing.T, challenge string) {
+	t.Helper()
+	page := p.base + "/approve/" + challenge
+	code, html := p.get(t, page)
+	m := csrfRE.FindStringSubmatch(html)
+	if code != 200 || m == nil || !strings.Contains(html, `id="approve"`) {
+		t.Fatalf("approval page of %s: %d, no Approve button\n%s", challenge, code, html)
+	}
+	form := url.Values{"csrf": {m[1]}, "decision": {"approve"}}
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, page, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := p.client.Do(req) // follows the redirect back to the challenge
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `data-state="APPROVED"`) {
+		t.Fatalf("approving %s on the page: %d\n%s", challenge, resp.StatusCode, b)
 	}
 }
 
