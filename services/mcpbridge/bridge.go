@@ -220,7 +220,7 @@ func (b *Bridge) Handler() http.Handler {
 	}
 	protected := auth.RequireBearerToken(b.verifyToken, &auth.RequireBearerTokenOptions{
 		ResourceMetadataURL: b.metadataURL,
-	})(h)
+	})(checkEnvelope(h)) // authenticated first, then strict JSON (envelope.go)
 	return http.NewCrossOriginProtection().Handler(protected)
 }
 
