@@ -213,7 +213,7 @@ func runAuditQuery(ctx context.Context, args []string, io IO) error {
 	for _, r := range page.Records {
 		approver := ""
 		if r.Approval != nil {
-			approver = r.Approval.Approver
+			approver = r.Approval.Approver + " (" + r.Approval.Assurance() + ")"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.Time.UTC().Format(time.RFC3339),
 			r.Phase, r.Command, r.Risk, r.ActorKind, r.UserID, r.AgentID, r.Outcome, r.Code, approver, r.InvocationID)

@@ -54,6 +54,7 @@ var devPrincipals = []struct{ name, tenant, org, user, agent, model string }{
 	{"dave", "globex", "support", "dave", "", ""},
 	{"support-bot@alice", "acme", "support", "alice", "support-bot", "dev-model"},
 	{"finance-bot@carol", "acme", "finance", "carol", "finance-bot", "dev-model"},
+	{"payout-bot@carol", "acme", "finance", "carol", "payout-bot", "dev-model"},
 }
 
 // runDev runs the whole suite in one process on in-memory stores with the

@@ -105,6 +105,46 @@ type Approval struct {
 	DecidedAt time.Time
 }
 
+// Assurances of an approval: how sure the trail is that the approver, not
+// someone holding their agent's credentials, decided.
+const (
+	// AssuranceSignedIn: the approver signed in on the approval page with
+	// their own credential.
+	AssuranceSignedIn = "signed_in"
+	// AssuranceClientAttested: the user's MCP client, which the directory
+	// says the user operates (an interactive host), answered a
+	// confirmation form; the server cannot see who pressed accept.
+	AssuranceClientAttested = "client_attested"
+	// AssuranceAPICredential: the approver's own credential called the
+	// confirm service's API.
+	AssuranceAPICredential = "api_credential"
+	// AssuranceUnknown: a channel the trail does not know.
+	AssuranceUnknown = "unknown"
+)
+
+// MarshalJSON writes the approval with its derived Assurance.
+func (a Approval) MarshalJSON() ([]byte, error) {
+	type plain Approval
+	return json.Marshal(struct {
+		plain
+		Assurance string
+	}{plain(a), a.Assurance()})
+}
+
+// Assurance derives the approval's assurance from its channel, so that
+// every row states it without the chain hashing a second copy.
+func (a Approval) Assurance() string {
+	switch a.Channel {
+	case "approval_page":
+		return AssuranceSignedIn
+	case "mcp_elicitation":
+		return AssuranceClientAttested
+	case "api":
+		return AssuranceAPICredential
+	}
+	return AssuranceUnknown
+}
+
 // Record is one audit row as the caller writes it. Sensitive argument values must already be
 // withheld by the caller: the trail stores Arguments as given.
 type Record struct {

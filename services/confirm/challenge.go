@@ -103,6 +103,10 @@ type Challenge struct {
 	DecisionChannel string
 	// RedeemedAt is when the grant was used; zero until then.
 	RedeemedAt time.Time
+	// Elicitable is not stored: Get sets it for its caller, true when that
+	// caller may answer the challenge through an MCP confirmation form
+	// (see Service.Elicitable).
+	Elicitable bool
 }
 
 // Decided reports whether a human decided the challenge.

@@ -190,7 +190,10 @@ func policyOf(cmd *manifest.Command) (ApproverPolicy, error) {
 // service relaying either) or to a human who may decide it. Anyone else —
 // another tenant included — gets ErrNotFound.
 func (s *Service) Get(ctx context.Context, p identity.Principal, id string) (Challenge, error) {
-	c, _, err := s.visible(ctx, p, id)
+	c, res, err := s.visible(ctx, p, id)
+	if err == nil {
+		c.Elicitable = elicitable(p, res, &c) == nil
+	}
 	return c, err
 }
 
@@ -235,6 +238,9 @@ func (s *Service) Decide(ctx context.Context, p identity.Principal, id string, a
 	if err := mayDecide(p, res, &c); err != nil {
 		return Challenge{}, err
 	}
+	if approve && channel != ChannelApprovalPage && manifest.RiskLevel(c.Risk) == 4 {
+		return Challenge{}, refuse(ErrApproverNotAllowed, c.Command+" is L4: it is approved only on the approval page, by a human signed in there")
+	}
 	decided, err := s.store.Decide(ctx, p.Tenant, id, Decision{Approve: approve, By: p.UserID, Channel: channel})
 	if err != nil {
 		return Challenge{}, err
@@ -248,17 +254,22 @@ func (s *Service) Decide(ctx context.Context, p identity.Principal, id string, a
 // DecideElicited records the answer that the human behind an MCP session
 // gave, through elicitation, to a challenge of that session's own call. p is
 // the session's principal: a user, or an agent acting for one; the decision
-// is recorded as p's user through ChannelMCPElicitation. Only a challenge p
-// itself requested (same user and agent) may be answered this way, and only
-// where the requesting user is the approver the declaration names (see
+// is recorded as p's user through ChannelMCPElicitation. The server cannot
+// tell a human's answer from the agent runtime's code, so the answer counts
+// only where the directory says p's client is operated by its user (a user
+// acting directly, or an agent with host interactive); a headless agent's
+// user confirms on the approval page, signed in. Only a challenge p itself
+// requested (same user and agent) may be answered this way, and only where
+// the requesting user is the approver the declaration names (see
 // CheckElicitable): four-eyes policies and L4 commands need a second human
-// on the approval page. The directory must say p is active. Transports
-// accept the call only from the MCP bridge (confirm/api checks the relay).
+// on the approval page. Transports accept the call only from the MCP bridge
+// (confirm/api checks the relay).
 func (s *Service) DecideElicited(ctx context.Context, p identity.Principal, id string, approve bool) (Challenge, error) {
 	if (p.Kind != identity.KindUser && p.Kind != identity.KindAgent) || p.Tenant == "" || p.UserID == "" {
 		return Challenge{}, refuse(ErrApproverNotAllowed, "an elicited answer is recorded for the session's user; a user's or an agent's principal is needed")
 	}
-	if _, err := s.resolve(ctx, p); err != nil {
+	res, err := s.resolve(ctx, p)
+	if err != nil {
 		return Challenge{}, err
 	}
 	if !ValidID(id) {
@@ -268,10 +279,7 @@ func (s *Service) DecideElicited(ctx context.Context, p identity.Principal, id s
 	if err != nil {
 		return Challenge{}, err
 	}
-	if c.RequesterUser != p.UserID || c.RequesterAgent != p.AgentID {
-		return Challenge{}, refuse(ErrApproverNotAllowed, "elicitation answers only the session's own call; this challenge was opened for another principal")
-	}
-	if err := CheckElicitable(&c); err != nil {
+	if err := elicitable(p, res, &c); err != nil {
 		return Challenge{}, err
 	}
 	decided, err := s.store.Decide(ctx, p.Tenant, id, Decision{Approve: approve, By: p.UserID, Channel: ChannelMCPElicitation})
@@ -304,6 +312,20 @@ func CheckElicitable(c *Challenge) error {
 		return refuse(ErrApproverNotAllowed, "the challenge has no approver policy that elicitation can satisfy")
 	}
 	return nil
+}
+
+// elicitable reports (nil) whether p, resolved as res, may answer c through
+// an MCP confirmation form: p asked for the call itself, p's client is
+// operated by its user, and the declaration lets the requester decide.
+func elicitable(p identity.Principal, res directory.Resolution, c *Challenge) error {
+	switch {
+	case c.RequesterUser != p.UserID || c.RequesterAgent != p.AgentID:
+		return refuse(ErrApproverNotAllowed, "elicitation answers only the session's own call; this challenge was opened for another principal")
+	case !res.Interactive:
+		return refuse(ErrApproverNotAllowed, "agent "+p.AgentID+" runs headless: its client's answer is not its user's; "+
+			p.UserID+" approves on the approval page, signed in (mark an agent whose user operates its client with host: interactive)")
+	}
+	return CheckElicitable(c)
 }
 
 // CanDecide reports (nil) whether p may decide c, apart from its state; the

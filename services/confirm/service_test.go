@@ -184,7 +184,11 @@ func TestRule_FourEyes_confirmation_approver_not_allowed(t *testing.T) {
 	wantCode(t, "a user without payment.approve", err, confirm.CodeApproverNotAllowed)
 	_, err = f.svc.Decide(ctx, bob, c.ID, true, confirm.ChannelAPI)
 	wantCode(t, "a disabled holder of payment.approve", err, confirm.CodePrincipalInactive)
-	got, err := f.svc.Decide(ctx, carol, c.ID, true, confirm.ChannelAPI)
+	// payment.payout is L4: carol holds payment.approve, but approves
+	// only on the approval page.
+	_, err = f.svc.Decide(ctx, carol, c.ID, true, confirm.ChannelAPI)
+	wantCode(t, "carol approving an L4 payout over the API", err, confirm.CodeApproverNotAllowed)
+	got, err := f.svc.Decide(ctx, carol, c.ID, true, confirm.ChannelApprovalPage)
 	if err != nil || got.State != confirm.StateApproved || got.DecidedBy != "carol" {
 		t.Fatalf("carol approving: %+v %v", got, err)
 	}
@@ -200,14 +204,17 @@ func TestRule_L4AlwaysRecordsAnApprover(t *testing.T) {
 	wantCode(t, "opening an L4 command without an approver policy", err, confirm.CodeApproverNotAllowed)
 
 	c := f.open(t, botForAlice, "payment.payout")
-	if _, err := f.svc.Decide(context.Background(), carol, c.ID, true, confirm.ChannelMCPElicitation); err != nil {
+	if _, err := f.svc.Decide(context.Background(), carol, c.ID, true, confirm.ChannelMCPElicitation); !errors.Is(err, confirm.ErrApproverNotAllowed) {
+		t.Fatalf("approving an L4 call off the approval page: %v", err)
+	}
+	if _, err := f.svc.Decide(context.Background(), carol, c.ID, true, confirm.ChannelApprovalPage); err != nil {
 		t.Fatal(err)
 	}
 	g, err := f.svc.Redeem(context.Background(), botForAlice, c.ID, c.InvocationDigest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Approver != "carol" || g.ChallengeID != c.ID || g.Channel != confirm.ChannelMCPElicitation || g.DecidedAt.IsZero() {
+	if g.Approver != "carol" || g.ChallengeID != c.ID || g.Channel != confirm.ChannelApprovalPage || g.DecidedAt.IsZero() {
 		t.Fatalf("grant %+v, want carol's recorded approval", g)
 	}
 }

@@ -14,45 +14,36 @@ import (
 	"github.com/mandate-dev/mandate/services/executor"
 )
 
-// ApproveField is the one field of the form a confirmation elicitation
-// asks for: a boolean that defaults to false, so only an explicit yes
-// approves.
-const ApproveField = "approve"
-
 // MetaChallenge is the `_meta` key of a confirmation form that names the
 // challenge it asks about, so that a client can relate the form to the
 // approval URL the same call would otherwise have returned.
 const MetaChallenge = "mandate.dev/challenge_id"
 
-// approvalSchema is the requestedSchema of a confirmation form.
-var approvalSchema = map[string]any{
-	"type": "object",
-	"properties": map[string]any{
-		ApproveField: map[string]any{
-			"type":        "boolean",
-			"title":       "Approve this call",
-			"description": "Run the call once, with exactly the arguments shown.",
-			"default":     false,
-		},
-	},
-}
+// approvalSchema is the requestedSchema of a confirmation form. It asks
+// for nothing: the form's accept action is the human's yes (the MCP
+// meaning, and what hosts render as the approve button); decline and
+// cancel are no.
+var approvalSchema = map[string]any{"type": "object", "properties": map[string]any{}}
 
 // confirmation handles a call the executor refused. Only a
 // confirmation.required refusal, with a confirm service configured and a
 // client that declared elicitation, is put to the session's human:
 //
-//   - where the requesting user may approve (REQUESTING_USER policy, below
-//     L4) and the client declared form elicitation, the confirm service's
-//     prompt is shown as a form. Accept with approve=true records the
-//     approval as the session's user on channel mcp_elicitation and the
-//     call runs again with the grant; decline, cancel, or accept without
-//     approve=true record a decline, and the call runs again with the grant
-//     so that the executor refuses it (confirmation.refused, audited) and
-//     the backend is never called;
-//   - otherwise (someone else must approve, L4, or a client with URL mode
-//     only) a client that declared URL elicitation is sent the approval
-//     page's URL, and the result is the confirmation.required refusal: the
-//     agent retries with `mandate.dev/approval` once a human approved;
+//   - where the confirm service says the session's principal may answer
+//     by form (Challenge.Elicitable: its client is operated by its user —
+//     a user, or an agent the directory marks host: interactive — the
+//     requesting user is the approver, below L4) and the client declared
+//     form elicitation, the confirm service's prompt is shown as a form.
+//     Accept records the approval as the session's user on channel
+//     mcp_elicitation and the call runs again with the grant; decline or
+//     cancel record a decline, and the call runs again with the grant so
+//     that the executor refuses it (confirmation.refused, audited) and the
+//     backend is never called;
+//   - otherwise (a headless agent, someone else must approve, L4, or a
+//     client with URL mode only) a client that declared URL elicitation is
+//     sent the approval page's URL, and the result is the
+//     confirmation.required refusal: the agent retries with
+//     `mandate.dev/approval` once a human approved on the page, signed in;
 //   - any other client gets the confirmation.required refusal with the
 //     approval URL, unchanged.
 //
@@ -85,10 +76,16 @@ func (b *Bridge) confirmation(ctx context.Context, req *mcp.CallToolRequest, p i
 			"tool", call.Code, "challenge_id", prob.ChallengeID, "invocation_id", prob.InvocationID, "error", err)
 		return b.refusal(ctx, call.Code, refused)
 	}
-	if cmd, ok := b.cfg.Manifest.ByCode(c.Command); ok && c.Risk == "" {
-		c.Risk = cmd.Risk
+	if cmd, ok := b.cfg.Manifest.ByCode(c.Command); ok {
+		if c.Risk == "" {
+			c.Risk = cmd.Risk
+		}
+		if c.Prompt.Fields == nil {
+			// Over gRPC the prompt arrives without its declared fields.
+			c.Prompt.Fields = confirm.PromptFields(cmd, c.Prompt.ArgumentsJSON, c.Prompt.WithheldFields)
+		}
 	}
-	if form && confirm.CheckElicitable(&c) == nil {
+	if form && c.Elicitable {
 		if stateless {
 			return b.askInput(ctx, p, call, &c, refused)
 		}
@@ -119,7 +116,7 @@ func (b *Bridge) elicitForm(ctx context.Context, req *mcp.CallToolRequest, p ide
 			"tool", call.Code, "challenge_id", c.ID, "error", err)
 		return b.refusal(ctx, call.Code, refused)
 	}
-	approve := res.Action == "accept" && res.Content[ApproveField] == true
+	approve := res.Action == "accept"
 	if _, err := b.cfg.Confirm.DecideElicited(ctx, p, c.ID, approve); err != nil && !errors.Is(err, confirm.ErrAlreadyDecided) {
 		// Nothing was recorded: the challenge stays open at the approval
 		// URL, which the refusal names.

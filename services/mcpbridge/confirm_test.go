@@ -339,9 +339,10 @@ var (
 
 // TestConfirmationThroughElicitation: finance-bot asks for a refund; its
 // client shows carol the confirm service's prompt as a form. Accept runs
-// the refund once, recorded as approved by carol through mcp_elicitation;
-// decline, cancel and an accept that leaves approve unset are refused by
-// the executor with confirmation.refused and move no money. A 2025-11-25
+// the refund once, recorded as approved by carol through mcp_elicitation
+// (assurance client_attested: finance-bot runs in a client carol operates);
+// the form asks for nothing else, so accept is the yes. Decline and cancel
+// are refused by the executor with confirmation.refused and move no money. A 2025-11-25
 // client is asked with elicitation/create on its session; a 2026-07-28
 // client gets an input_required result, which the SDK client answers with
 // its elicitation handler and retries (MRTR).
@@ -358,10 +359,10 @@ func testConfirmationThroughElicitation(t *testing.T, proto string) {
 		refunds int
 		state   confirm.State
 	}{
-		{"accept", &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, 1, confirm.StateRedeemed},
+		{"accept", &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, 1, confirm.StateRedeemed},
+		{"accept without content", &mcp.ElicitResult{Action: "accept"}, 1, confirm.StateRedeemed},
 		{"decline", &mcp.ElicitResult{Action: "decline"}, 0, confirm.StateDeclined},
 		{"cancel", &mcp.ElicitResult{Action: "cancel"}, 0, confirm.StateDeclined},
-		{"accept without approve", &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, 0, confirm.StateDeclined},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -385,7 +386,7 @@ func testConfirmationThroughElicitation(t *testing.T, proto string) {
 				t.Fatalf("form message:\n%s", form.Message)
 			}
 			schema, _ := json.Marshal(form.RequestedSchema)
-			if !strings.Contains(string(schema), `"approve":{"default":false`) {
+			if string(schema) != `{"properties":{},"type":"object"}` {
 				t.Fatalf("requested schema %s", schema)
 			}
 			if c.State != tc.state || c.DecidedBy != "carol" || c.DecisionChannel != confirm.ChannelMCPElicitation {
@@ -415,7 +416,8 @@ func testConfirmationThroughElicitation(t *testing.T, proto string) {
 			inv := invocationOf(t, res)
 			rows := st.rows(t, "acme", inv, 2)
 			for _, r := range rows {
-				if r.Approval == nil || r.Approval.Approver != "carol" || r.Approval.Channel != confirm.ChannelMCPElicitation || r.Approval.ChallengeID != id {
+				if r.Approval == nil || r.Approval.Approver != "carol" || r.Approval.Channel != confirm.ChannelMCPElicitation || r.Approval.ChallengeID != id ||
+					r.Approval.Assurance() != audit.AssuranceClientAttested {
 					t.Fatalf("%s row approval %+v", r.Phase, r.Approval)
 				}
 				if r.AgentID != "finance-bot" || r.UserID != "carol" || r.Channel != "mcp" {
@@ -424,6 +426,75 @@ func testConfirmationThroughElicitation(t *testing.T, proto string) {
 			}
 			if out := st.outcome(t, "acme", inv); out.Outcome != audit.OutcomeExecuted {
 				t.Fatalf("outcome %+v", out.Record)
+			}
+		})
+	}
+}
+
+// TestHeadlessAgentCannotApproveItself: payout-bot acts for carol but runs
+// headless (the directory's default), so whoever holds its token drives
+// its MCP client and could answer a confirmation form itself. Its client
+// declares form elicitation and accepts everything: it is never asked. On
+// both protocol revisions it gets the confirmation.required refusal with
+// the approval URL (and, on 2025-11-25 with URL mode declared, the page
+// through URL elicitation); no refund moves; the challenge stays pending
+// for carol to approve on the page, signed in; once she has, the retry runs
+// once and the trail records her approval as signed_in.
+func TestHeadlessAgentCannotApproveItself(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		opts  clientOptions
+		forms int
+		urls  int
+	}{
+		{"2025-11-25 form only", clientOptions{form: true, answer: &mcp.ElicitResult{Action: "accept"}}, 0, 0},
+		{"2025-11-25 form and URL", clientOptions{form: true, url: true, answer: &mcp.ElicitResult{Action: "accept"}}, 0, 1},
+		{"2026-07-28 form", clientOptions{form: true, answer: &mcp.ElicitResult{Action: "accept"}, protocol: mcpbridge.ProtocolStateless}, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := newHelpdeskStack(t)
+			cs, rec := st.client(t, token(t, "acme", "carol", "payout-bot"), c.opts)
+			res, err := call(t, cs, "ticket.refund", refundInput, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if forms, urls, _ := rec.counts(); forms != c.forms || urls != c.urls {
+				t.Fatalf("elicitations: %d forms, %d URLs; want %d and %d", forms, urls, c.forms, c.urls)
+			}
+			r := refusalOf(t, res)
+			if r.Code != mcpbridge.CodeConfirmationRequired || r.ChallengeID == "" || r.ApprovalURL == "" {
+				t.Fatalf("refusal %+v", r)
+			}
+			if n := st.gateway.Refunds(); n != 0 {
+				t.Fatalf("gateway counted %d refunds", n)
+			}
+			payoutBot := identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "carol", AgentID: "payout-bot"}
+			ch, err := st.confirm.Get(context.Background(), payoutBot, r.ChallengeID)
+			if err != nil || ch.State != confirm.StatePending || ch.Elicitable {
+				t.Fatalf("challenge %+v %v", ch, err)
+			}
+			// The agent's runtime answering through the bridge's relay is
+			// refused by the confirm service itself.
+			if _, err := st.confirm.DecideElicited(context.Background(), payoutBot, r.ChallengeID, true); !errors.Is(err, confirm.ErrApproverNotAllowed) {
+				t.Fatalf("headless DecideElicited: %v", err)
+			}
+			out := st.outcome(t, "acme", r.InvocationID)
+			if out.Outcome != audit.OutcomeRefused || out.Code != mcpbridge.CodeConfirmationRequired {
+				t.Fatalf("audit outcome %+v", out.Record)
+			}
+			if _, err := st.confirm.Decide(context.Background(), carolUser, r.ChallengeID, true, confirm.ChannelApprovalPage); err != nil {
+				t.Fatal(err)
+			}
+			res, err = call(t, cs, "ticket.refund", refundInput, mcp.Meta{mcpbridge.MetaApproval: r.ChallengeID})
+			if err != nil || res.IsError {
+				t.Fatalf("approved retry: %v %+v", err, res)
+			}
+			if n := st.gateway.Refunds(); n != 1 {
+				t.Fatalf("gateway counted %d refunds, want 1", n)
+			}
+			rows := st.rows(t, "acme", invocationOf(t, res), 2)
+			if a := rows[len(rows)-1].Approval; a == nil || a.Approver != "carol" || a.Assurance() != audit.AssuranceSignedIn {
+				t.Fatalf("approval %+v", a)
 			}
 		})
 	}

@@ -41,12 +41,15 @@
 // When the executor answers confirmation.required and a confirm service is
 // configured, a client that declared form elicitation is asked with
 // elicitation/create showing the confirm service's prompt (rendered from
-// the declaration, sensitive values withheld) and a boolean "approve"
-// that defaults to false — but only where the requesting user is the
-// approver and the command is below L4. Accept with approve=true records
-// the approval as the session's user on channel mcp_elicitation and the
-// call runs again with the grant. Decline, cancel, or accept without
-// approve=true all record a decline: cancel is treated as "not approved",
+// the declaration, sensitive values withheld), asking for nothing else —
+// but only where the confirm service says the session may answer by form:
+// the directory marks the session's agent as running in a client its user
+// operates (host: interactive; a user acting directly counts too), the
+// requesting user is the approver and the command is below L4. A headless
+// agent's runtime could answer the form itself, so its user confirms on
+// the approval page, signed in. Accept records the approval as the
+// session's user on channel mcp_elicitation and the call runs again with
+// the grant. Decline or cancel record a decline: cancel is treated as "not approved",
 // closing the challenge so that its approval URL cannot approve the call
 // later. The call then runs again with the grant so that the executor
 // itself refuses it (confirmation.refused, audited); the backend is never

@@ -54,7 +54,8 @@ tenants:
       - {id: carol, org: finance, roles: [finance]}
     agents:
       - {id: support-bot, user: alice}
-      - {id: finance-bot, user: carol}
+      - {id: finance-bot, user: carol, host: interactive}
+      - {id: payout-bot, user: carol}
   - id: globex
     features: [refunds]
     roles:

@@ -205,7 +205,7 @@ func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest, p identit
 	if !ok || ans == nil {
 		return b.invalidState(ctx, call, fmt.Sprintf("the retry carries no elicitation answer under inputResponses[%q]", InputConfirm))
 	}
-	approve := ans.Action == "accept" && ans.Content[ApproveField] == true
+	approve := ans.Action == "accept"
 	if _, err := b.cfg.Confirm.DecideElicited(ctx, p, st.Challenge, approve); err != nil {
 		if errors.Is(err, confirm.ErrAlreadyDecided) {
 			return b.invalidState(ctx, call, "requestState was used before; call the tool again without it")

@@ -35,7 +35,13 @@ type Approval struct {
 	// Where the decision was made: `mcp_elicitation`, `approval_page`, `api`.
 	Channel string `protobuf:"bytes,3,opt,name=channel,proto3" json:"channel,omitempty"`
 	// When the approver decided.
-	DecidedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	DecidedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	// How sure the trail is that the approver decided, derived from channel:
+	// `signed_in` (the approver signed in on the approval page with their own
+	// credential), `client_attested` (the user's interactive MCP client
+	// answered a confirmation form), `api_credential` (the approver's own
+	// credential called the API) or `unknown`.
+	Assurance     string `protobuf:"bytes,5,opt,name=assurance,proto3" json:"assurance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -96,6 +102,13 @@ func (x *Approval) GetDecidedAt() *timestamppb.Timestamp {
 		return x.DecidedAt
 	}
 	return nil
+}
+
+func (x *Approval) GetAssurance() string {
+	if x != nil {
+		return x.Assurance
+	}
+	return ""
 }
 
 // AuditRecord is one row of the audit trail.
@@ -1073,13 +1086,14 @@ var File_mandate_v1_audit_proto protoreflect.FileDescriptor
 const file_mandate_v1_audit_proto_rawDesc = "" +
 	"\n" +
 	"\x16mandate/v1/audit.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9e\x01\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbc\x01\n" +
 	"\bApproval\x12!\n" +
 	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12\x1a\n" +
 	"\bapprover\x18\x02 \x01(\tR\bapprover\x12\x18\n" +
 	"\achannel\x18\x03 \x01(\tR\achannel\x129\n" +
 	"\n" +
-	"decided_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\"\xf7\a\n" +
+	"decided_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1c\n" +
+	"\tassurance\x18\x05 \x01(\tR\tassurance\"\xf7\a\n" +
 	"\vAuditRecord\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\tR\finvocationId\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12.\n" +

@@ -308,7 +308,13 @@ type Challenge struct {
 	// Where: `approval_page`, `mcp_elicitation`, `api`.
 	DecisionChannel string `protobuf:"bytes,16,opt,name=decision_channel,json=decisionChannel,proto3" json:"decision_channel,omitempty"`
 	// The approval page for this challenge.
-	ApprovalUrl   string `protobuf:"bytes,17,opt,name=approval_url,json=approvalUrl,proto3" json:"approval_url,omitempty"`
+	ApprovalUrl string `protobuf:"bytes,17,opt,name=approval_url,json=approvalUrl,proto3" json:"approval_url,omitempty"`
+	// Whether the caller of Get may answer this challenge through an MCP
+	// confirmation form: it asked for the call itself, the directory says its
+	// client is operated by its user (a user, or an agent with
+	// `host: interactive`), the requesting user is the approver, and the
+	// command is below L4. Everyone else confirms on the approval page.
+	Elicitable    bool `protobuf:"varint,18,opt,name=elicitable,proto3" json:"elicitable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -460,6 +466,13 @@ func (x *Challenge) GetApprovalUrl() string {
 		return x.ApprovalUrl
 	}
 	return ""
+}
+
+func (x *Challenge) GetElicitable() bool {
+	if x != nil {
+		return x.Elicitable
+	}
+	return false
 }
 
 // OpenRequest opens a challenge.
@@ -858,7 +871,7 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\x0earguments_json\x18\b \x01(\tR\rargumentsJson\x12'\n" +
 	"\x0fwithheld_fields\x18\t \x03(\tR\x0ewithheldFields\x12!\n" +
 	"\frequested_by\x18\n" +
-	" \x01(\tR\vrequestedBy\"\xde\x05\n" +
+	" \x01(\tR\vrequestedBy\"\xfe\x05\n" +
 	"\tChallenge\x12!\n" +
 	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x18\n" +
@@ -881,7 +894,10 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\n" +
 	"decided_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12)\n" +
 	"\x10decision_channel\x18\x10 \x01(\tR\x0fdecisionChannel\x12!\n" +
-	"\fapproval_url\x18\x11 \x01(\tR\vapprovalUrl\"\xba\x02\n" +
+	"\fapproval_url\x18\x11 \x01(\tR\vapprovalUrl\x12\x1e\n" +
+	"\n" +
+	"elicitable\x18\x12 \x01(\bR\n" +
+	"elicitable\"\xba\x02\n" +
 	"\vOpenRequest\x12$\n" +
 	"\acommand\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\acommand\x12B\n" +

@@ -282,7 +282,7 @@ func toProto(s *audit.Stored) *mandatev1.AuditRecord {
 		r.Duration = durationpb.New(s.Duration)
 	}
 	if a := s.Approval; a != nil {
-		r.Approval = &mandatev1.Approval{ChallengeId: a.ChallengeID, Approver: a.Approver, Channel: a.Channel}
+		r.Approval = &mandatev1.Approval{ChallengeId: a.ChallengeID, Approver: a.Approver, Channel: a.Channel, Assurance: a.Assurance()}
 		if !a.DecidedAt.IsZero() {
 			r.Approval.DecidedAt = timestamppb.New(a.DecidedAt)
 		}

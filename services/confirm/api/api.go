@@ -234,6 +234,7 @@ func (s *Service) toProto(c *confirm.Challenge) *mandatev1.Challenge {
 		DecidedBy:       c.DecidedBy,
 		DecisionChannel: c.DecisionChannel,
 		ApprovalUrl:     s.confirm.ApprovalURL(c.ID),
+		Elicitable:      c.Elicitable,
 	}
 	if !c.DecidedAt.IsZero() {
 		out.DecidedAt = timestamppb.New(c.DecidedAt)

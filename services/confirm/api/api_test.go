@@ -318,9 +318,17 @@ func TestFourEyes(t *testing.T) {
 	_, err = client.Decide(as(token(t, "globex", "gina", "")), &mandatev1.DecideRequest{ChallengeId: payout.GetChallengeId(), Decision: mandatev1.Decision_DECISION_APPROVE})
 	wantRefusal(t, "gina of globex", err, codes.NotFound, confirm.CodeNotFound)
 
-	got := e.decide(t, token(t, "acme", "carol", ""), payout.GetChallengeId(), mandatev1.Decision_DECISION_APPROVE)
-	if got.GetState() != mandatev1.ChallengeState_CHALLENGE_STATE_APPROVED || got.GetDecidedBy() != "carol" || got.GetDecisionChannel() != "api" || got.GetDecidedAt() == nil {
-		t.Fatalf("carol's approval: %v", got)
+	// payment.payout is L4: even carol, who holds payment.approve, cannot
+	// approve it over the API; she does on the approval page, signed in.
+	_, err = client.Decide(as(token(t, "acme", "carol", "")), &mandatev1.DecideRequest{ChallengeId: payout.GetChallengeId(), Decision: mandatev1.Decision_DECISION_APPROVE})
+	wantRefusal(t, "carol approving an L4 payout over the API", err, codes.PermissionDenied, confirm.CodeApproverNotAllowed)
+	carol := identity.Principal{Kind: identity.KindUser, Tenant: "acme", UserID: "carol"}
+	if _, err := e.confirm.Decide(context.Background(), carol, payout.GetChallengeId(), true, confirm.ChannelApprovalPage); err != nil {
+		t.Fatalf("carol approving on the page: %v", err)
+	}
+	got, err := client.Get(as(token(t, "acme", "carol", "")), &mandatev1.ConfirmServiceGetRequest{ChallengeId: payout.GetChallengeId()})
+	if err != nil || got.GetState() != mandatev1.ChallengeState_CHALLENGE_STATE_APPROVED || got.GetDecidedBy() != "carol" || got.GetDecisionChannel() != "approval_page" || got.GetDecidedAt() == nil {
+		t.Fatalf("carol's approval: %v %v", got, err)
 	}
 	_, err = client.Decide(as(token(t, "acme", "carol", "")), &mandatev1.DecideRequest{ChallengeId: payout.GetChallengeId(), Decision: mandatev1.Decision_DECISION_DECLINE})
 	wantRefusal(t, "deciding twice", err, codes.FailedPrecondition, confirm.CodeAlreadyDecided)

@@ -80,6 +80,7 @@ func ChallengeFromProto(ch *mandatev1.Challenge) confirm.Challenge {
 		State:           stateFromProto(ch.GetState()),
 		DecidedBy:       ch.GetDecidedBy(),
 		DecisionChannel: ch.GetDecisionChannel(),
+		Elicitable:      ch.GetElicitable(),
 	}
 	if ch.GetCreatedAt() != nil {
 		out.CreatedAt = ch.GetCreatedAt().AsTime()

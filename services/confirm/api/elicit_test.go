@@ -43,6 +43,7 @@ func elicitCommands() confirmtest.CommandSet {
 var (
 	elicitBot   = identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "alice", AgentID: "support-bot"}
 	elicitAlice = identity.Principal{Kind: identity.KindUser, Tenant: "acme", UserID: "alice"}
+	cronBot     = identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "alice", AgentID: "cron-bot"}
 )
 
 var elicitInvocations int
@@ -123,11 +124,37 @@ func TestDecideElicited(t *testing.T) {
 				{"four eyes below L4", elicitBot, openFor(t, svc, elicitBot, "ledger.adjust").ID, confirm.CodeApproverNotAllowed},
 				{"L4 with the requesting user as approver", elicitBot, openFor(t, svc, elicitBot, "vendor.close").ID, confirm.CodeApproverNotAllowed},
 				{"L4 four eyes", elicitBot, openFor(t, svc, elicitBot, "payment.payout").ID, confirm.CodeApproverNotAllowed},
+				{"a headless agent's own call", cronBot, openFor(t, svc, cronBot, "ticket.refund").ID, confirm.CodeApproverNotAllowed},
 			}
 			for _, r := range refusals {
 				_, err := svc.DecideElicited(ctx, r.p, r.id, true)
 				wantConfirmCode(t, r.name, err, r.code)
 			}
+			// Get tells the bridge, per caller, whether a form may be used.
+			for _, e := range []struct {
+				name string
+				p    identity.Principal
+				cmd  string
+				want bool
+			}{
+				{"interactive agent, requesting-user policy", elicitBot, "ticket.refund", true},
+				{"headless agent", cronBot, "ticket.refund", false},
+				{"four eyes", elicitBot, "ledger.adjust", false},
+				{"L4", elicitBot, "vendor.close", false},
+			} {
+				c := openFor(t, svc, e.p, e.cmd)
+				got, err := svc.Get(ctx, e.p, c.ID)
+				if err != nil || got.Elicitable != e.want {
+					t.Fatalf("%s: Elicitable = %v (%v), want %v", e.name, got.Elicitable, err, e.want)
+				}
+			}
+			headless := openFor(t, svc, cronBot, "ticket.refund")
+			_, err = svc.DecideElicited(ctx, cronBot, headless.ID, true)
+			var he *confirm.Error
+			if !errors.As(err, &he) || !strings.Contains(he.Message, "headless") || !strings.Contains(he.Message, "approval page") {
+				t.Fatalf("headless agent answering its form: %v", err)
+			}
+
 			// None of the refusals decided anything.
 			if c, err := svc.Get(ctx, elicitBot, pending.ID); err != nil || c.State != confirm.StatePending {
 				t.Fatalf("pending challenge after refusals: %+v %v", c, err)
@@ -210,6 +237,47 @@ func TestElicitedDecisionOverGRPC(t *testing.T) {
 			payout := e.open(t, bot, openReq("payment.payout"))
 			_, err = bridge.Decide(relaying(bot), decide(payout.GetChallengeId(), "mcp_elicitation"))
 			wantRefusal(t, "elicitation for an L4 four-eyes payout", err, codes.PermissionDenied, confirm.CodeApproverNotAllowed)
+		})
+	}
+}
+
+// TestL4IsApprovedOnlyOnThePage: an L4 challenge is approved only through
+// the approval page, where the human signed in: the API refuses to approve
+// it for the approver the policy names, and for the requester under a
+// requesting-user policy; declining there is allowed (it runs nothing).
+func TestL4IsApprovedOnlyOnThePage(t *testing.T) {
+	for name, b := range backends {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			svc, err := confirm.New(confirm.Config{Store: b(t), Directory: directory.Direct(newDirectory(t)), Commands: elicitCommands(), ApprovalBaseURL: "https://confirm.example"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			carol := identity.Principal{Kind: identity.KindUser, Tenant: "acme", UserID: "carol"}
+			for _, c := range []struct {
+				name, cmd string
+				approver  identity.Principal
+			}{
+				{"four eyes (payment.payout)", "payment.payout", carol},
+				{"requesting user (vendor.close)", "vendor.close", elicitAlice},
+			} {
+				for _, channel := range []string{confirm.ChannelAPI, confirm.ChannelMCPElicitation, ""} {
+					ch := openFor(t, svc, elicitBot, c.cmd)
+					_, err := svc.Decide(ctx, c.approver, ch.ID, true, channel)
+					wantConfirmCode(t, c.name+" over "+channel, err, confirm.CodeApproverNotAllowed)
+					if got, _ := svc.Get(ctx, c.approver, ch.ID); got.State != confirm.StatePending {
+						t.Fatalf("%s over %q: state %s after a refused approval", c.name, channel, got.State)
+					}
+				}
+				ch := openFor(t, svc, elicitBot, c.cmd)
+				if got, err := svc.Decide(ctx, c.approver, ch.ID, false, confirm.ChannelAPI); err != nil || got.State != confirm.StateDeclined {
+					t.Fatalf("%s: declining over the API: %+v %v", c.name, got, err)
+				}
+				ch = openFor(t, svc, elicitBot, c.cmd)
+				if got, err := svc.Decide(ctx, c.approver, ch.ID, true, confirm.ChannelApprovalPage); err != nil || got.State != confirm.StateApproved {
+					t.Fatalf("%s: approving on the page: %+v %v", c.name, got, err)
+				}
+			}
 		})
 	}
 }

@@ -61,7 +61,9 @@ func Commands() CommandSet {
 }
 
 // Policy is the directory the confirm tests run against. In acme, alice
-// (support) refunds and requests payouts through support-bot; carol
+// (support) refunds and requests payouts through support-bot, which runs
+// in a client alice operates (host: interactive), and through cron-bot,
+// which runs headless; carol
 // (finance) approves payouts; bob holds payment.approve but is disabled;
 // mallory is an active user with nothing relevant. globex is another
 // tenant whose gina holds everything.
@@ -78,8 +80,9 @@ tenants:
       - {id: bob, roles: [finance], disabled: true}
       - {id: mallory, roles: [staff]}
     agents:
-      - {id: support-bot, user: alice}
+      - {id: support-bot, user: alice, host: interactive}
       - {id: finance-bot, user: carol}
+      - {id: cron-bot, user: alice}
   - id: globex
     roles:
       all: [ticket.read, payment.refund, payment.payout, payment.approve]
