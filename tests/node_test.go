@@ -126,7 +126,8 @@ func TestNodeClient(t *testing.T) {
 			t.Fatalf("%d elicitations, want one form: %s", len(out.Elicitations), res.Raw)
 		}
 		form := out.Elicitations[0]
-		if form.Mode != "form" || !strings.Contains(strings.ToLower(form.Message), "refund") || !strings.Contains(string(form.RequestedSchema), `"approve"`) {
+		// The form asks for nothing: accept is the yes.
+		if form.Mode != "form" || !strings.Contains(strings.ToLower(form.Message), "refund") || strings.Contains(string(form.RequestedSchema), `"approve"`) {
 			t.Errorf("form %+v", form)
 		}
 		if strings.Contains(form.Message, "CH4242424242") {
@@ -144,13 +145,30 @@ func TestNodeClient(t *testing.T) {
 		for _, row := range rows {
 			if row["outcome"] == "executed" {
 				executed = true
-				if appr, _ := row["approval"].(map[string]any); appr == nil || appr["channel"] != "mcp_elicitation" {
-					t.Errorf("executed row's approval %v, want channel mcp_elicitation", row["approval"])
+				if appr, _ := row["approval"].(map[string]any); appr == nil || appr["channel"] != "mcp_elicitation" || appr["assurance"] != "client_attested" {
+					t.Errorf("executed row's approval %v, want channel mcp_elicitation, assurance client_attested", row["approval"])
 				}
 			}
 		}
 		if !executed {
 			t.Fatalf("no executed row: %v", rows)
+		}
+	})
+
+	// payout-bot acts for carol but runs headless: a client that accepts
+	// every form is never asked, and refunds nothing; the human approves on
+	// the page, signed in.
+	t.Run("headless payout-bot's auto-accepting client refunds nothing", func(t *testing.T) {
+		out := dev.client(t, node, "payout-bot@carol", "accept",
+			`{"op":"call","name":"ticket.refund","arguments":`+nodeRefund+`}`)
+		ref := out.step(t, 0, "call", true).Result.refusal(t)
+		if len(out.Elicitations) != 0 || ref.Code != "confirmation.required" || ref.ApprovalURL == "" || ref.InvocationID == "" {
+			t.Fatalf("headless agent: %d elicitations, refusal %+v", len(out.Elicitations), ref)
+		}
+		for _, row := range dev.auditRows(t, ref.InvocationID, 1) {
+			if row["outcome"] != "refused" || row["phase"] == "intent" {
+				t.Fatalf("a headless agent's refund reached the backend: %v", row)
+			}
 		}
 	})
 
@@ -251,6 +269,7 @@ type nodeRefusal struct {
 	Code         string `json:"code"`
 	Stage        string `json:"stage"`
 	InvocationID string `json:"invocation_id"`
+	ApprovalURL  string `json:"approval_url"`
 }
 
 func (r nodeResult) refusal(t *testing.T) nodeRefusal {

@@ -26,13 +26,13 @@ func (c *elicitationCounter) handler(context.Context, *mcp.ElicitRequest) (*mcp.
 }
 
 // approveForm is an MCP client elicitation handler that answers a
-// confirmation form with approve=true, as a human clicking "approve" in
+// confirmation form with accept, as a human clicking "approve" in
 // the client would; it records the messages it was shown.
 type approveForm struct{ shown []string }
 
 func (a *approveForm) handler(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 	a.shown = append(a.shown, req.Params.Message)
-	return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, nil
+	return &mcp.ElicitResult{Action: "accept"}, nil
 }
 
 // TestScenarioSearchAsAgent: support-bot, acting for alice, searches
