@@ -53,8 +53,8 @@ type Invalid struct {
 	Value  string `json:"value"`
 }
 
-// Error renders the problem for a client: which attribute, and why.
-func (i Invalid) Error() string { return i.Name + " " + i.Reason }
+// Describe renders the problem for a client: which attribute, and why.
+func (i Invalid) Describe() string { return i.Name + " " + i.Reason }
 
 // Check validates value as the attribute name. An empty value is absent
 // and always valid. It returns nil or the problem with the value marked.

@@ -117,7 +117,7 @@ const (
 	AssuranceClientAttested = "client_attested"
 	// AssuranceAPICredential: the approver's own credential called the
 	// confirm service's API.
-	AssuranceAPICredential = "api_credential"
+	AssuranceAPICredential = "api_credential" //nolint:gosec // G101: an assurance level, not a credential
 	// AssuranceUnknown: a channel the trail does not know.
 	AssuranceUnknown = "unknown"
 )

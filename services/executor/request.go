@@ -94,7 +94,7 @@ func invalidAttributes(stage, code string, bad []callattr.Invalid) *failure.Erro
 	fe := failure.New(stage, code, "")
 	fe.Status = codes.InvalidArgument
 	for _, p := range bad {
-		msgs = append(msgs, p.Error()+": "+strconv.Quote(p.Value))
+		msgs = append(msgs, p.Describe()+": "+strconv.Quote(p.Value))
 		fe.Violations = append(fe.Violations, failure.Violation{Pointer: "/" + p.Name, Rule: p.Rule, Message: p.Name + " " + p.Reason})
 	}
 	fe.Message = "the call's " + strings.Join(msgs, "; ")
