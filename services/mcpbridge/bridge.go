@@ -220,7 +220,7 @@ func (b *Bridge) Handler() http.Handler {
 	}
 	protected := auth.RequireBearerToken(b.verifyToken, &auth.RequireBearerTokenOptions{
 		ResourceMetadataURL: b.metadataURL,
-	})(checkEnvelope(h)) // authenticated first, then strict JSON (envelope.go)
+	})(b.checkEnvelope(h)) // authenticated first, then strict JSON (envelope.go)
 	return http.NewCrossOriginProtection().Handler(protected)
 }
 

@@ -6,11 +6,17 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mandate-dev/mandate/internal/callattr"
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/schema"
 	"github.com/mandate-dev/mandate/internal/strictjson"
+	"github.com/mandate-dev/mandate/services/executor"
 )
 
 // checkEnvelope refuses a POSTed JSON-RPC message (or batch) that is not
@@ -28,11 +34,15 @@ import (
 //   - -32700 Parse error: invalid UTF-8 (schema.utf8), or not exactly one
 //     JSON value (schema.syntax).
 //
-// Such a message never reaches the executor, so it leaves no audit row,
-// like any other JSON-RPC message the transport cannot read. An empty
-// body, and one over the SDK's size limit (413), are left to the SDK to
-// answer as before; the body it reads is the one checked.
-func checkEnvelope(next http.Handler) http.Handler {
+// A tools/call whose envelope is sound but whose arguments or _meta repeat
+// a member is still an attempt to call a tool: the executor refuses it
+// (schema.invalid at schema_validate for the arguments,
+// request.invalid_metadata for _meta) and audits it, and the JSON-RPC
+// error's data names its invocation id. Other messages the transport cannot
+// read leave no audit row. An empty body, and one over the SDK's size limit
+// (413), are left to the SDK to answer as before; the body it reads is the
+// one checked.
+func (b *Bridge) checkEnvelope(next http.Handler) http.Handler {
 	const limit = mcp.DefaultMaxRequestBodyBytes // the SDK's own limit
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
@@ -43,7 +53,7 @@ func checkEnvelope(next http.Handler) http.Handler {
 		err := strictjson.CheckReader(io.TeeReader(io.LimitReader(r.Body, limit+1), &buf), 0)
 		var se *strictjson.Error
 		if err != nil && buf.Len() <= limit && !errors.Is(err, strictjson.ErrEmpty) && errors.As(err, &se) {
-			writeEnvelopeError(w, se)
+			writeEnvelopeError(w, se, b.auditEnvelope(r, buf.Bytes(), se))
 			return
 		}
 		// Accepted, empty, too large or unreadable: the SDK reads the same
@@ -56,7 +66,50 @@ func checkEnvelope(next http.Handler) http.Handler {
 	})
 }
 
-func writeEnvelopeError(w http.ResponseWriter, se *strictjson.Error) {
+// auditEnvelope runs a tools/call refused for a duplicate member in its
+// arguments or _meta through the executor, which refuses it and audits
+// the attempt, and returns the invocation id ("" when the message is no
+// such call). body is read leniently here only to learn the tool's name.
+func (b *Bridge) auditEnvelope(r *http.Request, body []byte, se *strictjson.Error) string {
+	var ptr string
+	var isMeta bool
+	switch {
+	case se.Rule != strictjson.RuleDuplicateKey:
+		return ""
+	case strings.HasPrefix(se.Pointer, "/params/arguments/"):
+		ptr = strings.TrimPrefix(se.Pointer, "/params/arguments")
+	case strings.HasPrefix(se.Pointer, "/params/_meta/"):
+		ptr, isMeta = strings.TrimPrefix(se.Pointer, "/params/_meta"), true
+	default:
+		return ""
+	}
+	var msg struct {
+		Method string `json:"method"`
+		Params struct {
+			Name string `json:"name"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &msg) != nil || msg.Method != "tools/call" || msg.Params.Name == "" {
+		return ""
+	}
+	ctx, _, ok := withCaller(r.Context(), auth.TokenInfoFromContext(r.Context()))
+	if !ok {
+		return ""
+	}
+	call := executor.Call{Code: msg.Params.Name, Input: []byte("{}"), Channel: "mcp"}
+	if isMeta {
+		call.Invalid = []callattr.Invalid{{Name: "_meta", Rule: callattr.RuleFormat, Reason: "repeats the member " + ptr, Value: callattr.Mark(ptr)}}
+	} else {
+		call.InputError = &schema.InvalidError{Violations: []schema.Violation{{Pointer: ptr, Rule: se.Rule, Message: se.Message}}}
+	}
+	_, err := b.cfg.Executor.Execute(ctx, call)
+	if fe, ok := failure.FromStatus(failure.ToStatus(err)); ok {
+		return fe.InvocationID
+	}
+	return ""
+}
+
+func writeEnvelopeError(w http.ResponseWriter, se *strictjson.Error, invocation string) {
 	code, message := jsonrpc.CodeInvalidRequest, "Invalid Request: "+se.Message
 	if se.Rule == strictjson.RuleSyntax || se.Rule == strictjson.RuleUTF8 {
 		code, message = jsonrpc.CodeParseError, "Parse error: "+se.Message
@@ -67,10 +120,18 @@ func writeEnvelopeError(w http.ResponseWriter, se *strictjson.Error) {
 		"error": map[string]any{
 			"code":    code,
 			"message": message,
-			"data":    map[string]string{"rule": se.Rule, "pointer": se.Pointer},
+			"data":    envelopeData(se, invocation),
 		},
 	})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusBadRequest)
 	_, _ = w.Write(body)
+}
+
+func envelopeData(se *strictjson.Error, invocation string) map[string]string {
+	d := map[string]string{"rule": se.Rule, "pointer": se.Pointer}
+	if invocation != "" {
+		d["invocation_id"] = invocation
+	}
+	return d
 }

@@ -20,7 +20,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/callattr"
 	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/schema"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/audit"
@@ -256,6 +258,22 @@ func TestRemoteBridge(t *testing.T) {
 		_, err := execapi.NewClient(conn).Execute(botCtx, executor.Call{Code: "ticket.search", Input: []byte(`["not an object"]`)})
 		if p := failure.Problem(failure.ToStatus(err), ""); p.Code != "schema.invalid" || p.Stage != executor.StageSchema || p.InvocationID == "" {
 			t.Fatalf("array input: %v %+v", err, p)
+		}
+		// What the bridge found wrong with an input, and attributes it could
+		// not read as strings, travel with the call: the executor refuses
+		// and audits them.
+		_, err = execapi.NewClient(conn).Execute(botCtx, executor.Call{Code: "ticket.search", InputError: &schema.InvalidError{
+			Violations: []schema.Violation{{Pointer: "/query", Rule: "schema.duplicate_key", Message: "an object names the same member twice"}}}})
+		if p := failure.Problem(failure.ToStatus(err), ""); p.Code != "schema.invalid" || len(p.Errors) != 1 || p.Errors[0].Pointer != "/query" || p.Errors[0].Rule != "schema.duplicate_key" {
+			t.Fatalf("relayed input error: %v %+v", err, p)
+		}
+		_, err = execapi.NewClient(conn).Execute(botCtx, executor.Call{Code: "ticket.search", Input: []byte(`{}`),
+			Invalid: []callattr.Invalid{*callattr.TypeError(callattr.IdempotencyKey, "42")}})
+		if p := failure.Problem(failure.ToStatus(err), ""); p.Code != "idempotency.invalid_key" || p.InvocationID == "" {
+			t.Fatalf("relayed invalid attribute: %v %+v", err, p)
+		}
+		if rows := auditRows(t, e, "acme", failure.Problem(failure.ToStatus(err), "").InvocationID); len(rows) != 1 || rows[0].Code != "idempotency.invalid_key" {
+			t.Fatalf("rows of the relayed invalid attribute: %+v", rows)
 		}
 
 		financeBot := identity.WithRawToken(ctx, token(t, "acme", "carol", "finance-bot"))

@@ -48,6 +48,11 @@ const (
 	// idempotency key in `_meta`), so that the executor refuses the call
 	// and audits it. It is honoured only on calls the bridge relays.
 	MetadataInvalidAttribute = "x-mandate-invalid-attribute-bin"
+	// MetadataInputError carries, as JSON, the violations the bridge found
+	// in a call's input before it could be read (e.g. a duplicate member in
+	// the arguments); the executor refuses the call at schema_validate with
+	// them. It is honoured only on calls the bridge relays.
+	MetadataInputError = "x-mandate-input-error-bin"
 	// MCPBridgeService is the service identity of the MCP bridge; calls it
 	// makes on behalf of a user are recorded with channel "mcp".
 	MCPBridgeService = identity.MCPBridgeService
@@ -135,6 +140,13 @@ func (s *Service) call(ctx context.Context, code string, input []byte) executor.
 			call.InputError = &schema.InvalidError{Violations: []schema.Violation{
 				{Rule: "schema.type", Message: "input must be a JSON object"},
 			}}
+		}
+		for _, raw := range md.Get(MetadataInputError) {
+			var vs []schema.Violation
+			if json.Unmarshal([]byte(raw), &vs) != nil || len(vs) == 0 {
+				vs = []schema.Violation{{Rule: "schema.decode", Message: "the input could not be read"}}
+			}
+			call.InputError = &schema.InvalidError{Violations: vs}
 		}
 		for _, raw := range md.Get(MetadataInvalidAttribute) {
 			var inv callattr.Invalid

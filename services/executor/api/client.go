@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -42,7 +41,15 @@ func NewClient(conn grpc.ClientConnInterface) *Client {
 // Execute runs one command for the caller in ctx.
 func (c *Client) Execute(ctx context.Context, call executor.Call) (*executor.Result, error) {
 	if call.InputError != nil {
-		return nil, errors.New("executor client: a call with an InputError cannot be relayed; send the input as JSON")
+		// What the bridge found wrong with the input travels with the
+		// call, so that the executor refuses it at schema_validate and
+		// audits it, as in process.
+		b, err := json.Marshal(call.InputError.Violations)
+		if err != nil {
+			return nil, failure.Internal(executor.StageSchema, err)
+		}
+		ctx = metadata.AppendToOutgoingContext(ctx, MetadataInputError, string(b))
+		call.Input = nil
 	}
 	input := &structpb.Struct{}
 	if len(call.Input) > 0 {
