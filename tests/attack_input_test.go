@@ -56,6 +56,8 @@ func TestAttackHostileInputNever5xx(t *testing.T) {
 			401, "authentication.missing_credentials", "", "", ""},
 		{"bad token, deep body", "garbage", http.MethodPost, "/v1/commands/ticket.search:execute", strings.Repeat("[", 5000),
 			401, "", "", "", ""},
+		{"query value not of its field's type", "alice", http.MethodGet, "/v1/tickets?query=x&page_size=many", "",
+			400, "schema.invalid", "schema.decode", "", "ticket.search"},
 		{"query %ff on a route that is no command", "olive", http.MethodGet, "/v1/audit/records?command=%ff", "",
 			400, "schema.invalid", "schema.utf8", "/command", ""},
 	}
@@ -101,14 +103,17 @@ func TestAttackHostileInputNever5xx(t *testing.T) {
 		})
 	}
 
+	// An envelope the transport cannot read leaves no row; a tools/call
+	// whose arguments or _meta repeat a member is an attempt to call the
+	// tool, refused by the executor and audited (its code in audited).
 	mcpCases := []struct {
-		name, body, rule string
+		name, body, rule, audited string
 	}{
-		{"duplicate method", `{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"ticket.search","arguments":{}}}`, "schema.duplicate_key"},
-		{"duplicate params", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ticket.search","arguments":{}},"params":{"name":"ticket.get","arguments":{"ticket_id":"T-1001"}}}`, "schema.duplicate_key"},
-		{"duplicate id", `{"jsonrpc":"2.0","id":3,"id":4,"method":"tools/list","params":{}}`, "schema.duplicate_key"},
-		{"duplicate key in tools/call arguments", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"ticket.search","arguments":{"query":"a","query":"b"}}}`, "schema.duplicate_key"},
-		{"duplicate key in _meta", `{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"ticket.search","arguments":{},"_meta":{"k":1,"k":2}}}`, "schema.duplicate_key"},
+		{"duplicate method", `{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"ticket.search","arguments":{}}}`, "schema.duplicate_key", ""},
+		{"duplicate params", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ticket.search","arguments":{}},"params":{"name":"ticket.get","arguments":{"ticket_id":"T-1001"}}}`, "schema.duplicate_key", ""},
+		{"duplicate id", `{"jsonrpc":"2.0","id":3,"id":4,"method":"tools/list","params":{}}`, "schema.duplicate_key", ""},
+		{"duplicate key in tools/call arguments", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"ticket.search","arguments":{"query":"a","query":"b"}}}`, "schema.duplicate_key", "schema.invalid"},
+		{"duplicate key in _meta", `{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"ticket.search","arguments":{},"_meta":{"k":1,"k":2}}}`, "schema.duplicate_key", "request.invalid_metadata"},
 	}
 	for _, tc := range mcpCases {
 		t.Run("MCP/"+tc.name, func(t *testing.T) {
@@ -122,8 +127,15 @@ func TestAttackHostileInputNever5xx(t *testing.T) {
 			if resp["jsonrpc"] != "2.0" || e["code"] != float64(-32600) || data["rule"] != tc.rule {
 				t.Fatalf("response %v, want JSON-RPC -32600 with rule %s", resp, tc.rule)
 			}
-			if got := settledNewRows(t, dev, before); got != 0 {
-				t.Fatalf("%d audit rows for a refused envelope", got)
+			if tc.audited == "" {
+				if got := settledNewRows(t, dev, before); got != 0 {
+					t.Fatalf("%d audit rows for a refused envelope", got)
+				}
+				return
+			}
+			row := newRows(t, dev, before, 1)[0]
+			if row["invocation_id"] != data["invocation_id"] || row["outcome"] != "refused" || row["code"] != tc.audited || row["channel"] != "mcp" {
+				t.Fatalf("audit row %v, want the refused attempt %v with %s", row, data["invocation_id"], tc.audited)
 			}
 		})
 	}

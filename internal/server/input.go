@@ -131,6 +131,9 @@ func readGatewayInput(vals []string) *schema.InvalidError {
 type inputSlot struct {
 	mu         sync.Mutex
 	violations []schema.Violation
+	// redispatched is set once the gateway's own refusal of a parameter
+	// was turned into a violation and the request routed again.
+	redispatched bool
 }
 
 func (s *inputSlot) add(vs ...schema.Violation) {
@@ -171,8 +174,11 @@ func (s *Server) checkRequest(next runtime.HandlerFunc) runtime.HandlerFunc {
 				Detail: "the request body is larger than " + strconv.Itoa(s.cfg.MaxRecvBytes) + " bytes"})
 			return
 		}
-		slot := &inputSlot{}
-		r = r.Clone(context.WithValue(r.Context(), slotKey{}, slot))
+		slot, again := r.Context().Value(slotKey{}).(*inputSlot)
+		if !again {
+			slot = &inputSlot{}
+			r = r.Clone(context.WithValue(r.Context(), slotKey{}, slot))
+		}
 		if !utf8.ValidString(r.URL.Path) {
 			r.URL.Path, r.URL.RawPath = strings.ToValidUTF8(r.URL.Path, "\uFFFD"), ""
 		}
@@ -196,6 +202,30 @@ func (s *Server) checkRequest(next runtime.HandlerFunc) runtime.HandlerFunc {
 		}
 		next(w, r, params)
 	}
+}
+
+// redispatch handles the gateway's own refusal of a bodyless request whose
+// query parameter does not parse as its field's type (e.g. page_size=many):
+// the request is routed once more without its query and with the fault as
+// a violation, so that the RPC refuses it — and, for a command, audits the
+// attempt — like every other bad input. It reports whether it did.
+func redispatch(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request) bool {
+	slot, ok := r.Context().Value(slotKey{}).(*inputSlot)
+	if !ok || r.URL.RawQuery == "" || (r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0) {
+		return false
+	}
+	slot.mu.Lock()
+	done := slot.redispatched
+	slot.redispatched = true
+	slot.mu.Unlock()
+	if done {
+		return false
+	}
+	slot.add(schema.Violation{Rule: "schema.decode", Message: "a query parameter does not hold a value of its field's type"})
+	r2 := r.Clone(r.Context())
+	r2.URL.RawQuery, r2.Form = "", nil
+	mux.ServeHTTP(w, r2)
+	return true
 }
 
 // safePath is the request path for a problem's instance member.

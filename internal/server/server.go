@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -276,7 +277,7 @@ func headerMatcher(key string) (string, bool) {
 }
 
 // problemHandler renders every gateway error as RFC 9457 problem+json.
-func problemHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+func problemHandler(_ context.Context, mux *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	var httpErr *runtime.HTTPStatusError
 	if errors.As(err, &httpErr) && httpErr.Err != nil {
 		err = httpErr.Err
@@ -289,8 +290,12 @@ func problemHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler,
 		st = failure.ToStatus(err)
 	}
 	p := failure.Problem(st, r.URL.Path)
-	if st.Code().String() == "InvalidArgument" && p.Code == "grpc.invalidargument" {
-		// The gateway itself refused the body or a path parameter.
+	if st.Code() == codes.InvalidArgument && p.Code == "grpc.invalidargument" {
+		// The gateway itself refused a parameter: refused again by the
+		// RPC, and audited, where it was the query; otherwise answered here.
+		if redispatch(mux, w, r) {
+			return
+		}
 		p.Code, p.Stage = "request.malformed", "decode"
 	}
 	WriteProblem(w, p)
