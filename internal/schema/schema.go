@@ -657,15 +657,35 @@ func (b *builder) number(k protoreflect.Kind, n numRules) (Schema, error) {
 		return b.int64(k, n), nil
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
 		protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
-		s := Schema{"type": "integer"}
-		kmin, kmax := kindLimits(k)
-		s["minimum"], s["maximum"] = json.Number(kmin.String()), json.Number(kmax.String())
-		if b.mode == Input {
-			applyNumeric(s, n)
+		if b.mode == Output {
+			return integer(k, numRules{}), nil
 		}
-		return s, nil
+		return integer(k, n), nil
 	}
 	return nil, fmt.Errorf("unsupported kind %s", k)
+}
+
+// integer is the JSON-number schema of an integer kind under the rules n:
+// the rules' const/in/not_in and range, and the kind's own limit on each
+// side the rules leave open. A rule's bound replaces the limit on its side
+// rather than standing next to it (the limit adds nothing there, and
+// "minimum": -2⁶³ beside "exclusiveMinimum": 0 only misleads a reader);
+// const and in leave no side open. An inverted range is an anyOf of two
+// half-ranges, so the limits keep bounding its open ends.
+func integer(k protoreflect.Kind, n numRules) Schema {
+	s := Schema{"type": "integer"}
+	kmin, kmax := kindLimits(k)
+	lo, hi := n.bounds()
+	inverted := lo.set && hi.set && numLess(hi.val, lo.val)
+	exact := n.has("const") || len(n.list("in")) > 0
+	if !exact && (!lo.set || inverted) {
+		s["minimum"] = json.Number(kmin.String())
+	}
+	if !exact && (!hi.set || inverted) {
+		s["maximum"] = json.Number(kmax.String())
+	}
+	applyNumeric(s, n)
+	return s
 }
 
 // applyNumeric adds const/in/not_in and the range of n to a numeric schema.
@@ -755,8 +775,7 @@ func (b *builder) int64(k protoreflect.Kind, n numRules) Schema {
 	if b.mode == Output {
 		return Schema{"type": "string", "pattern": intRangePattern(openIfLimit(kmin, kmin), openIfLimit(kmax, kmax), digits)}
 	}
-	num := Schema{"type": "integer", "minimum": json.Number(kmin.String()), "maximum": json.Number(kmax.String())}
-	applyNumeric(num, n)
+	num := integer(k, n)
 	str := Schema{"type": "string"}
 	lo, hi := n.bounds()
 	loI, hiI := kmin, kmax
