@@ -753,6 +753,9 @@ func TestAttackIdempotencyKeyRace(t *testing.T) {
 				}
 				var out map[string]any
 				b, _ := json.Marshal(res.StructuredContent)
+				if res.IsError {
+					b, _ = json.Marshal(res.Meta["mandate.dev/refusal"])
+				}
 				_ = json.Unmarshal(b, &out)
 				if res.IsError {
 					a.stage, _ = out["stage"].(string)

@@ -82,7 +82,7 @@ func TestDevRunsEveryExample(t *testing.T) {
 	}
 	res, err = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "ticket.refund",
 		Arguments: json.RawMessage(`{"ticket_id":"T-1001","amount":{"currency_code":"EUR","amount_minor":"100"},"reason":"dup","cardholder_reference":"CH4242424242"}`)})
-	if err != nil || !res.IsError || !strings.Contains(fmt.Sprint(res.StructuredContent), "authorization.permission_denied") {
+	if err != nil || !res.IsError || res.StructuredContent != nil || !strings.Contains(fmt.Sprint(res.Meta["mandate.dev/refusal"]), "authorization.permission_denied") {
 		t.Fatalf("MCP ticket.refund as support-bot: %v %+v", err, res)
 	}
 

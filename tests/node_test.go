@@ -100,10 +100,33 @@ func TestNodeClient(t *testing.T) {
 		}
 	})
 
+	// Hosts list tools first, and the TypeScript SDK then validates every
+	// result of a listed tool against its outputSchema — isError results
+	// included. A refusal carries no structuredContent, so each one below
+	// reaches the client as a result, with its code and stage.
+	t.Run("refusals of listed tools reach a client that listed them", func(t *testing.T) {
+		out := dev.client(t, node, "support-bot@alice", "none", `{"op":"list"}`,
+			`{"op":"call","name":"ticket.search","arguments":{"query":"x","page_size":100000}}`,
+			`{"op":"call","name":"ticket.get","arguments":{"ticket_id":"T-9999"}}`,
+			`{"op":"call","name":"expense.report.submit","arguments":{"report_id":"ER-2003","note":"again"}}`,
+			`{"op":"call","name":"ticket.search","arguments":{"query":"x"},"meta":{"mandate.dev/conversation":"`+strings.Repeat("c", 300)+`"}}`)
+		for i, want := range []struct{ stage, code string }{
+			{"schema_validate", "schema.invalid"},
+			{"state_check", "state.not_found"},
+			{"", ""}, // the backend's state guard; any refusal code
+			{"request_check", "request.invalid_metadata"},
+		} {
+			ref := out.step(t, i+1, "call", true).Result.refusal(t)
+			if ref.InvocationID == "" || (want.code != "" && (ref.Code != want.code || ref.Stage != want.stage)) {
+				t.Errorf("step %d: refusal %+v, want %s at %s", i+1, ref, want.code, want.stage)
+			}
+		}
+	})
+
 	t.Run("support-bot refund is refused and audited", func(t *testing.T) {
-		out := dev.client(t, node, "support-bot@alice", "accept",
+		out := dev.client(t, node, "support-bot@alice", "accept", `{"op":"list"}`,
 			`{"op":"call","name":"ticket.refund","arguments":`+nodeRefund+`}`)
-		res := out.step(t, 0, "call", true).Result
+		res := out.step(t, 1, "call", true).Result
 		ref := res.refusal(t)
 		if ref.Code != "authorization.permission_denied" || ref.Stage != "permission_check" || ref.InvocationID == "" {
 			t.Fatalf("refusal %+v", ref)
@@ -119,9 +142,9 @@ func TestNodeClient(t *testing.T) {
 	})
 
 	t.Run("finance-bot refund confirmed through form elicitation", func(t *testing.T) {
-		out := dev.client(t, node, "finance-bot@carol", "accept",
+		out := dev.client(t, node, "finance-bot@carol", "accept", `{"op":"list"}`,
 			`{"op":"call","name":"ticket.refund","arguments":`+nodeRefund+`,"meta":{"mandate.dev/conversation":"node-1"}}`)
-		res := out.step(t, 0, "call", true).Result
+		res := out.step(t, 1, "call", true).Result
 		if len(out.Elicitations) != 1 {
 			t.Fatalf("%d elicitations, want one form: %s", len(out.Elicitations), res.Raw)
 		}
@@ -136,7 +159,8 @@ func TestNodeClient(t *testing.T) {
 		if res.IsError || !strings.Contains(string(res.StructuredContent), "REFUND_STATUS_ACCEPTED") {
 			t.Fatalf("refund after accepting the form: %s", res.Raw)
 		}
-		inv, _ := res.Meta["mandate.dev/invocation_id"].(string)
+		var inv string
+		_ = json.Unmarshal(res.Meta["mandate.dev/invocation_id"], &inv)
 		if inv == "" {
 			t.Fatalf("no invocation id in %s", res.Raw)
 		}
@@ -159,9 +183,9 @@ func TestNodeClient(t *testing.T) {
 	// every form is never asked, and refunds nothing; the human approves on
 	// the page, signed in.
 	t.Run("headless payout-bot's auto-accepting client refunds nothing", func(t *testing.T) {
-		out := dev.client(t, node, "payout-bot@carol", "accept",
+		out := dev.client(t, node, "payout-bot@carol", "accept", `{"op":"list"}`,
 			`{"op":"call","name":"ticket.refund","arguments":`+nodeRefund+`}`)
-		ref := out.step(t, 0, "call", true).Result.refusal(t)
+		ref := out.step(t, 1, "call", true).Result.refusal(t)
 		if len(out.Elicitations) != 0 || ref.Code != "confirmation.required" || ref.ApprovalURL == "" || ref.InvocationID == "" {
 			t.Fatalf("headless agent: %d elicitations, refusal %+v", len(out.Elicitations), ref)
 		}
@@ -173,9 +197,9 @@ func TestNodeClient(t *testing.T) {
 	})
 
 	t.Run("finance-bot refund declined through form elicitation", func(t *testing.T) {
-		out := dev.client(t, node, "finance-bot@carol", "decline",
+		out := dev.client(t, node, "finance-bot@carol", "decline", `{"op":"list"}`,
 			`{"op":"call","name":"ticket.refund","arguments":`+nodeRefund+`}`)
-		ref := out.step(t, 0, "call", true).Result.refusal(t)
+		ref := out.step(t, 1, "call", true).Result.refusal(t)
 		if len(out.Elicitations) != 1 || ref.Code != "confirmation.refused" || ref.InvocationID == "" {
 			t.Fatalf("declined form: %d elicitations, refusal %+v", len(out.Elicitations), ref)
 		}
@@ -254,9 +278,9 @@ type nodeStep struct {
 
 // nodeResult is a tools/call or resources/read result.
 type nodeResult struct {
-	IsError           bool            `json:"isError"`
-	StructuredContent json.RawMessage `json:"structuredContent"`
-	Meta              map[string]any  `json:"_meta"`
+	IsError           bool                       `json:"isError"`
+	StructuredContent json.RawMessage            `json:"structuredContent"`
+	Meta              map[string]json.RawMessage `json:"_meta"`
 	Contents          []struct {
 		URI  string `json:"uri"`
 		Text string `json:"text"`
@@ -264,7 +288,8 @@ type nodeResult struct {
 	Raw string `json:"-"`
 }
 
-// nodeRefusal is the structured content of an isError result.
+// nodeRefusal is the refusal of an isError result (its `_meta`
+// mandate.dev/refusal).
 type nodeRefusal struct {
 	Code         string `json:"code"`
 	Stage        string `json:"stage"`
@@ -275,7 +300,7 @@ type nodeRefusal struct {
 func (r nodeResult) refusal(t *testing.T) nodeRefusal {
 	t.Helper()
 	var ref nodeRefusal
-	if !r.IsError || json.Unmarshal(r.StructuredContent, &ref) != nil {
+	if !r.IsError || len(r.StructuredContent) != 0 || json.Unmarshal(r.Meta["mandate.dev/refusal"], &ref) != nil || ref.Code == "" {
 		t.Fatalf("want an isError result with a refusal, got %s", r.Raw)
 	}
 	return ref

@@ -454,11 +454,31 @@ func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
 	return m
 }
 
+// toolRefusal returns an isError tool result's refusal, read from its
+// `_meta` (mandate.dev/refusal); such a result never carries
+// structuredContent, which clients validate against the tool's
+// outputSchema.
+func toolRefusal(t *testing.T, res *mcp.CallToolResult) map[string]any {
+	t.Helper()
+	if res.StructuredContent != nil {
+		t.Fatalf("an isError result carries structuredContent: %v", res.StructuredContent)
+	}
+	b, err := json.Marshal(res.Meta["mandate.dev/refusal"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || m == nil {
+		t.Fatalf("_meta mandate.dev/refusal %s: %v", b, err)
+	}
+	return m
+}
+
 // wantToolRefusal checks an isError tool result's code and stage and
-// returns its structured content.
+// returns its refusal.
 func wantToolRefusal(t *testing.T, res *mcp.CallToolResult, stage, code string) map[string]any {
 	t.Helper()
-	m := structured(t, res)
+	m := toolRefusal(t, res)
 	if !res.IsError || m["stage"] != stage || m["code"] != code || m["invocation_id"] == "" {
 		t.Fatalf("tool result: isError=%v %v; want %s at %s", res.IsError, m, code, stage)
 	}

@@ -383,7 +383,9 @@ func addTool(s *mcp.Server, t *catalog.Tool, h mcp.ToolHandler) (err error) {
 // newServer builds one principal's server: resources, and the tools/call
 // interception that sends every published command to the executor.
 func (b *Bridge) newServer() *mcp.Server {
-	versions := []string{"2025-11-25", "2025-06-18"}
+	// Every revision the SDK serves: clients of 2025-03-26 and 2024-11-05
+	// predate elicitation, so their confirmations go to the approval URL.
+	versions := []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
 	if len(b.cfg.StateKey) > 0 {
 		// The stateful transport never negotiates it; the stateless one does.
 		versions = append([]string{ProtocolStateless}, versions...)

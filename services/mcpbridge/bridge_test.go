@@ -68,19 +68,32 @@ func call(t *testing.T, cs *mcp.ClientSession, name, input string, meta mcp.Meta
 	return cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: json.RawMessage(input), Meta: meta})
 }
 
-// refusalOf decodes an isError result's structured content.
+// refusalOf decodes an isError result's refusal from its `_meta`, and
+// checks that the result carries no structuredContent (which clients
+// validate against the tool's outputSchema) and the same refusal as JSON
+// in its second text block.
 func refusalOf(t *testing.T, res *mcp.CallToolResult) mcpbridge.Refusal {
 	t.Helper()
 	if res == nil || !res.IsError {
 		t.Fatalf("want an isError result, got %+v", res)
 	}
-	raw, err := json.Marshal(res.StructuredContent)
+	if res.StructuredContent != nil {
+		t.Fatalf("an isError result carries structuredContent %v", res.StructuredContent)
+	}
+	raw, err := json.Marshal(res.Meta[mcpbridge.MetaRefusal])
 	if err != nil {
 		t.Fatal(err)
 	}
 	var r mcpbridge.Refusal
-	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatal(err)
+	if err := json.Unmarshal(raw, &r); err != nil || r.Code == "" {
+		t.Fatalf("no refusal under _meta %s: %s (%v)", mcpbridge.MetaRefusal, raw, err)
+	}
+	var fromText mcpbridge.Refusal
+	if len(res.Content) != 2 {
+		t.Fatalf("%d content blocks, want a sentence and the refusal", len(res.Content))
+	}
+	if tc, ok := res.Content[1].(*mcp.TextContent); !ok || json.Unmarshal([]byte(tc.Text), &fromText) != nil || fromText.Code != r.Code || fromText.InvocationID != r.InvocationID {
+		t.Fatalf("the second text block does not hold the refusal: %+v", res.Content[1])
 	}
 	return r
 }

@@ -18,8 +18,18 @@ import (
 // CodeConfirmationRequired is the refusal code that carries an approval URL.
 const CodeConfirmationRequired = "confirmation.required"
 
-// Refusal is the structuredContent of an isError tool result: the same
-// code string as the gRPC status and the REST problem body (DESIGN §5).
+// MetaRefusal is the `_meta` key of an isError tool result that holds its
+// Refusal; MetaInvocation names the invocation of every tool result.
+const (
+	MetaRefusal    = "mandate.dev/refusal"
+	MetaInvocation = "mandate.dev/invocation_id"
+)
+
+// Refusal is what an isError tool result says, in `_meta` under
+// MetaRefusal and as JSON in its second text block: the same code string as
+// the gRPC status and the REST problem body (DESIGN §5). It is never the
+// result's structuredContent, which clients validate against the tool's
+// outputSchema — a refusal is not the tool's output.
 type Refusal struct {
 	Code         string      `json:"code"`
 	Stage        string      `json:"stage,omitempty"`
@@ -114,7 +124,7 @@ func (b *Bridge) result(ctx context.Context, req *mcp.CallToolRequest, call exec
 	r := &mcp.CallToolResult{
 		Content:           []mcp.Content{&mcp.TextContent{Text: string(out)}},
 		StructuredContent: out,
-		Meta:              mcp.Meta{"mandate.dev/invocation_id": res.InvocationID},
+		Meta:              mcp.Meta{MetaInvocation: res.InvocationID},
 	}
 	if wantsNarration(call) {
 		b.narrate(ctx, req, r, out)
@@ -157,11 +167,22 @@ func (b *Bridge) refusal(ctx context.Context, name string, err error) (*mcp.Call
 			"then call %s again with the same arguments and _meta {%q: %q}.",
 			name, r.ApprovalURL, name, MetaApproval, r.ChallengeID)
 	}
+	return refusalResult(text, r, body), nil
+}
+
+// refusalResult is the isError result of a refusal: a sentence for the
+// model, the refusal as JSON text, and the refusal in `_meta` — no
+// structuredContent.
+func refusalResult(text string, r Refusal, body []byte) *mcp.CallToolResult {
+	meta := mcp.Meta{MetaRefusal: json.RawMessage(body)}
+	if r.InvocationID != "" {
+		meta[MetaInvocation] = r.InvocationID
+	}
 	return &mcp.CallToolResult{
-		IsError:           true,
-		Content:           []mcp.Content{&mcp.TextContent{Text: text}, &mcp.TextContent{Text: string(body)}},
-		StructuredContent: json.RawMessage(body),
-	}, nil
+		IsError: true,
+		Content: []mcp.Content{&mcp.TextContent{Text: text}, &mcp.TextContent{Text: string(body)}},
+		Meta:    meta,
+	}
 }
 
 // metaString reads a string `_meta` value; anything else counts as absent.

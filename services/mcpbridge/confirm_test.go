@@ -722,3 +722,37 @@ func TestL4NeedsASecondHuman(t *testing.T) {
 		t.Fatalf("outcome %+v approval %+v", out.Record, out.Approval)
 	}
 }
+
+// TestOlderProtocolRevisions: clients of every revision the SDK serves are
+// accepted, 2025-03-26 and 2024-11-05 included (they send that value in
+// MCP-Protocol-Version). They predate elicitation, so a confirmation is the
+// approval-URL refusal, and they see refusals as isError results.
+func TestOlderProtocolRevisions(t *testing.T) {
+	for _, proto := range []string{"2025-03-26", "2024-11-05", "2025-06-18"} {
+		t.Run(proto, func(t *testing.T) {
+			st := newHelpdeskStack(t)
+			cs, rec := st.client(t, token(t, "acme", "carol", "finance-bot"), clientOptions{protocol: proto})
+			if tools, err := cs.ListTools(context.Background(), nil); err != nil || len(tools.Tools) == 0 {
+				t.Fatalf("tools/list at %s: %v", proto, err)
+			}
+			res, err := call(t, cs, "ticket.search", `{"query":"charged twice"}`, nil)
+			if err != nil || res.IsError {
+				t.Fatalf("search at %s: %v %+v", proto, err, res)
+			}
+			res, err = call(t, cs, "ticket.refund", refundInput, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := refusalOf(t, res)
+			if r.Code != mcpbridge.CodeConfirmationRequired || r.ApprovalURL == "" {
+				t.Fatalf("refund at %s: %+v", proto, r)
+			}
+			if forms, urls, _ := rec.counts(); forms+urls != 0 {
+				t.Fatalf("a %s client was asked through elicitation", proto)
+			}
+			if n := st.gateway.Refunds(); n != 0 {
+				t.Fatalf("gateway counted %d refunds", n)
+			}
+		})
+	}
+}
