@@ -336,6 +336,24 @@ func TestServicesFindEachOther(t *testing.T) {
 	}
 }
 
+// TestConfirmSideEffectsAgrees: the executor enforces
+// --confirm-side-effects and the catalog's tools state it, so compose gives
+// both the one value an operator sets.
+func TestConfirmSideEffectsAgrees(t *testing.T) {
+	for _, want := range []string{"false", "true"} {
+		var vars []string
+		if want == "true" {
+			vars = append(vars, "MANDATE_CONFIRM_SIDE_EFFECTS=true")
+		}
+		p := load(t, vars...)
+		for _, name := range []string{"catalog", "executor"} {
+			if got, ok := env(service(t, p, name))["MANDATE_CONFIRM_SIDE_EFFECTS"]; !ok || got != want {
+				t.Errorf("%s: MANDATE_CONFIRM_SIDE_EFFECTS=%q (set %v), want %q", name, got, ok, want)
+			}
+		}
+	}
+}
+
 // TestOnlyWhatAUserNeedsIsPublished: the MCP bridge, the executor's REST
 // and gRPC ports, the approval pages and the Jaeger UI, on loopback only.
 func TestOnlyWhatAUserNeedsIsPublished(t *testing.T) {

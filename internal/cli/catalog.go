@@ -17,13 +17,16 @@ import (
 // change streams, and the ops.review command (relayed by the executor).
 func runCatalog(ctx context.Context, args []string, io IO) error {
 	var (
-		f  serviceFlags
-		mf manifestFlags
+		f                  serviceFlags
+		mf                 manifestFlags
+		confirmSideEffects bool
 	)
 	s := config.New("catalog", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
 	f.declare(s, "127.0.0.1:9091", "127.0.0.1:8081")
 	mf.declare(s)
+	s.Bool(&confirmSideEffects, "confirm-side-effects", false,
+		"state in the tools that every command declaring side effects requires confirmation; give the executor the same value")
 	if err := s.Parse(args); err != nil {
 		return err
 	}
@@ -51,7 +54,8 @@ func runCatalog(ctx context.Context, args []string, io IO) error {
 		cl.add(ps.Close)
 		store = ps
 	}
-	cat, err := catalog.New(catalog.Config{Manifest: set, Directory: store, TrustedServices: []string{executor.ServiceName}, Logger: log})
+	cat, err := catalog.New(catalog.Config{Manifest: set, Directory: store, ConfirmSideEffects: confirmSideEffects,
+		TrustedServices: []string{executor.ServiceName}, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -64,6 +64,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		httpAddr, grpcAddr, tokensFile, logLevel string
 		otlpEndpoint                             string
 		devSecret                                config.Secret
+		confirmSideEffects                       bool
 	)
 	s := config.New("dev", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
@@ -72,6 +73,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	s.String(&tokensFile, "tokens-file", "", "write the dev tokens (JSON object: name → token) to this file")
 	s.String(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	s.SecretVar(&devSecret, "dev-secret", "HS256 secret for dev tokens (default: random per run)")
+	s.Bool(&confirmSideEffects, "confirm-side-effects", false, "require confirmation for every command that declares side effects (the executor enforces it, the catalog's tools state it)")
 	otlpFlag(s, &otlpEndpoint)
 	if err := s.Parse(args); err != nil {
 		return err
@@ -148,7 +150,8 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		return err
 	}
 	backend.Register(backendSrv.GRPC())
-	cat, err := catalog.New(catalog.Config{Manifest: set, Directory: dirStore, TrustedServices: []string{executor.ServiceName}, Logger: log})
+	cat, err := catalog.New(catalog.Config{Manifest: set, Directory: dirStore, ConfirmSideEffects: confirmSideEffects,
+		TrustedServices: []string{executor.ServiceName}, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -174,7 +177,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 			"examples.helpdesk.v1.HelpdeskService": backendConn,
 			"mandate.v1.CatalogService":            backendConn,
 		}),
-		Store: execmem.New(execmem.Options{}), Logger: log,
+		Store: execmem.New(execmem.Options{}), ConfirmSideEffects: confirmSideEffects, Logger: log,
 	})
 	if err != nil {
 		return err

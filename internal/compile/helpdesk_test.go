@@ -115,7 +115,7 @@ service BenchService {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if tools := tooldesc.FromSet(s); len(tools) != n {
+		if tools := tooldesc.FromSet(s, tooldesc.Options{}); len(tools) != n {
 			b.Fatalf("%d tools", len(tools))
 		}
 	}

@@ -10,8 +10,54 @@ import (
 	"github.com/mandate-dev/mandate/internal/manifest"
 )
 
-// MetaPrefix prefixes every Mandate key in a tool's `_meta`.
-const MetaPrefix = "mandate/"
+// MetaPrefix prefixes every Mandate key in a tool's `_meta`, as it does
+// every other `_meta` key Mandate defines.
+const MetaPrefix = "mandate.dev/"
+
+// The keys of a tool's `_meta`. Keys whose value would be empty (a command
+// without recall or required feature) are left out rather than set to "".
+const (
+	// MetaRisk is the declared risk, "L0" … "L4".
+	MetaRisk = MetaPrefix + "risk"
+	// MetaIdempotent is the declaration's idempotent.
+	MetaIdempotent = MetaPrefix + "idempotent"
+	// MetaReversible is the declaration's reversible.
+	MetaReversible = MetaPrefix + "reversible"
+	// MetaRecall is the code of the command that undoes this one; absent
+	// when none is declared.
+	MetaRecall = MetaPrefix + "recall"
+	// MetaSideEffects lists the declared side effects ([] for none).
+	MetaSideEffects = MetaPrefix + "side_effects"
+	// MetaPermissions lists the permissions a caller needs ([] for any
+	// authenticated principal of the tenant).
+	MetaPermissions = MetaPrefix + "permissions"
+	// MetaConfirmationRequired says whether a human must confirm a call in
+	// this deployment: the declaration's own requirement, or declared side
+	// effects under Options.ConfirmSideEffects.
+	MetaConfirmationRequired = MetaPrefix + "confirmation_required"
+	// MetaRequiredFeature is the tenant feature that gates the command;
+	// absent when none is required.
+	MetaRequiredFeature = MetaPrefix + "required_feature"
+	// MetaSensitiveFields lists the JSON pointers of the sensitive input
+	// fields ([] for none).
+	MetaSensitiveFields = MetaPrefix + "sensitive_fields"
+)
+
+// Options are the deployment's settings a descriptor states. They must be
+// the executor's: a descriptor that promised less confirmation than the
+// executor demands would mislead the agent and its user.
+type Options struct {
+	// ConfirmSideEffects is the deployment's --confirm-side-effects (the
+	// executor's Config.ConfirmSideEffects): every command with declared
+	// side effects requires confirmation.
+	ConfirmSideEffects bool
+}
+
+// ConfirmationRequired reports whether a call of c waits for a human in a
+// deployment with options o. It is the executor's rule.
+func (o Options) ConfirmationRequired(c *manifest.Command) bool {
+	return c.ConfirmationRequired || (o.ConfirmSideEffects && len(c.SideEffects) > 0)
+}
 
 // Tool is an MCP tool descriptor (the `Tool` object of tools/list).
 type Tool struct {
@@ -21,9 +67,9 @@ type Tool struct {
 	InputSchema  json.RawMessage `json:"inputSchema"`
 	OutputSchema json.RawMessage `json:"outputSchema"`
 	Annotations  Annotations     `json:"annotations"`
-	// Meta carries the declaration under `mandate/…` keys: risk, idempotent,
-	// reversible, recall, side_effects, permissions, confirmation_required,
-	// required_feature, sensitive_fields.
+	// Meta carries the declaration under the Meta* keys (`mandate.dev/…`):
+	// risk, idempotent, reversible, recall, side_effects, permissions,
+	// confirmation_required, required_feature, sensitive_fields.
 	Meta map[string]any `json:"_meta"`
 }
 
@@ -38,7 +84,8 @@ type Annotations struct {
 	OpenWorldHint   bool   `json:"openWorldHint"`
 }
 
-// FromCommand returns the MCP tool descriptor of a command.
+// FromCommand returns the MCP tool descriptor of a command in a deployment
+// with options o.
 //
 //   - readOnlyHint: risk L0 and no side effects;
 //   - destructiveHint: not read-only, not reversible, and either side
@@ -46,12 +93,27 @@ type Annotations struct {
 //   - idempotentHint: the declaration's idempotent;
 //   - openWorldHint: the command reaches systems outside its own records
 //     (declared side effects).
-func FromCommand(c *manifest.Command) Tool {
+func FromCommand(c *manifest.Command, o Options) Tool {
 	readOnly := c.ReadOnly()
 	destructive := !readOnly && !c.Reversible && (len(c.SideEffects) > 0 || manifest.RiskLevel(c.Risk) >= 3)
 	title := c.DisplayName
 	if title == "" {
 		title = c.Code
+	}
+	meta := map[string]any{
+		MetaRisk:                 c.Risk,
+		MetaIdempotent:           c.Idempotent,
+		MetaReversible:           c.Reversible,
+		MetaSideEffects:          orEmpty(c.SideEffects),
+		MetaPermissions:          orEmpty(c.Permissions),
+		MetaConfirmationRequired: o.ConfirmationRequired(c),
+		MetaSensitiveFields:      orEmpty(c.SensitiveFields),
+	}
+	if c.Recall != "" {
+		meta[MetaRecall] = c.Recall
+	}
+	if c.RequiredFeature != "" {
+		meta[MetaRequiredFeature] = c.RequiredFeature
 	}
 	return Tool{
 		Name:         c.Code,
@@ -66,28 +128,18 @@ func FromCommand(c *manifest.Command) Tool {
 			IdempotentHint:  c.Idempotent,
 			OpenWorldHint:   len(c.SideEffects) > 0,
 		},
-		Meta: map[string]any{
-			MetaPrefix + "risk":                  c.Risk,
-			MetaPrefix + "idempotent":            c.Idempotent,
-			MetaPrefix + "reversible":            c.Reversible,
-			MetaPrefix + "recall":                c.Recall,
-			MetaPrefix + "side_effects":          orEmpty(c.SideEffects),
-			MetaPrefix + "permissions":           orEmpty(c.Permissions),
-			MetaPrefix + "confirmation_required": c.ConfirmationRequired,
-			MetaPrefix + "required_feature":      c.RequiredFeature,
-			MetaPrefix + "sensitive_fields":      orEmpty(c.SensitiveFields),
-		},
+		Meta: meta,
 	}
 }
 
-// FromSet returns the descriptors of every published command of s, sorted
-// by name.
-func FromSet(s *manifest.Set) []Tool {
+// FromSet returns the descriptors of every published command of s in a
+// deployment with options o, sorted by name.
+func FromSet(s *manifest.Set, o Options) []Tool {
 	cmds := s.Commands()
 	out := make([]Tool, 0, len(cmds))
 	for _, c := range cmds {
 		if c.Published() {
-			out = append(out, FromCommand(c))
+			out = append(out, FromCommand(c, o))
 		}
 	}
 	return out

@@ -3,8 +3,10 @@ package tooldesc_test
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mandate-dev/mandate/internal/manifest"
@@ -18,7 +20,7 @@ func TestHelpdeskToolsGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := manifest.Canonical(tooldesc.FromSet(s), true)
+	got, err := manifest.Canonical(tooldesc.FromSet(s, tooldesc.Options{}), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,13 +61,13 @@ func TestAnnotations(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s not in the manifest", tc.code)
 			}
-			tool := tooldesc.FromCommand(c)
+			tool := tooldesc.FromCommand(c, tooldesc.Options{})
 			a := tool.Annotations
 			if a.ReadOnlyHint != tc.readOnly || a.DestructiveHint != tc.destructive || a.IdempotentHint != tc.idempotent || a.OpenWorldHint != tc.openWorld {
 				t.Errorf("annotations %+v, want readOnly=%v destructive=%v idempotent=%v openWorld=%v", a, tc.readOnly, tc.destructive, tc.idempotent, tc.openWorld)
 			}
-			if tool.Meta["mandate/confirmation_required"] != tc.confirmation {
-				t.Errorf("confirmation_required = %v, want %v", tool.Meta["mandate/confirmation_required"], tc.confirmation)
+			if tool.Meta[tooldesc.MetaConfirmationRequired] != tc.confirmation {
+				t.Errorf("confirmation_required = %v, want %v", tool.Meta[tooldesc.MetaConfirmationRequired], tc.confirmation)
 			}
 			if tool.Name != tc.code || tool.Description != c.DisplayName+" — "+c.AgentHint {
 				t.Errorf("name %q description %q", tool.Name, tool.Description)
@@ -73,11 +75,97 @@ func TestAnnotations(t *testing.T) {
 		})
 	}
 	refund, _ := s.ByCode("ticket.refund")
-	meta := tooldesc.FromCommand(refund).Meta
-	if got := meta["mandate/sensitive_fields"].([]string); len(got) != 1 || got[0] != "/cardholder_reference" {
+	meta := tooldesc.FromCommand(refund, tooldesc.Options{}).Meta
+	if got := meta["mandate.dev/sensitive_fields"].([]string); len(got) != 1 || got[0] != "/cardholder_reference" {
 		t.Errorf("sensitive fields = %v", got)
 	}
-	if got := meta["mandate/side_effects"].([]string); len(got) != 2 || got[0] != "ledger" || got[1] != "payment-gateway" {
+	if got := meta["mandate.dev/side_effects"].([]string); len(got) != 2 || got[0] != "ledger" || got[1] != "payment-gateway" {
 		t.Errorf("side effects = %v", got)
+	}
+}
+
+// TestMetaKeys checks that every `_meta` key is under mandate.dev/ and that
+// a key without a value is left out rather than set to "".
+func TestMetaKeys(t *testing.T) {
+	s, err := manifest.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tooldesc.FromSet(s, tooldesc.Options{}) {
+		for k, v := range tool.Meta {
+			if !strings.HasPrefix(k, "mandate.dev/") {
+				t.Errorf("%s: _meta key %q is not under mandate.dev/", tool.Name, k)
+			}
+			if v == "" {
+				t.Errorf("%s: _meta %q is an empty placeholder", tool.Name, k)
+			}
+		}
+	}
+	cases := []struct {
+		code            string
+		recall, feature any // nil: absent
+	}{
+		{"ticket.search", nil, nil},
+		{"ticket.refund", nil, "refunds"},
+		{"expense.report.create", nil, "expenses"},
+		{"expense.report.submit", "expense.report.recall", "expenses"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.code, func(t *testing.T) {
+			c, ok := s.ByCode(tc.code)
+			if !ok {
+				t.Fatalf("%s not in the manifest", tc.code)
+			}
+			meta := tooldesc.FromCommand(c, tooldesc.Options{}).Meta
+			if meta[tooldesc.MetaRecall] != tc.recall || meta[tooldesc.MetaRequiredFeature] != tc.feature {
+				t.Errorf("recall %v, required feature %v; want %v, %v", meta[tooldesc.MetaRecall], meta[tooldesc.MetaRequiredFeature], tc.recall, tc.feature)
+			}
+			if _, ok := meta[tooldesc.MetaRecall]; ok != (tc.recall != nil) {
+				t.Errorf("recall key present = %v", ok)
+			}
+			if _, ok := meta[tooldesc.MetaRequiredFeature]; ok != (tc.feature != nil) {
+				t.Errorf("required_feature key present = %v", ok)
+			}
+		})
+	}
+}
+
+// TestConfirmSideEffects checks that a descriptor's confirmation_required
+// follows the deployment's --confirm-side-effects as the executor does: a
+// command with side effects, DEFAULT confirmation and risk below L3 needs
+// confirmation only when the setting is on, a command without side effects
+// never gains it, and a declared requirement never goes away.
+func TestConfirmSideEffects(t *testing.T) {
+	s, err := manifest.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	submit, ok := s.ByCode("expense.report.submit")
+	if !ok || len(submit.SideEffects) == 0 || submit.Confirmation != "DEFAULT" || manifest.RiskLevel(submit.Risk) >= 3 {
+		t.Fatalf("expense.report.submit is no longer a low-risk DEFAULT command with side effects: %+v", submit)
+	}
+	cases := []struct {
+		code string
+		on   bool
+		want bool
+	}{
+		{"expense.report.submit", false, false},
+		{"expense.report.submit", true, true},
+		{"expense.report.create", true, false},
+		{"ticket.search", true, false},
+		{"ticket.refund", false, true},
+		{"ticket.refund", true, true},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s confirm-side-effects=%v", tc.code, tc.on), func(t *testing.T) {
+			c, ok := s.ByCode(tc.code)
+			if !ok {
+				t.Fatalf("%s not in the manifest", tc.code)
+			}
+			o := tooldesc.Options{ConfirmSideEffects: tc.on}
+			if got := tooldesc.FromCommand(c, o).Meta[tooldesc.MetaConfirmationRequired]; got != tc.want || o.ConfirmationRequired(c) != tc.want {
+				t.Fatalf("confirmation_required = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,6 +39,12 @@ type Config struct {
 	// CacheTTL bounds how long a resolution is served from memory when a
 	// change announcement is lost (default: the directory.Cache default).
 	CacheTTL time.Duration
+	// ConfirmSideEffects is the deployment's --confirm-side-effects, which
+	// the executor enforces (executor.Config.ConfirmSideEffects): every
+	// command with declared side effects requires confirmation. The tool
+	// descriptors and the review state it, so that what an agent is told
+	// agrees with what the executor does; give both the same value.
+	ConfirmSideEffects bool
 	// TrustedServices lists the Mandate services (service token names, e.g.
 	// "executor") whose relayed calls to ops.review are served. Empty means
 	// any Mandate service.
@@ -57,17 +64,32 @@ type Tool struct {
 	JSON []byte
 }
 
-// NewTool projects a command into the tool the catalog lists: its MCP
-// descriptor and that descriptor's canonical JSON. A client that holds the
-// same manifest as the catalog (the MCP bridge) rebuilds the catalog's
-// tools with it.
-func NewTool(cmd *manifest.Command) (*Tool, error) {
-	desc := tooldesc.FromCommand(cmd)
+// NewTool projects a command into the tool the catalog lists in a
+// deployment with options o: its MCP descriptor and that descriptor's
+// canonical JSON. A client that holds the same manifest as the catalog (the
+// MCP bridge) rebuilds the catalog's tools with it.
+func NewTool(cmd *manifest.Command, o tooldesc.Options) (*Tool, error) {
+	desc := tooldesc.FromCommand(cmd, o)
 	js, err := manifest.Canonical(desc, false)
 	if err != nil {
 		return nil, fmt.Errorf("catalog: tool descriptor of %s: %w", cmd.Code, err)
 	}
 	return &Tool{Command: cmd, Descriptor: desc, JSON: js}, nil
+}
+
+// DecodeTool is the tool of cmd as a catalog described it in descriptor
+// JSON: a client that cannot know the catalog's deployment options (the
+// MCP bridge) lists the catalog's descriptor as it is, so that an agent is
+// told what the catalog, and the executor, hold.
+func DecodeTool(cmd *manifest.Command, js []byte) (*Tool, error) {
+	var desc tooldesc.Tool
+	if err := json.Unmarshal(js, &desc); err != nil {
+		return nil, fmt.Errorf("catalog: tool descriptor of %s: %w", cmd.Code, err)
+	}
+	if desc.Name != cmd.Code {
+		return nil, fmt.Errorf("catalog: tool descriptor of %s names %q", cmd.Code, desc.Name)
+	}
+	return &Tool{Command: cmd, Descriptor: desc, JSON: slices.Clone(js)}, nil
 }
 
 // Name is the tool name, which is the command code.
@@ -105,6 +127,7 @@ type Catalog struct {
 	hub     *hub
 	log     *slog.Logger
 	trusted []string
+	opts    tooldesc.Options
 
 	tools       map[string]*Tool // every command of the manifest, drafts included
 	published   []*Tool          // published commands, sorted by code
@@ -135,11 +158,12 @@ func New(cfg Config) (*Catalog, error) {
 		hub:     newHub(),
 		log:     cfg.Logger,
 		trusted: slices.Clone(cfg.TrustedServices),
+		opts:    tooldesc.Options{ConfirmSideEffects: cfg.ConfirmSideEffects},
 		tools:   map[string]*Tool{},
 		memo:    map[string][]*Tool{},
 	}
 	for _, cmd := range cfg.Manifest.Commands() {
-		t, err := NewTool(cmd)
+		t, err := NewTool(cmd, c.opts)
 		if err != nil {
 			return nil, err
 		}
@@ -152,8 +176,8 @@ func New(cfg Config) (*Catalog, error) {
 	if c.slices, err = commandSlices(cfg.Manifest.Bytes()); err != nil {
 		return nil, fmt.Errorf("catalog: %w", err)
 	}
-	c.findings = Review(cfg.Manifest.Manifest())
-	c.prompt = ToPrompt(cfg.Manifest.Manifest())
+	c.findings = Review(cfg.Manifest.Manifest(), c.opts)
+	c.prompt = ToPrompt(cfg.Manifest.Manifest(), c.opts)
 	c.reviewPerms = []string{OpsReadPermission}
 	if cmd, ok := cfg.Manifest.ByCode(ReviewCommand); ok {
 		c.reviewPerms = cmd.Permissions

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,7 +152,7 @@ func TestToolsPerPrincipal(t *testing.T) {
 				t.Fatalf("digest %q", ts.ManifestDigest)
 			}
 			for _, tool := range ts.Tools {
-				want, err := manifest.Canonical(tooldesc.FromCommand(tool.Command), false)
+				want, err := manifest.Canonical(tooldesc.FromCommand(tool.Command, tooldesc.Options{}), false)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -276,12 +277,73 @@ func TestReviewIsForRelayedOpsReaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(hits(r.Findings), hits(catalog.Review(f.set.Manifest()))) || r.ManifestDigest != f.set.Digest() || r.Prompt != "" {
+	if !slices.Equal(hits(r.Findings), hits(catalog.Review(f.set.Manifest(), tooldesc.Options{}))) || r.ManifestDigest != f.set.Digest() || r.Prompt != "" {
 		t.Fatalf("report %+v", r)
 	}
 	r, err = f.cat.Review(ctx, relayed(olive, "executor"), true)
-	if err != nil || r.Prompt != catalog.ToPrompt(f.set.Manifest()) {
+	if err != nil || r.Prompt != catalog.ToPrompt(f.set.Manifest(), tooldesc.Options{}) {
 		t.Fatalf("narrated report: %v", err)
+	}
+}
+
+// TestConfirmSideEffects checks that the tools the catalog lists state the
+// deployment's --confirm-side-effects as the executor enforces it:
+// expense.report.submit (side effects, DEFAULT confirmation, L2) is listed
+// with confirmation required only when the setting is on, and the narrated
+// review says the same.
+func TestConfirmSideEffects(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name                 string
+		on                   bool
+		submit, create, read bool // confirmation_required of submit, create, search
+	}{
+		{"off", false, false, false, false},
+		{"on", true, true, false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, catalog.Config{ConfirmSideEffects: tc.on, TrustedServices: []string{"executor"}})
+			submit, ok := f.set.ByCode("expense.report.submit")
+			if !ok || len(submit.SideEffects) == 0 || submit.Confirmation != "DEFAULT" || manifest.RiskLevel(submit.Risk) >= 3 || submit.ConfirmationRequired {
+				t.Fatalf("expense.report.submit is no longer a low-risk DEFAULT command with side effects: %+v", submit)
+			}
+			ts, err := f.cat.Tools(ctx, user("acme", "alice"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]bool{"expense.report.submit": tc.submit, "expense.report.create": tc.create, "ticket.search": tc.read}
+			for _, tool := range ts.Tools {
+				w, ok := want[tool.Name()]
+				if !ok {
+					continue
+				}
+				delete(want, tool.Name())
+				var desc struct {
+					Meta map[string]any `json:"_meta"`
+				}
+				if err := json.Unmarshal(tool.JSON, &desc); err != nil {
+					t.Fatal(err)
+				}
+				if got := desc.Meta["mandate.dev/confirmation_required"]; got != w || tool.Descriptor.Meta[tooldesc.MetaConfirmationRequired] != w {
+					t.Errorf("%s: confirmation_required %v, want %v", tool.Name(), got, w)
+				}
+			}
+			if len(want) > 0 {
+				t.Fatalf("alice does not see %v", want)
+			}
+			r, err := f.cat.Review(ctx, relayed(user("acme", "olive"), "executor"), true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			line := "- expense.report.submit: published, risk L2, side effects email, permissions expense.report.submit, feature expenses, reversible by expense.report.recall, confirmation not required,"
+			if tc.on {
+				line = strings.Replace(line, "not required", "required", 1)
+			}
+			if !strings.Contains(r.Prompt, line) || strings.Contains(r.Prompt, "--confirm-side-effects is on") != tc.on {
+				t.Fatalf("narrated review does not state the deployment's confirmation:\n%s", r.Prompt)
+			}
+		})
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/tooldesc"
 )
 
 // Severity grades a finding.
@@ -109,10 +110,10 @@ func severityOf(rule string) Severity {
 	return SeverityInfo
 }
 
-// Review returns the findings over m's published commands, sorted most
-// severe first, then by rule id, then by command code. It is a pure,
-// deterministic function of m.
-func Review(m *manifest.Manifest) []Finding {
+// Review returns the findings over m's published commands in a deployment
+// with options o, sorted most severe first, then by rule id, then by
+// command code. It is a pure, deterministic function of m and o.
+func Review(m *manifest.Manifest, o tooldesc.Options) []Finding {
 	byCode := map[string]*manifest.Command{}
 	for _, c := range m.Commands {
 		byCode[c.Code] = c
@@ -144,7 +145,7 @@ func Review(m *manifest.Manifest) []Finding {
 			add(RuleIrreversibleLowRisk, c, "%s cannot be undone and has side effects (%s) but is graded %s, while irreversible effects outside its own records usually warrant L3 or higher.",
 				c.Code, strings.Join(c.SideEffects, ", "), c.Risk)
 		}
-		if level == 4 && c.ConfirmationRequired && c.Approver.Kind != "PERMISSION_HOLDER" {
+		if level == 4 && o.ConfirmationRequired(c) && c.Approver.Kind != "PERMISSION_HOLDER" {
 			add(RuleSelfApprovedL4, c, "%s is L4 and needs confirmation, but its approver policy lets the requesting user approve their own call, so no second person checks it.", c.Code)
 		}
 		if c.Lifecycle == "DEPRECATED" {
@@ -203,14 +204,14 @@ func plural(n int) string {
 	return "s"
 }
 
-// ToPrompt renders the review of m as a prompt a model can narrate for an
-// operator. It is a pure function of m: the same manifest always gives the
-// same bytes. Only structured declarations (codes, risks, side effects,
+// ToPrompt renders the review of m in a deployment with options o as a
+// prompt a model can narrate for an operator. It is a pure function of m
+// and o: the same manifest and options always give the same bytes. Only structured declarations (codes, risks, side effects,
 // permissions, features, recall) and the findings go in; free text written
 // in the protos (hints, descriptions, display names) stays out, so the
 // narration cannot be steered by it.
-func ToPrompt(m *manifest.Manifest) string {
-	findings := Review(m)
+func ToPrompt(m *manifest.Manifest, o tooldesc.Options) string {
+	findings := Review(m, o)
 	var b strings.Builder
 	b.WriteString(`You are narrating a governance review of the command catalog of a Mandate deployment for its operators.
 Mandate turns gRPC methods into tools that AI agents call on behalf of users. Every command declares its risk (L0 read-only, L1 low-impact write, L2 recoverable business change, L3 money or customer-visible effect, L4 irreversible and high impact), its side effects outside its own records, the permissions a caller needs, the tenant feature that gates it, and whether a recall command can undo it.
@@ -234,7 +235,11 @@ Instructions:
 		}
 	}
 	fmt.Fprintf(&b, "Manifest: %s\n", orNone(m.Digest))
-	fmt.Fprintf(&b, "Commands: %d (%d published, %d deprecated, %d draft)\n\n", len(m.Commands), published, deprecated, drafts)
+	fmt.Fprintf(&b, "Commands: %d (%d published, %d deprecated, %d draft)\n", len(m.Commands), published, deprecated, drafts)
+	if o.ConfirmSideEffects {
+		b.WriteString("Deployment: --confirm-side-effects is on, so every command with declared side effects requires confirmation.\n")
+	}
+	b.WriteString("\n")
 
 	b.WriteString("Declarations:\n")
 	cmds := slices.Clone(m.Commands)
@@ -245,7 +250,7 @@ Instructions:
 	for _, c := range cmds {
 		fmt.Fprintf(&b, "- %s: %s, risk %s, side effects %s, permissions %s, feature %s, %s, confirmation %s, approver %s\n",
 			c.Code, strings.ToLower(orNone(c.Lifecycle)), orNone(c.Risk), list(c.SideEffects), list(c.Permissions),
-			orNone(c.RequiredFeature), reversibility(c), required(c.ConfirmationRequired), approver(c.Approver))
+			orNone(c.RequiredFeature), reversibility(c), required(o.ConfirmationRequired(c)), approver(c.Approver))
 	}
 
 	counts := map[Severity]int{}

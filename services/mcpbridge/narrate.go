@@ -6,6 +6,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mandate-dev/mandate/internal/tooldesc"
 	"github.com/mandate-dev/mandate/services/catalog"
 	"github.com/mandate-dev/mandate/services/executor"
 )
@@ -77,9 +78,10 @@ func (b *Bridge) narrate(ctx context.Context, req *mcp.CallToolRequest, r *mcp.C
 	_ = json.Unmarshal(output, &review)
 	prompt := review.Prompt
 	if prompt == "" {
-		// ToPrompt is a pure function of the manifest: the same bytes the
-		// catalog would have returned.
-		prompt = catalog.ToPrompt(b.cfg.Manifest.Manifest())
+		// ToPrompt is a pure function of the manifest and the deployment
+		// options: the same bytes the catalog would have returned, unless
+		// it runs with --confirm-side-effects, which the bridge cannot know.
+		prompt = catalog.ToPrompt(b.cfg.Manifest.Manifest(), tooldesc.Options{})
 	}
 	n := b.sample(ctx, req, prompt)
 	r.Meta[MetaNarration] = n

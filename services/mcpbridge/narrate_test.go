@@ -7,6 +7,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mandate-dev/mandate/internal/tooldesc"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/catalog"
 	"github.com/mandate-dev/mandate/services/mcpbridge"
@@ -33,7 +34,7 @@ func narrationOf(t *testing.T, res *mcp.CallToolResult) mcpbridge.Narration {
 // and a note; without narrate nobody is asked.
 func TestReviewNarration(t *testing.T) {
 	st := newHelpdeskStack(t)
-	prompt := catalog.ToPrompt(st.set.Manifest())
+	prompt := catalog.ToPrompt(st.set.Manifest(), tooldesc.Options{})
 	const canned = "Two findings matter most: ticket.refund moves money and cardholder_reference is sensitive."
 	tok := token(t, "acme", "olga", "")
 

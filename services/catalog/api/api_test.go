@@ -32,6 +32,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
+	"github.com/mandate-dev/mandate/internal/tooldesc"
 	"github.com/mandate-dev/mandate/services/catalog"
 	"github.com/mandate-dev/mandate/services/catalog/api"
 )
@@ -78,6 +79,13 @@ type env struct {
 
 func start(t *testing.T, dirs directories) *env {
 	t.Helper()
+	return startWith(t, dirs, catalog.Config{})
+}
+
+// startWith serves a catalog configured with cfg (its manifest, directory
+// and trusted services are the test's).
+func startWith(t *testing.T, dirs directories, cfg catalog.Config) *env {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	served, writer := dirs(t)
 	policy, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", "policy", "demo.yaml"))
@@ -91,7 +99,8 @@ func start(t *testing.T, dirs directories) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := catalog.New(catalog.Config{Manifest: set, Directory: served, TrustedServices: []string{"executor"}})
+	cfg.Manifest, cfg.Directory, cfg.TrustedServices = set, served, []string{"executor"}
+	cat, err := catalog.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +271,7 @@ func TestListToolsPerPrincipal(t *testing.T) {
 						t.Fatal(err)
 					}
 					cmd, _ := e.set.ByCode(tool.GetName())
-					if desc.Name != tool.GetName() || !bytes.Equal(desc.InputSchema, mustCompact(t, cmd.InputSchema)) || desc.Meta["mandate/risk"] != cmd.Risk {
+					if desc.Name != tool.GetName() || !bytes.Equal(desc.InputSchema, mustCompact(t, cmd.InputSchema)) || desc.Meta[tooldesc.MetaRisk] != cmd.Risk {
 						t.Fatalf("descriptor of %s does not describe the command", tool.GetName())
 					}
 				}
@@ -383,7 +392,7 @@ func TestReviewRunsOnlyThroughTheExecutor(t *testing.T) {
 		t.Fatalf("review %v (prompt %d bytes), want %v", got, len(resp.GetPrompt()), want)
 	}
 	narrated, err := viaExecutor.Review(relaying(token(t, "acme", "olive", "")), &mandatev1.ReviewRequest{Narrate: true})
-	if err != nil || narrated.GetPrompt() != catalog.ToPrompt(e.set.Manifest()) {
+	if err != nil || narrated.GetPrompt() != catalog.ToPrompt(e.set.Manifest(), tooldesc.Options{}) {
 		t.Fatalf("narrated review: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
@@ -13,6 +14,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/tooldesc"
 	"github.com/mandate-dev/mandate/services/catalog"
 )
 
@@ -29,12 +31,18 @@ import (
 //
 // Tools are rebuilt from the client's own manifest (catalog.NewTool), which
 // must be the catalog's: a response naming another manifest digest is an
-// error, so a bridge never lists a tool it would describe differently.
+// error, and so is a tool the manifest does not declare. A descriptor also
+// states the catalog's deployment options (--confirm-side-effects), which
+// the client cannot know: where the catalog's descriptor differs from the
+// rebuilt one, the catalog's is listed (catalog.DecodeTool), so the bridge
+// tells agents what the catalog and the executor hold.
 // Refusals come back as *failure.Error with the catalog's stage and code.
 type Client struct {
-	rpc   mandatev1.CatalogServiceClient
-	set   *manifest.Set
-	tools map[string]*catalog.Tool
+	rpc mandatev1.CatalogServiceClient
+	set *manifest.Set
+
+	mu    sync.Mutex
+	tools map[string]*catalog.Tool // by code: as the catalog last described it
 }
 
 // NewClient returns a client over conn that describes tools with set.
@@ -44,7 +52,7 @@ func NewClient(conn grpc.ClientConnInterface, set *manifest.Set) (*Client, error
 	}
 	c := &Client{rpc: mandatev1.NewCatalogServiceClient(conn), set: set, tools: map[string]*catalog.Tool{}}
 	for _, cmd := range set.Commands() {
-		t, err := catalog.NewTool(cmd)
+		t, err := catalog.NewTool(cmd, tooldesc.Options{})
 		if err != nil {
 			return nil, err
 		}
@@ -129,10 +137,19 @@ func (c *Client) toolSet(tools []*mandatev1.Tool, digest string, active bool, re
 		return catalog.ToolSet{}, fmt.Errorf("catalog client: the catalog serves manifest %s, this process has %s; deploy the same manifest to both", digest, c.set.Digest())
 	}
 	ts := catalog.ToolSet{Active: active, Reason: reason, ManifestDigest: digest, Tools: make([]*catalog.Tool, 0, len(tools))}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, t := range tools {
 		tool, ok := c.tools[t.GetName()]
 		if !ok {
 			return catalog.ToolSet{}, fmt.Errorf("catalog client: the catalog lists %q, which manifest %s does not declare", t.GetName(), digest)
+		}
+		if js := t.GetDescriptorJson(); js != string(tool.JSON) {
+			var err error
+			if tool, err = catalog.DecodeTool(tool.Command, []byte(js)); err != nil {
+				return catalog.ToolSet{}, fmt.Errorf("catalog client: %w", err)
+			}
+			c.tools[t.GetName()] = tool
 		}
 		ts.Tools = append(ts.Tools, tool)
 	}

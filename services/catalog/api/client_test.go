@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/tooldesc"
 	"github.com/mandate-dev/mandate/services/catalog"
 	"github.com/mandate-dev/mandate/services/catalog/api"
 )
@@ -37,7 +39,7 @@ func TestClient(t *testing.T) {
 			t.Fatalf("set %+v names %v", ts, ts.Names())
 		}
 		for _, tl := range ts.Tools {
-			local, err := catalog.NewTool(tl.Command)
+			local, err := catalog.NewTool(tl.Command, tooldesc.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,4 +140,35 @@ func TestClient(t *testing.T) {
 			t.Fatalf("a client with another manifest listed tools: %v", err)
 		}
 	})
+}
+
+// TestClientStatesTheCatalogsConfirmation: the client cannot know the
+// catalog's --confirm-side-effects, so where the catalog's descriptor
+// differs from the one rebuilt from the manifest, the catalog's is listed.
+func TestClientStatesTheCatalogsConfirmation(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprintf("confirm-side-effects=%v", on), func(t *testing.T) {
+			e := startWith(t, memoryDirectory, catalog.Config{ConfirmSideEffects: on})
+			c, err := api.NewClient(e.svc, e.set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			alice := relaying(token(t, "acme", "alice", ""))
+			for range 2 { // the second listing reuses what the first decoded
+				ts, err := c.Tools(alice, aliceP)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, tl := range ts.Tools {
+					want := tl.Name() == "expense.report.submit" && on
+					if got := tl.Descriptor.Meta[tooldesc.MetaConfirmationRequired]; got != want {
+						t.Fatalf("%s: confirmation_required %v, want %v", tl.Name(), got, want)
+					}
+					if local, _ := catalog.NewTool(tl.Command, tooldesc.Options{ConfirmSideEffects: on}); string(local.JSON) != string(tl.JSON) {
+						t.Fatalf("%s: listed %s, the catalog describes %s", tl.Name(), tl.JSON, local.JSON)
+					}
+				}
+			}
+		})
+	}
 }
