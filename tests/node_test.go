@@ -123,6 +123,25 @@ func TestNodeClient(t *testing.T) {
 		}
 	})
 
+	// The README walk-through's refusals, over MCP with a client that
+	// listed its tools first, as hosts do: each shows its stage and code.
+	t.Run("the walk-through's refusals over MCP", func(t *testing.T) {
+		for _, c := range []struct {
+			who, tool, args, stage, code string
+		}{
+			{"support-bot@alice", "ticket.refund", nodeRefund, "permission_check", "authorization.permission_denied"},
+			{"finance-bot@carol", "ticket.refund", nodeRefund, "confirmation_check", "confirmation.required"},
+			{"dave", "expense.report.submit", `{"report_id":"ER-2001","note":"x"}`, "entitlement_check", "entitlement.missing"},
+			{"alice", "ticket.get", `{"ticket_id":"T-9999"}`, "state_check", "state.not_found"},
+		} {
+			out := dev.client(t, node, c.who, "none", `{"op":"list"}`, `{"op":"call","name":"`+c.tool+`","arguments":`+c.args+`}`)
+			ref := out.step(t, 1, "call", true).Result.refusal(t)
+			if ref.Stage != c.stage || (c.code != "" && ref.Code != c.code) || ref.InvocationID == "" {
+				t.Errorf("%s calling %s: refusal %+v, want %s at %s", c.who, c.tool, ref, c.code, c.stage)
+			}
+		}
+	})
+
 	t.Run("support-bot refund is refused and audited", func(t *testing.T) {
 		out := dev.client(t, node, "support-bot@alice", "accept", `{"op":"list"}`,
 			`{"op":"call","name":"ticket.refund","arguments":`+nodeRefund+`}`)
