@@ -262,6 +262,24 @@ type ProblemBody struct {
 	Errors       []ProblemViolation `json:"errors,omitempty"`
 }
 
+// CodeServiceUnavailable is the code of a problem whose status is a bare
+// Unavailable: a Mandate service draining, restarting or unreachable.
+const CodeServiceUnavailable = "service.unavailable"
+
+func hasMandateDetail(st *status.Status) bool {
+	for _, d := range st.Details() {
+		switch x := d.(type) {
+		case *mandatev1.CommandError:
+			return true
+		case *errdetails.ErrorInfo:
+			if x.GetDomain() == Domain {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Problem converts a status into a problem body.
 func Problem(st *status.Status, instance string) ProblemBody {
 	httpStatus := HTTPStatus(st.Code())
@@ -275,6 +293,13 @@ func Problem(st *status.Status, instance string) ProblemBody {
 	}
 	if p.Title == "" {
 		p.Title = "Client Closed Request"
+	}
+	if st.Code() == codes.Unavailable && !hasMandateDetail(st) {
+		// A service that is draining, restarting or unreachable: the
+		// transport's words mean nothing to a client, and the call is
+		// worth retrying.
+		p.Code, p.Detail, p.Retriable = CodeServiceUnavailable, "the service is unavailable (it may be restarting); retry later", true
+		p.Remedy = "retry later, with the same idempotency key if the call has effects"
 	}
 	for _, d := range st.Details() {
 		switch x := d.(type) {

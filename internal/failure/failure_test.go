@@ -102,3 +102,19 @@ func TestInternalErrorsDoNotLeak(t *testing.T) {
 		t.Fatalf("deadline: %v", st)
 	}
 }
+
+// TestProblemOfABareUnavailable: a status Unavailable without a Mandate
+// detail — a draining or restarting service, as the transport reports it —
+// is a retriable service.unavailable with a plain message, not
+// grpc.unavailable with transport text.
+func TestProblemOfABareUnavailable(t *testing.T) {
+	p := failure.Problem(status.New(codes.Unavailable, "transport is closing"), "/v1/x")
+	if p.Code != failure.CodeServiceUnavailable || !p.Retriable || p.Status != http.StatusServiceUnavailable || strings.Contains(p.Detail, "transport") || p.Remedy == "" {
+		t.Fatalf("problem %+v", p)
+	}
+	// A Mandate refusal that is Unavailable keeps its own code.
+	q := failure.Problem(failure.ToStatus(failure.New("dispatch", "handler.unavailable", "the backend is unavailable")), "")
+	if q.Code != "handler.unavailable" {
+		t.Fatalf("problem %+v", q)
+	}
+}

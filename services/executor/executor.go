@@ -102,6 +102,11 @@ type Confirmer interface {
 	Redeem(ctx context.Context, challengeID, digest string) (Grant, error)
 }
 
+// ErrNotSent marks a dispatch error whose call provably never reached the
+// backend (e.g. no backend is configured): its outcome is failed, not
+// unknown. Dispatchers wrap it (errors.Is).
+var ErrNotSent = errors.New("executor: the call was not sent to the backend")
+
 // Dispatcher sends a decoded request to the command's backend.
 type Dispatcher interface {
 	Dispatch(ctx context.Context, d Dispatch) (proto.Message, error)
@@ -466,8 +471,15 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		fe := backendFailure(dispatchErr)
 		fe.InvocationID = inv.id
 		outcome := audit.OutcomeFailed
-		if isRefusalStage(fe.Stage) || clientError(fe.Status) {
+		switch {
+		case isRefusalStage(fe.Stage) || clientError(fe.Status):
 			outcome = audit.OutcomeRefused
+		case effectUnknown(fe.Code) && !errors.Is(dispatchErr, ErrNotSent):
+			// The call left for the backend and no answer came back: the
+			// effect may have happened. The trail says unknown, never
+			// failed, until a receipt says which.
+			outcome = audit.OutcomeUnknown
+			fe.Message = strings.TrimSuffix(fe.Message, "; the effect is unknown") + "; the effect is unknown"
 		}
 		e.outcomeAsync(ctx, inv, outcome, fe.Stage, fe.Code, fe.Message, nil)
 		e.finish(ctx, inv, Saved{InvocationID: inv.id, Status: statusBytes(fe), AuditID: auditID(intentRows)}, nil)
@@ -724,6 +736,12 @@ func backendFailure(err error) *failure.Error {
 		return fe
 	}
 	return failure.New(StageDispatch, "handler.failed", "the backend failed")
+}
+
+// effectUnknown reports the dispatch faults after which a call's effect is
+// unknown: the backend went away or did not answer in time.
+func effectUnknown(code string) bool {
+	return code == "handler.unavailable" || code == "handler.deadline_exceeded"
 }
 
 // clientError reports the gRPC codes by which a backend says the request,

@@ -7,16 +7,20 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/services/audit"
+	"github.com/mandate-dev/mandate/services/executor"
 )
 
 // restPost posts body to the executor's REST gateway with a bearer token
@@ -290,4 +294,72 @@ func invocationOf(resp *mandatev1.ExecuteResponse, err error) string {
 		return resp.GetInvocationId()
 	}
 	return refusal(err).GetInvocationId()
+}
+
+// TestDispatchFaultsLeaveTheEffectUnknown: after the call left for the
+// backend, a backend that never answers (deadline) or goes away mid-call
+// (its server stops) leaves the effect unknown — the outcome row says
+// unknown, never failed, since the backend may have acted. A call that was
+// never sent (no backend configured) failed, and says so.
+func TestDispatchFaultsLeaveTheEffectUnknown(t *testing.T) {
+	stalled := make(chan struct{})
+	release := make(chan struct{})
+	bsrv := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+		stalled <- struct{}{}
+		select {
+		case <-ss.Context().Done():
+		case <-release:
+		}
+		return status.Error(codes.Unavailable, "gone")
+	}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = bsrv.Serve(ln) }()
+	t.Cleanup(bsrv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	e := start(t, func(c *executor.Config) {
+		c.Dispatcher = executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{"examples.helpdesk.v1.HelpdeskService": conn})
+		c.DefaultDeadline = 300 * time.Millisecond
+	})
+	alice := as(token(t, "acme", "alice", ""))
+
+	go func() { <-stalled }()
+	_, err = e.execute(t, alice, "ticket.search", `{"query":"stalled"}`)
+	ce := refusal(err)
+	if ce.GetCode() != "handler.deadline_exceeded" || !strings.Contains(ce.GetMessage(), "the effect is unknown") {
+		t.Fatalf("stalled backend: %v", err)
+	}
+	rows := e.rows(t, "acme", ce.GetInvocationId(), 2)
+	if len(rows) != 2 || rows[1].Outcome != audit.OutcomeUnknown || rows[1].Code != "handler.deadline_exceeded" {
+		t.Fatalf("rows after a stalled backend: %+v", rows)
+	}
+
+	// The backend answers Unavailable mid-call (as a dying server does).
+	go func() { <-stalled; release <- struct{}{} }()
+	_, err = e.execute(t, alice, "ticket.search", `{"query":"dying"}`)
+	ce = refusal(err)
+	if ce.GetCode() != "handler.unavailable" || !ce.GetRetriable() {
+		t.Fatalf("backend gone mid-call: %v", err)
+	}
+	rows = e.rows(t, "acme", ce.GetInvocationId(), 2)
+	if len(rows) != 2 || rows[1].Outcome != audit.OutcomeUnknown || rows[1].Code != "handler.unavailable" {
+		t.Fatalf("rows after the backend went away: %+v", rows)
+	}
+
+	// No backend for the service: never sent, so failed.
+	e2 := start(t, func(c *executor.Config) {
+		c.Dispatcher = executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{})
+	})
+	_, err = e2.execute(t, alice, "ticket.search", `{"query":"nowhere"}`)
+	ce = refusal(err)
+	rows = e2.rows(t, "acme", ce.GetInvocationId(), 2)
+	if ce.GetCode() != "handler.unavailable" || len(rows) != 2 || rows[1].Outcome != audit.OutcomeFailed {
+		t.Fatalf("no backend: %v, rows %+v", err, rows)
+	}
 }
