@@ -27,6 +27,13 @@ import (
 // and extra headers, and returns the status and the decoded body.
 func (e *env) restPost(t *testing.T, path, tok, body string, hdr ...string) (int, map[string]any) {
 	t.Helper()
+	code, m, _ := e.restPostCT(t, path, tok, body, hdr...)
+	return code, m
+}
+
+// restPostCT is restPost that also returns the response's content type.
+func (e *env) restPostCT(t *testing.T, path, tok, body string, hdr ...string) (int, map[string]any, string) {
+	t.Helper()
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+e.exec.HTTPAddr()+path, bytes.NewBufferString(body))
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Content-Type", "application/json")
@@ -41,7 +48,7 @@ func (e *env) restPost(t *testing.T, path, tok, body string, hdr ...string) (int
 	b, _ := io.ReadAll(resp.Body)
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
-	return resp.StatusCode, m
+	return resp.StatusCode, m, resp.Header.Get("Content-Type")
 }
 
 // rowCount returns how many audit rows a tenant's chain holds (its

@@ -1,12 +1,8 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -359,24 +355,9 @@ func TestGovernedProxy(t *testing.T) {
 // TestREST: the same pipeline over REST, errors as problem+json.
 func TestREST(t *testing.T) {
 	e := start(t)
-	base := "http://" + e.exec.HTTPAddr()
 	post := func(path, tok, body string, hdr ...string) (int, map[string]any, string) {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, base+path, bytes.NewBufferString(body))
-		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set("Content-Type", "application/json")
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		b, _ := io.ReadAll(resp.Body)
-		var m map[string]any
-		_ = json.Unmarshal(b, &m)
-		return resp.StatusCode, m, resp.Header.Get("Content-Type")
+		return e.restPostCT(t, path, tok, body, hdr...)
 	}
 	alice := token(t, "acme", "alice", "")
 	code, body, _ := post("/v1/commands/ticket.search:execute", alice, `{"input":{"query":"charged twice"}}`, "Idempotency-Key", "rest-1")
