@@ -8,12 +8,26 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// healthMethodPrefix is the only gRPC service reachable without a token, so
-// load balancers and orchestrators can probe us (DESIGN §6).
-const healthMethodPrefix = "/grpc.health.v1.Health/"
+// publicServices are the only gRPC services reachable without a token:
+// health, so load balancers and orchestrators can probe us (DESIGN §6), and
+// server reflection, so grpcurl and Postman can discover the API. Reflection
+// reveals the compiled-in descriptors and nothing the published OpenAPI
+// document (/openapi.json) does not; it never reaches a handler, a store or
+// a backend.
+var publicServices = []string{
+	"/grpc.health.v1.Health/",
+	"/grpc.reflection.v1.ServerReflection/",
+	"/grpc.reflection.v1alpha.ServerReflection/",
+}
 
-func isHealthMethod(fullMethod string) bool {
-	return strings.HasPrefix(fullMethod, healthMethodPrefix)
+// isPublicMethod reports whether fullMethod is served without a token.
+func isPublicMethod(fullMethod string) bool {
+	for _, prefix := range publicServices {
+		if strings.HasPrefix(fullMethod, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *Authenticator) authenticateIncoming(ctx context.Context) (context.Context, error) {
@@ -27,11 +41,11 @@ func (a *Authenticator) authenticateIncoming(ctx context.Context) (context.Conte
 }
 
 // UnaryServerInterceptor authenticates every unary call except health
-// checks and refuses the rest with codes.Unauthenticated and a
+// checks and server reflection and refuses the rest with codes.Unauthenticated and a
 // google.rpc.ErrorInfo whose reason is the refusal code.
 func (a *Authenticator) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if isHealthMethod(info.FullMethod) {
+		if isPublicMethod(info.FullMethod) {
 			return handler(ctx, req)
 		}
 		ctx, err := a.authenticateIncoming(ctx)
@@ -45,7 +59,7 @@ func (a *Authenticator) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // StreamServerInterceptor is UnaryServerInterceptor for streams.
 func (a *Authenticator) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if isHealthMethod(info.FullMethod) {
+		if isPublicMethod(info.FullMethod) {
 			return handler(srv, ss)
 		}
 		ctx, err := a.authenticateIncoming(ss.Context())

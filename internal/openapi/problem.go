@@ -14,14 +14,14 @@ const (
 // problemStatuses are the statuses Mandate answers refusals with
 // (failure.HTTPStatus), each a response component.
 var problemStatuses = []struct{ status, name, desc string }{
-	{"400", "BadRequest", "The request breaks its schema (`schema.invalid`, with `errors`) or is malformed."},
-	{"401", "Unauthorized", "No valid bearer token (`authentication.invalid_token`)."},
-	{"403", "Forbidden", "The caller may not do this (`authorization.permission_denied`, `entitlement.missing`, `scope.denied`, `sod.conflict`, `confirmation.required` with `challenge_id` and `approval_url`, …)."},
+	{"400", "BadRequest", "The request breaks its schema (`schema.invalid`, with `errors`) or is malformed (`request.*`)."},
+	{"401", "Unauthorized", "No bearer token (`authentication.missing_credentials`) or not a valid one (`authentication.invalid_token`)."},
+	{"403", "Forbidden", "The caller may not do this: `authorization.permission_denied`, `entitlement.missing`, `scope.denied`, `sod.conflict`, `confirmation.refused`, …"},
 	{"404", "NotFound", "No such command, record or route (`command.not_found`, `request.route_not_found`)."},
-	{"409", "Conflict", "The call conflicts with another (`idempotency.in_flight`, `idempotency.key_reused`)."},
-	{"422", "UnprocessableEntity", "A precondition of the business state does not hold (stages `state_check`, `pre_invariant`)."},
+	{"409", "Conflict", "The same call is still running (`idempotency.in_flight`): wait and retry."},
+	{"422", "UnprocessableEntity", "A human must confirm first (`confirmation.required`, with `challenge_id` and `approval_url`), the idempotency key was used for other input (`idempotency.key_reused`), or the business state refuses the call (stages `state_check`, `pre_invariant`)."},
 	{"429", "TooManyRequests", "A limit was reached; retry later."},
-	{"503", "ServiceUnavailable", "A dependency is unavailable (`audit.unavailable`); nothing was dispatched. Retry later."},
+	{"503", "ServiceUnavailable", "A dependency is unavailable (`audit.unavailable`: nothing was dispatched). Retry later."},
 }
 
 func problemResponses() map[string]Response {

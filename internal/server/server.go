@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"sort"
 	"strings"
 	"time"
 
@@ -24,10 +25,10 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -44,8 +45,9 @@ type Config struct {
 	// GRPCAddr and HTTPAddr are listen addresses; ":0" picks a port.
 	GRPCAddr string
 	HTTPAddr string
-	// Auth authenticates every RPC except health. Required: Mandate has no
-	// unauthenticated RPCs.
+	// Auth authenticates every RPC except health and server reflection
+	// (which reveals nothing /openapi.json does not). Required: Mandate has
+	// no other unauthenticated RPCs.
 	Auth *identity.Authenticator
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -111,6 +113,9 @@ func New(cfg Config) (*Server, error) {
 	}, cfg.GRPCOptions...)
 	s.grpc = grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
+	// Reflection (v1 and v1alpha) is served without a token, like health
+	// (identity exempts both), so grpcurl and Postman can list and
+	// describe the services.
 	reflection.Register(s.grpc)
 	s.gateway = runtime.NewServeMux(
 		runtime.WithErrorHandler(problemHandler),
@@ -138,6 +143,20 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: listening for HTTP on %s: %w", cfg.HTTPAddr, err)
 	}
 	return s, nil
+}
+
+// ServiceNames lists the full names of the gRPC services registered on the
+// server, sorted, without health and reflection themselves.
+func (s *Server) ServiceNames() []string {
+	var names []string
+	for name := range s.grpc.GetServiceInfo() {
+		if name == healthpb.Health_ServiceDesc.ServiceName || strings.HasPrefix(name, "grpc.reflection.") {
+			continue
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // GRPC returns the gRPC server to register services on (before Run).
@@ -187,8 +206,14 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		errc <- nil
 	}()
+	// Health answers for the server (""), the service's short name and
+	// the full name of every gRPC service it serves, as grpc_health_probe
+	// -service and load balancers ask.
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(s.cfg.Name, healthpb.HealthCheckResponse_SERVING)
+	for _, name := range s.ServiceNames() {
+		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
 	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr())
 
 	var runErr error
