@@ -27,6 +27,7 @@ import (
 	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/oauth"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/internal/telemetry"
 	"github.com/mandate-dev/mandate/services/audit"
@@ -210,10 +211,22 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		return helpdeskv1.RegisterHelpdeskServiceHandler(ctx, mux, conn)
 	})
 	srv.Handle(page.Pattern, approvals)
+	// MCP hosts connect by OAuth: discovery, registration, the dev sign-in
+	// and consent in the browser; an approved client becomes an
+	// interactive agent of its user, with the dev tokens' kind of JWT.
+	authServer, err := oauth.New(oauth.Config{Issuer: base, Resource: base + "/mcp", Directory: dirStore, Users: devUsers(),
+		TokenSecret: []byte(devSecret.Reveal()), TokenIssuer: DefaultIssuer, TokenAudience: DefaultAudience, Verifier: users,
+		LoopbackClientIDs: true, Logger: log})
+	if err != nil {
+		return err
+	}
+	for _, p := range authServer.Paths() {
+		srv.Handle(p, authServer.Handler())
+	}
 	// The requestState key of MCP 2026-07-28 confirmations lives as long as
 	// the run, like the service secret.
 	bridge, err := mcpbridge.New(mcpbridge.Config{Catalog: cat, Executor: exec, Confirm: confirmSvc, Manifest: set, Verifier: users,
-		ResourceURL: base + "/mcp", AuthorizationServers: []string{DefaultIssuer}, SessionTimeout: time.Hour, Logger: log,
+		ResourceURL: base + "/mcp", AuthorizationServers: []string{authServer.Issuer()}, SessionTimeout: time.Hour, Logger: log,
 		StateKey: []byte(randomHex(32))})
 	if err != nil {
 		return err
@@ -253,6 +266,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	fmt.Fprintf(io.Stdout, "  REST      http://%s/v1/commands/{code}:execute   (also /v1/catalog/…, /v1/audit/…, /v1/challenges/…)\n", srv.HTTPAddr())
 	fmt.Fprintf(io.Stdout, "  gRPC      %s   (ExecutorService, CatalogService, AuditService, ConfirmService, and the governed HelpdeskService proxy)\n", srv.GRPCAddr())
 	fmt.Fprintf(io.Stdout, "  approvals http://%s/approve/{challenge}\n", srv.HTTPAddr())
+	fmt.Fprintf(io.Stdout, "  OAuth     %s   (MCP hosts: browser sign-in and consent; no token to copy)\n", authServer.Issuer()+"/.well-known/oauth-authorization-server")
 	fmt.Fprintf(io.Stdout, "  OpenAPI   http://%s/openapi.json   health http://%s/healthz\n\n", srv.HTTPAddr(), srv.HTTPAddr())
 	if tokensFile != "" {
 		fmt.Fprintf(io.Stdout, "Dev tokens (24h) for %s written to %s\n\n", tokenNames(tokens), tokensFile)
@@ -276,6 +290,17 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	}
 	fmt.Fprintf(io.Stdout, "\nTry:\n  curl -s -X POST http://%s/v1/commands/ticket.search:execute \\\n    -H \"Authorization: Bearer $(jq -r .alice %s)\" -d '{\"input\":{\"query\":\"charged twice\"}}'\n\nCtrl-C stops it.\n", srv.HTTPAddr(), tf)
 	return srv.Run(ctx)
+}
+
+// devUsers are the demo users the OAuth consent page offers to sign in as.
+func devUsers() []oauth.User {
+	var us []oauth.User
+	for _, p := range devPrincipals {
+		if p.agent == "" {
+			us = append(us, oauth.User{Tenant: p.tenant, ID: p.user})
+		}
+	}
+	return us
 }
 
 func tokenNames(m map[string]string) []string {

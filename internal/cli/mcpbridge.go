@@ -42,7 +42,8 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	s.String(&executorAddr, "executor-addr", "127.0.0.1:9092", "gRPC address of the executor")
 	s.String(&confirm, "confirm-addr", "127.0.0.1:9093", "gRPC address of the confirm service (elicited confirmations); empty: approval URLs only")
 	s.String(&resourceURL, "resource-url", "", "public URL of the MCP endpoint, the RFC 9728 resource (default http://<http-addr>/mcp)")
-	s.Strings(&authServers, "authorization-server", nil, "issuers clients get tokens from, advertised in the metadata (default: --issuer)")
+	s.Strings(&authServers, "authorization-server", nil, "issuer URLs of the authorization servers MCP clients get tokens from, named in the "+
+		"protected-resource metadata (default: --oidc-issuer, else the --issuer values that are URLs)")
 	s.Duration(&sessionTimeout, "session-timeout", time.Hour, "close MCP sessions that made no request for this long; clients keep theirs with pings (0: never)")
 	s.Duration(&idleTimeout, "idle-timeout", mcpbridge.DefaultIdleTimeout, "drop a principal's server and catalog watch this long after its last request once no session is open")
 	s.SecretVar(&stateSecret, "state-secret", "HMAC key sealing the requestState of MCP 2026-07-28 confirmations, the same on every replica "+
@@ -62,6 +63,14 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 		}
 		return nil
 	})
+	s.Check(func() error {
+		for _, as := range authServers {
+			if !mcpbridge.IsIssuerURL(as) {
+				return s.Errorf("authorization-server", "%q is not an issuer URL (absolute http(s), no query or fragment)", as)
+			}
+		}
+		return nil
+	})
 	s.Require("catalog-addr", func() bool { return catalogAddr == "" })
 	s.Require("executor-addr", func() bool { return executorAddr == "" })
 	if err := s.Parse(args); err != nil {
@@ -71,7 +80,7 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 		resourceURL = "http://" + f.httpAddr + "/mcp"
 	}
 	if len(authServers) == 0 {
-		authServers = f.issuers
+		authServers = defaultAuthorizationServers(f.oidcURL, f.issuers)
 	}
 	log := f.logger(io.Stderr, "mcpbridge")
 	var cl closers
@@ -141,6 +150,23 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	srv.Handle(bridge.MetadataPath(), bridge.MetadataHandler())
 	log.Info("MCP endpoint", "resource", resourceURL, "catalog", catalogAddr, "executor", executorAddr, "confirm", confirm)
 	return srv.Run(ctx)
+}
+
+// defaultAuthorizationServers is what the bridge's protected-resource
+// metadata names when --authorization-server is not given: the OIDC issuer
+// that signs users' tokens, else the accepted issuers that are URLs (an
+// issuer such as "mandate-dev" names no server a client could find).
+func defaultAuthorizationServers(oidcIssuer string, issuers []string) []string {
+	if oidcIssuer != "" {
+		return []string{oidcIssuer}
+	}
+	var out []string
+	for _, iss := range issuers {
+		if mcpbridge.IsIssuerURL(iss) {
+			out = append(out, iss)
+		}
+	}
+	return out
 }
 
 // deriveStateKey is the default requestState key of the MCP bridge: an

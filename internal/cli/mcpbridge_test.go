@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,6 +20,8 @@ func TestMCPBridgeRefusesBadSettings(t *testing.T) {
 		{"relative resource url", secrets, []string{"--resource-url", "/mcp"}, []string{"--resource-url (MANDATE_RESOURCE_URL) must be an absolute URL"}},
 		{"no executor", secrets, []string{"--executor-addr", ""}, []string{"--executor-addr (MANDATE_EXECUTOR_ADDR) is required"}},
 		{"no catalog", secrets, []string{"--catalog-addr", ""}, []string{"--catalog-addr (MANDATE_CATALOG_ADDR) is required"}},
+		{"authorization server that is no URL", secrets, []string{"--authorization-server", "mandate-dev"},
+			[]string{`--authorization-server (MANDATE_AUTHORIZATION_SERVER) "mandate-dev" is not an issuer URL`}},
 		{"short state secret", map[string]string{
 			"MANDATE_DEV_SECRET": testSecret, "MANDATE_SERVICE_SECRET": testSecret + "-svc", "MANDATE_STATE_SECRET": "too-short",
 		}, nil, []string{"--state-secret (MANDATE_STATE_SECRET) must be at least 32 bytes"}},
@@ -50,5 +53,28 @@ func TestDeriveStateKey(t *testing.T) {
 	a, b := deriveStateKey([]byte("secret-a")), deriveStateKey([]byte("secret-b"))
 	if string(a) != string(deriveStateKey([]byte("secret-a"))) || string(a) == string(b) || len(a) != 32 || string(a) == "secret-a" {
 		t.Fatalf("derived keys %x, %x", a, b)
+	}
+}
+
+// TestDefaultAuthorizationServers: without --authorization-server the
+// protected-resource metadata names the OIDC issuer, else only the accepted
+// issuers that are URLs — never a bare name like "mandate-dev".
+func TestDefaultAuthorizationServers(t *testing.T) {
+	cases := []struct {
+		name    string
+		oidc    string
+		issuers []string
+		want    []string
+	}{
+		{"oidc issuer wins, verbatim", "https://tenant.auth0.example/", []string{"mandate-dev"}, []string{"https://tenant.auth0.example/"}},
+		{"issuer URLs only", "", []string{"mandate-dev", "https://id.example.com"}, []string{"https://id.example.com"}},
+		{"no URL at all", "", []string{"mandate-dev"}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := defaultAuthorizationServers(tc.oidc, tc.issuers); !slices.Equal(got, tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

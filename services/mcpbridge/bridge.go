@@ -71,8 +71,11 @@ type Config struct {
 	// ResourceURL is the canonical URL of the MCP endpoint, e.g.
 	// "https://mandate.example.com/mcp" (the RFC 9728 `resource`). Required.
 	ResourceURL string
-	// AuthorizationServers are the issuers clients get tokens from
-	// (RFC 9728 `authorization_servers`).
+	// AuthorizationServers are the issuer URLs of the authorization servers
+	// clients get tokens from (RFC 9728 `authorization_servers`): each an
+	// absolute http(s) URL with RFC 8414 metadata, such as the OIDC issuer
+	// of a deployment or `mandate dev` itself. Empty: the metadata names
+	// none, and clients bring a token of their own.
 	AuthorizationServers []string
 	// ScopesSupported is advertised in the protected-resource metadata.
 	ScopesSupported []string
@@ -179,6 +182,11 @@ func New(cfg Config) (*Bridge, error) {
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return nil, fmt.Errorf("mcpbridge: ResourceURL %q is not an absolute URL", cfg.ResourceURL)
 	}
+	for _, as := range cfg.AuthorizationServers {
+		if !IsIssuerURL(as) {
+			return nil, fmt.Errorf("mcpbridge: authorization server %q is not an issuer URL (absolute http(s), no query or fragment)", as)
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -231,6 +239,15 @@ func (b *Bridge) MetadataPath() string { return b.metadataPth }
 // MetadataURL is the absolute URL of the protected-resource metadata, as
 // 401 answers name it in WWW-Authenticate.
 func (b *Bridge) MetadataURL() string { return b.metadataURL }
+
+// IsIssuerURL reports whether s can name an authorization server in the
+// protected-resource metadata: an RFC 8414 issuer, i.e. an absolute http(s)
+// URL without query, fragment or user info.
+func IsIssuerURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" &&
+		u.RawQuery == "" && !u.ForceQuery && u.Fragment == "" && u.User == nil && !strings.Contains(s, "#")
+}
 
 // MetadataHandler serves the RFC 9728 protected-resource metadata.
 func (b *Bridge) MetadataHandler() http.Handler {
