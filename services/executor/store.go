@@ -33,7 +33,49 @@ type Store interface {
 	// tenant.
 	Executed(ctx context.Context, tenant, user string, commands []string, subject string) (bool, error)
 	// Events returns up to limit events of tenant after seq, oldest first.
+	// Purged events are gone: the page starts at the oldest kept event after
+	// afterSeq.
 	Events(ctx context.Context, tenant string, afterSeq int64, limit int) ([]Event, error)
+
+	// Backlog returns the tenants whose outbox holds events the relay has not
+	// delivered, each with its cursor (the last delivered seq) and its head
+	// (the last committed seq), in tenant order.
+	Backlog(ctx context.Context) ([]Cursor, error)
+	// MarkDelivered records that tenant's events up to and including seq
+	// were delivered. The cursor never moves back: a lower seq (a slower
+	// replica's report) changes nothing.
+	MarkDelivered(ctx context.Context, tenant string, seq int64) error
+	// Purge bounds the tables: it deletes the idempotency records expired at
+	// p.Now and the events committed at or before p.Now-p.KeepEvents that
+	// were delivered (or, with p.Undelivered, also those that were not).
+	Purge(ctx context.Context, p PurgePolicy) (Purged, error)
+}
+
+// Cursor is a tenant's delivery state.
+type Cursor struct {
+	Tenant string
+	// Delivered is the seq of the last event delivered (0: none).
+	Delivered int64
+	// Head is the seq of the last event committed.
+	Head int64
+}
+
+// PurgePolicy says what Store.Purge deletes.
+type PurgePolicy struct {
+	// Now is the time expiry and age are measured at.
+	Now time.Time
+	// KeepEvents is how long events are kept after their commit, so that
+	// Store.Events can still answer for recent history.
+	KeepEvents time.Duration
+	// Undelivered also deletes old events that were never delivered: for a
+	// deployment without a relay, whose outbox nobody drains.
+	Undelivered bool
+}
+
+// Purged counts what Store.Purge deleted.
+type Purged struct {
+	Events          int64
+	IdempotencyKeys int64
 }
 
 // Store errors.

@@ -41,6 +41,9 @@ func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
 		{"FinishInvalidWritesNothing", s.testFinishInvalid},
 		{"ReserveInvalid", s.testReserveInvalid},
 		{"Canceled", s.testCanceled},
+		{"Delivery", s.testDelivery},
+		{"Purge", s.testPurge},
+		{"PurgeUndelivered", s.testPurgeUndelivered},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -776,9 +779,173 @@ func (s *suite) testCanceled(t *testing.T) {
 	if err := st.Release(ctx, Key()); !errors.Is(err, context.Canceled) {
 		t.Errorf("Release = %v, want context.Canceled", err)
 	}
+	if _, err := st.Backlog(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Backlog = %v, want context.Canceled", err)
+	}
+	if err := st.MarkDelivered(ctx, "acme", 1); !errors.Is(err, context.Canceled) {
+		t.Errorf("MarkDelivered = %v, want context.Canceled", err)
+	}
+	if _, err := st.Purge(ctx, executor.PurgePolicy{Now: time.Now()}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Purge = %v, want context.Canceled", err)
+	}
 	// None of them did anything.
 	mustReserve(t, st, Key(), "d1", TTL)
 	if evs := mustEvents(t, st, "acme", 0, 0); len(evs) != 0 {
 		t.Errorf("%d events after a canceled Finish", len(evs))
+	}
+}
+
+func mustBacklog(t *testing.T, st executor.Store) []executor.Cursor {
+	t.Helper()
+	cs, err := st.Backlog(testCtx(t))
+	if err != nil {
+		t.Fatalf("Backlog: %v", err)
+	}
+	return cs
+}
+
+func mustMark(t *testing.T, st executor.Store, tenant string, seq int64) {
+	t.Helper()
+	if err := st.MarkDelivered(testCtx(t), tenant, seq); err != nil {
+		t.Fatalf("MarkDelivered(%s, %d): %v", tenant, seq, err)
+	}
+}
+
+func mustPurge(t *testing.T, st executor.Store, p executor.PurgePolicy) executor.Purged {
+	t.Helper()
+	n, err := st.Purge(testCtx(t), p)
+	if err != nil {
+		t.Fatalf("Purge(%+v): %v", p, err)
+	}
+	return n
+}
+
+// testDelivery walks the relay's cursor: the backlog names the tenants with undelivered
+// events, MarkDelivered moves a cursor forward only and never past the head, and delivering
+// deletes nothing.
+func (s *suite) testDelivery(t *testing.T) {
+	st := s.newStore(t)
+	if cs := mustBacklog(t, st); len(cs) != 0 {
+		t.Fatalf("backlog of an empty store = %+v", cs)
+	}
+	for i := range 3 {
+		mustFinish(t, st, executor.Finish{Event: Ev("globex", fmt.Sprintf("g%d", i))})
+		mustFinish(t, st, executor.Finish{Event: Ev("acme", fmt.Sprintf("a%d", i))})
+	}
+	mustFinish(t, st, executor.Finish{Event: Ev("globex", "g3")})
+	steps := []struct {
+		name   string
+		tenant string
+		mark   int64
+		want   []executor.Cursor
+	}{
+		{"nothing delivered", "", 0, []executor.Cursor{{Tenant: "acme", Delivered: 0, Head: 3}, {Tenant: "globex", Delivered: 0, Head: 4}}},
+		{"forward", "acme", 2, []executor.Cursor{{Tenant: "acme", Delivered: 2, Head: 3}, {Tenant: "globex", Delivered: 0, Head: 4}}},
+		{"never back", "acme", 1, []executor.Cursor{{Tenant: "acme", Delivered: 2, Head: 3}, {Tenant: "globex", Delivered: 0, Head: 4}}},
+		{"negative changes nothing", "acme", -5, []executor.Cursor{{Tenant: "acme", Delivered: 2, Head: 3}, {Tenant: "globex", Delivered: 0, Head: 4}}},
+		{"caught up leaves the backlog", "acme", 3, []executor.Cursor{{Tenant: "globex", Delivered: 0, Head: 4}}},
+		{"unknown tenant changes nothing", "initech", 7, []executor.Cursor{{Tenant: "globex", Delivered: 0, Head: 4}}},
+		{"never past the head", "globex", 99, nil},
+	}
+	for _, step := range steps {
+		if step.tenant != "" {
+			mustMark(t, st, step.tenant, step.mark)
+		}
+		if got := mustBacklog(t, st); !slices.Equal(got, step.want) {
+			t.Fatalf("%s: backlog %+v, want %+v", step.name, got, step.want)
+		}
+	}
+	// The cursor stayed at globex's head (4), not at 99: the next event is undelivered.
+	mustFinish(t, st, executor.Finish{Event: Ev("globex", "g4")})
+	if got, want := mustBacklog(t, st), []executor.Cursor{{Tenant: "globex", Delivered: 4, Head: 5}}; !slices.Equal(got, want) {
+		t.Fatalf("after a new event: backlog %+v, want %+v", got, want)
+	}
+	// Delivered events stay queryable until purged.
+	if evs := mustEvents(t, st, "acme", 0, 0); !slices.Equal(seqs(evs), []int64{1, 2, 3}) {
+		t.Fatalf("acme seqs %v after delivery, want [1 2 3]", seqs(evs))
+	}
+	if err := st.MarkDelivered(testCtx(t), "", 1); err == nil {
+		t.Fatal("MarkDelivered without a tenant succeeded")
+	}
+}
+
+// testPurge bounds the tables: expired idempotency records and old delivered events go; live
+// records, recent events and undelivered events stay; seqs keep counting from the head.
+func (s *suite) testPurge(t *testing.T) {
+	st := s.newStore(t)
+	// acme: seq i+1 committed at Base+i minutes; globex: one old event, never delivered.
+	for i := range 4 {
+		e := Ev("acme", fmt.Sprintf("a%d", i))
+		e.Time = Base.Add(time.Duration(i) * time.Minute)
+		mustFinish(t, st, executor.Finish{Event: e})
+	}
+	mustFinish(t, st, executor.Finish{Event: Ev("globex", "g0")})
+	expired := Key()
+	expired.Key = "expired"
+	mustReserve(t, st, expired, "d1", shortTTL)
+	mustReserve(t, st, Key(), "d1", TTL)
+	mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: Success("inv-1")})
+	time.Sleep(expiryWait)
+	mustMark(t, st, "acme", 2)
+
+	// Keep events committed after Base+2m: seq 3 is old enough but undelivered, seq 4 is
+	// recent. The clock of idempotency expiry is the real one.
+	now := time.Now()
+	policy := executor.PurgePolicy{Now: now, KeepEvents: now.Sub(Base.Add(2 * time.Minute))}
+	if n := mustPurge(t, st, policy); n != (executor.Purged{Events: 2, IdempotencyKeys: 1}) {
+		t.Fatalf("Purge = %+v, want 2 events and 1 key", n)
+	}
+	if evs := mustEvents(t, st, "acme", 0, 0); !slices.Equal(seqs(evs), []int64{3, 4}) {
+		t.Fatalf("acme seqs %v after purge, want [3 4]", seqs(evs))
+	}
+	if evs := mustEvents(t, st, "acme", 1, 1); !slices.Equal(seqs(evs), []int64{3}) {
+		t.Fatalf("acme seqs after 1, limit 1: %v, want [3] (the oldest kept)", seqs(evs))
+	}
+	if evs := mustEvents(t, st, "globex", 0, 0); len(evs) != 1 {
+		t.Fatalf("globex has %d events, want its undelivered one kept", len(evs))
+	}
+	if got, want := mustBacklog(t, st), []executor.Cursor{{Tenant: "acme", Delivered: 2, Head: 4}, {Tenant: "globex", Delivered: 0, Head: 1}}; !slices.Equal(got, want) {
+		t.Fatalf("backlog %+v after purge, want %+v", got, want)
+	}
+	// The live record still replays; the expired one is free.
+	wantReplay(t, st, Key(), "d1", Success("inv-1"))
+	mustReserve(t, st, expired, "d2", TTL)
+	// Purging again finds nothing more.
+	if n := mustPurge(t, st, policy); n != (executor.Purged{}) {
+		t.Fatalf("second Purge = %+v, want nothing", n)
+	}
+	// Deliver everything; a zero KeepEvents empties the outbox, and seqs go on from the head.
+	mustMark(t, st, "acme", 4)
+	if n := mustPurge(t, st, executor.PurgePolicy{Now: time.Now()}); n.Events != 2 {
+		t.Fatalf("Purge of everything delivered = %+v, want 2 events", n)
+	}
+	if evs := mustEvents(t, st, "acme", 0, 0); len(evs) != 0 {
+		t.Fatalf("acme kept %v", seqs(evs))
+	}
+	mustFinish(t, st, executor.Finish{Event: Ev("acme", "a4")})
+	if evs := mustEvents(t, st, "acme", 0, 0); !slices.Equal(seqs(evs), []int64{5}) {
+		t.Fatalf("acme seqs %v after purging all, want [5]", seqs(evs))
+	}
+	if _, err := st.Purge(testCtx(t), executor.PurgePolicy{Now: time.Now(), KeepEvents: -time.Second}); err == nil {
+		t.Fatal("Purge with a negative KeepEvents succeeded")
+	}
+}
+
+// testPurgeUndelivered: without a relay nobody delivers, and Undelivered still bounds the
+// outbox by age.
+func (s *suite) testPurgeUndelivered(t *testing.T) {
+	st := s.newStore(t)
+	for i := range 3 {
+		e := Ev("acme", fmt.Sprintf("a%d", i))
+		e.Time = Base.Add(time.Duration(i) * time.Minute)
+		mustFinish(t, st, executor.Finish{Event: e})
+	}
+	now := time.Now()
+	n := mustPurge(t, st, executor.PurgePolicy{Now: now, KeepEvents: now.Sub(Base.Add(time.Minute)), Undelivered: true})
+	if n.Events != 2 {
+		t.Fatalf("Purge = %+v, want 2 events", n)
+	}
+	if evs := mustEvents(t, st, "acme", 0, 0); !slices.Equal(seqs(evs), []int64{3}) {
+		t.Fatalf("acme seqs %v, want [3]", seqs(evs))
 	}
 }

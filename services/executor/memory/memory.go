@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,8 +54,10 @@ type runKey struct{ tenant, user, subject, command string }
 type invocation struct{ tenant, id string }
 
 type outbox struct {
-	events []executor.Event    // events[i].Seq == i+1
-	byInv  map[string]struct{} // invocation ids with an event
+	events    []executor.Event    // kept events, by increasing Seq (purging leaves gaps)
+	head      int64               // the last assigned Seq
+	delivered int64               // the relay's cursor
+	byInv     map[string]struct{} // invocation ids with a kept event
 }
 
 var _ executor.Store = (*Store)(nil)
@@ -147,7 +152,8 @@ func (s *Store) Finish(ctx context.Context, f executor.Finish) error {
 		}
 		if _, done := ob.byInv[e.InvocationID]; !done {
 			ev := cloneEvent(*e)
-			ev.Seq = int64(len(ob.events)) + 1
+			ob.head++
+			ev.Seq = ob.head
 			if ev.Time.IsZero() {
 				ev.Time = now
 			}
@@ -187,10 +193,14 @@ func (s *Store) Events(ctx context.Context, tenant string, afterSeq int64, limit
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ob := s.events[tenant]
-	if ob == nil || afterSeq >= int64(len(ob.events)) {
+	if ob == nil {
 		return nil, nil
 	}
-	page := ob.events[afterSeq:]
+	i := sort.Search(len(ob.events), func(i int) bool { return ob.events[i].Seq > afterSeq })
+	page := ob.events[i:]
+	if len(page) == 0 {
+		return nil, nil
+	}
 	page = page[:min(limit, len(page))]
 	out := make([]executor.Event, len(page))
 	for i := range page {
@@ -199,23 +209,78 @@ func (s *Store) Events(ctx context.Context, tenant string, afterSeq int64, limit
 	return out, nil
 }
 
-// PurgeExpired deletes the idempotency records that have expired and returns how many it
-// deleted. Reserve replaces an expired record anyway; purging only bounds memory.
-func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
+// Backlog implements executor.Store.
+func (s *Store) Backlog(ctx context.Context) ([]executor.Cursor, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.opts.Now()
-	var n int64
-	for k, r := range s.idem {
-		if !now.Before(r.expiresAt) {
-			delete(s.idem, k)
-			n++
+	var out []executor.Cursor
+	for tenant, ob := range s.events {
+		if ob.head > ob.delivered {
+			out = append(out, executor.Cursor{Tenant: tenant, Delivered: ob.delivered, Head: ob.head})
 		}
 	}
+	slices.SortFunc(out, func(a, b executor.Cursor) int { return strings.Compare(a.Tenant, b.Tenant) })
+	return out, nil
+}
+
+// MarkDelivered implements executor.Store. The cursor does not move past the head.
+func (s *Store) MarkDelivered(ctx context.Context, tenant string, seq int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if tenant == "" {
+		return fail("mark delivered", errors.New("no tenant"))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ob := s.events[tenant]; ob != nil {
+		ob.delivered = max(ob.delivered, min(seq, ob.head))
+	}
+	return nil
+}
+
+// Purge implements executor.Store.
+func (s *Store) Purge(ctx context.Context, p executor.PurgePolicy) (executor.Purged, error) {
+	var n executor.Purged
+	if err := ctx.Err(); err != nil {
+		return n, err
+	}
+	if p.KeepEvents < 0 {
+		return n, fail("purge", errors.New("negative KeepEvents"))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, r := range s.idem {
+		if !p.Now.Before(r.expiresAt) {
+			delete(s.idem, k)
+			n.IdempotencyKeys++
+		}
+	}
+	cutoff := p.Now.Add(-p.KeepEvents)
+	for _, ob := range s.events {
+		kept := ob.events[:0]
+		for _, e := range ob.events {
+			if (p.Undelivered || e.Seq <= ob.delivered) && !e.Time.After(cutoff) {
+				delete(ob.byInv, e.InvocationID)
+				n.Events++
+				continue
+			}
+			kept = append(kept, e)
+		}
+		clear(ob.events[len(kept):])
+		ob.events = kept
+	}
 	return n, nil
+}
+
+// PurgeExpired deletes the idempotency records that have expired and returns how many it
+// deleted. Reserve replaces an expired record anyway; purging only bounds memory.
+func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
+	n, err := s.Purge(ctx, executor.PurgePolicy{Now: s.opts.Now(), KeepEvents: 1<<63 - 1})
+	return n.IdempotencyKeys, err
 }
 
 var errBadTTL = errors.New("ttl must be positive")

@@ -199,6 +199,66 @@ func (s *Store) Events(ctx context.Context, tenant string, afterSeq int64, limit
 	return evs, nil
 }
 
+// Backlog implements executor.Store.
+func (s *Store) Backlog(ctx context.Context) ([]executor.Cursor, error) {
+	const op = "executor: backlog"
+	rows, err := s.pool.Query(ctx, sqlBacklog)
+	if err != nil {
+		return nil, mapErr(ctx, op, err)
+	}
+	cs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (executor.Cursor, error) {
+		var c executor.Cursor
+		err := row.Scan(&c.Tenant, &c.Delivered, &c.Head)
+		return c, err
+	})
+	if err != nil {
+		return nil, mapErr(ctx, op, err)
+	}
+	return cs, nil
+}
+
+// MarkDelivered implements executor.Store. The cursor does not move past the head.
+func (s *Store) MarkDelivered(ctx context.Context, tenant string, seq int64) error {
+	const op = "executor: mark delivered"
+	if tenant == "" {
+		return invalid(op, errors.New("no tenant"))
+	}
+	if _, err := s.pool.Exec(ctx, sqlMarkDelivered, tenant, max(seq, 0), s.now()); err != nil {
+		return mapErr(ctx, op, err)
+	}
+	return nil
+}
+
+// Purge implements executor.Store, in one transaction. Run it from one replica now and then;
+// concurrent purges are harmless.
+func (s *Store) Purge(ctx context.Context, p executor.PurgePolicy) (executor.Purged, error) {
+	const op = "executor: purge"
+	var n executor.Purged
+	if p.KeepEvents < 0 {
+		return n, invalid(op, errors.New("negative KeepEvents"))
+	}
+	now := p.Now.UTC().Truncate(time.Microsecond)
+	// The cutoff is taken before truncating, so that it is the same instant in every store.
+	cutoff := p.Now.Add(-p.KeepEvents).UTC().Truncate(time.Microsecond)
+	err := pg.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sqlPurgeExpired, now)
+		if err != nil {
+			return err
+		}
+		n.IdempotencyKeys = tag.RowsAffected()
+		tag, err = tx.Exec(ctx, sqlPurgeEvents, cutoff, p.Undelivered)
+		if err != nil {
+			return err
+		}
+		n.Events = tag.RowsAffected()
+		return nil
+	}, pg.WithRetry(s.opts.TxAttempts))
+	if err != nil {
+		return executor.Purged{}, mapErr(ctx, op, err)
+	}
+	return n, nil
+}
+
 // PurgeExpired deletes the idempotency records that have expired and returns how many it
 // deleted. Reserve replaces an expired record anyway; purging only bounds the table. Run it
 // from one replica now and then.

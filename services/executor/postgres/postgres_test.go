@@ -316,6 +316,12 @@ func TestUnavailable(t *testing.T) {
 		}, "executor: executed: store unavailable"},
 		{"Events", func() error { _, err := st.Events(ctx, "acme", 0, 10); return err }, "executor: events: store unavailable"},
 		{"PurgeExpired", func() error { _, err := st.PurgeExpired(ctx); return err }, "executor: purge expired: store unavailable"},
+		{"Backlog", func() error { _, err := st.Backlog(ctx); return err }, "executor: backlog: store unavailable"},
+		{"MarkDelivered", func() error { return st.MarkDelivered(ctx, "acme", 1) }, "executor: mark delivered: store unavailable"},
+		{"Purge", func() error {
+			_, err := st.Purge(ctx, executor.PurgePolicy{Now: time.Now(), KeepEvents: time.Hour})
+			return err
+		}, "executor: purge: store unavailable"},
 	}
 	for _, c := range calls {
 		t.Run(c.name, func(t *testing.T) {

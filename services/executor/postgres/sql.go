@@ -72,4 +72,23 @@ const (
 
 	// sqlPurgeExpired deletes expired idempotency records.
 	sqlPurgeExpired = `DELETE FROM executor.idempotency WHERE expires_at <= $1`
+
+	// sqlBacklog lists the tenants whose head is past their cursor.
+	sqlBacklog = `SELECT h.tenant, coalesce(c.seq, 0), h.seq
+	FROM executor.event_heads h LEFT JOIN executor.event_cursors c ON c.tenant = h.tenant
+	WHERE h.seq > coalesce(c.seq, 0)
+	ORDER BY h.tenant`
+
+	// sqlMarkDelivered moves a tenant's cursor forward to $2, never back and never past the
+	// head. $3 is now.
+	sqlMarkDelivered = `INSERT INTO executor.event_cursors AS c (tenant, seq, delivered_at)
+	SELECT h.tenant, least($2::bigint, h.seq), $3 FROM executor.event_heads h WHERE h.tenant = $1
+	ON CONFLICT (tenant) DO UPDATE SET seq = EXCLUDED.seq, delivered_at = EXCLUDED.delivered_at
+	WHERE c.seq < EXCLUDED.seq`
+
+	// sqlPurgeEvents deletes events committed at or before $1 that were delivered, or, with
+	// $2, whether delivered or not.
+	sqlPurgeEvents = `DELETE FROM executor.events e
+	WHERE e.time <= $1 AND ($2 OR e.seq <= coalesce(
+		(SELECT c.seq FROM executor.event_cursors c WHERE c.tenant = e.tenant), 0))`
 )
