@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -90,7 +91,9 @@ func (r RemoteConfirmer) Redeem(ctx context.Context, id, digest string) (Grant, 
 // remoteError keeps the confirm service's code under this stage.
 func remoteError(err error) error {
 	p := failure.Problem(failure.ToStatus(err), "")
-	if p.Code == "" || p.Code == "internal.error" || p.Code[:5] == "grpc." {
+	if p.Code == "" || p.Code == "internal.error" || p.Code == failure.CodeServiceUnavailable || strings.HasPrefix(p.Code, "grpc.") {
+		// Not the confirm service's refusal: a fault, reported as
+		// confirmation.unavailable (or internal) by the pipeline.
 		return err
 	}
 	fe := failure.New(StageConfirmation, p.Code, p.Detail)

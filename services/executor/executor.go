@@ -30,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	grpccodes "google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -64,6 +65,8 @@ const (
 	defaultIdemTTL     = 24 * time.Hour
 	defaultDeadline    = 30 * time.Second
 	maxOutcomeAttempts = 8
+	// outcomeAttemptTimeout bounds one attempt to append an outcome row.
+	outcomeAttemptTimeout = 5 * time.Second
 )
 
 // AuditSink appends audit rows; *audit.Writer is one, a gRPC client to the
@@ -140,6 +143,9 @@ type Config struct {
 	DefaultDeadline time.Duration
 	// Limits bound the input the decoder reads.
 	Limits schema.Limits
+	// OutcomeAttemptTimeout bounds each attempt to append an outcome row
+	// (default 5s); attempts are retried a bounded number of times.
+	OutcomeAttemptTimeout time.Duration
 	Logger *slog.Logger
 	Now    func() time.Time
 	// MeterProvider records the executor's metrics (MetricCalls,
@@ -181,6 +187,9 @@ func New(cfg Config) (*Executor, error) {
 	}
 	if cfg.DefaultDeadline <= 0 {
 		cfg.DefaultDeadline = defaultDeadline
+	}
+	if cfg.OutcomeAttemptTimeout <= 0 {
+		cfg.OutcomeAttemptTimeout = outcomeAttemptTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -595,11 +604,18 @@ func (e *Executor) outcome(ctx context.Context, inv *invocation, outcome audit.O
 	defer span.End()
 	backoff := 20 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		stored, err := e.cfg.Audit.Append(ctx, rec)
+		// Each attempt has its own deadline: the context carries no
+		// cancellation (the row must outlive the call), so a stuck audit
+		// service would otherwise hold the executor's shutdown forever.
+		actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
+		stored, err := e.cfg.Audit.Append(actx, rec)
+		cancel()
 		if err == nil {
 			return stored
 		}
-		if attempt >= maxOutcomeAttempts || !audit.Retryable(err) && !errors.Is(err, audit.ErrUnavailable) && !isUnavailable(err) {
+		retry := audit.Retryable(err) || errors.Is(err, audit.ErrUnavailable) || isUnavailable(err) ||
+			errors.Is(err, context.DeadlineExceeded) || grpcstatus.Code(err) == grpccodes.DeadlineExceeded
+		if attempt >= maxOutcomeAttempts || !retry {
 			span.SetStatus(codes.Error, "audit.unavailable")
 			e.logger(ctx, inv).Error("audit outcome not written; reconciliation will record it as unknown", "error", err, "attempts", attempt)
 			return nil

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -368,5 +369,47 @@ func TestDispatchFaultsLeaveTheEffectUnknown(t *testing.T) {
 	rows = e2.rows(t, "acme", ce.GetInvocationId(), 2)
 	if ce.GetCode() != "handler.unavailable" || len(rows) != 2 || rows[1].Outcome != audit.OutcomeFailed {
 		t.Fatalf("no backend: %v, rows %+v", err, rows)
+	}
+}
+
+// stuckOutcomes passes intent rows to the audit trail and never answers
+// an outcome row until its context ends, as a hung audit service would.
+type stuckOutcomes struct {
+	executor.AuditSink
+	attempts atomic.Int32
+}
+
+func (s *stuckOutcomes) Append(ctx context.Context, recs ...audit.Record) ([]audit.Stored, error) {
+	if len(recs) == 1 && recs[0].Phase == audit.PhaseOutcome {
+		s.attempts.Add(1)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.AuditSink.Append(ctx, recs...)
+}
+
+// TestStuckAuditCannotHangShutdown: every attempt to append an outcome row
+// has its own deadline, so an audit service that accepts the connection
+// and never answers cannot keep the executor from closing: Close returns
+// once the bounded attempts are spent.
+func TestStuckAuditCannotHangShutdown(t *testing.T) {
+	stuck := &stuckOutcomes{}
+	e := start(t, func(c *executor.Config) {
+		stuck.AuditSink = c.Audit
+		c.Audit = stuck
+		c.OutcomeAttemptTimeout = 50 * time.Millisecond
+	})
+	if _, err := e.execute(t, as(token(t, "acme", "alice", "")), "ticket.search", `{"query":"x"}`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { e.pipeline.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return while the audit service hung")
+	}
+	if n := stuck.attempts.Load(); n < 2 {
+		t.Fatalf("%d attempts to write the outcome, want retries", n)
 	}
 }

@@ -87,6 +87,8 @@ type env struct {
 	// (service token, forwarding the caller's token from the context).
 	backend *grpc.ClientConn
 	writer  *audit.Writer
+	// pipeline is the executor itself.
+	pipeline *executor.Executor
 }
 
 func authenticator(t testing.TB, ctx context.Context) *identity.Authenticator {
@@ -229,7 +231,7 @@ func start(t testing.TB, opts ...func(*executor.Config)) *env {
 		_ = backendConn.Close()
 		cancel()
 	})
-	return &env{exec: esrv, conn: conn, gateway: gw, helpdesk: hstore, audit: auditStore, auditPool: auditPool, confirm: confirmSvc, dir: dir, backend: backendConn, writer: writer}
+	return &env{exec: esrv, conn: conn, gateway: gw, helpdesk: hstore, audit: auditStore, auditPool: auditPool, confirm: confirmSvc, dir: dir, backend: backendConn, writer: writer, pipeline: exec}
 }
 
 func token(t testing.TB, tenant, user, agent string) string {
