@@ -42,6 +42,7 @@ var commands = map[string]command{
 	"catalog":     {"run the catalog: tool lists per principal, manifest reads, ops.review", runCatalog},
 	"confirm":     {"run the confirm service and its approval pages", runConfirm},
 	"dev":         {"run the whole suite in one process on in-memory stores, with the helpdesk sample", runDev},
+	"events":      {"follow domain events on NATS JetStream: `mandate events tail --tenant T`", runEvents},
 	"executor":    {"run the executor: the governed pipeline and proxy in front of the backends", runExecutor},
 	"helpdesk":    {"run the helpdesk sample backend (serves only calls relayed by the executor)", runHelpdesk},
 	"mcpbridge":   {"run the MCP bridge (Streamable HTTP) over the catalog, executor and confirm services", runMCPBridge},

@@ -66,6 +66,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		otlpEndpoint                             string
 		devSecret                                config.Secret
 		confirmSideEffects                       bool
+		ef                                       eventsFlags
 	)
 	s := config.New("dev", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
@@ -76,6 +77,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	s.SecretVar(&devSecret, "dev-secret", "HS256 secret for dev tokens (default: random per run)")
 	s.Bool(&confirmSideEffects, "confirm-side-effects", false, "require confirmation for every command that declares side effects (the executor enforces it, the catalog's tools state it)")
 	otlpFlag(s, &otlpEndpoint)
+	ef.declare(s)
 	if err := s.Parse(args); err != nil {
 		return err
 	}
@@ -172,13 +174,18 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	}
 	cl.add(func() { _ = backendConn.Close() })
 
+	// No embedded broker: events are relayed to --events-url when given.
+	execStore := execmem.New(execmem.Options{})
+	if err := ef.start(ctx, execStore, log, &cl); err != nil {
+		return err
+	}
 	exec, err := executor.New(executor.Config{
 		Manifest: set, Directory: dir, Audit: writer, Confirm: executor.LocalConfirmer{Service: confirmSvc},
 		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{
 			"examples.helpdesk.v1.HelpdeskService": backendConn,
 			"mandate.v1.CatalogService":            backendConn,
 		}),
-		Store: execmem.New(execmem.Options{}), ConfirmSideEffects: confirmSideEffects, Logger: log,
+		Store: execStore, ConfirmSideEffects: confirmSideEffects, Logger: log,
 	})
 	if err != nil {
 		return err

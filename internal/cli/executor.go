@@ -38,6 +38,7 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	var (
 		f                      serviceFlags
 		mf                     manifestFlags
+		ef                     eventsFlags
 		backends               []string
 		auditAddr, confirmAddr string
 		confirmSideEffects     bool
@@ -47,6 +48,7 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	s.FlagSet().SetOutput(io.Stderr)
 	f.declare(s, "127.0.0.1:9092", "127.0.0.1:8082")
 	mf.declare(s)
+	ef.declare(s)
 	s.Strings(&backends, "backend", nil, "backend per proto service: examples.helpdesk.v1.HelpdeskService=127.0.0.1:9191")
 	s.String(&auditAddr, "audit-addr", "127.0.0.1:9094", "gRPC address of the audit service")
 	s.String(&confirmAddr, "confirm-addr", "127.0.0.1:9093", "gRPC address of the confirm service")
@@ -115,6 +117,9 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 		store = execpg.New(pool, execpg.Options{})
 	} else {
 		store = execmem.New(execmem.Options{})
+	}
+	if err := ef.start(ctx, store, log, &cl); err != nil {
+		return err
 	}
 	exec, err := executor.New(executor.Config{
 		Manifest: set, Directory: f.directory(pool, &cl), Audit: auditapi.NewClient(auditConn),

@@ -21,6 +21,7 @@ var referencePath = filepath.Join("..", "..", "docs", "configuration.md")
 var subcommandsWithSub = map[string][]string{
 	"policy": {"apply"},
 	"audit":  {"", "query", "verify"},
+	"events": {"tail"},
 }
 
 // TestConfigurationReference keeps docs/configuration.md equal to what the
