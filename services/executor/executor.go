@@ -146,8 +146,8 @@ type Config struct {
 	// OutcomeAttemptTimeout bounds each attempt to append an outcome row
 	// (default 5s); attempts are retried a bounded number of times.
 	OutcomeAttemptTimeout time.Duration
-	Logger *slog.Logger
-	Now    func() time.Time
+	Logger                *slog.Logger
+	Now                   func() time.Time
 	// MeterProvider records the executor's metrics (MetricCalls,
 	// MetricDuration); default otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider

@@ -19,11 +19,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/callattr"
+	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/failure"
-	"github.com/mandate-dev/mandate/internal/schema"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/schema"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/catalog"
