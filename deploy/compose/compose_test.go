@@ -123,7 +123,7 @@ func port(t *testing.T, addr string) string {
 
 func TestServicesAndDependencies(t *testing.T) {
 	p := load(t)
-	want := []string{"postgres", "migrate", "policy", "audit", "confirm", "catalog", "executor", "mcpbridge", "helpdesk", "jaeger", "mandate"}
+	want := []string{"postgres", "migrate", "policy", "audit", "confirm", "catalog", "executor", "mcpbridge", "helpdesk", "nats", "jaeger", "mandate"}
 	for _, name := range want {
 		service(t, p, name)
 	}
@@ -185,6 +185,19 @@ func TestServicesAndDependencies(t *testing.T) {
 	}
 	for _, on := range []string{"catalog", "executor", "confirm"} {
 		dep(service(t, p, "mcpbridge"), on, types.ServiceConditionHealthy)
+	}
+	nats := service(t, p, "nats")
+	if nats.Image != "nats:2" || !slices.Contains(nats.Command, "-js") {
+		t.Errorf("nats: image %q, command %q; want nats:2 with JetStream (-js)", nats.Image, nats.Command)
+	}
+	if len(nats.Volumes) == 0 || nats.Volumes[0].Type != types.VolumeTypeVolume {
+		t.Errorf("nats keeps its streams in no named volume: %+v", nats.Volumes)
+	}
+	dep(service(t, p, "executor"), "nats", types.ServiceConditionStarted)
+	for _, name := range []string{"executor", "mandate"} {
+		if u := env(service(t, p, name))["MANDATE_EVENTS_URL"]; u != "nats://nats:4222" {
+			t.Errorf("%s: MANDATE_EVENTS_URL=%q, want the nats service (nats://nats:4222)", name, u)
+		}
 	}
 	if js := service(t, p, "jaeger"); env(js)["COLLECTOR_OTLP_ENABLED"] != "true" {
 		t.Errorf("jaeger does not accept OTLP: %v", env(js))
@@ -251,7 +264,7 @@ func TestEnvironmentIsFlags(t *testing.T) {
 		sub, args := subcommand(s.Command)
 		if len(sub) == 0 { // the tools service: variables of the operator tools
 			tools := map[string]bool{}
-			for _, tool := range [][]string{{"token"}, {"audit", "query"}, {"audit", "verify"}, {"policy", "apply"}, {"migrate"}} {
+			for _, tool := range [][]string{{"token"}, {"audit", "query"}, {"audit", "verify"}, {"policy", "apply"}, {"migrate"}, {"events", "tail"}} {
 				for _, v := range flags(t, tool) {
 					tools[v] = true
 				}
