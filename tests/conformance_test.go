@@ -54,17 +54,16 @@ func bearerProxy(t *testing.T, base, tok string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := httputil.NewSingleHostReverseProxy(target)
-	direct := p.Director
-	p.Director = func(r *http.Request) {
-		host := r.Host
-		direct(r)
-		r.Host = host
-		if r.Header.Get("Authorization") == "" {
-			r.Header.Set("Authorization", "Bearer "+tok)
-		}
+	p := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = r.In.Host
+			if r.Out.Header.Get("Authorization") == "" {
+				r.Out.Header.Set("Authorization", "Bearer "+tok)
+			}
+		},
+		FlushInterval: -1, // SSE streams pass through as they come
 	}
-	p.FlushInterval = -1 // SSE streams pass through as they come
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
