@@ -226,7 +226,9 @@ func TestRelayRestart(t *testing.T) {
 	go func() { done <- first.Run(ctx) }()
 	waitDelivered(t, st, 10*time.Second)
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
 	first.Close()
 	// A crash after publishing and before the cursor moved: rewind it by re-publishing
 	// through a fresh store that holds the same events plus new ones.
