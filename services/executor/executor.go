@@ -468,12 +468,13 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		}
 	}
 	var out proto.Message
+	disp := Dispatch{
+		Command: cmd, Method: inv.method, Request: msg, InvocationID: inv.id,
+		IdempotencyKey: inv.call.IdempotencyKey, Deadline: deadline,
+	}
 	dispatchErr := e.stage(ctx, StageDispatch, func(ctx context.Context) error {
 		var err error
-		out, err = e.cfg.Dispatcher.Dispatch(ctx, Dispatch{
-			Command: cmd, Method: inv.method, Request: msg, InvocationID: inv.id,
-			IdempotencyKey: inv.call.IdempotencyKey, Deadline: deadline,
-		})
+		out, err = e.cfg.Dispatcher.Dispatch(ctx, disp)
 		return err
 	})
 	if dispatchErr != nil {
@@ -485,14 +486,31 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 			outcome = audit.OutcomeRefused
 		case effectUnknown(fe.Code) && !errors.Is(dispatchErr, ErrNotSent):
 			// The call left for the backend and no answer came back: the
-			// effect may have happened. The trail says unknown, never
-			// failed, until a receipt says which.
-			outcome = audit.OutcomeUnknown
-			fe.Message = strings.TrimSuffix(fe.Message, "; the effect is unknown") + "; the effect is unknown"
+			// effect may have happened. The backend's receipt says which;
+			// without one the trail says unknown, never failed.
+			r, known := e.resolve(ctx, disp)
+			switch {
+			case known && r.Executed:
+				out, dispatchErr = r.Result, nil
+			case known:
+				// The backend never ran it, and has fenced the invocation
+				// so that it never will: nothing was done, and a retry
+				// with the same key may run.
+				fe.Message = strings.TrimSuffix(fe.Message, "; the effect is unknown") + "; the backend did not execute the call, nothing was done"
+				fe.Retriable, fe.Remedy = true, "retry; the call did not run"
+				e.outcomeAsync(ctx, inv, audit.OutcomeFailed, fe.Stage, fe.Code, fe.Message, nil)
+				release()
+				return nil, fe
+			default:
+				outcome = audit.OutcomeUnknown
+				fe.Message = strings.TrimSuffix(fe.Message, "; the effect is unknown") + "; the effect is unknown"
+			}
 		}
-		e.outcomeAsync(ctx, inv, outcome, fe.Stage, fe.Code, fe.Message, nil)
-		e.finish(ctx, inv, Saved{InvocationID: inv.id, Status: statusBytes(fe), AuditID: auditID(intentRows)}, nil)
-		return nil, fe
+		if dispatchErr != nil {
+			e.outcomeAsync(ctx, inv, outcome, fe.Stage, fe.Code, fe.Message, nil)
+			e.finish(ctx, inv, Saved{InvocationID: inv.id, Status: statusBytes(fe), AuditID: auditID(intentRows)}, nil)
+			return nil, fe
+		}
 	}
 	output, err := marshalOutput(out)
 	if err != nil {

@@ -305,14 +305,17 @@ func invocationOf(resp *mandatev1.ExecuteResponse, err error) string {
 }
 
 // TestDispatchFaultsLeaveTheEffectUnknown: after the call left for the
-// backend, a backend that never answers (deadline) or goes away mid-call
-// (its server stops) leaves the effect unknown — the outcome row says
+// backend, a backend that keeps no receipts and never answers (deadline) or
+// goes away mid-call leaves the effect unknown — the outcome row says
 // unknown, never failed, since the backend may have acted. A call that was
 // never sent (no backend configured) failed, and says so.
 func TestDispatchFaultsLeaveTheEffectUnknown(t *testing.T) {
 	stalled := make(chan struct{})
 	release := make(chan struct{})
 	bsrv := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+		if m, _ := grpc.MethodFromServerStream(ss); strings.HasPrefix(m, "/mandate.v1.ReceiptService/") {
+			return status.Error(codes.Unimplemented, "this backend keeps no receipts")
+		}
 		stalled <- struct{}{}
 		select {
 		case <-ss.Context().Done():
