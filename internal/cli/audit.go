@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -56,7 +57,8 @@ func runAuditService(ctx context.Context, args []string, io IO) error {
 	log := f.logger(io.Stderr, "audit")
 	var cl closers
 	defer cl.close()
-	if err := f.tracing(ctx, io, "audit", log, &cl); err != nil {
+	metrics, err := f.tracing(ctx, io, "audit", log, &cl)
+	if err != nil {
 		return err
 	}
 
@@ -75,18 +77,18 @@ func runAuditService(ctx context.Context, args []string, io IO) error {
 		cl.add(ps.Close)
 		store = ps
 		dir := f.directory(pool, &cl)
-		return serveAudit(ctx, f, auth, store, dir, reconcile, intentsAge, log, &cl)
+		return serveAudit(ctx, f, auth, store, dir, reconcile, intentsAge, metrics, log, &cl)
 	}
 	ms := auditmem.New()
 	cl.add(ms.Close)
-	return serveAudit(ctx, f, auth, ms, f.directory(nil, &cl), reconcile, intentsAge, log, &cl)
+	return serveAudit(ctx, f, auth, ms, f.directory(nil, &cl), reconcile, intentsAge, metrics, log, &cl)
 }
 
 func serveAudit(ctx context.Context, f serviceFlags, auth *identity.Authenticator, store audit.Store, dir directory.Resolver,
-	reconcile, intentsAge time.Duration, log *slog.Logger, cl *closers) error {
+	reconcile, intentsAge time.Duration, metrics http.Handler, log *slog.Logger, cl *closers) error {
 	w := audit.NewWriter(store, audit.WriterOptions{Logger: log})
 	cl.add(func() { _ = w.Close() })
-	srv, err := server.New(server.Config{Name: "mandate.v1.AuditService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log})
+	srv, err := server.New(server.Config{Name: "mandate.v1.AuditService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log, Metrics: metrics})
 	if err != nil {
 		return err
 	}

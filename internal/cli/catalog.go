@@ -33,7 +33,8 @@ func runCatalog(ctx context.Context, args []string, io IO) error {
 	log := f.logger(io.Stderr, "catalog")
 	var cl closers
 	defer cl.close()
-	if err := f.tracing(ctx, io, "catalog", log, &cl); err != nil {
+	metrics, err := f.tracing(ctx, io, "catalog", log, &cl)
+	if err != nil {
 		return err
 	}
 	set, err := mf.load()
@@ -60,7 +61,7 @@ func runCatalog(ctx context.Context, args []string, io IO) error {
 		return err
 	}
 	cl.add(cat.Close)
-	srv, err := server.New(server.Config{Name: "mandate.v1.CatalogService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log})
+	srv, err := server.New(server.Config{Name: "mandate.v1.CatalogService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log, Metrics: metrics})
 	if err != nil {
 		return err
 	}

@@ -66,7 +66,8 @@ func runConfirm(ctx context.Context, args []string, io IO) error {
 	log := f.logger(io.Stderr, "confirm")
 	var cl closers
 	defer cl.close()
-	if err := f.tracing(ctx, io, "confirm", log, &cl); err != nil {
+	metrics, err := f.tracing(ctx, io, "confirm", log, &cl)
+	if err != nil {
 		return err
 	}
 	set, err := mf.load()
@@ -106,7 +107,7 @@ func runConfirm(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Name: "mandate.v1.ConfirmService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log})
+	srv, err := server.New(server.Config{Name: "mandate.v1.ConfirmService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log, Metrics: metrics})
 	if err != nil {
 		return err
 	}

@@ -65,7 +65,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		httpAddr, grpcAddr, tokensFile, logLevel string
 		otlpEndpoint                             string
 		devSecret                                config.Secret
-		confirmSideEffects                       bool
+		confirmSideEffects, metricsOn            bool
 		ef                                       eventsFlags
 	)
 	s := config.New("dev", io.Env)
@@ -77,6 +77,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	s.SecretVar(&devSecret, "dev-secret", "HS256 secret for dev tokens (default: random per run)")
 	s.Bool(&confirmSideEffects, "confirm-side-effects", false, "require confirmation for every command that declares side effects (the executor enforces it, the catalog's tools state it)")
 	otlpFlag(s, &otlpEndpoint)
+	metricsFlag(s, &metricsOn)
 	ef.declare(s)
 	if err := s.Parse(args); err != nil {
 		return err
@@ -92,7 +93,8 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	serviceSecret := []byte(randomHex(32))
 	var cl closers
 	defer cl.close()
-	if err := startTracing(ctx, io, "dev", otlpEndpoint, log, &cl); err != nil {
+	metrics, err := startTracing(ctx, io, "dev", otlpEndpoint, metricsOn, log, &cl)
+	if err != nil {
 		return err
 	}
 
@@ -192,7 +194,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	}
 	cl.add(exec.Close)
 	execSvc := execapi.New(exec, set)
-	srv, err := server.New(server.Config{Name: "mandate", GRPCAddr: grpcAddr, HTTPAddr: httpAddr, Auth: auth, Logger: log, GRPCOptions: execSvc.ServerOptions()})
+	srv, err := server.New(server.Config{Name: "mandate", GRPCAddr: grpcAddr, HTTPAddr: httpAddr, Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: execSvc.ServerOptions()})
 	if err != nil {
 		return err
 	}

@@ -72,7 +72,8 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	log := f.logger(io.Stderr, "executor")
 	var cl closers
 	defer cl.close()
-	if err := f.tracing(ctx, io, "executor", log, &cl); err != nil {
+	metrics, err := f.tracing(ctx, io, "executor", log, &cl)
+	if err != nil {
 		return err
 	}
 	set, err := mf.load()
@@ -132,7 +133,7 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	cl.add(exec.Close)
 	api := execapi.New(exec, set)
 	srv, err := server.New(server.Config{Name: "mandate.v1.ExecutorService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr,
-		Auth: auth, Logger: log, GRPCOptions: api.ServerOptions()})
+		Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: api.ServerOptions()})
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,8 @@ func runHelpdesk(ctx context.Context, args []string, io IO) error {
 	log := f.logger(io.Stderr, "helpdesk")
 	var cl closers
 	defer cl.close()
-	if err := f.tracing(ctx, io, "helpdesk", log, &cl); err != nil {
+	metrics, err := f.tracing(ctx, io, "helpdesk", log, &cl)
+	if err != nil {
 		return err
 	}
 	auth, err := f.authenticator(ctx)
@@ -54,7 +55,7 @@ func runHelpdesk(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Name: "examples.helpdesk.v1.HelpdeskService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log})
+	srv, err := server.New(server.Config{Name: "examples.helpdesk.v1.HelpdeskService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log, Metrics: metrics})
 	if err != nil {
 		return err
 	}

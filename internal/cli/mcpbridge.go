@@ -85,7 +85,8 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	log := f.logger(io.Stderr, "mcpbridge")
 	var cl closers
 	defer cl.close()
-	if err := f.tracing(ctx, io, "mcpbridge", log, &cl); err != nil {
+	metrics, err := f.tracing(ctx, io, "mcpbridge", log, &cl)
+	if err != nil {
 		return err
 	}
 	set, err := mf.load()
@@ -137,7 +138,7 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	// timeout: end them as soon as stopping begins.
 	stop := context.AfterFunc(ctx, bridge.Close)
 	defer stop()
-	srv, err := server.New(server.Config{Name: "mcpbridge", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log})
+	srv, err := server.New(server.Config{Name: "mcpbridge", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log, Metrics: metrics})
 	if err != nil {
 		return err
 	}

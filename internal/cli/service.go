@@ -32,6 +32,7 @@ type serviceFlags struct {
 	jwksFile, oidcURL  string
 	logLevel           string
 	otlpEndpoint       string
+	metrics            bool
 }
 
 func (f *serviceFlags) declare(s *config.Set, grpcAddr, httpAddr string) {
@@ -65,6 +66,7 @@ func (f *serviceFlags) declareIdentity(s *config.Set) {
 	s.String(&f.oidcURL, "oidc-issuer", "", "OIDC issuer URL whose discovery document names the signing keys")
 	s.String(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	otlpFlag(s, &f.otlpEndpoint)
+	metricsFlag(s, &f.metrics)
 	s.Check(func() error {
 		var errs []error
 		if !f.devSecret.Set() && f.jwksFile == "" && f.oidcURL == "" {

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/mandate-dev/mandate/internal/config"
@@ -20,31 +21,40 @@ func otlpFlag(s *config.Set, p *string) {
 		"(default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / _METRICS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
 }
 
+// metricsFlag declares --metrics (MANDATE_METRICS): Prometheus /metrics on
+// the HTTP port, on unless switched off (--metrics=false,
+// MANDATE_METRICS=false).
+func metricsFlag(s *config.Set, p *bool) {
+	s.Bool(p, "metrics", true, "serve Prometheus metrics at GET /metrics on the HTTP port (--metrics=false: off)")
+}
+
 // startTracing installs the W3C propagator and, when an endpoint is
 // configured, exports the spans and metrics of service ("executor" reports
-// as "mandate-executor"). The exporters are flushed and stopped by cl,
-// after everything added to cl later has closed. Every service subcommand
-// calls it right after its logger exists, before it builds its servers,
-// clients and the executor, which take their meter from the global
-// provider it installs:
+// as "mandate-executor"). With metrics on, it also returns the handler of
+// GET /metrics (server.Config.Metrics), which serves the same instruments
+// for Prometheus. The exporters are flushed and stopped by cl, after
+// everything added to cl later has closed. Every service subcommand calls
+// it right after its logger exists, before it builds its servers, clients
+// and the executor, which take their meter from the global provider it
+// installs:
 //
-//	if err := startTracing(ctx, io, "mcpbridge", endpoint, log, &cl); err != nil { return err }
-func startTracing(ctx context.Context, io IO, service, endpoint string, log *slog.Logger, cl *closers) error {
-	shutdown, err := telemetry.Setup(ctx, service, telemetry.Config{Endpoint: endpoint, Env: io.Env, Logger: log})
+//	metrics, err := startTracing(ctx, io, "mcpbridge", endpoint, true, log, &cl)
+func startTracing(ctx context.Context, io IO, service, endpoint string, metrics bool, log *slog.Logger, cl *closers) (http.Handler, error) {
+	in, err := telemetry.Install(ctx, service, telemetry.Config{Endpoint: endpoint, Env: io.Env, Logger: log, Prometheus: metrics})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cl.add(func() {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceFlushTimeout)
 		defer cancel()
-		if err := shutdown(fctx); err != nil {
+		if err := in.Shutdown(fctx); err != nil {
 			log.Warn("flushing traces and metrics", "err", err)
 		}
 	})
-	return nil
+	return in.Metrics, nil
 }
 
-// tracing is startTracing with the service's --otlp-endpoint.
-func (f *serviceFlags) tracing(ctx context.Context, io IO, service string, log *slog.Logger, cl *closers) error {
-	return startTracing(ctx, io, service, f.otlpEndpoint, log, cl)
+// tracing is startTracing with the service's --otlp-endpoint and --metrics.
+func (f *serviceFlags) tracing(ctx context.Context, io IO, service string, log *slog.Logger, cl *closers) (http.Handler, error) {
+	return startTracing(ctx, io, service, f.otlpEndpoint, f.metrics, log, cl)
 }

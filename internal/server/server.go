@@ -58,7 +58,14 @@ type Config struct {
 	// GRPCOptions are added to the gRPC server (e.g. an unknown-service
 	// handler).
 	GRPCOptions []grpc.ServerOption
+	// Metrics, when set, is served as GET /metrics without a token, for
+	// Prometheus to scrape (telemetry.Installed.Metrics); nil leaves
+	// /metrics a 404 like any unknown route.
+	Metrics http.Handler
 }
+
+// MetricsPath is where Config.Metrics is served.
+const MetricsPath = "/metrics"
 
 // GatewayRegistrar registers a service's grpc-gateway handlers.
 type GatewayRegistrar func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error
@@ -133,6 +140,9 @@ func New(cfg Config) (*Server, error) {
 		runtime.WithMiddlewares(s.checkRequest),
 	)
 	s.http.HandleFunc("GET /healthz", s.healthz)
+	if cfg.Metrics != nil {
+		s.http.Handle("GET "+MetricsPath, cfg.Metrics)
+	}
 	s.http.Handle("/", s.gateway)
 
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
@@ -193,7 +203,9 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	httpSrv := &http.Server{
-		Handler:           otelhttp.NewHandler(http.MaxBytesHandler(s.http, int64(s.cfg.MaxRecvBytes)), s.cfg.Name),
+		Handler: otelhttp.NewHandler(http.MaxBytesHandler(s.http, int64(s.cfg.MaxRecvBytes)), s.cfg.Name,
+			// A scrape every few seconds is not traffic worth a span.
+			otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Path != MetricsPath })),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}

@@ -18,6 +18,12 @@
 // exported and no goroutine is started, but the propagator is still
 // installed: a process without an exporter passes the caller's trace
 // context on unchanged.
+//
+// Install can also serve the metrics for Prometheus to scrape
+// (Config.Prometheus): the same MeterProvider then has a second reader, the
+// OpenTelemetry Prometheus exporter, so /metrics shows exactly the
+// instruments the OTLP export carries (mandate.executor.calls as
+// mandate_executor_calls_total, and so on), with or without a collector.
 package telemetry
 
 import (
@@ -25,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"runtime/debug"
@@ -33,6 +40,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -40,6 +50,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -90,6 +101,23 @@ type Config struct {
 	Env func(string) (string, bool)
 	// Logger receives export errors (default slog.Default()).
 	Logger *slog.Logger
+	// Prometheus makes Install return a handler serving every metric in
+	// the Prometheus exposition format (plus the Go runtime and process
+	// collectors), whether or not an OTLP endpoint is configured.
+	// OTEL_SDK_DISABLED=true and OTEL_METRICS_EXPORTER=none switch the
+	// OTLP export off, not this: /metrics is switched by its own flag.
+	Prometheus bool
+}
+
+// Installed is what Install set up.
+type Installed struct {
+	// Shutdown flushes buffered spans and metrics and stops the exporters;
+	// call it once, on exit, with a context bounding how long the flush
+	// may take.
+	Shutdown func(context.Context) error
+	// Metrics serves the metrics for Prometheus (GET /metrics); nil unless
+	// Config.Prometheus.
+	Metrics http.Handler
 }
 
 // Propagator is the W3C tracecontext + baggage propagator Setup installs.
@@ -125,10 +153,19 @@ func Enabled(cfg Config) bool {
 // what is created before Setup is bound to the first providers Setup
 // installs in the process, what is created after to the current ones.
 func Setup(ctx context.Context, service string, cfg Config) (shutdown func(context.Context) error, err error) {
+	cfg.Prometheus = false
+	in, err := Install(ctx, service, cfg)
+	return in.Shutdown, err
+}
+
+// Install is Setup that can also serve the metrics for Prometheus
+// (Config.Prometheus): the global MeterProvider then exists even without
+// an OTLP endpoint, read on each scrape (no goroutine of its own).
+func Install(ctx context.Context, service string, cfg Config) (Installed, error) {
 	otel.SetTextMapPropagator(Propagator())
-	noop := func(context.Context) error { return nil }
+	noop := Installed{Shutdown: func(context.Context) error { return nil }}
 	r, err := cfg.resolve()
-	if err != nil || (r.traces.endpoint == "" && r.metrics.endpoint == "") {
+	if err != nil || (r.traces.endpoint == "" && r.metrics.endpoint == "" && !cfg.Prometheus) {
 		return noop, err
 	}
 	log := cfg.Logger
@@ -138,25 +175,49 @@ func Setup(ctx context.Context, service string, cfg Config) (shutdown func(conte
 	// Build every exporter before installing anything, so an error leaves
 	// the process as it was.
 	var spanExp sdktrace.SpanExporter
-	switch r.traces.protocol {
-	case ProtocolGRPC:
+	// A signal without an endpoint gets no exporter: one given none would
+	// send to localhost:4317.
+	switch {
+	case r.traces.endpoint == "":
+	case r.traces.protocol == ProtocolGRPC:
 		spanExp, err = otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(r.traces.endpoint))
-	case ProtocolHTTP:
+	case r.traces.protocol == ProtocolHTTP:
 		spanExp, err = otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(r.traces.endpoint))
 	}
 	if err != nil {
 		return noop, fmt.Errorf("telemetry: OTLP trace exporter: %w", err)
 	}
+	var (
+		promReader  sdkmetric.Reader
+		promHandler http.Handler
+	)
+	if cfg.Prometheus {
+		// A registry of its own, not prometheus.DefaultRegisterer: two
+		// Installs in one process (tests) do not collide.
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		if promReader, err = otelprom.New(otelprom.WithRegisterer(reg)); err != nil {
+			if spanExp != nil {
+				_ = spanExp.Shutdown(ctx)
+			}
+			return noop, fmt.Errorf("telemetry: Prometheus exporter: %w", err)
+		}
+		promHandler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	}
 	var metricExp sdkmetric.Exporter
-	switch r.metrics.protocol {
-	case ProtocolGRPC:
+	switch {
+	case r.metrics.endpoint == "":
+	case r.metrics.protocol == ProtocolGRPC:
 		metricExp, err = otlpmetricgrpc.New(ctx, otlpmetricgrpc.WithEndpointURL(r.metrics.endpoint))
-	case ProtocolHTTP:
+	case r.metrics.protocol == ProtocolHTTP:
 		metricExp, err = otlpmetrichttp.New(ctx, otlpmetrichttp.WithEndpointURL(r.metrics.endpoint))
 	}
 	if err != nil {
 		if spanExp != nil {
 			_ = spanExp.Shutdown(ctx)
+		}
+		if promReader != nil {
+			_ = promReader.Shutdown(ctx)
 		}
 		return noop, fmt.Errorf("telemetry: OTLP metric exporter: %w", err)
 	}
@@ -171,15 +232,24 @@ func Setup(ctx context.Context, service string, cfg Config) (shutdown func(conte
 		stops = append(stops, tp.Shutdown)
 		log.Info("exporting traces", "endpoint", redactURL(r.traces.endpoint), "protocol", r.traces.protocol, "service_name", name)
 	}
-	if metricExp != nil {
-		reader := sdkmetric.NewPeriodicReader(metricExp, sdkmetric.WithInterval(r.interval), sdkmetric.WithTimeout(r.timeout))
-		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithResource(res))
+	if metricExp != nil || promReader != nil {
+		// One provider, one or two readers: every instrument reaches both
+		// the collector and /metrics.
+		opts := []sdkmetric.Option{sdkmetric.WithResource(res)}
+		if metricExp != nil {
+			opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(metricExp,
+				sdkmetric.WithInterval(r.interval), sdkmetric.WithTimeout(r.timeout))))
+			log.Info("exporting metrics", "endpoint", redactURL(r.metrics.endpoint), "protocol", r.metrics.protocol,
+				"service_name", name, "interval", r.interval)
+		}
+		if promReader != nil {
+			opts = append(opts, sdkmetric.WithReader(promReader))
+		}
+		mp := sdkmetric.NewMeterProvider(opts...)
 		otel.SetMeterProvider(mp)
 		stops = append(stops, mp.Shutdown)
-		log.Info("exporting metrics", "endpoint", redactURL(r.metrics.endpoint), "protocol", r.metrics.protocol,
-			"service_name", name, "interval", r.interval)
 	}
-	return func(ctx context.Context) error {
+	return Installed{Metrics: promHandler, Shutdown: func(ctx context.Context) error {
 		// Both flush at once: a slow trace collector does not eat the
 		// metrics' share of the deadline.
 		errs := make([]error, len(stops))
@@ -189,7 +259,7 @@ func Setup(ctx context.Context, service string, cfg Config) (shutdown func(conte
 		}
 		wg.Wait()
 		return errors.Join(errs...)
-	}, nil
+	}}, nil
 }
 
 // resource describes the process: service.name (OTEL_SERVICE_NAME or
