@@ -47,6 +47,7 @@ var commands = map[string]command{
 	"helpdesk":    {"run the helpdesk sample backend (serves only calls relayed by the executor)", runHelpdesk},
 	"mcpbridge":   {"run the MCP bridge (Streamable HTTP) over the catalog, executor and confirm services", runMCPBridge},
 	"healthcheck": {"probe a service's /healthz or gRPC health; exit 0 only when serving (container health checks)", runHealthcheck},
+	"version":     {"print the module version, VCS commit, Go version and embedded manifest digest (--json)", runVersion},
 }
 
 // errUsage marks errors already explained by usage output.
