@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
 	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/oauth"
@@ -546,4 +548,21 @@ func snapshot(t *testing.T, h *harness) directory.Snapshot {
 		t.Fatal(err)
 	}
 	return snap
+}
+
+// TestGoSDKReadsTheServer: the Go MCP SDK's OAuth helpers accept the
+// metadata (issuer match, PKCE, endpoint URLs) and register a client.
+func TestGoSDKReadsTheServer(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	meta, err := oauthex.GetAuthServerMeta(ctx, h.srv.URL+"/.well-known/oauth-authorization-server", h.srv.URL, nil)
+	if err != nil || meta == nil {
+		t.Fatalf("metadata: %v", err)
+	}
+	reg, err := oauthex.RegisterClient(ctx, meta.RegistrationEndpoint, &oauthex.ClientRegistrationMetadata{
+		ClientName: "go-sdk", RedirectURIs: []string{cb}, TokenEndpointAuthMethod: "none",
+	}, nil)
+	if err != nil || reg.ClientID == "" || reg.TokenEndpointAuthMethod != "none" {
+		t.Fatalf("registration: %+v %v", reg, err)
+	}
 }
