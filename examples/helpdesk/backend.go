@@ -8,10 +8,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
 // Config configures a Backend.
@@ -30,14 +32,17 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Backend implements helpdeskv1.HelpdeskServiceServer. Register it on a server built with
-// internal/server, whose interceptors authenticate callers and validate requests first.
+// Backend implements helpdeskv1.HelpdeskServiceServer, and serves mandate.v1.ReceiptService
+// for its effects. Register it on a server built with internal/server, whose interceptors
+// authenticate callers and validate requests first.
 type Backend struct {
 	helpdeskv1.UnimplementedHelpdeskServiceServer
 
-	desk    *desk
-	log     *slog.Logger
-	trusted []string
+	desk     *desk
+	store    Store
+	log      *slog.Logger
+	trust    receipt.Trust
+	receipts *receipt.Handler[Tx]
 }
 
 var _ helpdeskv1.HelpdeskServiceServer = (*Backend)(nil)
@@ -56,42 +61,66 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	trust := receipt.Trust{Services: slices.Clone(cfg.TrustedServices)}
+	receipts, err := receipt.NewHandler(receipt.HandlerConfig[Tx]{
+		Store: receipts{}, InTx: cfg.Store.InTx, Trust: trust, Logger: cfg.Logger, Now: cfg.Now,
+	})
+	if err != nil {
+		return nil, err
+	}
 	return &Backend{
-		desk:    &desk{store: cfg.Store, gateway: cfg.Gateway, now: cfg.Now},
-		log:     cfg.Logger,
-		trusted: slices.Clone(cfg.TrustedServices),
+		desk:     &desk{store: cfg.Store, gateway: cfg.Gateway, now: cfg.Now},
+		store:    cfg.Store,
+		log:      cfg.Logger,
+		trust:    trust,
+		receipts: receipts,
 	}, nil
 }
 
-// Register registers the HelpdeskService on s.
+// Register registers the HelpdeskService and, next to it, the ReceiptService through which
+// Mandate's executor learns whether an invocation of it ran (pkg/receipt).
 func (b *Backend) Register(s grpc.ServiceRegistrar) {
 	helpdeskv1.RegisterHelpdeskServiceServer(s, b)
+	b.receipts.Register(s)
 }
 
-// caller returns the principal of a call relayed by a Mandate service and the executor's
-// metadata, or refuses a call that did not come through Mandate.
-func (b *Backend) caller(ctx context.Context) (identity.Principal, Invocation, error) {
-	inv, err := InvocationFromContext(ctx)
-	if err != nil {
-		return identity.Principal{}, inv, err
-	}
-	p, ok := identity.FromContext(ctx)
-	if !ok || p.Tenant == "" || p.UserID == "" {
-		// The server's interceptor authenticates every call; reaching here means it was not
-		// installed, which must not turn into serving an anonymous caller.
-		return p, inv, failure.New(identity.Stage, identity.CodeMissingCredentials, "no authenticated caller")
-	}
-	if p.Via == "" || (len(b.trusted) > 0 && !slices.Contains(b.trusted, p.Via)) {
-		return p, inv, failure.New(StageScopeCheck, CodeNotViaExecutor,
-			"the helpdesk backend only serves calls made through Mandate; call the command through the executor")
-	}
-	return p, inv, nil
+// caller returns the principal of a call relayed by a trusted Mandate service and the
+// executor's metadata, or refuses a call that did not come through Mandate.
+func (b *Backend) caller(ctx context.Context) (identity.Principal, receipt.Invocation, error) {
+	inv, err := b.trust.FromContext(ctx)
+	return inv.Caller, inv, err
+}
+
+// receipts is the receipt.Store of the helpdesk: its receipts live in the Store's
+// transactions, with the effects they record.
+type receipts struct{}
+
+func (receipts) Get(ctx context.Context, tx Tx, invocationID string) (receipt.Receipt, bool, error) {
+	return tx.Receipt(ctx, invocationID)
+}
+
+func (receipts) Record(ctx context.Context, tx Tx, r receipt.Receipt) error {
+	return tx.RecordReceipt(ctx, r)
+}
+
+// effect runs op — an effectful command — in one transaction with the invocation's receipt:
+// a redelivered invocation gets the recorded response back without op running again, a fenced
+// one is refused with receipt.fenced, and otherwise op's response is recorded as the receipt of
+// method, committing or rolling back with op's effects.
+func effect[T proto.Message](ctx context.Context, b *Backend, method string, inv receipt.Invocation, op func(tx Tx) (T, error)) (T, error) {
+	var out T
+	err := b.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		out, err = receipt.Effect(ctx, tx, receipts{}, method, inv.ID, func() (T, error) { return op(tx) })
+		return err
+	})
+	return out, err
 }
 
 // fail is the one place where the backend's errors become gRPC errors: refusals keep their
 // stage and code; store outages become a retriable helpdesk.unavailable; anything else is
 // logged and becomes a generic internal error.
-func (b *Backend) fail(ctx context.Context, method string, p identity.Principal, inv Invocation, err error) error {
+func (b *Backend) fail(ctx context.Context, method string, p identity.Principal, inv receipt.Invocation, err error) error {
 	log := b.log.With("method", method, "invocation_id", inv.ID, "tenant", p.Tenant, "user", p.UserID)
 	var fe *failure.Error
 	switch {
@@ -148,16 +177,20 @@ func (b *Backend) IssueRefund(ctx context.Context, req *helpdeskv1.IssueRefundRe
 	if err != nil {
 		return nil, b.fail(ctx, "IssueRefund", p, inv, err)
 	}
-	r, err := b.desk.issueRefund(ctx, p, inv, refundInput{
+	in := refundInput{
 		TicketID: req.GetTicketId(), Amount: moneyFromProto(req.GetAmount()),
 		Reason: req.GetReason(), CardholderReference: req.GetCardholderReference(),
+	}
+	r, err := effect(ctx, b, helpdeskv1.HelpdeskService_IssueRefund_FullMethodName, inv, func(tx Tx) (*helpdeskv1.Refund, error) {
+		r, err := b.desk.issueRefund(ctx, tx, p, inv, in)
+		return refundToProto(r), err
 	})
 	if err != nil {
 		return nil, b.fail(ctx, "IssueRefund", p, inv, err)
 	}
 	b.log.InfoContext(ctx, "refunded", "invocation_id", inv.ID, "tenant", p.Tenant, "user", p.UserID,
-		"ticket", r.TicketID, "refund", r.ID, "currency", r.Amount.Currency, "amount_minor", r.Amount.Minor)
-	return refundToProto(r), nil
+		"ticket", r.GetTicketId(), "refund", r.GetRefundId(), "currency", r.GetAmount().GetCurrencyCode(), "amount_minor", r.GetAmount().GetAmountMinor())
+	return r, nil
 }
 
 // CreateExpenseReport implements helpdeskv1.HelpdeskServiceServer.
@@ -166,11 +199,14 @@ func (b *Backend) CreateExpenseReport(ctx context.Context, req *helpdeskv1.Creat
 	if err != nil {
 		return nil, b.fail(ctx, "CreateExpenseReport", p, inv, err)
 	}
-	r, err := b.desk.createReport(ctx, p, inv, createFromProto(req))
+	r, err := effect(ctx, b, helpdeskv1.HelpdeskService_CreateExpenseReport_FullMethodName, inv, func(tx Tx) (*helpdeskv1.ExpenseReport, error) {
+		r, err := b.desk.createReport(ctx, tx, p, inv, createFromProto(req))
+		return reportToProto(r), err
+	})
 	if err != nil {
 		return nil, b.fail(ctx, "CreateExpenseReport", p, inv, err)
 	}
-	return reportToProto(r), nil
+	return r, nil
 }
 
 // SubmitExpenseReport implements helpdeskv1.HelpdeskServiceServer.
@@ -179,11 +215,14 @@ func (b *Backend) SubmitExpenseReport(ctx context.Context, req *helpdeskv1.Submi
 	if err != nil {
 		return nil, b.fail(ctx, "SubmitExpenseReport", p, inv, err)
 	}
-	r, err := b.desk.submitReport(ctx, p, req.GetReportId(), req.GetNote())
+	r, err := effect(ctx, b, helpdeskv1.HelpdeskService_SubmitExpenseReport_FullMethodName, inv, func(tx Tx) (*helpdeskv1.ExpenseReport, error) {
+		r, err := b.desk.submitReport(ctx, tx, p, req.GetReportId(), req.GetNote())
+		return reportToProto(r), err
+	})
 	if err != nil {
 		return nil, b.fail(ctx, "SubmitExpenseReport", p, inv, err)
 	}
-	return reportToProto(r), nil
+	return r, nil
 }
 
 // RecallExpenseReport implements helpdeskv1.HelpdeskServiceServer.
@@ -192,11 +231,14 @@ func (b *Backend) RecallExpenseReport(ctx context.Context, req *helpdeskv1.Recal
 	if err != nil {
 		return nil, b.fail(ctx, "RecallExpenseReport", p, inv, err)
 	}
-	r, err := b.desk.recallReport(ctx, p, req.GetReportId(), req.GetReason())
+	r, err := effect(ctx, b, helpdeskv1.HelpdeskService_RecallExpenseReport_FullMethodName, inv, func(tx Tx) (*helpdeskv1.ExpenseReport, error) {
+		r, err := b.desk.recallReport(ctx, tx, p, req.GetReportId(), req.GetReason())
+		return reportToProto(r), err
+	})
 	if err != nil {
 		return nil, b.fail(ctx, "RecallExpenseReport", p, inv, err)
 	}
-	return reportToProto(r), nil
+	return r, nil
 }
 
 // ApproveExpenseReport implements helpdeskv1.HelpdeskServiceServer.
@@ -205,11 +247,14 @@ func (b *Backend) ApproveExpenseReport(ctx context.Context, req *helpdeskv1.Appr
 	if err != nil {
 		return nil, b.fail(ctx, "ApproveExpenseReport", p, inv, err)
 	}
-	r, err := b.desk.approveReport(ctx, p, req.GetReportId(), req.GetComment())
+	r, err := effect(ctx, b, helpdeskv1.HelpdeskService_ApproveExpenseReport_FullMethodName, inv, func(tx Tx) (*helpdeskv1.ExpenseReport, error) {
+		r, err := b.desk.approveReport(ctx, tx, p, req.GetReportId(), req.GetComment())
+		return reportToProto(r), err
+	})
 	if err != nil {
 		return nil, b.fail(ctx, "ApproveExpenseReport", p, inv, err)
 	}
-	return reportToProto(r), nil
+	return r, nil
 }
 
 // EraseCustomer implements helpdeskv1.HelpdeskServiceServer.
@@ -218,12 +263,23 @@ func (b *Backend) EraseCustomer(ctx context.Context, req *helpdeskv1.EraseCustom
 	if err != nil {
 		return nil, b.fail(ctx, "EraseCustomer", p, inv, err)
 	}
-	e, err := b.desk.eraseCustomer(ctx, p, inv, eraseInput{CustomerEmail: req.GetCustomerEmail(), Reason: req.GetReason()})
+	e, err := effect(ctx, b, helpdeskv1.HelpdeskService_EraseCustomer_FullMethodName, inv, func(tx Tx) (*helpdeskv1.CustomerErasure, error) {
+		e, err := b.desk.eraseCustomer(ctx, tx, p, inv, eraseInput{CustomerEmail: req.GetCustomerEmail(), Reason: req.GetReason()})
+		return erasureToProto(e), err
+	})
 	if err != nil {
 		return nil, b.fail(ctx, "EraseCustomer", p, inv, err)
 	}
 	// Never the email: the log would keep what the erasure removed.
 	b.log.InfoContext(ctx, "customer erased", "invocation_id", inv.ID, "tenant", p.Tenant, "user", p.UserID,
-		"erasure", e.ID, "tickets_erased", e.TicketsErased)
-	return erasureToProto(e), nil
+		"erasure", e.GetErasureId(), "tickets_erased", e.GetTicketsErased())
+	return e, nil
+}
+
+// withInvocation attaches the invocation id to a refusal so the client can quote it.
+func withInvocation(e *failure.Error, inv receipt.Invocation) *failure.Error {
+	if e.InvocationID == "" {
+		e.InvocationID = inv.ID
+	}
+	return e
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
 // cmdErase is the code of the erasure command; idempotency keys are scoped by it.
@@ -24,51 +25,46 @@ type eraseInput struct {
 }
 
 // eraseCustomer replaces the customer's email on every ticket of the caller's tenant with the
-// erasure's tombstone and records the receipt under the invocation id, in one transaction.
+// erasure's tombstone and records the erasure under the invocation id, in tx.
 //
 // Erasing a customer of whom nothing is left, because they were erased before or never had a
 // ticket, succeeds with a receipt that counts zero tickets: the caller asked for the data to
 // be gone and it is, and a refusal would tell whoever asks whether an address was ever a
 // customer. With an idempotency key, repeating the same request returns the first receipt.
-func (d *desk) eraseCustomer(ctx context.Context, p identity.Principal, inv Invocation, in eraseInput) (Erasure, error) {
+func (d *desk) eraseCustomer(ctx context.Context, tx Tx, p identity.Principal, inv receipt.Invocation, in eraseInput) (Erasure, error) {
 	in.CustomerEmail = strings.TrimSpace(in.CustomerEmail)
 	if in.CustomerEmail == "" || !strings.Contains(in.CustomerEmail, "@") {
 		return Erasure{}, invalidInput("/customer_email", "customer_email must be an email address")
 	}
 	in.CustomerEmail = strings.ToLower(in.CustomerEmail) // the same customer, the same digest
 	key := IdempotencyKey{Tenant: p.Tenant, UserID: p.UserID, Command: cmdErase, Key: inv.IdempotencyKey}
-	var out Erasure
-	err := d.store.InTx(ctx, func(tx Tx) error {
-		if key.Key != "" {
-			prior, found, err := replay(ctx, tx, key, digestOf(in))
-			if err != nil || found {
-				if found {
-					out, err = tx.Erasure(ctx, p.Tenant, prior)
-				}
-				return err
-			}
-		}
-		n, err := tx.NextID(ctx, p.Tenant, SeqErasure, erasureFloor)
+	if key.Key != "" {
+		prior, found, err := replay(ctx, tx, key, digestOf(in))
 		if err != nil {
-			return err
+			return Erasure{}, err
 		}
-		e := Erasure{
-			Tenant: p.Tenant, ID: fmt.Sprintf("CE-%d", n), Reason: in.Reason,
-			RequestedBy: p.UserID, AgentID: p.AgentID, InvocationID: inv.ID, ErasedAt: d.clock(),
+		if found {
+			return tx.Erasure(ctx, p.Tenant, prior)
 		}
-		if e.TicketsErased, err = tx.EraseCustomer(ctx, p.Tenant, in.CustomerEmail, e.Tombstone()); err != nil {
-			return err
+	}
+	n, err := tx.NextID(ctx, p.Tenant, SeqErasure, erasureFloor)
+	if err != nil {
+		return Erasure{}, err
+	}
+	e := Erasure{
+		Tenant: p.Tenant, ID: fmt.Sprintf("CE-%d", n), Reason: in.Reason,
+		RequestedBy: p.UserID, AgentID: p.AgentID, InvocationID: inv.ID, ErasedAt: d.clock(),
+	}
+	if e.TicketsErased, err = tx.EraseCustomer(ctx, p.Tenant, in.CustomerEmail, e.Tombstone()); err != nil {
+		return Erasure{}, err
+	}
+	if err := tx.InsertErasure(ctx, e); err != nil {
+		return Erasure{}, err
+	}
+	if key.Key != "" {
+		if err := tx.CompleteKey(ctx, key, e.ID); err != nil {
+			return Erasure{}, err
 		}
-		if err := tx.InsertErasure(ctx, e); err != nil {
-			return err
-		}
-		if key.Key != "" {
-			if err := tx.CompleteKey(ctx, key, e.ID); err != nil {
-				return err
-			}
-		}
-		out = e
-		return nil
-	})
-	return out, err
+	}
+	return e, nil
 }

@@ -13,6 +13,13 @@
 // *failure.Error values whose stage and code the executor passes on unchanged; the codes are the
 // Code* constants of this package.
 //
+// Every effectful command (refund, create, submit, recall and approve a report, erase a customer)
+// records an effect receipt (pkg/receipt) keyed by the invocation id in the same transaction as
+// its effect: a redelivered invocation returns the recorded response without acting again, and
+// the backend serves mandate.v1.ReceiptService so that the executor can ask whether an invocation
+// ran (a miss fences the id: a later delivery of it is refused with receipt.fenced). Reads need
+// no receipt.
+//
 // Layers, top down: [Backend] (gRPC handlers: decode, call the domain, map the error), the
 // domain logic (unexported, transport-free), the [Store] interface with closure transactions
 // (implemented by examples/helpdesk/memory and examples/helpdesk/postgres and held to one

@@ -4,6 +4,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
 // Pipeline stages (DESIGN §5) the backend refuses at. The executor passes them on unchanged.
@@ -25,8 +26,8 @@ const (
 // Codes of the backend's refusals, stable: clients and the audit trail key on them.
 const (
 	// CodeNotViaExecutor: the caller reached the backend without going through a Mandate
-	// service (PermissionDenied).
-	CodeNotViaExecutor = "scope.not_via_executor"
+	// service (PermissionDenied); pkg/receipt refuses it.
+	CodeNotViaExecutor = receipt.CodeNotViaExecutor
 	// CodeScopeDenied: the caller may not act on this record, e.g. approving a report of
 	// another org, or submitting someone else's report (PermissionDenied).
 	CodeScopeDenied = "scope.denied"
@@ -57,8 +58,12 @@ const (
 	// CodeKeyReused: the idempotency key was used before with a different request
 	// (FailedPrecondition).
 	CodeKeyReused = "idempotency.key_reused"
-	// CodeInvalidKey: the idempotency key metadata is malformed (InvalidArgument).
-	CodeInvalidKey = "idempotency.invalid_key"
+	// CodeInvalidKey: the idempotency key metadata is malformed (InvalidArgument); pkg/receipt
+	// refuses it.
+	CodeInvalidKey = receipt.CodeInvalidKey
+	// CodeFenced: the executor resolved this invocation as not executed (GetReceipt), so this
+	// delivery of it does not act (FailedPrecondition); pkg/receipt refuses it.
+	CodeFenced = receipt.CodeFenced
 	// CodeInvalidPageToken: the page token is malformed or belongs to another search
 	// (InvalidArgument).
 	CodeInvalidPageToken = "schema.invalid_page_token" //nolint:gosec // G101: an error code, not a credential

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
 // createReportInput is a new expense report. Its JSON encoding is the request digest of the
@@ -43,9 +44,9 @@ func (in createReportInput) check() error {
 	return nil
 }
 
-// createReport creates a draft owned by the caller. With an idempotency key, repeating the
-// same request as the same user returns the report the first request created.
-func (d *desk) createReport(ctx context.Context, p identity.Principal, inv Invocation, in createReportInput) (ExpenseReport, error) {
+// createReport creates a draft owned by the caller, in tx. With an idempotency key, repeating
+// the same request as the same user returns the report the first request created.
+func (d *desk) createReport(ctx context.Context, tx Tx, p identity.Principal, inv receipt.Invocation, in createReportInput) (ExpenseReport, error) {
 	if err := in.check(); err != nil {
 		return ExpenseReport{}, err
 	}
@@ -57,67 +58,57 @@ func (d *desk) createReport(ctx context.Context, p identity.Principal, inv Invoc
 		return ExpenseReport{}, invalidInput("/lines", "the total of the lines is too large")
 	}
 	key := IdempotencyKey{Tenant: p.Tenant, UserID: p.UserID, Command: cmdCreateReport, Key: inv.IdempotencyKey}
-	var out ExpenseReport
-	err := d.store.InTx(ctx, func(tx Tx) error {
-		if key.Key != "" {
-			prior, found, err := replay(ctx, tx, key, digestOf(in))
-			if err != nil || found {
-				if found {
-					out, err = tx.Report(ctx, p.Tenant, prior)
-				}
-				return err
-			}
-		}
-		n, err := tx.NextID(ctx, p.Tenant, SeqReport, reportFloor)
+	if key.Key != "" {
+		prior, found, err := replay(ctx, tx, key, digestOf(in))
 		if err != nil {
-			return err
+			return ExpenseReport{}, err
 		}
-		r := ExpenseReport{
-			Tenant: p.Tenant, ID: fmt.Sprintf("ER-%d", n), Owner: p.UserID, OwnerOrg: p.Org,
-			Title: in.Title, State: ReportDraft, Lines: in.Lines, Labels: in.Labels,
-			PayrollID: in.PayrollID, BankAccountAlias: in.BankAccountAlias, CreatedAt: d.clock(),
+		if found {
+			return tx.Report(ctx, p.Tenant, prior)
 		}
-		if err := tx.InsertReport(ctx, r); err != nil {
-			return err
+	}
+	n, err := tx.NextID(ctx, p.Tenant, SeqReport, reportFloor)
+	if err != nil {
+		return ExpenseReport{}, err
+	}
+	r := ExpenseReport{
+		Tenant: p.Tenant, ID: fmt.Sprintf("ER-%d", n), Owner: p.UserID, OwnerOrg: p.Org,
+		Title: in.Title, State: ReportDraft, Lines: in.Lines, Labels: in.Labels,
+		PayrollID: in.PayrollID, BankAccountAlias: in.BankAccountAlias, CreatedAt: d.clock(),
+	}
+	if err := tx.InsertReport(ctx, r); err != nil {
+		return ExpenseReport{}, err
+	}
+	if key.Key != "" {
+		if err := tx.CompleteKey(ctx, key, r.ID); err != nil {
+			return ExpenseReport{}, err
 		}
-		if key.Key != "" {
-			if err := tx.CompleteKey(ctx, key, r.ID); err != nil {
-				return err
-			}
-		}
-		out = r
-		return nil
-	})
-	return out, err
+	}
+	return r, nil
 }
 
-// transition locks a report of the caller's tenant, lets change check and modify it, and
-// stores the result, all in one transaction.
-func (d *desk) transition(ctx context.Context, p identity.Principal, id string, change func(r *ExpenseReport) error) (ExpenseReport, error) {
-	var out ExpenseReport
-	err := d.store.InTx(ctx, func(tx Tx) error {
-		r, err := tx.ReportForUpdate(ctx, p.Tenant, id)
-		if errors.Is(err, ErrNotFound) {
-			return notFound("expense report", id)
-		}
-		if err != nil {
-			return err
-		}
-		if err := change(&r); err != nil {
-			return err
-		}
-		if err := tx.UpdateReport(ctx, r); err != nil {
-			return err
-		}
-		out = r
-		return nil
-	})
-	return out, err
+// transition locks a report of the caller's tenant in tx, lets change check and modify it,
+// and stores the result.
+func (d *desk) transition(ctx context.Context, tx Tx, p identity.Principal, id string, change func(r *ExpenseReport) error) (ExpenseReport, error) {
+	r, err := tx.ReportForUpdate(ctx, p.Tenant, id)
+	if errors.Is(err, ErrNotFound) {
+		return ExpenseReport{}, notFound("expense report", id)
+	}
+	if err != nil {
+		return ExpenseReport{}, err
+	}
+	if err := change(&r); err != nil {
+		return ExpenseReport{}, err
+	}
+	if err := tx.UpdateReport(ctx, r); err != nil {
+		return ExpenseReport{}, err
+	}
+	return r, nil
 }
 
 // submitReport sends the owner's draft for approval.
-func (d *desk) submitReport(ctx context.Context, p identity.Principal, id, note string) (ExpenseReport, error) {
-	return d.transition(ctx, p, id, func(r *ExpenseReport) error {
+func (d *desk) submitReport(ctx context.Context, tx Tx, p identity.Principal, id, note string) (ExpenseReport, error) {
+	return d.transition(ctx, tx, p, id, func(r *ExpenseReport) error {
 		if r.Owner != p.UserID {
 			return refuse(StageScopeCheck, CodeScopeDenied, codes.PermissionDenied,
 				"only the owner of expense report "+r.ID+" may submit it")
@@ -132,8 +123,8 @@ func (d *desk) submitReport(ctx context.Context, p identity.Principal, id, note 
 }
 
 // recallReport takes the owner's submitted report back to draft, before approval.
-func (d *desk) recallReport(ctx context.Context, p identity.Principal, id, reason string) (ExpenseReport, error) {
-	return d.transition(ctx, p, id, func(r *ExpenseReport) error {
+func (d *desk) recallReport(ctx context.Context, tx Tx, p identity.Principal, id, reason string) (ExpenseReport, error) {
+	return d.transition(ctx, tx, p, id, func(r *ExpenseReport) error {
 		if r.Owner != p.UserID {
 			return refuse(StageScopeCheck, CodeScopeDenied, codes.PermissionDenied,
 				"only the owner of expense report "+r.ID+" may recall it")
@@ -153,8 +144,8 @@ func (d *desk) recallReport(ctx context.Context, p identity.Principal, id, reaso
 }
 
 // approveReport approves a submitted report of the approver's org.
-func (d *desk) approveReport(ctx context.Context, p identity.Principal, id, comment string) (ExpenseReport, error) {
-	return d.transition(ctx, p, id, func(r *ExpenseReport) error {
+func (d *desk) approveReport(ctx context.Context, tx Tx, p identity.Principal, id, comment string) (ExpenseReport, error) {
+	return d.transition(ctx, tx, p, id, func(r *ExpenseReport) error {
 		if r.OwnerOrg == "" || p.Org != r.OwnerOrg {
 			return refuse(StageScopeCheck, CodeScopeDenied, codes.PermissionDenied,
 				"expense report "+r.ID+" belongs to another organisation; only its own organisation approves it")

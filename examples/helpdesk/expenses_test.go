@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/mandate-dev/mandate/examples/helpdesk"
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
@@ -285,38 +284,4 @@ func TestExpenseWorkflow(t *testing.T) {
 			t.Errorf("stored = %+v", stored)
 		}
 	})
-}
-
-func TestInvocationFromContext(t *testing.T) {
-	long := make([]byte, helpdesk.MaxIdempotencyKeyLen+1)
-	for i := range long {
-		long[i] = 'k'
-	}
-	tests := []struct {
-		name string
-		md   metadata.MD
-		want helpdesk.Invocation
-		err  bool
-	}{
-		{"none", nil, helpdesk.Invocation{}, false},
-		{"both", metadata.Pairs(helpdesk.InvocationIDHeader, "inv-1", helpdesk.IdempotencyKeyHeader, "k-1"), helpdesk.Invocation{ID: "inv-1", IdempotencyKey: "k-1"}, false},
-		{"empty key", metadata.Pairs(helpdesk.InvocationIDHeader, "inv-1", helpdesk.IdempotencyKeyHeader, ""), helpdesk.Invocation{ID: "inv-1"}, false},
-		{"two keys", metadata.Pairs(helpdesk.IdempotencyKeyHeader, "a", helpdesk.IdempotencyKeyHeader, "b"), helpdesk.Invocation{}, true},
-		{"key too long", metadata.Pairs(helpdesk.IdempotencyKeyHeader, string(long)), helpdesk.Invocation{}, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx := context.Background()
-			if tt.md != nil {
-				ctx = metadata.NewIncomingContext(ctx, tt.md)
-			}
-			got, err := helpdesk.InvocationFromContext(ctx)
-			if (err != nil) != tt.err {
-				t.Fatalf("err = %v, want error: %v", err, tt.err)
-			}
-			if err == nil && got != tt.want {
-				t.Fatalf("got %+v, want %+v", got, tt.want)
-			}
-		})
-	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
+	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
@@ -58,7 +59,7 @@ var storeKinds = []struct {
 		return func(t *testing.T) helpdesk.Store {
 			if _, err := pool.Exec(testCtx(t), `DELETE FROM helpdesk.refunds; DELETE FROM helpdesk.tickets;
 				DELETE FROM helpdesk.expense_reports; DELETE FROM helpdesk.sequences; DELETE FROM helpdesk.idempotency_keys;
-				DELETE FROM helpdesk.erasures`); err != nil {
+				DELETE FROM helpdesk.erasures; DELETE FROM helpdesk.receipts`); err != nil {
 				t.Fatal(err)
 			}
 			return postgres.New(pool)
@@ -80,6 +81,13 @@ type env struct {
 	direct helpdeskv1.HelpdeskServiceClient
 	// service builds a client that relays as another Mandate service.
 	service func(name string) helpdeskv1.HelpdeskServiceClient
+	// receipts asks for receipts as the executor: its service token, and the user's token too
+	// when the context carries one.
+	receipts mandatev1.ReceiptServiceClient
+	// directReceipts asks with whatever bearer token the context carries.
+	directReceipts mandatev1.ReceiptServiceClient
+	// serviceReceipts asks as another Mandate service.
+	serviceReceipts func(name string) mandatev1.ReceiptServiceClient
 }
 
 type option func(*helpdesk.Config)
@@ -117,7 +125,9 @@ func start(t *testing.T, newStore func(t *testing.T) helpdesk.Store, opts ...opt
 		cancel()
 		t.Fatal(err)
 	}
-	auth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services})
+	// AllowServiceOnly: the executor asks for receipts with its service token alone, since no
+	// user is behind a reconciliation; commands still need the user it relays.
+	auth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services, AllowServiceOnly: true})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -163,6 +173,11 @@ func start(t *testing.T, newStore func(t *testing.T) helpdesk.Store, opts ...opt
 	e.direct = helpdeskv1.NewHelpdeskServiceClient(plain)
 	e.service = func(name string) helpdeskv1.HelpdeskServiceClient {
 		return helpdeskv1.NewHelpdeskServiceClient(relay(name))
+	}
+	e.receipts = mandatev1.NewReceiptServiceClient(e.execConn)
+	e.directReceipts = mandatev1.NewReceiptServiceClient(plain)
+	e.serviceReceipts = func(name string) mandatev1.ReceiptServiceClient {
+		return mandatev1.NewReceiptServiceClient(relay(name))
 	}
 	waitServing(t, plain)
 	return e
@@ -244,10 +259,17 @@ func as(t *testing.T, p principal, key ...string) context.Context {
 	return withCall(t, identity.WithRawToken(testCtx(t), token(t, p)), c)
 }
 
+// redeliver returns a context for e.exec acting for p with the given invocation id, as the
+// executor sends it again when it retries a delivery.
+func redeliver(t *testing.T, p principal, invocationID string) context.Context {
+	t.Helper()
+	return withCall(t, identity.WithRawToken(testCtx(t), token(t, p)), call{invocationID: invocationID})
+}
+
 func withCall(_ *testing.T, ctx context.Context, c call) context.Context {
-	kv := []string{helpdesk.InvocationIDHeader, c.invocationID}
+	kv := []string{receipt.InvocationIDHeader, c.invocationID}
 	if c.idempotencyKey != "" {
-		kv = append(kv, helpdesk.IdempotencyKeyHeader, c.idempotencyKey)
+		kv = append(kv, receipt.IdempotencyKeyHeader, c.idempotencyKey)
 	}
 	return metadata.AppendToOutgoingContext(ctx, kv...)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
 // Errors returned (wrapped) by Store implementations. The domain turns them into refusals or
@@ -152,4 +154,12 @@ type Tx interface {
 	// CompleteKey records the id of the record created under a key claimed by this
 	// transaction.
 	CompleteKey(ctx context.Context, k IdempotencyKey, resultID string) error
+	// Receipt returns the effect receipt of an invocation (pkg/receipt); found is false when
+	// there is none. The invocation id stays held against other transactions until this one
+	// ends, so a delivery and a fence of one invocation run one after the other.
+	Receipt(ctx context.Context, invocationID string) (r receipt.Receipt, found bool, err error)
+	// RecordReceipt stores a receipt, which commits or rolls back with the transaction's
+	// effects; an invocation that has one already fails with an error matching
+	// receipt.ErrFenced or receipt.ErrExecuted, a malformed receipt with receipt.ErrInvalid.
+	RecordReceipt(ctx context.Context, r receipt.Receipt) error
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
 // Search page sizes.
@@ -159,74 +160,70 @@ type refundInput struct {
 	CardholderReference string `json:"-"`
 }
 
-// issueRefund checks the ticket, has the gateway move the money and books it, in one
-// transaction that holds the ticket's lock throughout: two concurrent refunds of one ticket
-// are checked one after the other, so together they never exceed what was paid.
-func (d *desk) issueRefund(ctx context.Context, p identity.Principal, inv Invocation, in refundInput) (Refund, error) {
+// issueRefund checks the ticket, has the gateway move the money and books it, in tx, which
+// holds the ticket's lock throughout: two concurrent refunds of one ticket are checked one after
+// the other, so together they never exceed what was paid.
+func (d *desk) issueRefund(ctx context.Context, tx Tx, p identity.Principal, inv receipt.Invocation, in refundInput) (Refund, error) {
 	if in.Amount.Minor <= 0 || in.Amount.Currency == "" {
 		return Refund{}, invalidInput("/amount", "a refund must be a positive amount with a currency")
 	}
 	key := IdempotencyKey{Tenant: p.Tenant, UserID: p.UserID, Command: cmdRefund, Key: inv.IdempotencyKey}
-	var out Refund
-	err := d.store.InTx(ctx, func(tx Tx) error {
-		if key.Key != "" {
-			prior, found, err := replay(ctx, tx, key, digestOf(in))
-			if err != nil || found {
-				if found {
-					out, err = tx.Refund(ctx, p.Tenant, prior)
-				}
-				return err
-			}
-		}
-		t, err := tx.TicketForUpdate(ctx, p.Tenant, in.TicketID)
-		if errors.Is(err, ErrNotFound) {
-			return notFound("ticket", in.TicketID)
-		}
+	if key.Key != "" {
+		prior, found, err := replay(ctx, tx, key, digestOf(in))
 		if err != nil {
-			return err
+			return Refund{}, err
 		}
-		if err := checkRefund(t, in.Amount); err != nil {
-			return err
+		if found {
+			return tx.Refund(ctx, p.Tenant, prior)
 		}
-		n, err := tx.NextID(ctx, p.Tenant, SeqRefund, refundFloor)
-		if err != nil {
-			return err
+	}
+	t, err := tx.TicketForUpdate(ctx, p.Tenant, in.TicketID)
+	if errors.Is(err, ErrNotFound) {
+		return Refund{}, notFound("ticket", in.TicketID)
+	}
+	if err != nil {
+		return Refund{}, err
+	}
+	if err := checkRefund(t, in.Amount); err != nil {
+		return Refund{}, err
+	}
+	n, err := tx.NextID(ctx, p.Tenant, SeqRefund, refundFloor)
+	if err != nil {
+		return Refund{}, err
+	}
+	r := Refund{
+		Tenant: p.Tenant, ID: fmt.Sprintf("RF-%d", n), TicketID: t.ID, Amount: in.Amount,
+		Reason: in.Reason, Status: RefundAccepted, RequestedBy: p.UserID, AgentID: p.AgentID,
+		InvocationID: inv.ID,
+	}
+	// The gateway is called last, once everything that could refuse has been checked and
+	// while the ticket is locked, so a refusal never moves money. What remains is the commit
+	// itself failing after the gateway moved money: the receipt commits with the booking, so
+	// the executor would be told "not executed" while the fake moved money. A real gateway
+	// would be given an idempotency reference (the invocation id) and reconciled.
+	ref, err := d.gateway.Refund(ctx, GatewayRefund{Reference: p.Tenant + "/" + r.ID, Amount: in.Amount, CardholderReference: in.CardholderReference})
+	if err != nil {
+		if ctx.Err() != nil {
+			return Refund{}, ctx.Err()
 		}
-		r := Refund{
-			Tenant: p.Tenant, ID: fmt.Sprintf("RF-%d", n), TicketID: t.ID, Amount: in.Amount,
-			Reason: in.Reason, Status: RefundAccepted, RequestedBy: p.UserID, AgentID: p.AgentID,
-			InvocationID: inv.ID,
+		e := failure.Wrap(StageDispatch, CodeGatewayUnavailable, "the payment gateway did not accept the refund; nothing was refunded", err)
+		e.Status, e.Retriable, e.Remedy = codes.Unavailable, true, "retry later"
+		return Refund{}, e
+	}
+	r.GatewayRef, r.IssuedAt = ref, d.clock()
+	t.Refunded = Money{Currency: t.Paid.Currency, Minor: t.Refunded.Minor + in.Amount.Minor}
+	if err := tx.UpdateTicket(ctx, t); err != nil {
+		return Refund{}, err
+	}
+	if err := tx.InsertRefund(ctx, r); err != nil {
+		return Refund{}, err
+	}
+	if key.Key != "" {
+		if err := tx.CompleteKey(ctx, key, r.ID); err != nil {
+			return Refund{}, err
 		}
-		// The gateway is called last, once everything that could refuse has been checked and
-		// while the ticket is locked, so a refusal never moves money. What remains is the
-		// commit itself failing after the gateway moved money; a real gateway would be given
-		// an idempotency reference and reconciled, which this fake does not need.
-		ref, err := d.gateway.Refund(ctx, GatewayRefund{Reference: p.Tenant + "/" + r.ID, Amount: in.Amount, CardholderReference: in.CardholderReference})
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			e := failure.Wrap(StageDispatch, CodeGatewayUnavailable, "the payment gateway did not accept the refund; nothing was refunded", err)
-			e.Status, e.Retriable, e.Remedy = codes.Unavailable, true, "retry later"
-			return e
-		}
-		r.GatewayRef, r.IssuedAt = ref, d.clock()
-		t.Refunded = Money{Currency: t.Paid.Currency, Minor: t.Refunded.Minor + in.Amount.Minor}
-		if err := tx.UpdateTicket(ctx, t); err != nil {
-			return err
-		}
-		if err := tx.InsertRefund(ctx, r); err != nil {
-			return err
-		}
-		if key.Key != "" {
-			if err := tx.CompleteKey(ctx, key, r.ID); err != nil {
-				return err
-			}
-		}
-		out = r
-		return nil
-	})
-	return out, err
+	}
+	return r, nil
 }
 
 // checkRefund applies the refund rules to a locked ticket.

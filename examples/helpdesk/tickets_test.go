@@ -17,6 +17,7 @@ import (
 	"github.com/mandate-dev/mandate/examples/helpdesk/memory"
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
 var notFound = refusal{codes.NotFound, helpdesk.StageStateCheck, helpdesk.CodeNotFound}
@@ -67,7 +68,9 @@ func testTrust(t *testing.T, e *env, onlyExecutor bool) {
 		{"service token without a user", func() error {
 			_, err := e.direct.GetTicket(bearer(t, svcToken), &helpdeskv1.GetTicketRequest{TicketId: "T-1001"})
 			return err
-		}, &refusal{codes.Unauthenticated, identity.Stage, identity.CodeInvalidToken}},
+			// A service token alone authenticates (the executor asks for receipts with it),
+			// but a command is served only for the user a service relays.
+		}, &refusal{codes.Unauthenticated, identity.Stage, identity.CodeMissingCredentials}},
 		{"no token", func() error {
 			_, err := e.direct.GetTicket(testCtx(t), &helpdeskv1.GetTicketRequest{TicketId: "T-1001"})
 			return err
@@ -405,7 +408,7 @@ func TestRefundIdempotencyKey(t *testing.T) {
 		if other.GetRefundId() == first.GetRefundId() || e.gw.Refunds() != 2 || e.gw.Moved()["EUR"] != 2000 {
 			t.Errorf("a new key: refund %s, gateway %d moving %v; want a second refund", other.GetRefundId(), e.gw.Refunds(), e.gw.Moved())
 		}
-		_, err = e.exec.IssueRefund(as(t, user("carol"), strings.Repeat("k", helpdesk.MaxIdempotencyKeyLen+1)), req(1000))
+		_, err = e.exec.IssueRefund(as(t, user("carol"), strings.Repeat("k", receipt.MaxIdempotencyKeyLen+1)), req(1000))
 		checkRefusal(t, err, refusal{codes.InvalidArgument, helpdesk.StageIdempotencyCheck, helpdesk.CodeInvalidKey})
 		if e.gw.Refunds() != 2 {
 			t.Errorf("refused calls moved money: %d refunds", e.gw.Refunds())

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mandate-dev/mandate/examples/helpdesk"
+	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
 // Run runs the conformance suite. newStore must return an empty store, independent of the
@@ -32,6 +33,7 @@ func Run(t *testing.T, newStore func(t *testing.T) helpdesk.Store) {
 		{"TenantIsolation", s.testTenantIsolation},
 		{"Sequences", s.testSequences},
 		{"IdempotencyKeys", s.testIdempotencyKeys},
+		{"Receipts", s.testReceipts},
 		{"Rollback", s.testRollback},
 		{"PanicRollsBack", s.testPanicRollsBack},
 		{"ConcurrentUpdates", s.testConcurrentUpdates},
@@ -635,6 +637,62 @@ func (s *suite) testIdempotencyKeys(t *testing.T) {
 }
 
 var errAbort = errors.New("abort")
+
+// testReceipts: receipts commit and roll back with the transaction's effects, and a fenced or
+// executed invocation refuses a second receipt (pkg/receipt holds the stores to the rest).
+func (s *suite) testReceipts(t *testing.T) {
+	st, ctx := s.newStore(t), testCtx(t)
+	insertTickets(t, st, Ticket("acme", "T-1"))
+	executed := receipt.Receipt{InvocationID: "inv-1", State: receipt.Executed, Method: "/h.v1.H/Refund", Result: []byte{10, 1, 'x'}, RecordedAt: Base}
+	err := st.InTx(ctx, func(tx helpdesk.Tx) error {
+		if err := tx.InsertRefund(ctx, refund("acme", "RF-1", "T-1", 500, Base)); err != nil {
+			return err
+		}
+		if err := tx.RecordReceipt(ctx, executed); err != nil {
+			return err
+		}
+		return errAbort
+	})
+	if !errors.Is(err, errAbort) {
+		t.Fatalf("InTx returned %v, want the callback's error", err)
+	}
+	inTx(t, st, func(tx helpdesk.Tx) error {
+		if r, found, err := tx.Receipt(ctx, "inv-1"); err != nil || found {
+			t.Errorf("rolled-back receipt: %+v, %v, %v", r, found, err)
+		}
+		return nil
+	})
+	if list, _ := st.Refunds(ctx, "acme", "T-1"); len(list) != 0 {
+		t.Errorf("rolled-back refund row is visible: %+v", list)
+	}
+
+	inTx(t, st, func(tx helpdesk.Tx) error {
+		if err := tx.InsertRefund(ctx, refund("acme", "RF-1", "T-1", 500, Base)); err != nil {
+			return err
+		}
+		return tx.RecordReceipt(ctx, executed)
+	})
+	inTx(t, st, func(tx helpdesk.Tx) error {
+		r, found, err := tx.Receipt(ctx, "inv-1")
+		if err != nil || !found || r.State != receipt.Executed || r.Method != executed.Method || string(r.Result) != string(executed.Result) || !r.RecordedAt.Equal(Base) {
+			t.Errorf("receipt = %+v, %v, %v; want %+v", r, found, err, executed)
+		}
+		return nil
+	})
+	if err := st.InTx(ctx, func(tx helpdesk.Tx) error { return tx.RecordReceipt(ctx, executed) }); !errors.Is(err, receipt.ErrExecuted) {
+		t.Errorf("second receipt: err = %v, want receipt.ErrExecuted", err)
+	}
+	fence := receipt.Receipt{InvocationID: "inv-2", State: receipt.NotExecuted, RecordedAt: Base}
+	inTx(t, st, func(tx helpdesk.Tx) error { return tx.RecordReceipt(ctx, fence) })
+	late := executed
+	late.InvocationID = "inv-2"
+	if err := st.InTx(ctx, func(tx helpdesk.Tx) error { return tx.RecordReceipt(ctx, late) }); !errors.Is(err, receipt.ErrFenced) {
+		t.Errorf("receipt of a fenced invocation: err = %v, want receipt.ErrFenced", err)
+	}
+	if err := st.InTx(ctx, func(tx helpdesk.Tx) error { return tx.RecordReceipt(ctx, receipt.Receipt{State: receipt.Executed}) }); !errors.Is(err, receipt.ErrInvalid) {
+		t.Errorf("malformed receipt: err = %v, want receipt.ErrInvalid", err)
+	}
+}
 
 func (s *suite) testRollback(t *testing.T) {
 	st, ctx := s.newStore(t), testCtx(t)

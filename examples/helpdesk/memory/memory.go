@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/mandate-dev/mandate/examples/helpdesk"
+	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
 type key struct{ tenant, id string }
@@ -29,6 +30,7 @@ type Store struct {
 	erasures map[key]helpdesk.Erasure
 	seqs     map[seqKey]int64
 	claims   map[helpdesk.IdempotencyKey]helpdesk.Claim
+	receipts *receipt.Memory
 }
 
 var _ helpdesk.Store = (*Store)(nil)
@@ -42,6 +44,7 @@ func New() *Store {
 		erasures: map[key]helpdesk.Erasure{},
 		seqs:     map[seqKey]int64{},
 		claims:   map[helpdesk.IdempotencyKey]helpdesk.Claim{},
+		receipts: receipt.NewMemory(),
 	}
 }
 
@@ -457,4 +460,23 @@ func (t *tx) CompleteKey(ctx context.Context, k helpdesk.IdempotencyKey, resultI
 	c.ResultID = resultID
 	set(t, t.s.claims, k, c)
 	return nil
+}
+
+// OnRollback implements receipt.MemoryTx: the receipt store's writes are undone with the
+// transaction's own.
+func (t *tx) OnRollback(undo func()) { t.undo = append(t.undo, undo) }
+
+// Receipt needs no lock of its own: the transaction holds the store's.
+func (t *tx) Receipt(ctx context.Context, invocationID string) (receipt.Receipt, bool, error) {
+	if err := t.check(ctx); err != nil {
+		return receipt.Receipt{}, false, err
+	}
+	return t.s.receipts.Get(ctx, t, invocationID)
+}
+
+func (t *tx) RecordReceipt(ctx context.Context, r receipt.Receipt) error {
+	if err := t.check(ctx); err != nil {
+		return err
+	}
+	return t.s.receipts.Record(ctx, t, r)
 }

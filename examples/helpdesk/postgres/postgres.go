@@ -16,6 +16,7 @@ import (
 	"github.com/mandate-dev/mandate/examples/helpdesk"
 	"github.com/mandate-dev/mandate/internal/storage/migrate"
 	"github.com/mandate-dev/mandate/internal/storage/pg"
+	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
 //go:embed migrations/*.sql
@@ -53,7 +54,7 @@ type querier interface {
 // payment gateway.
 func (s *Store) InTx(ctx context.Context, fn func(tx helpdesk.Tx) error) error {
 	return sentinel(pg.InTx(ctx, s.pool, func(t pgx.Tx) error {
-		return fn(&tx{reader{t}})
+		return fn(&tx{reader: reader{t}, pgtx: t})
 	}))
 }
 
@@ -265,7 +266,13 @@ func (r reader) Erasure(ctx context.Context, tenant, id string) (helpdesk.Erasur
 }
 
 // tx implements helpdesk.Tx on a pgx transaction.
-type tx struct{ reader }
+type tx struct {
+	reader
+	pgtx pgx.Tx
+}
+
+// receipts keeps the effect receipts in helpdesk.receipts (migration 0003, receipt.SchemaSQL).
+var receipts = receipt.NewPostgres("helpdesk")
 
 var _ helpdesk.Tx = (*tx)(nil)
 
@@ -446,6 +453,15 @@ func (t *tx) CompleteKey(ctx context.Context, k helpdesk.IdempotencyKey, resultI
 		return fmt.Errorf("idempotency key not claimed: %w", helpdesk.ErrNotFound)
 	}
 	return nil
+}
+
+func (t *tx) Receipt(ctx context.Context, invocationID string) (receipt.Receipt, bool, error) {
+	r, found, err := receipts.Get(ctx, t.pgtx, invocationID)
+	return r, found, sentinel(err)
+}
+
+func (t *tx) RecordReceipt(ctx context.Context, r receipt.Receipt) error {
+	return sentinel(receipts.Record(ctx, t.pgtx, r))
 }
 
 func nonNil[S ~[]E, E any](s S) S {

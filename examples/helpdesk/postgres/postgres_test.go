@@ -16,6 +16,7 @@ import (
 	"github.com/mandate-dev/mandate/examples/helpdesk/postgres"
 	"github.com/mandate-dev/mandate/internal/storage/pg"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
+	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.M(m)) }
@@ -70,4 +71,23 @@ func TestUnavailable(t *testing.T) {
 			t.Errorf("%s: message leaks the connection string: %q", name, err)
 		}
 	}
+}
+
+// TestReceiptsMigration: the receipts table is pkg/receipt's, copied into migration 0003 so that
+// the receipt commits in the transaction of the effect it records. A change to the package's
+// schema fails here: it needs a new migration, not an edit of an applied one.
+func TestReceiptsMigration(t *testing.T) {
+	migs, err := postgres.Migrations.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migs {
+		if m.Version == 3 {
+			if m.Name != "receipts" || m.SQL != receipt.SchemaSQL {
+				t.Fatalf("migration 0003_%s is not receipt.SchemaSQL", m.Name)
+			}
+			return
+		}
+	}
+	t.Fatal("no migration 0003_receipts")
 }
