@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	grpccodes "google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -65,6 +66,9 @@ const (
 	defaultIdemTTL     = 24 * time.Hour
 	defaultDeadline    = 30 * time.Second
 	maxOutcomeAttempts = 8
+	// leaseMargin is how long past its deadline an idempotency claim
+	// stays in flight before it counts as abandoned.
+	leaseMargin = time.Minute
 	// outcomeAttemptTimeout bounds one attempt to append an outcome row.
 	outcomeAttemptTimeout = 5 * time.Second
 )
@@ -395,7 +399,28 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	}
 	if key := inv.call.IdempotencyKey; key != "" {
 		k := IdemKey{Tenant: p.Tenant, User: p.UserID, Command: cmd.Code, Key: key}
-		saved, err := e.cfg.Store.Reserve(ctx, k, inv.argDigest, e.cfg.IdempotencyTTL)
+		claim := Reservation{Digest: inv.argDigest, InvocationID: inv.id, TTL: e.cfg.IdempotencyTTL, Lease: e.deadline(cmd) + leaseMargin}
+		saved, err := e.cfg.Store.Reserve(ctx, k, claim)
+		var abandoned *AbandonedError
+		previous := ""
+		switch {
+		case errors.As(err, &abandoned):
+			previous = abandoned.InvocationID
+		case err == nil && saved != nil && unknownEffect(saved):
+			previous = saved.InvocationID
+		}
+		if previous != "" {
+			// The call that holds this key never said how it ended: its
+			// backend's receipt decides between its result and a new run.
+			res, claimed, rerr := e.recoverKey(ctx, inv, k, claim, previous)
+			if rerr != nil || res != nil {
+				return res, rerr
+			}
+			saved, err = nil, nil
+			if !claimed {
+				err = ErrInFlight
+			}
+		}
 		switch {
 		case errors.Is(err, ErrInFlight):
 			fe := failure.New(StageIdempotency, "idempotency.in_flight", "a call with this idempotency key is still running")
@@ -461,12 +486,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	}
 
 	// dispatch
-	deadline := e.cfg.DefaultDeadline
-	if cmd.Deadline != "" {
-		if d, err := time.ParseDuration(cmd.Deadline); err == nil {
-			deadline = d
-		}
-	}
+	deadline := e.deadline(cmd)
 	var out proto.Message
 	disp := Dispatch{
 		Command: cmd, Method: inv.method, Request: msg, InvocationID: inv.id,
@@ -508,6 +528,11 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		}
 		if dispatchErr != nil {
 			e.outcomeAsync(ctx, inv, outcome, fe.Stage, fe.Code, fe.Message, nil)
+			if errors.Is(dispatchErr, ErrNotSent) {
+				// Nothing ran: a retry with the same key may run.
+				release()
+				return nil, fe
+			}
 			e.finish(ctx, inv, Saved{InvocationID: inv.id, Status: statusBytes(fe), AuditID: auditID(intentRows)}, nil)
 			return nil, fe
 		}
@@ -519,6 +544,68 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	e.outcomeAsync(ctx, inv, audit.OutcomeExecuted, "", "", "", output)
 	e.finish(ctx, inv, Saved{InvocationID: inv.id, Output: output, AuditID: auditID(intentRows)}, output)
 	return &Result{InvocationID: inv.id, Output: output, Message: out, AuditID: auditID(intentRows)}, nil
+}
+
+// deadline is how long a dispatch of cmd may take.
+func (e *Executor) deadline(cmd *manifest.Command) time.Duration {
+	if cmd.Deadline != "" {
+		if d, err := time.ParseDuration(cmd.Deadline); err == nil && d > 0 {
+			return d
+		}
+	}
+	return e.cfg.DefaultDeadline
+}
+
+// recoverKey settles an idempotency key held by invocation previous, whose
+// outcome is unknown (its effect was unknown when it ended, or its executor
+// died before it ended), from previous's receipt at the backend:
+//   - executed: the key settles on that result, which this call replays;
+//   - not executed (the backend fenced it): this call takes the key over
+//     and runs (claimed);
+//   - no answer: refused with idempotency.outcome_unknown, retriable —
+//     never run a second time on a guess, never replay a stale 503.
+func (e *Executor) recoverKey(ctx context.Context, inv *invocation, k IdemKey, claim Reservation, previous string) (res *Result, claimed bool, err error) {
+	r, known := e.resolve(ctx, Dispatch{Command: inv.cmd, Method: inv.method, InvocationID: previous, Deadline: e.deadline(inv.cmd)})
+	switch {
+	case known && r.Executed:
+		output, merr := marshalOutput(r.Result)
+		if merr != nil {
+			return nil, false, e.fault(ctx, inv, StageIdempotency, "internal.error", merr)
+		}
+		saved := Saved{InvocationID: previous, Output: output}
+		if serr := e.cfg.Store.Settle(ctx, k, saved); serr != nil {
+			e.logger(ctx, inv).Error("settling an idempotency key from a receipt", "error", serr)
+		}
+		e.outcomeAsync(ctx, inv, audit.OutcomeReplayed, StageIdempotency, "idempotency.replayed",
+			"returned the result of "+previous+", which its backend's receipt says ran; nothing was dispatched", nil)
+		res, err = replay(&saved)
+		return res, false, err
+	case known:
+		ok, cerr := e.cfg.Store.Reclaim(ctx, k, previous, claim)
+		if cerr != nil {
+			return nil, false, e.fault(ctx, inv, StageIdempotency, "idempotency.unavailable", cerr)
+		}
+		return nil, ok, nil
+	}
+	fe := failure.New(StageIdempotency, CodeOutcomeUnknown,
+		"the call that holds this idempotency key ("+previous+") has an unknown outcome, and its backend cannot say yet whether it ran")
+	fe.Retriable, fe.Remedy = true, "retry later with the same key; the backend's receipt decides whether it ran"
+	fe.Status = grpccodes.Aborted
+	return nil, false, e.refuseWith(ctx, inv, fe)
+}
+
+// unknownEffect reports a saved response that records a dispatch whose
+// effect was unknown.
+func unknownEffect(s *Saved) bool {
+	if s.Status == nil {
+		return false
+	}
+	var st spb.Status
+	if proto.Unmarshal(s.Status, &st) != nil {
+		return false
+	}
+	fe, ok := failure.FromStatus(grpcstatus.FromProto(&st))
+	return ok && effectUnknown(fe.Code)
 }
 
 // confirm opens a challenge or redeems the grant the call carries.

@@ -22,6 +22,10 @@ const (
 	// CodeInvalidState refuses an MCP retry whose requestState is forged,
 	// tampered with, moved to another call, expired or reused.
 	CodeInvalidState = "confirmation.invalid_state"
+	// CodeOutcomeUnknown refuses a retry whose idempotency key is held by a
+	// call whose outcome is unknown and not yet resolved by its backend's
+	// receipt.
+	CodeOutcomeUnknown = "idempotency.outcome_unknown"
 )
 
 // checkAttributes is request_check: every attribute a caller sent with the

@@ -11,16 +11,29 @@ import (
 // outbox of domain events. Implementations: memory (embedded default and
 // tests) and postgres, held to one conformance suite.
 type Store interface {
-	// Reserve claims an idempotency key for a call whose input digest is
-	// digest. It returns:
+	// Reserve claims an idempotency key for the call r describes. It
+	// returns:
 	//   - (nil, nil) when the key is new (or its record expired): the caller
 	//     owns it and must Finish or Release it;
 	//   - (saved, nil) when a call with this key and digest already finished:
 	//     replay saved;
 	//   - ErrInFlight when a call with this key is still running;
+	//   - an *AbandonedError when a call with this key was reserved and its
+	//     lease ran out without an outcome (its executor died): only its
+	//     backend's receipt can say whether it ran (see Reclaim, Settle);
 	//   - ErrKeyReused when the key was used with a different digest.
-	// Records expire ttl after they were reserved.
-	Reserve(ctx context.Context, key IdemKey, digest string, ttl time.Duration) (*Saved, error)
+	// Records expire r.TTL after they were reserved.
+	Reserve(ctx context.Context, key IdemKey, r Reservation) (*Saved, error)
+	// Reclaim hands the key to the call r describes, atomically, when its
+	// record still belongs to invocation previous and that call provably
+	// never ran (its backend fenced it): the record is abandoned in flight
+	// or finished with an outcome that was unknown. It reports whether it
+	// did; false means another caller got there first.
+	Reclaim(ctx context.Context, key IdemKey, previous string, r Reservation) (bool, error)
+	// Settle replaces the saved response of the key's record, when the
+	// record belongs to invocation, with what that invocation's receipt
+	// says it returned, and marks it finished.
+	Settle(ctx context.Context, key IdemKey, saved Saved) error
 	// Release drops a reservation whose call was refused before dispatch, so
 	// nothing is saved for it.
 	Release(ctx context.Context, key IdemKey) error
@@ -87,6 +100,32 @@ var (
 	// ErrUnavailable: the store could not be reached.
 	ErrUnavailable = errors.New("executor: store unavailable")
 )
+
+// Reservation is a call claiming an idempotency key.
+type Reservation struct {
+	// Digest is the call's input digest: the same key with another
+	// digest is refused.
+	Digest string
+	// InvocationID is the call's invocation, recorded with the claim.
+	InvocationID string
+	// TTL is how long the record is remembered.
+	TTL time.Duration
+	// Lease bounds how long the claim stays in flight without an outcome
+	// (the call's deadline and a margin); past it the claim is abandoned.
+	// Zero: no lease (in flight until TTL).
+	Lease time.Duration
+}
+
+// AbandonedError is Reserve's answer for a key whose call was reserved and
+// never finished within its lease.
+type AbandonedError struct {
+	// InvocationID is the abandoned call's invocation.
+	InvocationID string
+}
+
+func (e *AbandonedError) Error() string {
+	return "executor: idempotency key abandoned in flight by " + e.InvocationID
+}
 
 // IdemKey scopes an idempotency key: Stripe semantics, per tenant, user and
 // command.

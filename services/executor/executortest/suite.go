@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +41,9 @@ func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
 		{"FinishRepeated", s.testFinishRepeated},
 		{"FinishInvalidWritesNothing", s.testFinishInvalid},
 		{"ReserveInvalid", s.testReserveInvalid},
+		{"Lease", s.testLease},
+		{"Reclaim", s.testReclaim},
+		{"Settle", s.testSettle},
 		{"Canceled", s.testCanceled},
 		{"Delivery", s.testDelivery},
 		{"Purge", s.testPurge},
@@ -114,7 +118,7 @@ func testCtx(t *testing.T) context.Context {
 // mustReserve asserts that key is free and reserves it.
 func mustReserve(t *testing.T, st executor.Store, key executor.IdemKey, digest string, ttl time.Duration) {
 	t.Helper()
-	saved, err := st.Reserve(testCtx(t), key, digest, ttl)
+	saved, err := st.Reserve(testCtx(t), key, executor.Reservation{Digest: digest, TTL: ttl})
 	if err != nil || saved != nil {
 		t.Fatalf("Reserve(%+v, %q) = (%+v, %v), want (nil, nil): a new key", key, digest, saved, err)
 	}
@@ -123,7 +127,7 @@ func mustReserve(t *testing.T, st executor.Store, key executor.IdemKey, digest s
 // wantRefused asserts that reserving key fails with want.
 func wantRefused(t *testing.T, st executor.Store, key executor.IdemKey, digest string, want error) {
 	t.Helper()
-	saved, err := st.Reserve(testCtx(t), key, digest, TTL)
+	saved, err := st.Reserve(testCtx(t), key, executor.Reservation{Digest: digest, TTL: TTL})
 	if !errors.Is(err, want) || saved != nil {
 		t.Fatalf("Reserve(%+v, %q) = (%+v, %v), want %v", key, digest, saved, err, want)
 	}
@@ -132,7 +136,7 @@ func wantRefused(t *testing.T, st executor.Store, key executor.IdemKey, digest s
 // wantReplay asserts that reserving key replays want.
 func wantReplay(t *testing.T, st executor.Store, key executor.IdemKey, digest string, want executor.Saved) {
 	t.Helper()
-	saved, err := st.Reserve(testCtx(t), key, digest, TTL)
+	saved, err := st.Reserve(testCtx(t), key, executor.Reservation{Digest: digest, TTL: TTL})
 	if err != nil || saved == nil {
 		t.Fatalf("Reserve(%+v, %q) = (%+v, %v), want the saved response", key, digest, saved, err)
 	}
@@ -251,7 +255,7 @@ func (s *suite) testReplayIsACopy(t *testing.T) {
 	mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: in, Event: ev})
 	in.Output[0] = 'X'
 	ev.Result[0] = 'X'
-	got, err := st.Reserve(testCtx(t), Key(), "d1", TTL)
+	got, err := st.Reserve(testCtx(t), Key(), executor.Reservation{Digest: "d1", TTL: TTL})
 	if err != nil || got == nil {
 		t.Fatalf("Reserve = (%v, %v)", got, err)
 	}
@@ -395,7 +399,7 @@ func reserveConcurrently(t *testing.T, st executor.Store, key executor.IdemKey, 
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = st.Reserve(ctx, key, digest, TTL)
+			results[i], errs[i] = st.Reserve(ctx, key, executor.Reservation{Digest: digest, TTL: TTL})
 		})
 	}
 	close(start)
@@ -746,7 +750,7 @@ func (s *suite) testReserveInvalid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := s.newStore(t)
-			saved, err := st.Reserve(testCtx(t), tt.key, "d1", tt.ttl)
+			saved, err := st.Reserve(testCtx(t), tt.key, executor.Reservation{Digest: "d1", TTL: tt.ttl})
 			if err == nil || saved != nil {
 				t.Fatalf("Reserve = (%v, %v), want an error", saved, err)
 			}
@@ -764,7 +768,7 @@ func (s *suite) testCanceled(t *testing.T) {
 	st := s.newStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if saved, err := st.Reserve(ctx, Key(), "d1", TTL); !errors.Is(err, context.Canceled) || saved != nil {
+	if saved, err := st.Reserve(ctx, Key(), executor.Reservation{Digest: "d1", TTL: TTL}); !errors.Is(err, context.Canceled) || saved != nil {
 		t.Errorf("Reserve = (%v, %v), want context.Canceled", saved, err)
 	}
 	if err := st.Finish(ctx, executor.Finish{Key: new(Key()), Saved: Success("inv-1"), Event: Ev("acme", "inv-1")}); !errors.Is(err, context.Canceled) {
@@ -948,4 +952,122 @@ func (s *suite) testPurgeUndelivered(t *testing.T) {
 	if evs := mustEvents(t, st, "acme", 0, 0); !slices.Equal(seqs(evs), []int64{3}) {
 		t.Fatalf("acme seqs %v, want [3]", seqs(evs))
 	}
+}
+
+// reserveFor claims key for invocation inv with a lease.
+func reserveFor(t *testing.T, st executor.Store, key executor.IdemKey, digest, inv string, lease time.Duration) {
+	t.Helper()
+	saved, err := st.Reserve(testCtx(t), key, executor.Reservation{Digest: digest, InvocationID: inv, TTL: TTL, Lease: lease})
+	if saved != nil || err != nil {
+		t.Fatalf("Reserve(%+v) = (%+v, %v), want a new claim", key, saved, err)
+	}
+}
+
+// testLease: a claim in flight past its lease is abandoned, and Reserve
+// names the invocation that abandoned it; before the lease runs out, and
+// without a lease, it is in flight.
+func (s *suite) testLease(t *testing.T) {
+	st := s.newStore(t)
+	const lease = 300 * time.Millisecond
+	reserveFor(t, st, Key(), "d1", "inv-1", lease)
+	wantRefused(t, st, Key(), "d1", executor.ErrInFlight)
+	time.Sleep(lease + expiryWait)
+	_, err := st.Reserve(testCtx(t), Key(), executor.Reservation{Digest: "d1", InvocationID: "inv-2", TTL: TTL})
+	var ab *executor.AbandonedError
+	if !errors.As(err, &ab) || ab.InvocationID != "inv-1" {
+		t.Fatalf("Reserve past the lease = %v, want AbandonedError naming inv-1", err)
+	}
+	wantRefused(t, st, Key(), "d2", executor.ErrKeyReused)
+	// Without a lease a claim stays in flight until it expires.
+	other := Key()
+	other.Key = "no-lease"
+	reserveFor(t, st, other, "d1", "inv-3", 0)
+	time.Sleep(expiryWait)
+	wantRefused(t, st, other, "d1", executor.ErrInFlight)
+	// A finished claim is replayed whatever its lease said.
+	done := Key()
+	done.Key = "done"
+	reserveFor(t, st, done, "d1", "inv-4", shortTTL)
+	mustFinish(t, st, executor.Finish{Key: &done, Saved: Success("inv-4")})
+	time.Sleep(expiryWait)
+	wantReplay(t, st, done, "d1", Success("inv-4"))
+}
+
+// testReclaim: only the claim of the named invocation, once it is
+// abandoned or finished, is handed over — once.
+func (s *suite) testReclaim(t *testing.T) {
+	ctx := testCtx(t)
+	st := s.newStore(t)
+	next := executor.Reservation{Digest: "d1", InvocationID: "inv-2", TTL: TTL, Lease: TTL}
+	reserveFor(t, st, Key(), "d1", "inv-1", TTL)
+	if ok, err := st.Reclaim(ctx, Key(), "inv-1", next); ok || err != nil {
+		t.Fatalf("Reclaim of a live claim = %v, %v; want false", ok, err)
+	}
+	mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: Failure("inv-1")})
+	if ok, err := st.Reclaim(ctx, Key(), "inv-9", next); ok || err != nil {
+		t.Fatalf("Reclaim naming another invocation = %v, %v; want false", ok, err)
+	}
+	if ok, err := st.Reclaim(ctx, Key(), "inv-1", executor.Reservation{Digest: "d2", InvocationID: "inv-2", TTL: TTL}); ok || err != nil {
+		t.Fatalf("Reclaim with another digest = %v, %v; want false", ok, err)
+	}
+	if ok, err := st.Reclaim(ctx, Key(), "inv-1", next); !ok || err != nil {
+		t.Fatalf("Reclaim of the finished claim = %v, %v; want true", ok, err)
+	}
+	if ok, _ := st.Reclaim(ctx, Key(), "inv-1", next); ok {
+		t.Fatal("a claim was reclaimed twice")
+	}
+	wantRefused(t, st, Key(), "d1", executor.ErrInFlight)
+	mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: Success("inv-2")})
+	wantReplay(t, st, Key(), "d1", Success("inv-2"))
+
+	// An abandoned claim, raced by many: exactly one wins.
+	raced := Key()
+	raced.Key = "raced"
+	reserveFor(t, st, raced, "d1", "inv-10", shortTTL)
+	time.Sleep(expiryWait)
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := st.Reclaim(ctx, raced, "inv-10", executor.Reservation{Digest: "d1", InvocationID: fmt.Sprintf("inv-r%d", i), TTL: TTL})
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				wins.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := wins.Load(); n != 1 {
+		t.Fatalf("%d reclaims won, want 1", n)
+	}
+}
+
+// testSettle: the saved response of the named invocation's record is
+// replaced (and the record finished); another invocation's is untouched.
+func (s *suite) testSettle(t *testing.T) {
+	ctx := testCtx(t)
+	st := s.newStore(t)
+	reserveFor(t, st, Key(), "d1", "inv-1", TTL)
+	mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: Failure("inv-1")})
+	if err := st.Settle(ctx, Key(), Success("inv-9")); err != nil {
+		t.Fatal(err)
+	}
+	wantReplay(t, st, Key(), "d1", Failure("inv-1"))
+	if err := st.Settle(ctx, Key(), Success("inv-1")); err != nil {
+		t.Fatal(err)
+	}
+	wantReplay(t, st, Key(), "d1", Success("inv-1"))
+	// An abandoned claim settles too.
+	ab := Key()
+	ab.Key = "abandoned"
+	reserveFor(t, st, ab, "d1", "inv-5", shortTTL)
+	time.Sleep(expiryWait)
+	if err := st.Settle(ctx, ab, Success("inv-5")); err != nil {
+		t.Fatal(err)
+	}
+	wantReplay(t, st, ab, "d1", Success("inv-5"))
 }

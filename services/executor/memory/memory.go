@@ -43,10 +43,12 @@ type Store struct {
 }
 
 type record struct {
-	digest    string
-	finished  bool
-	expiresAt time.Time
-	saved     executor.Saved
+	digest     string
+	finished   bool
+	expiresAt  time.Time
+	invocation string
+	leaseUntil time.Time // zero: no lease
+	saved      executor.Saved
 }
 
 type runKey struct{ tenant, user, subject, command string }
@@ -75,31 +77,89 @@ func New(opts Options) *Store {
 
 // Reserve implements executor.Store. A record whose expiry is at or before now is treated as
 // absent and replaced.
-func (s *Store) Reserve(ctx context.Context, key executor.IdemKey, digest string, ttl time.Duration) (*executor.Saved, error) {
+func (s *Store) Reserve(ctx context.Context, key executor.IdemKey, r executor.Reservation) (*executor.Saved, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if err := validKey(key); err != nil {
 		return nil, fail("reserve", err)
 	}
-	if ttl <= 0 {
+	if r.TTL <= 0 {
 		return nil, fail("reserve", errBadTTL)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.opts.Now()
-	if r, ok := s.idem[key]; ok && now.Before(r.expiresAt) {
+	if rec, ok := s.idem[key]; ok && now.Before(rec.expiresAt) {
 		switch {
-		case r.digest != digest:
+		case rec.digest != r.Digest:
 			return nil, executor.ErrKeyReused
-		case !r.finished:
+		case !rec.finished && !rec.leaseUntil.IsZero() && !now.Before(rec.leaseUntil):
+			return nil, &executor.AbandonedError{InvocationID: rec.invocation}
+		case !rec.finished:
 			return nil, executor.ErrInFlight
 		}
-		saved := cloneSaved(r.saved)
+		saved := cloneSaved(rec.saved)
 		return &saved, nil
 	}
-	s.idem[key] = &record{digest: digest, expiresAt: now.Add(ttl)}
+	s.idem[key] = newRecord(now, r)
 	return nil, nil
+}
+
+func newRecord(now time.Time, r executor.Reservation) *record {
+	rec := &record{digest: r.Digest, expiresAt: now.Add(r.TTL), invocation: r.InvocationID}
+	if r.Lease > 0 {
+		rec.leaseUntil = now.Add(r.Lease)
+	}
+	return rec
+}
+
+// Reclaim implements executor.Store.
+func (s *Store) Reclaim(ctx context.Context, key executor.IdemKey, previous string, r executor.Reservation) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if err := validKey(key); err != nil {
+		return false, fail("reclaim", err)
+	}
+	if r.TTL <= 0 {
+		return false, fail("reclaim", errBadTTL)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opts.Now()
+	rec, ok := s.idem[key]
+	if !ok || previous == "" || rec.digest != r.Digest || recordInvocation(rec) != previous {
+		return false, nil
+	}
+	if !rec.finished && (rec.leaseUntil.IsZero() || now.Before(rec.leaseUntil)) {
+		return false, nil // still running
+	}
+	s.idem[key] = newRecord(now, r)
+	return true, nil
+}
+
+// Settle implements executor.Store.
+func (s *Store) Settle(ctx context.Context, key executor.IdemKey, saved executor.Saved) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rec, ok := s.idem[key]; ok && saved.InvocationID != "" && recordInvocation(rec) == saved.InvocationID {
+		rec.finished = true
+		rec.saved = cloneSaved(saved)
+	}
+	return nil
+}
+
+// recordInvocation is the invocation a record belongs to: the one that
+// finished it, or the one that reserved it.
+func recordInvocation(rec *record) string {
+	if rec.finished && rec.saved.InvocationID != "" {
+		return rec.saved.InvocationID
+	}
+	return rec.invocation
 }
 
 // Release implements executor.Store. It drops the key only while it is in flight: a finished

@@ -56,11 +56,11 @@ func TestExpiryBoundary(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := &clock{now: executortest.Base}
 			st := memory.New(memory.Options{Now: clk.Now})
-			if _, err := st.Reserve(ctx, executortest.Key(), "d1", time.Minute); err != nil {
+			if _, err := st.Reserve(ctx, executortest.Key(), executor.Reservation{Digest: "d1", TTL: time.Minute}); err != nil {
 				t.Fatal(err)
 			}
 			clk.Advance(tt.advance)
-			saved, err := st.Reserve(ctx, executortest.Key(), "d1", time.Hour)
+			saved, err := st.Reserve(ctx, executortest.Key(), executor.Reservation{Digest: "d1", TTL: time.Hour})
 			if tt.live && !errors.Is(err, executor.ErrInFlight) {
 				t.Fatalf("Reserve = (%v, %v), want ErrInFlight while live", saved, err)
 			}
@@ -75,7 +75,7 @@ func TestFinishedRecordExpiresFromReservation(t *testing.T) {
 	ctx := context.Background()
 	clk := &clock{now: executortest.Base}
 	st := memory.New(memory.Options{Now: clk.Now})
-	if _, err := st.Reserve(ctx, executortest.Key(), "d1", time.Minute); err != nil {
+	if _, err := st.Reserve(ctx, executortest.Key(), executor.Reservation{Digest: "d1", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(50 * time.Second)
@@ -84,11 +84,11 @@ func TestFinishedRecordExpiresFromReservation(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(9 * time.Second)
-	if saved, err := st.Reserve(ctx, executortest.Key(), "d1", time.Minute); err != nil || saved == nil {
+	if saved, err := st.Reserve(ctx, executortest.Key(), executor.Reservation{Digest: "d1", TTL: time.Minute}); err != nil || saved == nil {
 		t.Fatalf("59s after reserving: (%v, %v), want the replay", saved, err)
 	}
 	clk.Advance(time.Second)
-	if saved, err := st.Reserve(ctx, executortest.Key(), "d1", time.Minute); err != nil || saved != nil {
+	if saved, err := st.Reserve(ctx, executortest.Key(), executor.Reservation{Digest: "d1", TTL: time.Minute}); err != nil || saved != nil {
 		t.Fatalf("60s after reserving (10s after finishing): (%v, %v), want a new reservation", saved, err)
 	}
 }
@@ -103,7 +103,7 @@ func TestPurgeExpired(t *testing.T) {
 		k   executor.IdemKey
 		ttl time.Duration
 	}{{short, time.Minute}, {long, time.Hour}} {
-		if _, err := st.Reserve(ctx, r.k, "d1", r.ttl); err != nil {
+		if _, err := st.Reserve(ctx, r.k, executor.Reservation{Digest: "d1", TTL: r.ttl}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -114,7 +114,7 @@ func TestPurgeExpired(t *testing.T) {
 	if n, err := st.PurgeExpired(ctx); err != nil || n != 1 {
 		t.Fatalf("PurgeExpired = %d, %v; want 1", n, err)
 	}
-	if _, err := st.Reserve(ctx, long, "d1", time.Hour); !errors.Is(err, executor.ErrInFlight) {
+	if _, err := st.Reserve(ctx, long, executor.Reservation{Digest: "d1", TTL: time.Hour}); !errors.Is(err, executor.ErrInFlight) {
 		t.Fatalf("the live record was purged: %v", err)
 	}
 }

@@ -296,7 +296,7 @@ func TestPurger(t *testing.T) {
 				finish(t, st, e)
 			}
 			key := executor.IdemKey{Tenant: "acme", User: "alice", Command: "ticket.refund", Key: "k"}
-			if _, err := st.Reserve(ctx, key, "d", time.Millisecond); err != nil {
+			if _, err := st.Reserve(ctx, key, executor.Reservation{Digest: "d", TTL: time.Millisecond}); err != nil {
 				t.Fatal(err)
 			}
 			if tt.delivered > 0 {
@@ -325,7 +325,7 @@ func TestPurger(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			if saved, err := st.Reserve(ctx, key, "other", time.Hour); err != nil || saved != nil {
+			if saved, err := st.Reserve(ctx, key, executor.Reservation{Digest: "other", TTL: time.Hour}); err != nil || saved != nil {
 				t.Fatalf("Reserve after purge = %v, %v; want the expired key free", saved, err)
 			}
 		})

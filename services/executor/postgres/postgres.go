@@ -80,21 +80,22 @@ func (s *Store) now() time.Time { return s.opts.Now().UTC().Truncate(time.Micros
 
 // Reserve implements executor.Store. A record whose expiry is at or before now is treated as
 // absent and replaced.
-func (s *Store) Reserve(ctx context.Context, key executor.IdemKey, digest string, ttl time.Duration) (*executor.Saved, error) {
+func (s *Store) Reserve(ctx context.Context, key executor.IdemKey, r executor.Reservation) (*executor.Saved, error) {
 	const op = "executor: reserve"
 	if err := validKey(key); err != nil {
 		return nil, invalid(op, err)
 	}
-	if ttl <= 0 {
+	if r.TTL <= 0 {
 		return nil, invalid(op, errBadTTL)
 	}
 	// The database keeps microseconds: a shorter ttl would expire as it is stored.
-	ttl = max(ttl, time.Microsecond)
+	ttl := max(r.TTL, time.Microsecond)
 	for range s.opts.ReserveRounds {
 		now := s.now()
 		expires := now.Add(ttl).Truncate(time.Microsecond)
 		var won bool
-		err := s.pool.QueryRow(ctx, sqlReserve, key.Tenant, key.User, key.Command, key.Key, digest, now, expires).Scan(&won)
+		err := s.pool.QueryRow(ctx, sqlReserve, key.Tenant, key.User, key.Command, key.Key, r.Digest, now, expires,
+			nullString(r.InvocationID), leaseEnd(now, r.Lease)).Scan(&won)
 		if err == nil {
 			return nil, nil
 		}
@@ -103,25 +104,79 @@ func (s *Store) Reserve(ctx context.Context, key executor.IdemKey, digest string
 		}
 		// Another record is live: answer from it.
 		var (
-			recDigest         string
-			finished, expired bool
-			saved             executor.Saved
+			recDigest                    string
+			finished, expired, abandoned bool
+			saved                        executor.Saved
 		)
 		err = s.pool.QueryRow(ctx, sqlReadRecord, key.Tenant, key.User, key.Command, key.Key, s.now()).Scan(
-			&recDigest, &finished, &expired, &saved.InvocationID, &saved.Output, &saved.Status, &saved.AuditID)
+			&recDigest, &finished, &expired, &abandoned, &saved.InvocationID, &saved.Output, &saved.Status, &saved.AuditID)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows), err == nil && expired:
 			continue // released or expired since: claim it again
 		case err != nil:
 			return nil, mapErr(ctx, op, err)
-		case recDigest != digest:
+		case recDigest != r.Digest:
 			return nil, executor.ErrKeyReused
+		case abandoned:
+			return nil, &executor.AbandonedError{InvocationID: saved.InvocationID}
 		case !finished:
 			return nil, executor.ErrInFlight
 		}
 		return &saved, nil
 	}
 	return nil, executor.ErrInFlight
+}
+
+// Reclaim implements executor.Store in one statement.
+func (s *Store) Reclaim(ctx context.Context, key executor.IdemKey, previous string, r executor.Reservation) (bool, error) {
+	const op = "executor: reclaim"
+	if err := validKey(key); err != nil {
+		return false, invalid(op, err)
+	}
+	if r.TTL <= 0 {
+		return false, invalid(op, errBadTTL)
+	}
+	if previous == "" {
+		return false, ctx.Err()
+	}
+	now := s.now()
+	expires := now.Add(max(r.TTL, time.Microsecond)).Truncate(time.Microsecond)
+	var won bool
+	err := s.pool.QueryRow(ctx, sqlReclaim, key.Tenant, key.User, key.Command, key.Key, previous, now, expires,
+		nullString(r.InvocationID), leaseEnd(now, r.Lease), r.Digest).Scan(&won)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, mapErr(ctx, op, err)
+	}
+	return won, nil
+}
+
+// Settle implements executor.Store.
+func (s *Store) Settle(ctx context.Context, key executor.IdemKey, saved executor.Saved) error {
+	if saved.InvocationID == "" {
+		return ctx.Err()
+	}
+	_, err := s.pool.Exec(ctx, sqlSettle, key.Tenant, key.User, key.Command, key.Key, s.now(),
+		saved.InvocationID, saved.Output, saved.Status, saved.AuditID)
+	return mapErr(ctx, "executor: settle", err)
+}
+
+// leaseEnd is the end of a lease that starts now, or NULL for none.
+func leaseEnd(now time.Time, lease time.Duration) any {
+	if lease <= 0 {
+		return nil
+	}
+	return now.Add(lease)
+}
+
+// nullString stores "" as NULL.
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // Release implements executor.Store. It drops the key only while it is in flight: a finished

@@ -71,11 +71,11 @@ func TestExpiryBoundary(t *testing.T) {
 			st := postgres.New(pool, postgres.Options{Now: clk.Now})
 			key := executortest.Key()
 			key.Key = fmt.Sprint("boundary-", i)
-			if _, err := st.Reserve(ctxFor(t), key, "d1", time.Minute); err != nil {
+			if _, err := st.Reserve(ctxFor(t), key, executor.Reservation{Digest: "d1", TTL: time.Minute}); err != nil {
 				t.Fatal(err)
 			}
 			clk.Advance(tt.advance)
-			saved, err := st.Reserve(ctxFor(t), key, "d1", time.Hour)
+			saved, err := st.Reserve(ctxFor(t), key, executor.Reservation{Digest: "d1", TTL: time.Hour})
 			if tt.live && !errors.Is(err, executor.ErrInFlight) {
 				t.Fatalf("Reserve = (%v, %v), want ErrInFlight while live", saved, err)
 			}
@@ -109,7 +109,7 @@ func TestReplicas(t *testing.T) {
 		for i := range n {
 			wg.Go(func() {
 				<-start
-				saved[i], errs[i] = stores[i%2].Reserve(ctxFor(t), key, "d1", time.Hour)
+				saved[i], errs[i] = stores[i%2].Reserve(ctxFor(t), key, executor.Reservation{Digest: "d1", TTL: time.Hour})
 			})
 		}
 		close(start)
@@ -165,7 +165,7 @@ func TestFinishIsOneTransaction(t *testing.T) {
 			FOR EACH ROW WHEN (NEW.invocation_id = 'poison') EXECUTE FUNCTION executor.refuse();`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Reserve(ctx, executortest.Key(), "d1", time.Hour); err != nil {
+	if _, err := st.Reserve(ctx, executortest.Key(), executor.Reservation{Digest: "d1", TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	err := st.Finish(ctx, executor.Finish{Key: new(executortest.Key()), Saved: executortest.Success("poison"),
@@ -176,7 +176,7 @@ func TestFinishIsOneTransaction(t *testing.T) {
 	if err.Error() != "executor: finish: database error" {
 		t.Errorf("message %q, want the generic one", err)
 	}
-	if _, err := st.Reserve(ctx, executortest.Key(), "d1", time.Hour); !errors.Is(err, executor.ErrInFlight) {
+	if _, err := st.Reserve(ctx, executortest.Key(), executor.Reservation{Digest: "d1", TTL: time.Hour}); !errors.Is(err, executor.ErrInFlight) {
 		t.Errorf("after the failed Finish, Reserve = %v; want the key still in flight", err)
 	}
 	if ok, err := st.Executed(ctx, "acme", "alice", []string{"ticket.refund"}, "ticket/42"); err != nil || ok {
@@ -266,10 +266,10 @@ func TestPurgeExpired(t *testing.T) {
 	ctx := ctxFor(t)
 	short, long := executortest.Key(), executortest.Key()
 	long.Key = "long"
-	if _, err := st.Reserve(ctx, short, "d1", time.Minute); err != nil {
+	if _, err := st.Reserve(ctx, short, executor.Reservation{Digest: "d1", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Reserve(ctx, long, "d1", time.Hour); err != nil {
+	if _, err := st.Reserve(ctx, long, executor.Reservation{Digest: "d1", TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := st.PurgeExpired(ctx); err != nil || n != 0 {
@@ -279,7 +279,7 @@ func TestPurgeExpired(t *testing.T) {
 	if n, err := st.PurgeExpired(ctx); err != nil || n != 1 {
 		t.Fatalf("PurgeExpired = %d, %v; want 1", n, err)
 	}
-	if _, err := st.Reserve(ctx, long, "d1", time.Hour); !errors.Is(err, executor.ErrInFlight) {
+	if _, err := st.Reserve(ctx, long, executor.Reservation{Digest: "d1", TTL: time.Hour}); !errors.Is(err, executor.ErrInFlight) {
 		t.Fatalf("the live record was purged: %v", err)
 	}
 }
@@ -305,7 +305,7 @@ func TestUnavailable(t *testing.T) {
 		call func() error
 		msg  string
 	}{
-		{"Reserve", func() error { _, err := st.Reserve(ctx, executortest.Key(), "d1", time.Hour); return err }, "executor: reserve: store unavailable"},
+		{"Reserve", func() error { _, err := st.Reserve(ctx, executortest.Key(), executor.Reservation{Digest: "d1", TTL: time.Hour}); return err }, "executor: reserve: store unavailable"},
 		{"Release", func() error { return st.Release(ctx, executortest.Key()) }, "executor: release: store unavailable"},
 		{"Finish", func() error {
 			return st.Finish(ctx, executor.Finish{Key: new(executortest.Key()), Saved: executortest.Success("inv-1"), Event: executortest.Ev("acme", "inv-1")})

@@ -5,22 +5,42 @@ const (
 	// sqlReserve claims a key: it inserts a new record, or replaces an expired one, and returns
 	// a row only when it did either. ON CONFLICT makes the two atomic against concurrent
 	// callers, whose statements wait for the winner's row and then find it live.
-	// $1-$4 key, $5 digest, $6 now, $7 expiry.
+	// $1-$4 key, $5 digest, $6 now, $7 expiry, $8 invocation, $9 lease end (NULL: none).
 	sqlReserve = `INSERT INTO executor.idempotency AS i
-		(tenant, user_id, command, key, digest, state, reserved_at, expires_at)
-	VALUES ($1, $2, $3, $4, $5, 'in_flight', $6, $7)
+		(tenant, user_id, command, key, digest, state, reserved_at, expires_at, invocation_id, lease_until)
+	VALUES ($1, $2, $3, $4, $5, 'in_flight', $6, $7, $8, $9)
 	ON CONFLICT (tenant, user_id, command, key) DO UPDATE SET
 		digest = EXCLUDED.digest, state = 'in_flight',
 		reserved_at = EXCLUDED.reserved_at, expires_at = EXCLUDED.expires_at,
-		finished_at = NULL, invocation_id = NULL, output = NULL, status = NULL, audit_id = NULL
+		finished_at = NULL, invocation_id = EXCLUDED.invocation_id, lease_until = EXCLUDED.lease_until,
+		output = NULL, status = NULL, audit_id = NULL
 	WHERE i.expires_at <= EXCLUDED.reserved_at
 	RETURNING true`
 
 	// sqlReadRecord reads the record that a losing sqlReserve met. $5 is now.
 	sqlReadRecord = `SELECT digest, state = 'finished', expires_at <= $5,
+		state = 'in_flight' AND lease_until IS NOT NULL AND lease_until <= $5,
 		coalesce(invocation_id, ''), output, status, coalesce(audit_id, '')
 	FROM executor.idempotency
 	WHERE tenant = $1 AND user_id = $2 AND command = $3 AND key = $4`
+
+	// sqlReclaim hands a record that belongs to invocation $5 — finished, or in flight past
+	// its lease — to a new claim. $6 now, $7 expiry, $8 new invocation, $9 lease end, $10
+	// digest.
+	sqlReclaim = `UPDATE executor.idempotency SET
+		state = 'in_flight', reserved_at = $6, expires_at = $7, finished_at = NULL,
+		invocation_id = $8, lease_until = $9, output = NULL, status = NULL, audit_id = NULL
+	WHERE tenant = $1 AND user_id = $2 AND command = $3 AND key = $4
+		AND invocation_id = $5 AND digest = $10 AND expires_at > $6
+		AND (state = 'finished' OR (lease_until IS NOT NULL AND lease_until <= $6))
+	RETURNING true`
+
+	// sqlSettle replaces the saved response of the record of invocation $6. $5 now, $7-$9
+	// the response.
+	sqlSettle = `UPDATE executor.idempotency SET
+		state = 'finished', finished_at = coalesce(finished_at, $5),
+		output = $7, status = $8, audit_id = coalesce(nullif($9, ''), audit_id)
+	WHERE tenant = $1 AND user_id = $2 AND command = $3 AND key = $4 AND invocation_id = $6`
 
 	// sqlRelease drops a reservation that is still in flight.
 	sqlRelease = `DELETE FROM executor.idempotency
