@@ -7,6 +7,7 @@ import (
 	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
 	helppg "github.com/mandate-dev/mandate/examples/helpdesk/postgres"
 	"github.com/mandate-dev/mandate/internal/config"
+	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/executor"
 )
@@ -32,7 +33,7 @@ func runHelpdesk(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	auth, err := f.authenticator(ctx)
+	auth, err := f.receiptsAuthenticator(ctx)
 	if err != nil {
 		return err
 	}
@@ -59,8 +60,26 @@ func runHelpdesk(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	backend.Register(srv.GRPC())
+	backend.Register(srv.GRPC()) // HelpdeskService and its ReceiptService (pkg/receipt)
 	// The fake gateway's counters, read-only, for end-to-end tests.
 	srv.Handle("GET /gateway/counters", gateway.CountersHandler())
 	return srv.Run(ctx)
+}
+
+// receiptsAuthenticator is the service authenticator that also admits a
+// service token alone: the executor asks a backend's ReceiptService for
+// receipts with no user behind the call. Commands still need the user a
+// service relays (pkg/receipt refuses the rest).
+func (f *serviceFlags) receiptsAuthenticator(ctx context.Context) (*identity.Authenticator, error) {
+	_, users, err := f.verifiers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	services, err := identity.NewServiceVerifier(identity.ServiceConfig{
+		Secret: []byte(f.serviceSecret.Reveal()), Audience: f.audience, Issuers: f.issuers,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services, AllowServiceOnly: true})
 }
