@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/services/audit"
@@ -414,5 +415,142 @@ func TestStuckAuditCannotHangShutdown(t *testing.T) {
 	}
 	if n := stuck.attempts.Load(); n < 2 {
 		t.Fatalf("%d attempts to write the outcome, want retries", n)
+	}
+}
+
+// lossyDispatcher sends calls to the real backend and loses what the
+// network can lose: the request (never delivered) or the answer (the
+// backend committed, the executor never heard). Receipts can be made
+// unreachable too.
+type lossyDispatcher struct {
+	inner                     *executor.GRPCDispatcher
+	loseRequest, loseAnswer   atomic.Bool
+	receiptsDown              atomic.Bool
+	dispatched, receiptsAsked atomic.Int32
+}
+
+func (l *lossyDispatcher) Dispatch(ctx context.Context, d executor.Dispatch) (proto.Message, error) {
+	if l.loseRequest.Load() {
+		return nil, status.Error(codes.Unavailable, "connection reset by peer")
+	}
+	l.dispatched.Add(1)
+	out, err := l.inner.Dispatch(ctx, d)
+	if err == nil && l.loseAnswer.Load() {
+		return nil, status.Error(codes.Unavailable, "connection reset by peer")
+	}
+	return out, err
+}
+
+func (l *lossyDispatcher) Receipt(ctx context.Context, d executor.Dispatch) (executor.Receipt, error) {
+	l.receiptsAsked.Add(1)
+	if l.receiptsDown.Load() {
+		return executor.Receipt{}, status.Error(codes.Unavailable, "connection refused")
+	}
+	return l.inner.Receipt(ctx, d)
+}
+
+// TestReceiptsDecideUnknownEffects: a refund whose answer is lost after the
+// backend committed, or whose request never arrived, is settled by the
+// backend's receipt (examples/helpdesk records one in the transaction of
+// each effect) — the trail tells the truth and a retry never pays twice:
+//   - answer lost: the receipt says executed, the caller gets the refund's
+//     result, the outcome row says executed, one refund;
+//   - request lost: the receipt says not executed (and fences the
+//     invocation), the outcome is failed with "nothing was done", and a
+//     retry with the same key runs once;
+//   - answer lost while receipts are unreachable: the outcome is unknown
+//     and a retry with the same key is refused with
+//     idempotency.outcome_unknown (not a replayed 503, not a second
+//     refund) until the receipt answers; then the retry replays the
+//     first call's result.
+func TestReceiptsDecideUnknownEffects(t *testing.T) {
+	lossy := &lossyDispatcher{}
+	e := start(t, func(c *executor.Config) {
+		lossy.inner = c.Dispatcher.(*executor.GRPCDispatcher)
+		c.Dispatcher = lossy
+	})
+	ctx := context.Background()
+	bot := as(token(t, "acme", "carol", "finance-bot"))
+	approved := func(input, key string) string {
+		t.Helper()
+		_, err := e.execute(t, bot, "ticket.refund", input, withKey(key))
+		ch := refusal(err).GetChallengeId()
+		if ch == "" {
+			t.Fatalf("no challenge: %v", err)
+		}
+		if _, err := e.confirm.Decide(ctx, carol, ch, true, "api"); err != nil {
+			t.Fatal(err)
+		}
+		return ch
+	}
+	refund := func(minor string) string { return strings.Replace(refundInput, `"2500"`, `"`+minor+`"`, 1) }
+
+	// Answer lost: executed by receipt.
+	lossy.loseAnswer.Store(true)
+	in := refund("100")
+	resp, err := e.execute(t, bot, "ticket.refund", in, withKey("lost-answer"), withGrant(approved(in, "lost-answer")))
+	if err != nil || resp.GetResult().GetFields()["status"].GetStringValue() != "REFUND_STATUS_ACCEPTED" {
+		t.Fatalf("refund whose answer was lost: %v %v", resp, err)
+	}
+	rows := e.rows(t, "acme", resp.GetInvocationId(), 2)
+	if len(rows) != 2 || rows[1].Outcome != audit.OutcomeExecuted {
+		t.Fatalf("rows: %+v", rows)
+	}
+	if n := e.gateway.Refunds(); n != 1 {
+		t.Fatalf("gateway counted %d refunds, want 1", n)
+	}
+
+	// Request lost: not executed by receipt; the retry runs once.
+	lossy.loseAnswer.Store(false)
+	lossy.loseRequest.Store(true)
+	in = refund("200")
+	grant := approved(in, "lost-request")
+	_, err = e.execute(t, bot, "ticket.refund", in, withKey("lost-request"), withGrant(grant))
+	ce := refusal(err)
+	if ce.GetCode() != "handler.unavailable" || !ce.GetRetriable() || !strings.Contains(ce.GetMessage(), "nothing was done") {
+		t.Fatalf("refund whose request was lost: %v", err)
+	}
+	rows = e.rows(t, "acme", ce.GetInvocationId(), 2)
+	if len(rows) != 2 || rows[1].Outcome != audit.OutcomeFailed {
+		t.Fatalf("rows: %+v", rows)
+	}
+	lossy.loseRequest.Store(false)
+	resp, err = e.execute(t, bot, "ticket.refund", in, withKey("lost-request"), withGrant(approved(in, "lost-request")))
+	if err != nil || resp.GetReplayed() {
+		t.Fatalf("retry after a lost request: %v %v", resp, err)
+	}
+	if n := e.gateway.Refunds(); n != 2 {
+		t.Fatalf("gateway counted %d refunds, want 2", n)
+	}
+
+	// Answer lost and receipts unreachable: unknown, then settled.
+	lossy.loseAnswer.Store(true)
+	lossy.receiptsDown.Store(true)
+	in = refund("300")
+	_, err = e.execute(t, bot, "ticket.refund", in, withKey("unknown"), withGrant(approved(in, "unknown")))
+	ce = refusal(err)
+	first := ce.GetInvocationId()
+	if ce.GetCode() != "handler.unavailable" || !strings.Contains(ce.GetMessage(), "the effect is unknown") {
+		t.Fatalf("refund with no receipt: %v", err)
+	}
+	if rows := e.rows(t, "acme", first, 2); len(rows) != 2 || rows[1].Outcome != audit.OutcomeUnknown {
+		t.Fatalf("rows: %+v", rows)
+	}
+	lossy.loseAnswer.Store(false)
+	_, err = e.execute(t, bot, "ticket.refund", in, withKey("unknown"))
+	if status.Code(err) != codes.Aborted || refusal(err).GetCode() != "idempotency.outcome_unknown" || !refusal(err).GetRetriable() {
+		t.Fatalf("retry while the outcome is unknown: %v", err)
+	}
+	if n := e.gateway.Refunds(); n != 3 {
+		t.Fatalf("gateway counted %d refunds, want 3", n)
+	}
+	lossy.receiptsDown.Store(false)
+	dispatched := lossy.dispatched.Load()
+	resp, err = e.execute(t, bot, "ticket.refund", in, withKey("unknown"))
+	if err != nil || !resp.GetReplayed() || resp.GetInvocationId() != first || resp.GetResult().GetFields()["status"].GetStringValue() != "REFUND_STATUS_ACCEPTED" {
+		t.Fatalf("retry once the receipt answers: %v %v", resp, err)
+	}
+	if n := e.gateway.Refunds(); n != 3 || lossy.dispatched.Load() != dispatched {
+		t.Fatalf("gateway counted %d refunds (want 3); dispatched again: %v", n, lossy.dispatched.Load() != dispatched)
 	}
 }
