@@ -113,7 +113,7 @@ func TestDrainFinishesInFlightCallsAndTheirAuditRows(t *testing.T) {
 	case exitErr = <-exe.done:
 	case <-time.After(drainShutdownTimeout + 5*time.Second):
 		_ = exe.cmd.Process.Kill()
-		<-exe.done
+		t.Logf("killed: %v", <-exe.done)
 		close(stop)
 		wg.Wait()
 		t.Fatalf("the executor did not exit within %v of SIGTERM (killed):\n%s", drainShutdownTimeout+5*time.Second, tp.logOf("executor"))
