@@ -277,6 +277,20 @@ func TestSchemasRefuseWhatKubernetesWould(t *testing.T) {
 	}
 }
 
+// TestLint: helm lint --strict passes with the default and the HA values.
+func TestLint(t *testing.T) {
+	setup(t)
+	for _, files := range [][]string{nil, {"values-ha.yaml"}} {
+		args := []string{"lint", "--strict", chart, "--kube-version", kubernetesVersion}
+		for _, f := range files {
+			args = append(args, "-f", filepath.Join(chart, f))
+		}
+		if out, err := exec.Command(tools.helm, args...).CombinedOutput(); err != nil {
+			t.Errorf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
 func TestDefaultValues(t *testing.T) {
 	setup(t)
 	objs := render(t, nil)
