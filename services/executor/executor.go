@@ -150,6 +150,9 @@ type Config struct {
 	// OutcomeAttemptTimeout bounds each attempt to append an outcome row
 	// (default 5s); attempts are retried a bounded number of times.
 	OutcomeAttemptTimeout time.Duration
+	// SpoolInterval is how often rows spooled while the audit trail was
+	// unavailable are appended to it (default 1s).
+	SpoolInterval time.Duration
 	Logger                *slog.Logger
 	Now                   func() time.Time
 	// MeterProvider records the executor's metrics (MetricCalls,
@@ -168,6 +171,12 @@ type Executor struct {
 	sodTargets map[string]bool
 	pending    chan struct{}
 	wg         sync.WaitGroup
+	// stop ends the spool flusher (Close).
+	stop      chan struct{}
+	closeOnce sync.Once
+	spoolWG   sync.WaitGroup
+	// spoolFailures counts refused flushes per spooled row (flusher only).
+	spoolFailures map[int64]int
 }
 
 // New validates cfg and returns an Executor.
@@ -195,6 +204,9 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.OutcomeAttemptTimeout <= 0 {
 		cfg.OutcomeAttemptTimeout = outcomeAttemptTimeout
 	}
+	if cfg.SpoolInterval <= 0 {
+		cfg.SpoolInterval = defaultSpoolInterval
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -221,7 +233,11 @@ func New(cfg Config) (*Executor, error) {
 			targets[c.Code] = true
 		}
 	}
-	return &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, pending: make(chan struct{}, 1024)}, nil
+	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, pending: make(chan struct{}, 1024),
+		stop: make(chan struct{}), spoolFailures: map[int64]int{}}
+	e.spoolWG.Add(1)
+	go e.runSpool(e.stop)
+	return e, nil
 }
 
 // Call is one command invocation as a channel hands it over.
@@ -482,6 +498,9 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		e.logger(ctx, inv).Error("audit intent failed; not dispatching", "error", err)
 		fe := failure.Wrap(StageAudit, "audit.unavailable", "the audit trail is unavailable, so nothing was run", err)
 		fe.Retriable, fe.Remedy, fe.InvocationID = true, "retry later", inv.id
+		// The attempt is still recorded: its refusal waits in the spool.
+		inv.ending = ending{outcome: audit.OutcomeFailed, stage: StageAudit, code: "audit.unavailable"}
+		e.spool(ctx, inv, e.record(inv, audit.PhaseOutcome, audit.OutcomeFailed, StageAudit, "audit.unavailable", fe.Message))
 		return nil, fe
 	}
 
@@ -722,7 +741,7 @@ func (e *Executor) outcome(ctx context.Context, inv *invocation, outcome audit.O
 			errors.Is(err, context.DeadlineExceeded) || grpcstatus.Code(err) == grpccodes.DeadlineExceeded
 		if attempt >= maxOutcomeAttempts || !retry {
 			span.SetStatus(codes.Error, "audit.unavailable")
-			e.logger(ctx, inv).Error("audit outcome not written; reconciliation will record it as unknown", "error", err, "attempts", attempt)
+			e.spool(ctx, inv, rec)
 			return nil
 		}
 		time.Sleep(backoff)
@@ -751,7 +770,11 @@ func (e *Executor) outcomeAsync(ctx context.Context, inv *invocation, outcome au
 }
 
 // Close waits for outcome rows still being written.
-func (e *Executor) Close() { e.wg.Wait() }
+func (e *Executor) Close() {
+	e.wg.Wait()
+	e.closeOnce.Do(func() { close(e.stop) })
+	e.spoolWG.Wait()
+}
 
 // finish saves the idempotent response, the execution and the event.
 func (e *Executor) finish(ctx context.Context, inv *invocation, saved Saved, output []byte) {

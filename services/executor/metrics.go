@@ -23,6 +23,9 @@ const (
 	// MetricDuration is the time Execute took, in seconds, by command and
 	// outcome.
 	MetricDuration = "mandate.executor.duration"
+	// MetricSpooled counts audit rows the executor spooled because the
+	// audit trail was unavailable (they are appended once it is back).
+	MetricSpooled = "mandate.executor.audit.spooled"
 )
 
 // Attribute keys of the executor's metrics.
@@ -73,6 +76,7 @@ type series struct {
 type metrics struct {
 	calls    metric.Int64Counter
 	duration metric.Float64Histogram
+	spooled  metric.Int64Counter
 	commands map[string]bool
 
 	mu     sync.RWMutex
@@ -92,7 +96,12 @@ func newMetrics(mp metric.MeterProvider, set *manifest.Set) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &metrics{calls: calls, duration: duration, commands: map[string]bool{}, series: map[seriesKey]series{}}
+	spooled, err := meter.Int64Counter(MetricSpooled, metric.WithUnit("{row}"),
+		metric.WithDescription("Audit rows spooled while the audit trail was unavailable, to be appended once it is back."))
+	if err != nil {
+		return nil, err
+	}
+	m := &metrics{calls: calls, duration: duration, spooled: spooled, commands: map[string]bool{}, series: map[seriesKey]series{}}
 	for _, c := range set.Commands() {
 		m.commands[c.Code] = true
 		for _, ch := range channels {

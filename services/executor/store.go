@@ -62,6 +62,14 @@ type Store interface {
 	// p.Now and the events committed at or before p.Now-p.KeepEvents that
 	// were delivered (or, with p.Undelivered, also those that were not).
 	Purge(ctx context.Context, p PurgePolicy) (Purged, error)
+	// Spool keeps an audit row the executor could not hand to the audit
+	// trail (the trail was unavailable longer than the executor waits), to
+	// be appended once the trail is back (see Spooled, Unspool).
+	Spool(ctx context.Context, row SpooledRow) error
+	// Spooled returns up to limit spooled rows, oldest first.
+	Spooled(ctx context.Context, limit int) ([]SpooledRow, error)
+	// Unspool drops spooled rows once the trail holds them.
+	Unspool(ctx context.Context, ids []int64) error
 }
 
 // Cursor is a tenant's delivery state.
@@ -183,4 +191,17 @@ type Finish struct {
 	Execution *Execution
 	// Event is published for successful calls.
 	Event *Event
+}
+
+// SpooledRow is an audit row waiting in the executor's spool.
+type SpooledRow struct {
+	// ID is assigned by Spool, increasing.
+	ID int64
+	// Tenant and InvocationID say whose row it is.
+	Tenant       string
+	InvocationID string
+	// Record is the audit record, encoded as JSON.
+	Record []byte
+	// Time is when it was spooled.
+	Time time.Time
 }

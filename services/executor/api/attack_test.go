@@ -554,3 +554,70 @@ func TestReceiptsDecideUnknownEffects(t *testing.T) {
 		t.Fatalf("gateway counted %d refunds (want 3); dispatched again: %v", n, lossy.dispatched.Load() != dispatched)
 	}
 }
+
+// flakyAudit is an audit trail that can be taken away and given back.
+type flakyAudit struct {
+	executor.AuditSink
+	down atomic.Bool
+}
+
+func (f *flakyAudit) Append(ctx context.Context, recs ...audit.Record) ([]audit.Stored, error) {
+	if f.down.Load() {
+		return nil, audit.ErrUnavailable
+	}
+	return f.AuditSink.Append(ctx, recs...)
+}
+
+// TestAuditOutageLeavesEveryRow: while the audit trail is unavailable
+// for longer than the executor retries, a refusal and a call refused
+// because the trail is down (audit.unavailable, nothing dispatched) are
+// answered as usual, and their rows wait in the executor's durable spool;
+// once the trail is back, both rows reach it — every attempt, however long
+// the outage.
+func TestAuditOutageLeavesEveryRow(t *testing.T) {
+	flaky := &flakyAudit{}
+	e := start(t, func(c *executor.Config) {
+		flaky.AuditSink = c.Audit
+		c.Audit = flaky
+		c.SpoolInterval = 50 * time.Millisecond
+	})
+	before := e.rowCount(t, "acme")
+	flaky.down.Store(true)
+	_, err := e.execute(t, as(token(t, "acme", "alice", "support-bot")), "ticket.refund", refundInput)
+	refused := refusal(err)
+	if refused.GetCode() != "authorization.permission_denied" {
+		t.Fatalf("refund by support-bot: %v", err)
+	}
+	_, err = e.execute(t, as(token(t, "acme", "alice", "")), "ticket.search", `{"query":"x"}`)
+	failed := refusal(err)
+	if failed.GetCode() != "audit.unavailable" || !failed.GetRetriable() {
+		t.Fatalf("search without a trail: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond) // several flushes, all refused
+	if n := e.rowCount(t, "acme"); n != before {
+		t.Fatalf("the trail gained %d rows while it was down", n-before)
+	}
+	flaky.down.Store(false)
+	for _, c := range []struct {
+		inv, outcome, code string
+	}{
+		{refused.GetInvocationId(), "refused", "authorization.permission_denied"},
+		{failed.GetInvocationId(), "failed", "audit.unavailable"},
+	} {
+		var rows []audit.Stored
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if rows, _ = e.audit.Get(context.Background(), "acme", c.inv); len(rows) > 0 {
+				break
+			}
+		}
+		if len(rows) != 1 || string(rows[0].Outcome) != c.outcome || rows[0].Code != c.code {
+			t.Fatalf("rows of %s after the outage: %+v", c.inv, rows)
+		}
+	}
+	if n := e.rowCount(t, "acme"); n != before+2 {
+		t.Fatalf("the trail gained %d rows, want 2", n-before)
+	}
+	if n := e.gateway.Refunds(); n != 0 {
+		t.Fatalf("gateway counted %d refunds", n)
+	}
+}

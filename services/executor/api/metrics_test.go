@@ -61,6 +61,14 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) (calls map[string]int
 					}
 					durations[key(dp.Attributes, executor.AttrCommand, executor.AttrOutcome)] += dp.Count
 				}
+			case executor.MetricSpooled:
+				sum, ok := m.Data.(metricdata.Sum[int64])
+				if !ok || !sum.IsMonotonic {
+					t.Fatalf("%s is %T, want a monotonic int64 sum", m.Name, m.Data)
+				}
+				for _, dp := range sum.DataPoints {
+					calls["spooled"] += dp.Value
+				}
 			default:
 				t.Errorf("unexpected metric %q", m.Name)
 			}
@@ -147,6 +155,8 @@ func TestExecutorCountsEveryCallOnce(t *testing.T) {
 		"expense.report.create grpc executed - -":                                     1,
 		"expense.report.create grpc replayed idempotency_check idempotency.replayed":  1,
 		"ticket.search grpc failed audit audit.unavailable":                           1,
+		// That attempt's row waits in the spool for the trail to come back.
+		"spooled": 1,
 	}
 	for k, n := range wantCalls {
 		if calls[k] != n {

@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
 		{"Lease", s.testLease},
 		{"Reclaim", s.testReclaim},
 		{"Settle", s.testSettle},
+		{"Spool", s.testSpool},
 		{"Canceled", s.testCanceled},
 		{"Delivery", s.testDelivery},
 		{"Purge", s.testPurge},
@@ -1070,4 +1071,40 @@ func (s *suite) testSettle(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantReplay(t, st, ab, "d1", Success("inv-5"))
+}
+
+// testSpool: spooled rows come back oldest first, byte for byte, until
+// unspooled; a row needs a tenant and a record.
+func (s *suite) testSpool(t *testing.T) {
+	ctx := testCtx(t)
+	st := s.newStore(t)
+	for i := range 3 {
+		rec := []byte(fmt.Sprintf(`{"invocation_id":"inv-%d","message":"\\u0000 and \\\\ survive"}`, i))
+		if err := st.Spool(ctx, executor.SpooledRow{Tenant: "acme", InvocationID: fmt.Sprintf("inv-%d", i), Record: rec, Time: Base}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Spool(ctx, executor.SpooledRow{Tenant: "acme"}); err == nil {
+		t.Fatal("a row without a record was spooled")
+	}
+	rows, err := st.Spooled(ctx, 2)
+	if err != nil || len(rows) != 2 || rows[0].InvocationID != "inv-0" || rows[1].InvocationID != "inv-1" || rows[0].ID >= rows[1].ID {
+		t.Fatalf("Spooled(2) = %+v, %v", rows, err)
+	}
+	if want := `{"invocation_id":"inv-0","message":"\\u0000 and \\\\ survive"}`; string(rows[0].Record) != want {
+		t.Fatalf("record %s, want %s", rows[0].Record, want)
+	}
+	if err := st.Unspool(ctx, []int64{rows[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err = st.Spooled(ctx, 10)
+	if err != nil || len(rows) != 2 || rows[0].InvocationID != "inv-1" {
+		t.Fatalf("after Unspool: %+v, %v", rows, err)
+	}
+	if err := st.Unspool(ctx, []int64{rows[0].ID, rows[1].ID}); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := st.Spooled(ctx, 10); err != nil || len(rows) != 0 {
+		t.Fatalf("after unspooling all: %+v, %v", rows, err)
+	}
 }

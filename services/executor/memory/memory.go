@@ -40,6 +40,8 @@ type Store struct {
 	runs   map[runKey]struct{}     // for Executed
 	runIDs map[invocation]struct{} // executions already recorded, so a repeated Finish adds none
 	events map[string]*outbox      // by tenant
+	spool  []executor.SpooledRow
+	spoolN int64
 }
 
 type record struct {
@@ -415,4 +417,57 @@ func cloneSaved(s executor.Saved) executor.Saved {
 func cloneEvent(e executor.Event) executor.Event {
 	e.Result = bytes.Clone(e.Result)
 	return e
+}
+
+// Spool implements executor.Store.
+func (s *Store) Spool(ctx context.Context, row executor.SpooledRow) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(row.Record) == 0 || row.Tenant == "" {
+		return fail("spool", errors.New("a spooled row needs a tenant and a record"))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.spoolN++
+	row.ID = s.spoolN
+	if row.Time.IsZero() {
+		row.Time = s.opts.Now()
+	}
+	row.Record = bytes.Clone(row.Record)
+	s.spool = append(s.spool, row)
+	return nil
+}
+
+// Spooled implements executor.Store.
+func (s *Store) Spooled(ctx context.Context, limit int) ([]executor.SpooledRow, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if limit <= 0 || limit > len(s.spool) {
+		limit = len(s.spool)
+	}
+	out := make([]executor.SpooledRow, limit)
+	for i, r := range s.spool[:limit] {
+		r.Record = bytes.Clone(r.Record)
+		out[i] = r
+	}
+	return out, nil
+}
+
+// Unspool implements executor.Store.
+func (s *Store) Unspool(ctx context.Context, ids []int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	drop := map[int64]bool{}
+	for _, id := range ids {
+		drop[id] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.spool = slices.DeleteFunc(s.spool, func(r executor.SpooledRow) bool { return drop[r.ID] })
+	return nil
 }

@@ -436,3 +436,38 @@ func validFinish(f executor.Finish) error {
 	}
 	return nil
 }
+
+// Spool implements executor.Store.
+func (s *Store) Spool(ctx context.Context, row executor.SpooledRow) error {
+	if len(row.Record) == 0 || row.Tenant == "" {
+		return invalid("executor: spool", errors.New("a spooled row needs a tenant and a record"))
+	}
+	_, err := s.pool.Exec(ctx, sqlSpool, row.Tenant, row.InvocationID, row.Record, orNow(row.Time, s.now()))
+	return mapErr(ctx, "executor: spool", err)
+}
+
+// Spooled implements executor.Store.
+func (s *Store) Spooled(ctx context.Context, limit int) ([]executor.SpooledRow, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := s.pool.Query(ctx, sqlSpooled, limit)
+	if err != nil {
+		return nil, mapErr(ctx, "executor: spooled", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (executor.SpooledRow, error) {
+		var sr executor.SpooledRow
+		err := r.Scan(&sr.ID, &sr.Tenant, &sr.InvocationID, &sr.Record, &sr.Time)
+		return sr, err
+	})
+	return out, mapErr(ctx, "executor: spooled", err)
+}
+
+// Unspool implements executor.Store.
+func (s *Store) Unspool(ctx context.Context, ids []int64) error {
+	if len(ids) == 0 {
+		return ctx.Err()
+	}
+	_, err := s.pool.Exec(ctx, sqlUnspool, ids)
+	return mapErr(ctx, "executor: unspool", err)
+}

@@ -90,6 +90,15 @@ const (
 	ORDER BY seq
 	LIMIT $3`
 
+	// sqlSpool keeps an audit row for later. $1 tenant, $2 invocation, $3 record, $4 time.
+	sqlSpool = `INSERT INTO executor.audit_spool (tenant, invocation_id, record, spooled_at) VALUES ($1, $2, $3, $4)`
+
+	// sqlSpooled reads the oldest spooled rows.
+	sqlSpooled = `SELECT id, tenant, invocation_id, record, spooled_at FROM executor.audit_spool ORDER BY id LIMIT $1`
+
+	// sqlUnspool drops delivered spooled rows.
+	sqlUnspool = `DELETE FROM executor.audit_spool WHERE id = ANY($1::bigint[])`
+
 	// sqlPurgeExpired deletes expired idempotency records.
 	sqlPurgeExpired = `DELETE FROM executor.idempotency WHERE expires_at <= $1`
 

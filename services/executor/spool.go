@@ -1,0 +1,128 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/mandate-dev/mandate/services/audit"
+)
+
+// Defaults of the audit spool.
+const (
+	defaultSpoolInterval = time.Second
+	spoolBatch           = 256
+	// spoolGiveUp is how many flushes a spooled row may fail with an
+	// error other than unavailability (e.g. the trail already holds a row
+	// for its invocation and phase) before it is dropped and logged.
+	spoolGiveUp = 20
+)
+
+// spool keeps an audit row the trail would not take, so that it reaches
+// the trail once it is back (flushSpool): every attempt leaves its row,
+// however long the audit service is down. If the executor's own store is
+// down too, the row is lost and the loss is logged at error level.
+func (e *Executor) spool(ctx context.Context, inv *invocation, rec audit.Record) {
+	if rec.Time.IsZero() {
+		rec.Time = e.cfg.Now()
+	}
+	b, err := json.Marshal(rec)
+	if err == nil {
+		err = e.cfg.Store.Spool(context.WithoutCancel(ctx), SpooledRow{Tenant: rec.Tenant, InvocationID: rec.InvocationID, Record: b, Time: rec.Time})
+	}
+	if err != nil {
+		e.logger(ctx, inv).Error("audit row lost: neither the audit trail nor the executor's spool would take it",
+			"phase", rec.Phase, "outcome", rec.Outcome, "code", rec.Code, "error", err)
+		return
+	}
+	e.metrics.spooled.Add(ctx, 1)
+	e.logger(ctx, inv).Warn("audit trail unavailable: row spooled, to be appended when it is back", "phase", rec.Phase, "outcome", rec.Outcome)
+}
+
+// runSpool flushes the spool every SpoolInterval until stop is closed.
+func (e *Executor) runSpool(stop <-chan struct{}) {
+	defer e.spoolWG.Done()
+	t := time.NewTicker(e.cfg.SpoolInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if _, err := e.FlushSpool(context.Background()); err != nil {
+			e.log.Debug("audit spool: flush failed; retrying", "error", err)
+		}
+	}
+}
+
+// FlushSpool appends spooled audit rows to the trail, oldest first, and
+// drops those it appended; it returns how many. A row the trail refuses for
+// a reason other than its unavailability is tried again at later flushes
+// and dropped (and logged) after spoolGiveUp of them.
+func (e *Executor) FlushSpool(ctx context.Context) (int, error) {
+	rows, err := e.cfg.Store.Spooled(ctx, spoolBatch)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	recs := make([]audit.Record, 0, len(rows))
+	ids := make([]int64, 0, len(rows))
+	for _, r := range rows {
+		var rec audit.Record
+		if json.Unmarshal(r.Record, &rec) != nil {
+			e.log.Error("audit spool: an unreadable row is dropped", "tenant", r.Tenant, "invocation_id", r.InvocationID)
+			ids = append(ids, r.ID)
+			continue
+		}
+		recs = append(recs, rec)
+	}
+	actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
+	_, err = e.cfg.Audit.Append(actx, recs...)
+	cancel()
+	if err == nil {
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		return len(recs), e.cfg.Store.Unspool(ctx, ids)
+	}
+	if unavailable(err) {
+		if len(ids) > 0 {
+			_ = e.cfg.Store.Unspool(ctx, ids)
+		}
+		return 0, err
+	}
+	// Something in the batch is refused: one at a time.
+	appended := 0
+	for _, r := range rows {
+		var rec audit.Record
+		if json.Unmarshal(r.Record, &rec) != nil {
+			continue
+		}
+		actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
+		_, err := e.cfg.Audit.Append(actx, rec)
+		cancel()
+		switch {
+		case err == nil:
+			appended++
+			ids = append(ids, r.ID)
+		case unavailable(err):
+		default:
+			e.spoolFailures[r.ID]++
+			if e.spoolFailures[r.ID] >= spoolGiveUp {
+				e.log.Error("audit spool: the trail keeps refusing a row; dropped", "tenant", r.Tenant,
+					"invocation_id", r.InvocationID, "error", err)
+				ids = append(ids, r.ID)
+				delete(e.spoolFailures, r.ID)
+			}
+		}
+	}
+	return appended, e.cfg.Store.Unspool(ctx, ids)
+}
+
+// unavailable reports an audit error that says the trail could not be
+// reached, as opposed to a row it refused.
+func unavailable(err error) bool {
+	return errors.Is(err, audit.ErrUnavailable) || isUnavailable(err) || audit.Retryable(err) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
