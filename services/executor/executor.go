@@ -153,8 +153,8 @@ type Config struct {
 	// SpoolInterval is how often rows spooled while the audit trail was
 	// unavailable are appended to it (default 1s).
 	SpoolInterval time.Duration
-	Logger                *slog.Logger
-	Now                   func() time.Time
+	Logger        *slog.Logger
+	Now           func() time.Time
 	// MeterProvider records the executor's metrics (MetricCalls,
 	// MetricDuration); default otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider

@@ -305,7 +305,10 @@ func TestUnavailable(t *testing.T) {
 		call func() error
 		msg  string
 	}{
-		{"Reserve", func() error { _, err := st.Reserve(ctx, executortest.Key(), executor.Reservation{Digest: "d1", TTL: time.Hour}); return err }, "executor: reserve: store unavailable"},
+		{"Reserve", func() error {
+			_, err := st.Reserve(ctx, executortest.Key(), executor.Reservation{Digest: "d1", TTL: time.Hour})
+			return err
+		}, "executor: reserve: store unavailable"},
 		{"Release", func() error { return st.Release(ctx, executortest.Key()) }, "executor: release: store unavailable"},
 		{"Finish", func() error {
 			return st.Finish(ctx, executor.Finish{Key: new(executortest.Key()), Saved: executortest.Success("inv-1"), Event: executortest.Ev("acme", "inv-1")})
