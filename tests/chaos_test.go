@@ -28,7 +28,9 @@ func (tp *topology) kill9(name string) {
 	}
 	p.stopped = true
 	_ = p.cmd.Process.Kill()
-	<-p.done
+	if err := <-p.done; err == nil {
+		tp.t.Fatalf("%s exited cleanly after SIGKILL", name)
+	}
 	_ = p.log.Close()
 }
 
