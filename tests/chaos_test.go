@@ -1,13 +1,17 @@
 package tests
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -74,36 +78,34 @@ func (tp *topology) restartAt(name string, args ...string) {
 	}
 }
 
-// TestChaosBackendKilledUnderLoad: clients create expense reports through
-// the executor (REST, one idempotency key per report, retrying with the
-// same key while the answer is retriable), and the helpdesk backend is
-// killed with SIGKILL mid-load and restarted a second later. However the
-// calls in flight ended, once it is back:
-//   - every report was created exactly once (backend rows = keys), every
-//     client got the one report its key names;
-//   - every intent row has an outcome row, and none says failed: a call
-//     cut short is unknown until its receipt settles its key;
-//   - no key is left in flight; the audit chain verifies.
-func TestChaosBackendKilledUnderLoad(t *testing.T) {
-	tp := newTopology(t, topologyOptions{})
+// chaosLoad is clients creating expense reports through the executor
+// (REST, one idempotency key per report, retrying with the same key while
+// the answer is retriable) until stop is closed, each worker creating at
+// least perWorker.
+type chaosLoad struct {
+	tp      *topology
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	results chan chaosResult
+	start   time.Time
+}
+
+type chaosResult struct {
+	key, report string
+	attempts    int
+	codes       []string
+}
+
+func startChaosLoad(tp *topology, workers, perWorker int) *chaosLoad {
+	l := &chaosLoad{tp: tp, stop: make(chan struct{}), results: make(chan chaosResult, 10000), start: time.Now()}
 	alice := tp.token("acme", "alice", "")
-	const workers, perWorker = 6, 6
-	type result struct {
-		key, report string
-		attempts    int
-		codes       []string
-	}
-	results := make(chan result, 10000)
-	var wg sync.WaitGroup
-	start := time.Now()
-	stop := make(chan struct{})
 	for w := range workers {
-		wg.Add(1)
+		l.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer l.wg.Done()
 			for i := 0; ; i++ {
 				select {
-				case <-stop:
+				case <-l.stop:
 					if i >= perWorker {
 						return
 					}
@@ -111,39 +113,45 @@ func TestChaosBackendKilledUnderLoad(t *testing.T) {
 				}
 				key := fmt.Sprintf("chaos-%d-%d", w, i)
 				body := `{"input":{"title":"` + key + `","payroll_id":"P-0042","lines":[{"description":"Train","amount":{"currency_code":"EUR","amount_minor":"1000"},"category":"EXPENSE_CATEGORY_TRAVEL"}]}}`
-				r := result{key: key}
-				for deadline := time.Now().Add(45 * time.Second); time.Now().Before(deadline); {
+				r := chaosResult{key: key}
+				for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
 					r.attempts++
-					resp := tp.rest("executor", http.MethodPost, "/v1/commands/expense.report.create:execute", alice, body, "Idempotency-Key", key)
-					if resp.status == http.StatusOK {
+					resp, err := tp.tryRest("executor", http.MethodPost, "/v1/commands/expense.report.create:execute", alice, body, "Idempotency-Key", key)
+					if err == nil && resp.status == http.StatusOK {
 						res, _ := resp.body["result"].(map[string]any)
 						r.report, _ = res["report_id"].(string)
 						break
 					}
-					r.codes = append(r.codes, fmt.Sprint(resp.status, " ", resp.body["code"]))
-					if retriable, _ := resp.body["retriable"].(bool); !retriable && resp.status != http.StatusServiceUnavailable {
-						break
+					if err != nil {
+						r.codes = append(r.codes, "connection error")
+					} else {
+						r.codes = append(r.codes, fmt.Sprint(resp.status, " ", resp.body["code"]))
+						if retriable, _ := resp.body["retriable"].(bool); !retriable && resp.status != http.StatusServiceUnavailable {
+							break
+						}
 					}
 					time.Sleep(100 * time.Millisecond)
 				}
-				results <- r
+				l.results <- r
 			}
 		}()
 	}
-	time.Sleep(400 * time.Millisecond)
-	tp.kill9("helpdesk")
-	killedAt := time.Since(start)
-	time.Sleep(time.Second)
-	tp.restartAt("helpdesk")
-	backAt := time.Since(start)
-	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
-	close(results)
+	return l
+}
 
+// finish stops the load and checks what a run under faults must leave:
+// every key got exactly one report, the backend created one per key,
+// every intent has its outcome and none says failed, no key is left in
+// flight, and the chain verifies. It returns the keys and the outcomes.
+func (l *chaosLoad) finish(t *testing.T) (keys int, outcomes map[string]int) {
+	t.Helper()
+	tp := l.tp
+	close(l.stop)
+	l.wg.Wait()
+	close(l.results)
 	reports := map[string]string{}
-	retried, keys := 0, 0
-	for r := range results {
+	retried := 0
+	for r := range l.results {
 		keys++
 		if r.report == "" {
 			t.Errorf("key %s never got its report after %d attempts: %v", r.key, r.attempts, r.codes)
@@ -162,8 +170,7 @@ func TestChaosBackendKilledUnderLoad(t *testing.T) {
 	if created != keys || distinct != created {
 		t.Errorf("the backend created %d reports (%d distinct titles) for %d keys", created, distinct, keys)
 	}
-	// Every intent has its outcome (outcome rows are written after the
-	// reply: wait for them), and none says failed for a report that exists.
+	// Outcome rows are written after the reply: wait for them.
 	var orphans int
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		orphans = tp.count(`SELECT count(*) FROM audit.records i WHERE i.phase = 'intent' AND i.command = 'expense.report.create'
@@ -173,10 +180,7 @@ func TestChaosBackendKilledUnderLoad(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if orphans != 0 {
-		t.Errorf("%d intents without an outcome", orphans)
-	}
-	outcomes := map[string]int{}
+	outcomes = map[string]int{"intent without outcome": orphans}
 	rows, err := tp.db.Query(t.Context(), `SELECT outcome, count(*) FROM audit.records WHERE phase = 'outcome' AND command = 'expense.report.create' GROUP BY outcome`)
 	if err != nil {
 		t.Fatal(err)
@@ -190,24 +194,141 @@ func TestChaosBackendKilledUnderLoad(t *testing.T) {
 		outcomes[o] = n
 	}
 	rows.Close()
-	// An executed outcome is one report; the rest were refused before
-	// dispatch, replayed, failed with nothing done, or unknown.
 	if outcomes["executed"] > created {
 		t.Errorf("%d executed outcomes for %d reports", outcomes["executed"], created)
 	}
-	// A dispatch cut short by the kill is unknown (its receipt could not be
-	// read while the backend was down), never "failed": the backend may
-	// have committed it.
-	if outcomes["failed"] != 0 {
-		t.Errorf("%d outcomes say failed", outcomes["failed"])
+	// A dispatch cut short is unknown, or settled by its receipt: failed
+	// only where the receipt says it never ran. No outcome says failed for
+	// an invocation the backend executed.
+	if n := tp.count(`SELECT count(*) FROM audit.records o JOIN helpdesk.receipts r ON r.invocation_id = o.invocation_id
+		WHERE o.phase = 'outcome' AND o.outcome = 'failed' AND r.state = 'executed'`); n != 0 {
+		t.Errorf("%d outcomes say failed for a call the backend executed", n)
+	}
+	if n := tp.count(`SELECT count(*) FROM audit.records o WHERE o.phase = 'outcome' AND o.outcome = 'failed' AND o.command = 'expense.report.create'
+		AND NOT EXISTS (SELECT FROM helpdesk.receipts r WHERE r.invocation_id = o.invocation_id AND r.state = 'not_executed')`); n != 0 {
+		t.Errorf("%d outcomes say failed without a receipt that says the call never ran", n)
 	}
 	if n := tp.count(`SELECT count(*) FROM executor.idempotency WHERE state = 'in_flight' AND key LIKE 'chaos-%'`); n != 0 {
 		t.Errorf("%d idempotency keys left in flight", n)
 	}
-	out := tp.run("audit", "verify", "--tenant", "acme")
-	if !strings.Contains(out, "intact") {
+	if out := tp.run("audit", "verify", "--tenant", "acme"); !strings.Contains(out, "intact") {
 		t.Errorf("audit verify: %s", out)
 	}
-	t.Logf("%d keys, %d reports, %d retried; backend killed at %v, back at %v; outcomes %v",
-		keys, created, retried, killedAt.Round(time.Millisecond), backAt.Round(time.Millisecond), outcomes)
+	t.Logf("%d keys, %d reports, %d retried in %v; outcomes %v", keys, created, retried, time.Since(l.start).Round(time.Millisecond), outcomes)
+	return keys, outcomes
+}
+
+// TestChaosBackendKilledUnderLoad: the helpdesk backend is killed with
+// SIGKILL mid-load and restarted a second later on its address. The calls
+// cut short are unknown until their receipts settle their keys (replayed
+// where the backend had committed, run again where it had not): every key
+// ends with exactly one report (chaosLoad.finish).
+func TestChaosBackendKilledUnderLoad(t *testing.T) {
+	tp := newTopology(t, topologyOptions{})
+	l := startChaosLoad(tp, 6, 6)
+	time.Sleep(400 * time.Millisecond)
+	tp.kill9("helpdesk")
+	time.Sleep(time.Second)
+	tp.restartAt("helpdesk")
+	time.Sleep(500 * time.Millisecond)
+	l.finish(t)
+}
+
+// TestChaosExecutorKilledUnderLoad: the executor is killed with SIGKILL
+// mid-load, so calls in flight leave intents without outcomes and
+// idempotency keys claimed; it restarts on its address. A retry with the
+// same key waits out the claim's lease (deadline + margin, short here),
+// then the backend's receipt decides: the first call's result, or a run
+// of its own. Every key ends with exactly one report; the intents the dead
+// executor left stay without outcome (the audit reconciler records them
+// unknown after its delay).
+func TestChaosExecutorKilledUnderLoad(t *testing.T) {
+	flags := []string{"--default-deadline", "2s", "--lease-margin", "1s"}
+	tp := newTopology(t, topologyOptions{executorArgs: flags})
+	args := tp.executorArgs(flags...)
+	l := startChaosLoad(tp, 6, 6)
+	time.Sleep(400 * time.Millisecond)
+	tp.kill9("executor")
+	time.Sleep(300 * time.Millisecond)
+	tp.restartAt("executor", args...)
+	time.Sleep(500 * time.Millisecond)
+	_, outcomes := l.finish(t)
+	if outcomes["intent without outcome"] > 6 {
+		t.Errorf("%d intents without outcome; at most one per worker was in flight at the kill", outcomes["intent without outcome"])
+	}
+}
+
+// TestChaosBackendStalledUnderLoad: the helpdesk backend is stopped with
+// SIGSTOP mid-load (it holds its connections and answers nothing) and
+// continued three seconds later. Calls in flight hit their deadline and
+// their effect is unknown while the stopped backend cannot answer for
+// them; once it runs again its receipt settles each (failed only where it
+// says the call never ran, and then fences it). Every key ends with
+// exactly one report.
+func TestChaosBackendStalledUnderLoad(t *testing.T) {
+	tp := newTopology(t, topologyOptions{executorArgs: []string{"--default-deadline", "1s"}})
+	l := startChaosLoad(tp, 4, 4)
+	time.Sleep(400 * time.Millisecond)
+	p := tp.process("helpdesk")
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	l.finish(t)
+}
+
+// executorArgs are the flags newTopology starts the executor with, plus
+// extra.
+func (tp *topology) executorArgs(extra ...string) []string {
+	return append([]string{
+		"--audit-addr", tp.addr["audit"].grpc,
+		"--confirm-addr", tp.addr["confirm"].grpc,
+		"--backend", "examples.helpdesk.v1.HelpdeskService=" + tp.addr["helpdesk"].grpc +
+			",mandate.v1.CatalogService=" + tp.addr["catalog"].grpc,
+	}, extra...)
+}
+
+// process is the running process of a service.
+func (tp *topology) process(name string) *process {
+	tp.t.Helper()
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	for _, p := range tp.procs {
+		if p.name == name && !p.stopped {
+			return p
+		}
+	}
+	tp.t.Fatalf("no running %s", name)
+	return nil
+}
+
+// tryRest is rest that reports a connection error instead of failing the
+// test: under faults a client sees those.
+func (tp *topology) tryRest(service, method, path, tok, body string, headers ...string) (restResponse, error) {
+	req, err := http.NewRequestWithContext(context.Background(), method, "http://"+tp.addr[service].http+path, strings.NewReader(body))
+	if err != nil {
+		return restResponse{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		return restResponse{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return restResponse{}, err
+	}
+	r := restResponse{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), raw: string(b)}
+	_ = json.Unmarshal(b, &r.body)
+	return r, nil
 }

@@ -87,6 +87,8 @@ type process struct {
 type topologyOptions struct {
 	// env is added to every process's environment (e.g. the OTLP endpoint).
 	env []string
+	// executorArgs are added to the executor's flags.
+	executorArgs []string
 }
 
 // newTopology builds the binary, creates a fresh database, runs
@@ -134,12 +136,7 @@ func newTopology(t *testing.T, opts topologyOptions) *topology {
 		spec{name: "helpdesk"},
 		spec{name: "catalog"},
 	)
-	tp.startAll(spec{name: "executor", args: []string{
-		"--audit-addr", tp.addr["audit"].grpc,
-		"--confirm-addr", tp.addr["confirm"].grpc,
-		"--backend", "examples.helpdesk.v1.HelpdeskService=" + tp.addr["helpdesk"].grpc +
-			",mandate.v1.CatalogService=" + tp.addr["catalog"].grpc,
-	}})
+	tp.startAll(spec{name: "executor", args: tp.executorArgs(opts.executorArgs...)})
 	tp.startAll(spec{name: "mcpbridge", args: []string{
 		"--executor-addr", tp.addr["executor"].grpc,
 		"--catalog-addr", tp.addr["catalog"].grpc,

@@ -43,6 +43,7 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 		auditAddr, confirmAddr string
 		confirmSideEffects     bool
 		idemTTL, deadline      time.Duration
+		leaseMargin            time.Duration
 	)
 	s := config.New("executor", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
@@ -55,6 +56,7 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	s.Bool(&confirmSideEffects, "confirm-side-effects", false, "require confirmation for every command that declares side effects")
 	s.Duration(&idemTTL, "idempotency-ttl", 24*time.Hour, "how long idempotency keys are remembered")
 	s.Duration(&deadline, "default-deadline", 30*time.Second, "backend deadline for commands that declare none")
+	s.Duration(&leaseMargin, "lease-margin", time.Minute, "how long past its deadline an idempotency key stays claimed by a call that gave no outcome (its executor died) before a retry asks the backend's receipt")
 	var backendMap map[string]string
 	s.Check(func() error {
 		var err error
@@ -125,7 +127,7 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	exec, err := executor.New(executor.Config{
 		Manifest: set, Directory: f.directory(pool, &cl), Audit: auditapi.NewClient(auditConn),
 		Confirm: executor.NewRemoteConfirmer(confirmConn), Dispatcher: executor.NewGRPCDispatcher(conns),
-		Store: store, ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, Logger: log,
+		Store: store, ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, LeaseMargin: leaseMargin, Logger: log,
 	})
 	if err != nil {
 		return err

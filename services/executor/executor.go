@@ -153,6 +153,10 @@ type Config struct {
 	// SpoolInterval is how often rows spooled while the audit trail was
 	// unavailable are appended to it (default 1s).
 	SpoolInterval time.Duration
+	// LeaseMargin is how long past its deadline an idempotency claim
+	// stays in flight without an outcome before it counts as abandoned
+	// (default 1m).
+	LeaseMargin time.Duration
 	Logger        *slog.Logger
 	Now           func() time.Time
 	// MeterProvider records the executor's metrics (MetricCalls,
@@ -206,6 +210,9 @@ func New(cfg Config) (*Executor, error) {
 	}
 	if cfg.SpoolInterval <= 0 {
 		cfg.SpoolInterval = defaultSpoolInterval
+	}
+	if cfg.LeaseMargin <= 0 {
+		cfg.LeaseMargin = leaseMargin
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -415,7 +422,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	}
 	if key := inv.call.IdempotencyKey; key != "" {
 		k := IdemKey{Tenant: p.Tenant, User: p.UserID, Command: cmd.Code, Key: key}
-		claim := Reservation{Digest: inv.argDigest, InvocationID: inv.id, TTL: e.cfg.IdempotencyTTL, Lease: e.deadline(cmd) + leaseMargin}
+		claim := Reservation{Digest: inv.argDigest, InvocationID: inv.id, TTL: e.cfg.IdempotencyTTL, Lease: e.deadline(cmd) + e.cfg.LeaseMargin}
 		saved, err := e.cfg.Store.Reserve(ctx, k, claim)
 		var abandoned *AbandonedError
 		previous := ""
