@@ -144,6 +144,13 @@ func startChaosLoad(tp *topology, workers, perWorker int) *chaosLoad {
 // every intent has its outcome and none says failed, no key is left in
 // flight, and the chain verifies. It returns the keys and the outcomes.
 func (l *chaosLoad) finish(t *testing.T) (keys int, outcomes map[string]int) {
+	keys, outcomes, _ = l.finishAnswers(t)
+	return keys, outcomes
+}
+
+// finishAnswers is finish that also counts the refusals clients saw, by
+// "status code".
+func (l *chaosLoad) finishAnswers(t *testing.T) (keys int, outcomes, answers map[string]int) {
 	t.Helper()
 	tp := l.tp
 	close(l.stop)
@@ -151,8 +158,12 @@ func (l *chaosLoad) finish(t *testing.T) (keys int, outcomes map[string]int) {
 	close(l.results)
 	reports := map[string]string{}
 	retried := 0
+	answers = map[string]int{}
 	for r := range l.results {
 		keys++
+		for _, c := range r.codes {
+			answers[c]++
+		}
 		if r.report == "" {
 			t.Errorf("key %s never got its report after %d attempts: %v", r.key, r.attempts, r.codes)
 			continue
@@ -197,15 +208,15 @@ func (l *chaosLoad) finish(t *testing.T) (keys int, outcomes map[string]int) {
 	if outcomes["executed"] > created {
 		t.Errorf("%d executed outcomes for %d reports", outcomes["executed"], created)
 	}
-	// A dispatch cut short is unknown, or settled by its receipt: failed
-	// only where the receipt says it never ran. No outcome says failed for
-	// an invocation the backend executed.
+	// A dispatch cut short is unknown, or settled by its receipt: failed at
+	// dispatch only where the receipt says it never ran. No outcome says
+	// failed for an invocation the backend executed.
 	if n := tp.count(`SELECT count(*) FROM audit.records o JOIN helpdesk.receipts r ON r.invocation_id = o.invocation_id
 		WHERE o.phase = 'outcome' AND o.outcome = 'failed' AND r.state = 'executed'`); n != 0 {
 		t.Errorf("%d outcomes say failed for a call the backend executed", n)
 	}
 	if n := tp.count(`SELECT count(*) FROM audit.records o WHERE o.phase = 'outcome' AND o.outcome = 'failed' AND o.command = 'expense.report.create'
-		AND NOT EXISTS (SELECT FROM helpdesk.receipts r WHERE r.invocation_id = o.invocation_id AND r.state = 'not_executed')`); n != 0 {
+		AND o.stage = 'dispatch' AND NOT EXISTS (SELECT FROM helpdesk.receipts r WHERE r.invocation_id = o.invocation_id AND r.state = 'not_executed')`); n != 0 {
 		t.Errorf("%d outcomes say failed without a receipt that says the call never ran", n)
 	}
 	if n := tp.count(`SELECT count(*) FROM executor.idempotency WHERE state = 'in_flight' AND key LIKE 'chaos-%'`); n != 0 {
@@ -214,8 +225,39 @@ func (l *chaosLoad) finish(t *testing.T) (keys int, outcomes map[string]int) {
 	if out := tp.run("audit", "verify", "--tenant", "acme"); !strings.Contains(out, "intact") {
 		t.Errorf("audit verify: %s", out)
 	}
-	t.Logf("%d keys, %d reports, %d retried in %v; outcomes %v", keys, created, retried, time.Since(l.start).Round(time.Millisecond), outcomes)
-	return keys, outcomes
+	t.Logf("%d keys, %d reports, %d retried in %v; outcomes %v; refusals seen %v", keys, created, retried, time.Since(l.start).Round(time.Millisecond), outcomes, answers)
+	return keys, outcomes, answers
+}
+
+// TestChaosAuditKilledUnderLoad: the audit service is killed with SIGKILL
+// mid-load and restarted two seconds later on its address. While it is
+// gone, calls are refused before dispatch (503 audit.unavailable,
+// retriable: fail closed) — and every one of those refusals still reaches
+// the trail, through the executor's spool, once the audit service is back.
+func TestChaosAuditKilledUnderLoad(t *testing.T) {
+	tp := newTopology(t, topologyOptions{})
+	l := startChaosLoad(tp, 4, 4)
+	time.Sleep(400 * time.Millisecond)
+	tp.kill9("audit")
+	time.Sleep(2 * time.Second)
+	tp.restartAt("audit")
+	time.Sleep(time.Second)
+	_, _, answers := l.finishAnswers(t)
+	seen := answers["503 audit.unavailable"]
+	var recorded int
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		recorded = tp.count(`SELECT count(*) FROM audit.records WHERE phase = 'outcome' AND code = 'audit.unavailable'`)
+		if recorded >= seen || time.Now().After(deadline) {
+			break
+		}
+	}
+	if recorded != seen {
+		t.Errorf("clients were refused with audit.unavailable %d times; the trail holds %d of those attempts", seen, recorded)
+	}
+	if n := tp.count(`SELECT count(*) FROM executor.audit_spool`); n != 0 {
+		t.Errorf("%d rows still spooled", n)
+	}
+	t.Logf("%d refusals while the audit service was down, all %d in the trail", seen, recorded)
 }
 
 // TestChaosBackendKilledUnderLoad: the helpdesk backend is killed with

@@ -62,7 +62,9 @@ func runAuditService(ctx context.Context, args []string, io IO) error {
 		return err
 	}
 
-	auth, err := f.authenticator(ctx)
+	// The executor appends the rows it spooled during an outage on its own
+	// authority (services/audit/api Append).
+	auth, err := f.serviceOnlyAuthenticator(ctx)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
 	helppg "github.com/mandate-dev/mandate/examples/helpdesk/postgres"
 	"github.com/mandate-dev/mandate/internal/config"
-	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/executor"
 )
@@ -33,7 +32,7 @@ func runHelpdesk(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	auth, err := f.receiptsAuthenticator(ctx)
+	auth, err := f.serviceOnlyAuthenticator(ctx)
 	if err != nil {
 		return err
 	}
@@ -64,22 +63,4 @@ func runHelpdesk(ctx context.Context, args []string, io IO) error {
 	// The fake gateway's counters, read-only, for end-to-end tests.
 	srv.Handle("GET /gateway/counters", gateway.CountersHandler())
 	return srv.Run(ctx)
-}
-
-// receiptsAuthenticator is the service authenticator that also admits a
-// service token alone: the executor asks a backend's ReceiptService for
-// receipts with no user behind the call. Commands still need the user a
-// service relays (pkg/receipt refuses the rest).
-func (f *serviceFlags) receiptsAuthenticator(ctx context.Context) (*identity.Authenticator, error) {
-	_, users, err := f.verifiers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	services, err := identity.NewServiceVerifier(identity.ServiceConfig{
-		Secret: []byte(f.serviceSecret.Reveal()), Audience: f.audience, Issuers: f.issuers,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services, AllowServiceOnly: true})
 }

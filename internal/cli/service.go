@@ -102,6 +102,25 @@ func (f *serviceFlags) authenticator(ctx context.Context) (*identity.Authenticat
 	return a, err
 }
 
+// serviceOnlyAuthenticator is authenticator that also admits a Mandate
+// service calling with just its own token, on its own authority: the
+// executor appending the rows it spooled while the audit trail was down,
+// or asking a backend for a receipt, has no user behind the call. Each
+// such service decides what a service alone may do.
+func (f *serviceFlags) serviceOnlyAuthenticator(ctx context.Context) (*identity.Authenticator, error) {
+	_, users, err := f.verifiers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	services, err := identity.NewServiceVerifier(identity.ServiceConfig{
+		Secret: []byte(f.serviceSecret.Reveal()), Audience: f.audience, Issuers: f.issuers,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services, AllowServiceOnly: true})
+}
+
 // verifiers is authenticator that also returns the user/agent token
 // verifier, for a service that checks end users' tokens itself.
 func (f *serviceFlags) verifiers(ctx context.Context) (*identity.Authenticator, *identity.Verifier, error) {

@@ -6,3 +6,8 @@ package identity
 // only from it) compare Principal.Via with it. It lives here, below every
 // service, so that none has to import another to know the name.
 const MCPBridgeService = "mcpbridge"
+
+// ExecutorService is the service identity of the executor. The audit
+// service lets it alone append rows on its own authority (no user relayed),
+// for the rows it spooled while the trail was unavailable.
+const ExecutorService = "executor"

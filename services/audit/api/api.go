@@ -56,16 +56,30 @@ func (s *Service) Append(ctx context.Context, req *mandatev1.AppendRequest) (*ma
 	if p.Kind != identity.KindService && p.Via == "" {
 		return nil, failure.New("permission_check", "authorization.permission_denied", "only Mandate services append to the audit trail")
 	}
+	// The executor alone may append on its own authority, with no user
+	// relayed (the rows it spooled while the trail was unavailable): each
+	// record then names its tenant. Otherwise rows go to the relayed
+	// caller's tenant.
+	ownAuthority := p.Kind == identity.KindService && p.Via == "" && p.Tenant == ""
+	if ownAuthority && p.ServiceName != identity.ExecutorService {
+		return nil, failure.New("permission_check", "authorization.permission_denied", "a service appends for the caller it relays; only the executor appends on its own authority")
+	}
 	recs := make([]audit.Record, 0, len(req.GetRecords()))
 	for i, r := range req.GetRecords() {
-		if r.GetTenant() != "" && r.GetTenant() != p.Tenant {
+		tenant := p.Tenant
+		switch {
+		case ownAuthority && r.GetTenant() == "":
+			return nil, failure.New("schema_validate", "schema.invalid", fmt.Sprintf("record %d names no tenant", i))
+		case ownAuthority:
+			tenant = r.GetTenant()
+		case r.GetTenant() != "" && r.GetTenant() != p.Tenant:
 			return nil, failure.New("scope_check", "scope.tenant_mismatch", fmt.Sprintf("record %d names another tenant", i))
 		}
 		rec, err := fromProto(r)
 		if err != nil {
 			return nil, failure.New("schema_validate", "schema.invalid", fmt.Sprintf("record %d: %v", i, err))
 		}
-		rec.Tenant = p.Tenant
+		rec.Tenant = tenant
 		recs = append(recs, rec)
 	}
 	stored, err := s.writer.Append(ctx, recs...)

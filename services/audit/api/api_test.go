@@ -84,7 +84,9 @@ func start(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services})
+	// As `mandate audit` runs it: the executor may append on its own
+	// authority (the rows it spooled).
+	auth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services, AllowServiceOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +323,7 @@ func TestREST(t *testing.T) {
 		{"bad token", http.MethodGet, "/v1/audit/records", "not-a-jwt", 401, identity.CodeInvalidToken},
 		{"no permission", http.MethodGet, "/v1/audit/records", token(t, "acme", "alice", ""), 403, "authorization.permission_denied"},
 		{"page size out of range", http.MethodGet, "/v1/audit/records?page_size=5000", olive, 400, "schema.invalid"},
-		{"malformed parameter", http.MethodGet, "/v1/audit/records?page_size=many", olive, 400, "request.malformed"},
+		{"malformed parameter", http.MethodGet, "/v1/audit/records?page_size=many", olive, 400, "schema.invalid"}, // refused by the RPC, like every bad input (internal/server)
 		{"bad page token", http.MethodGet, "/v1/audit/records?page_token=zzz", olive, 400, "request.invalid_page_token"},
 		{"unknown route", http.MethodGet, "/v1/nothing", olive, 404, "request.route_not_found"},
 		{"wrong method", http.MethodDelete, "/v1/audit/records", olive, 405, "request.method_not_allowed"},
@@ -345,5 +347,36 @@ func TestREST(t *testing.T) {
 				t.Errorf("401 without WWW-Authenticate")
 			}
 		})
+	}
+}
+
+// TestExecutorAppendsOnItsOwnAuthority: the rows the executor spooled while
+// the trail was down reach it with no user behind the call. Then each row
+// names its tenant and is filed there; a row naming none is refused; and
+// no other service may append on its own authority.
+func TestExecutorAppendsOnItsOwnAuthority(t *testing.T) {
+	e := start(t)
+	svc := mandatev1.NewAuditServiceClient(e.svc)
+	spooled := record("inv-s1", "outcome", "refused")
+	spooled.Tenant = "globex"
+	resp, err := svc.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{spooled}})
+	if err != nil || len(resp.GetRecords()) != 1 || resp.GetRecords()[0].GetTenant() != "globex" {
+		t.Fatalf("executor appending a spooled row: %v %v", resp, err)
+	}
+	if _, err := svc.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{record("inv-s2", "outcome", "refused")}}); reason(err) != "schema.invalid" {
+		t.Fatalf("a row naming no tenant: %v", err)
+	}
+	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", "confirm", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := grpc.NewClient(e.srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Close() }()
+	if _, err := mandatev1.NewAuditServiceClient(other).Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{spooled}}); reason(err) != "authorization.permission_denied" {
+		t.Fatalf("another service appending on its own authority: %v", err)
 	}
 }
