@@ -44,6 +44,8 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 		confirmSideEffects     bool
 		idemTTL, deadline      time.Duration
 		leaseMargin            time.Duration
+		reconcileAfter         time.Duration
+		reconcileEvery         time.Duration
 	)
 	s := config.New("executor", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
@@ -56,6 +58,8 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	s.Bool(&confirmSideEffects, "confirm-side-effects", false, "require confirmation for every command that declares side effects")
 	s.Duration(&idemTTL, "idempotency-ttl", 24*time.Hour, "how long idempotency keys are remembered")
 	s.Duration(&deadline, "default-deadline", 30*time.Second, "backend deadline for commands that declare none")
+	s.Duration(&reconcileAfter, "reconcile-after", 2*time.Minute, "age after which an intent without outcome (its executor died) is settled from the backend's receipt; must exceed the longest call")
+	s.Duration(&reconcileEvery, "reconcile-interval", 30*time.Second, "how often intents without outcome are settled from receipts")
 	s.Duration(&leaseMargin, "lease-margin", time.Minute, "how long past its deadline an idempotency key stays claimed by a call that gave no outcome (its executor died) before a retry asks the backend's receipt")
 	var backendMap map[string]string
 	s.Check(func() error {
@@ -124,8 +128,10 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	if err := ef.start(ctx, store, log, &cl); err != nil {
 		return err
 	}
+	auditClient := auditapi.NewClient(auditConn)
 	exec, err := executor.New(executor.Config{
-		Manifest: set, Directory: f.directory(pool, &cl), Audit: auditapi.NewClient(auditConn),
+		Manifest: set, Directory: f.directory(pool, &cl), Audit: auditClient, Intents: auditClient,
+		ReconcileAfter: reconcileAfter, ReconcileInterval: reconcileEvery,
 		Confirm: executor.NewRemoteConfirmer(confirmConn), Dispatcher: executor.NewGRPCDispatcher(conns),
 		Store: store, ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, LeaseMargin: leaseMargin, Logger: log,
 	})

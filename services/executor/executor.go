@@ -153,12 +153,18 @@ type Config struct {
 	// SpoolInterval is how often rows spooled while the audit trail was
 	// unavailable are appended to it (default 1s).
 	SpoolInterval time.Duration
+	// Intents, when set, lists intents without outcome, which the
+	// executor settles from its backends' receipts every
+	// ReconcileInterval (default 30s) once they are older than
+	// ReconcileAfter (default 2m; it must exceed the longest a call takes).
+	Intents                           IntentSource
+	ReconcileAfter, ReconcileInterval time.Duration
 	// LeaseMargin is how long past its deadline an idempotency claim
 	// stays in flight without an outcome before it counts as abandoned
 	// (default 1m).
 	LeaseMargin time.Duration
-	Logger        *slog.Logger
-	Now           func() time.Time
+	Logger      *slog.Logger
+	Now         func() time.Time
 	// MeterProvider records the executor's metrics (MetricCalls,
 	// MetricDuration); default otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
@@ -214,6 +220,12 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.LeaseMargin <= 0 {
 		cfg.LeaseMargin = leaseMargin
 	}
+	if cfg.ReconcileAfter <= 0 {
+		cfg.ReconcileAfter = defaultReconcileAfter
+	}
+	if cfg.ReconcileInterval <= 0 {
+		cfg.ReconcileInterval = defaultReconcileInterval
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -244,6 +256,10 @@ func New(cfg Config) (*Executor, error) {
 		stop: make(chan struct{}), spoolFailures: map[int64]int{}}
 	e.spoolWG.Add(1)
 	go e.runSpool(e.stop)
+	if cfg.Intents != nil {
+		e.spoolWG.Add(1)
+		go e.runReconcile(e.stop)
+	}
 	return e, nil
 }
 

@@ -25,6 +25,107 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// PendingIntentsRequest bounds the intents to list.
+type PendingIntentsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only intents older than this.
+	OlderThan *durationpb.Duration `protobuf:"bytes,1,opt,name=older_than,json=olderThan,proto3" json:"older_than,omitempty"`
+	// At most this many (default 256).
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingIntentsRequest) Reset() {
+	*x = PendingIntentsRequest{}
+	mi := &file_mandate_v1_audit_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingIntentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingIntentsRequest) ProtoMessage() {}
+
+func (x *PendingIntentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_audit_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingIntentsRequest.ProtoReflect.Descriptor instead.
+func (*PendingIntentsRequest) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PendingIntentsRequest) GetOlderThan() *durationpb.Duration {
+	if x != nil {
+		return x.OlderThan
+	}
+	return nil
+}
+
+func (x *PendingIntentsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// PendingIntentsResponse lists intents without outcome, oldest first.
+type PendingIntentsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The intent rows.
+	Records       []*AuditRecord `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingIntentsResponse) Reset() {
+	*x = PendingIntentsResponse{}
+	mi := &file_mandate_v1_audit_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingIntentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingIntentsResponse) ProtoMessage() {}
+
+func (x *PendingIntentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_audit_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingIntentsResponse.ProtoReflect.Descriptor instead.
+func (*PendingIntentsResponse) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PendingIntentsResponse) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
 // Approval records who confirmed an invocation.
 type Approval struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -48,7 +149,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[0]
+	mi := &file_mandate_v1_audit_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -60,7 +161,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[0]
+	mi := &file_mandate_v1_audit_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -73,7 +174,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{0}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Approval) GetChallengeId() string {
@@ -187,7 +288,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[1]
+	mi := &file_mandate_v1_audit_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -199,7 +300,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[1]
+	mi := &file_mandate_v1_audit_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -212,7 +313,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{1}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AuditRecord) GetInvocationId() string {
@@ -450,7 +551,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[2]
+	mi := &file_mandate_v1_audit_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +563,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[2]
+	mi := &file_mandate_v1_audit_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +576,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{2}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AppendRequest) GetRecords() []*AuditRecord {
@@ -496,7 +597,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[3]
+	mi := &file_mandate_v1_audit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +609,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[3]
+	mi := &file_mandate_v1_audit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +622,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{3}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AppendResponse) GetRecords() []*AuditRecord {
@@ -573,7 +674,7 @@ type QueryRequest struct {
 
 func (x *QueryRequest) Reset() {
 	*x = QueryRequest{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[4]
+	mi := &file_mandate_v1_audit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +686,7 @@ func (x *QueryRequest) String() string {
 func (*QueryRequest) ProtoMessage() {}
 
 func (x *QueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[4]
+	mi := &file_mandate_v1_audit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +699,7 @@ func (x *QueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryRequest.ProtoReflect.Descriptor instead.
 func (*QueryRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{4}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *QueryRequest) GetFrom() *timestamppb.Timestamp {
@@ -726,7 +827,7 @@ type QueryResponse struct {
 
 func (x *QueryResponse) Reset() {
 	*x = QueryResponse{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[5]
+	mi := &file_mandate_v1_audit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +839,7 @@ func (x *QueryResponse) String() string {
 func (*QueryResponse) ProtoMessage() {}
 
 func (x *QueryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[5]
+	mi := &file_mandate_v1_audit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +852,7 @@ func (x *QueryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryResponse.ProtoReflect.Descriptor instead.
 func (*QueryResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{5}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *QueryResponse) GetRecords() []*AuditRecord {
@@ -779,7 +880,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[6]
+	mi := &file_mandate_v1_audit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +892,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[6]
+	mi := &file_mandate_v1_audit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +905,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{6}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRequest) GetInvocationId() string {
@@ -825,7 +926,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[7]
+	mi := &file_mandate_v1_audit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +938,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[7]
+	mi := &file_mandate_v1_audit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +951,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{7}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetResponse) GetRecords() []*AuditRecord {
@@ -869,7 +970,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[8]
+	mi := &file_mandate_v1_audit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +982,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[8]
+	mi := &file_mandate_v1_audit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +995,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{8}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{10}
 }
 
 // VerifyResponse reports the walk.
@@ -912,7 +1013,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[9]
+	mi := &file_mandate_v1_audit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1025,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[9]
+	mi := &file_mandate_v1_audit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1038,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{9}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *VerifyResponse) GetOk() bool {
@@ -979,7 +1080,7 @@ type BrokenLink struct {
 
 func (x *BrokenLink) Reset() {
 	*x = BrokenLink{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[10]
+	mi := &file_mandate_v1_audit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1092,7 @@ func (x *BrokenLink) String() string {
 func (*BrokenLink) ProtoMessage() {}
 
 func (x *BrokenLink) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[10]
+	mi := &file_mandate_v1_audit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1105,7 @@ func (x *BrokenLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokenLink.ProtoReflect.Descriptor instead.
 func (*BrokenLink) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{10}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BrokenLink) GetSeq() int64 {
@@ -1046,7 +1147,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[11]
+	mi := &file_mandate_v1_audit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1159,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[11]
+	mi := &file_mandate_v1_audit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1172,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{11}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchRequest) GetAfterSeq() int64 {
@@ -1086,7 +1187,14 @@ var File_mandate_v1_audit_proto protoreflect.FileDescriptor
 const file_mandate_v1_audit_proto_rawDesc = "" +
 	"\n" +
 	"\x16mandate/v1/audit.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbc\x01\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"{\n" +
+	"\x15PendingIntentsRequest\x12@\n" +
+	"\n" +
+	"older_than\x18\x01 \x01(\v2\x19.google.protobuf.DurationB\x06\xbaH\x03\xc8\x01\x01R\tolderThan\x12 \n" +
+	"\x05limit\x18\x02 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit\"K\n" +
+	"\x16PendingIntentsResponse\x121\n" +
+	"\arecords\x18\x01 \x03(\v2\x17.mandate.v1.AuditRecordR\arecords\"\xbc\x01\n" +
 	"\bApproval\x12!\n" +
 	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12\x1a\n" +
 	"\bapprover\x18\x02 \x01(\tR\bapprover\x12\x18\n" +
@@ -1181,13 +1289,14 @@ const file_mandate_v1_audit_proto_rawDesc = "" +
 	"\x05phase\x18\x03 \x01(\tR\x05phase\x12\x18\n" +
 	"\aproblem\x18\x04 \x01(\tR\aproblem\"4\n" +
 	"\fWatchRequest\x12$\n" +
-	"\tafter_seq\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\bafterSeq2\xf1\x03\n" +
+	"\tafter_seq\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\bafterSeq2\xca\x04\n" +
 	"\fAuditService\x12d\n" +
 	"\x06Append\x12\x19.mandate.v1.AppendRequest\x1a\x1a.mandate.v1.AppendResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/audit/records:append\x12W\n" +
 	"\x05Query\x12\x18.mandate.v1.QueryRequest\x1a\x19.mandate.v1.QueryResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/audit/records\x12e\n" +
 	"\x03Get\x12\x16.mandate.v1.GetRequest\x1a\x17.mandate.v1.GetResponse\"-\x82\xd3\xe4\x93\x02'\x12%/v1/audit/invocations/{invocation_id}\x12\\\n" +
 	"\x06Verify\x12\x19.mandate.v1.VerifyRequest\x1a\x1a.mandate.v1.VerifyResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/audit:verify\x12]\n" +
-	"\x05Watch\x12\x18.mandate.v1.WatchRequest\x1a\x17.mandate.v1.AuditRecord\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/audit/records:watch0\x01B9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
+	"\x05Watch\x12\x18.mandate.v1.WatchRequest\x1a\x17.mandate.v1.AuditRecord\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/audit/records:watch0\x01\x12W\n" +
+	"\x0ePendingIntents\x12!.mandate.v1.PendingIntentsRequest\x1a\".mandate.v1.PendingIntentsResponseB9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
 
 var (
 	file_mandate_v1_audit_proto_rawDescOnce sync.Once
@@ -1201,50 +1310,56 @@ func file_mandate_v1_audit_proto_rawDescGZIP() []byte {
 	return file_mandate_v1_audit_proto_rawDescData
 }
 
-var file_mandate_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_mandate_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_mandate_v1_audit_proto_goTypes = []any{
-	(*Approval)(nil),              // 0: mandate.v1.Approval
-	(*AuditRecord)(nil),           // 1: mandate.v1.AuditRecord
-	(*AppendRequest)(nil),         // 2: mandate.v1.AppendRequest
-	(*AppendResponse)(nil),        // 3: mandate.v1.AppendResponse
-	(*QueryRequest)(nil),          // 4: mandate.v1.QueryRequest
-	(*QueryResponse)(nil),         // 5: mandate.v1.QueryResponse
-	(*GetRequest)(nil),            // 6: mandate.v1.GetRequest
-	(*GetResponse)(nil),           // 7: mandate.v1.GetResponse
-	(*VerifyRequest)(nil),         // 8: mandate.v1.VerifyRequest
-	(*VerifyResponse)(nil),        // 9: mandate.v1.VerifyResponse
-	(*BrokenLink)(nil),            // 10: mandate.v1.BrokenLink
-	(*WatchRequest)(nil),          // 11: mandate.v1.WatchRequest
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
+	(*PendingIntentsRequest)(nil),  // 0: mandate.v1.PendingIntentsRequest
+	(*PendingIntentsResponse)(nil), // 1: mandate.v1.PendingIntentsResponse
+	(*Approval)(nil),               // 2: mandate.v1.Approval
+	(*AuditRecord)(nil),            // 3: mandate.v1.AuditRecord
+	(*AppendRequest)(nil),          // 4: mandate.v1.AppendRequest
+	(*AppendResponse)(nil),         // 5: mandate.v1.AppendResponse
+	(*QueryRequest)(nil),           // 6: mandate.v1.QueryRequest
+	(*QueryResponse)(nil),          // 7: mandate.v1.QueryResponse
+	(*GetRequest)(nil),             // 8: mandate.v1.GetRequest
+	(*GetResponse)(nil),            // 9: mandate.v1.GetResponse
+	(*VerifyRequest)(nil),          // 10: mandate.v1.VerifyRequest
+	(*VerifyResponse)(nil),         // 11: mandate.v1.VerifyResponse
+	(*BrokenLink)(nil),             // 12: mandate.v1.BrokenLink
+	(*WatchRequest)(nil),           // 13: mandate.v1.WatchRequest
+	(*durationpb.Duration)(nil),    // 14: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
 }
 var file_mandate_v1_audit_proto_depIdxs = []int32{
-	12, // 0: mandate.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
-	12, // 1: mandate.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	0,  // 2: mandate.v1.AuditRecord.approval:type_name -> mandate.v1.Approval
-	13, // 3: mandate.v1.AuditRecord.duration:type_name -> google.protobuf.Duration
-	1,  // 4: mandate.v1.AppendRequest.records:type_name -> mandate.v1.AuditRecord
-	1,  // 5: mandate.v1.AppendResponse.records:type_name -> mandate.v1.AuditRecord
-	12, // 6: mandate.v1.QueryRequest.from:type_name -> google.protobuf.Timestamp
-	12, // 7: mandate.v1.QueryRequest.to:type_name -> google.protobuf.Timestamp
-	1,  // 8: mandate.v1.QueryResponse.records:type_name -> mandate.v1.AuditRecord
-	1,  // 9: mandate.v1.GetResponse.records:type_name -> mandate.v1.AuditRecord
-	10, // 10: mandate.v1.VerifyResponse.broken:type_name -> mandate.v1.BrokenLink
-	2,  // 11: mandate.v1.AuditService.Append:input_type -> mandate.v1.AppendRequest
-	4,  // 12: mandate.v1.AuditService.Query:input_type -> mandate.v1.QueryRequest
-	6,  // 13: mandate.v1.AuditService.Get:input_type -> mandate.v1.GetRequest
-	8,  // 14: mandate.v1.AuditService.Verify:input_type -> mandate.v1.VerifyRequest
-	11, // 15: mandate.v1.AuditService.Watch:input_type -> mandate.v1.WatchRequest
-	3,  // 16: mandate.v1.AuditService.Append:output_type -> mandate.v1.AppendResponse
-	5,  // 17: mandate.v1.AuditService.Query:output_type -> mandate.v1.QueryResponse
-	7,  // 18: mandate.v1.AuditService.Get:output_type -> mandate.v1.GetResponse
-	9,  // 19: mandate.v1.AuditService.Verify:output_type -> mandate.v1.VerifyResponse
-	1,  // 20: mandate.v1.AuditService.Watch:output_type -> mandate.v1.AuditRecord
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	14, // 0: mandate.v1.PendingIntentsRequest.older_than:type_name -> google.protobuf.Duration
+	3,  // 1: mandate.v1.PendingIntentsResponse.records:type_name -> mandate.v1.AuditRecord
+	15, // 2: mandate.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	15, // 3: mandate.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	2,  // 4: mandate.v1.AuditRecord.approval:type_name -> mandate.v1.Approval
+	14, // 5: mandate.v1.AuditRecord.duration:type_name -> google.protobuf.Duration
+	3,  // 6: mandate.v1.AppendRequest.records:type_name -> mandate.v1.AuditRecord
+	3,  // 7: mandate.v1.AppendResponse.records:type_name -> mandate.v1.AuditRecord
+	15, // 8: mandate.v1.QueryRequest.from:type_name -> google.protobuf.Timestamp
+	15, // 9: mandate.v1.QueryRequest.to:type_name -> google.protobuf.Timestamp
+	3,  // 10: mandate.v1.QueryResponse.records:type_name -> mandate.v1.AuditRecord
+	3,  // 11: mandate.v1.GetResponse.records:type_name -> mandate.v1.AuditRecord
+	12, // 12: mandate.v1.VerifyResponse.broken:type_name -> mandate.v1.BrokenLink
+	4,  // 13: mandate.v1.AuditService.Append:input_type -> mandate.v1.AppendRequest
+	6,  // 14: mandate.v1.AuditService.Query:input_type -> mandate.v1.QueryRequest
+	8,  // 15: mandate.v1.AuditService.Get:input_type -> mandate.v1.GetRequest
+	10, // 16: mandate.v1.AuditService.Verify:input_type -> mandate.v1.VerifyRequest
+	13, // 17: mandate.v1.AuditService.Watch:input_type -> mandate.v1.WatchRequest
+	0,  // 18: mandate.v1.AuditService.PendingIntents:input_type -> mandate.v1.PendingIntentsRequest
+	5,  // 19: mandate.v1.AuditService.Append:output_type -> mandate.v1.AppendResponse
+	7,  // 20: mandate.v1.AuditService.Query:output_type -> mandate.v1.QueryResponse
+	9,  // 21: mandate.v1.AuditService.Get:output_type -> mandate.v1.GetResponse
+	11, // 22: mandate.v1.AuditService.Verify:output_type -> mandate.v1.VerifyResponse
+	3,  // 23: mandate.v1.AuditService.Watch:output_type -> mandate.v1.AuditRecord
+	1,  // 24: mandate.v1.AuditService.PendingIntents:output_type -> mandate.v1.PendingIntentsResponse
+	19, // [19:25] is the sub-list for method output_type
+	13, // [13:19] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_mandate_v1_audit_proto_init() }
@@ -1252,14 +1367,14 @@ func file_mandate_v1_audit_proto_init() {
 	if File_mandate_v1_audit_proto != nil {
 		return
 	}
-	file_mandate_v1_audit_proto_msgTypes[4].OneofWrappers = []any{}
+	file_mandate_v1_audit_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mandate_v1_audit_proto_rawDesc), len(file_mandate_v1_audit_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,11 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AuditService_Append_FullMethodName = "/mandate.v1.AuditService/Append"
-	AuditService_Query_FullMethodName  = "/mandate.v1.AuditService/Query"
-	AuditService_Get_FullMethodName    = "/mandate.v1.AuditService/Get"
-	AuditService_Verify_FullMethodName = "/mandate.v1.AuditService/Verify"
-	AuditService_Watch_FullMethodName  = "/mandate.v1.AuditService/Watch"
+	AuditService_Append_FullMethodName         = "/mandate.v1.AuditService/Append"
+	AuditService_Query_FullMethodName          = "/mandate.v1.AuditService/Query"
+	AuditService_Get_FullMethodName            = "/mandate.v1.AuditService/Get"
+	AuditService_Verify_FullMethodName         = "/mandate.v1.AuditService/Verify"
+	AuditService_Watch_FullMethodName          = "/mandate.v1.AuditService/Watch"
+	AuditService_PendingIntents_FullMethodName = "/mandate.v1.AuditService/PendingIntents"
 )
 
 // AuditServiceClient is the client API for AuditService service.
@@ -47,6 +48,11 @@ type AuditServiceClient interface {
 	Verify(ctx context.Context, in *VerifyRequest, opts ...grpc.CallOption) (*VerifyResponse, error)
 	// Streams records as they are committed.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AuditRecord], error)
+	// Lists intent rows of every tenant that have no outcome row and are
+	// older than older_than: calls whose executor stopped before it recorded
+	// how they ended. Only the executor, on its own authority, may ask; it
+	// settles them from its backends' receipts. Not on REST.
+	PendingIntents(ctx context.Context, in *PendingIntentsRequest, opts ...grpc.CallOption) (*PendingIntentsResponse, error)
 }
 
 type auditServiceClient struct {
@@ -116,6 +122,16 @@ func (c *auditServiceClient) Watch(ctx context.Context, in *WatchRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AuditService_WatchClient = grpc.ServerStreamingClient[AuditRecord]
 
+func (c *auditServiceClient) PendingIntents(ctx context.Context, in *PendingIntentsRequest, opts ...grpc.CallOption) (*PendingIntentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PendingIntentsResponse)
+	err := c.cc.Invoke(ctx, AuditService_PendingIntents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AuditServiceServer is the server API for AuditService service.
 // All implementations must embed UnimplementedAuditServiceServer
 // for forward compatibility.
@@ -137,6 +153,11 @@ type AuditServiceServer interface {
 	Verify(context.Context, *VerifyRequest) (*VerifyResponse, error)
 	// Streams records as they are committed.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[AuditRecord]) error
+	// Lists intent rows of every tenant that have no outcome row and are
+	// older than older_than: calls whose executor stopped before it recorded
+	// how they ended. Only the executor, on its own authority, may ask; it
+	// settles them from its backends' receipts. Not on REST.
+	PendingIntents(context.Context, *PendingIntentsRequest) (*PendingIntentsResponse, error)
 	mustEmbedUnimplementedAuditServiceServer()
 }
 
@@ -161,6 +182,9 @@ func (UnimplementedAuditServiceServer) Verify(context.Context, *VerifyRequest) (
 }
 func (UnimplementedAuditServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[AuditRecord]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedAuditServiceServer) PendingIntents(context.Context, *PendingIntentsRequest) (*PendingIntentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PendingIntents not implemented")
 }
 func (UnimplementedAuditServiceServer) mustEmbedUnimplementedAuditServiceServer() {}
 func (UnimplementedAuditServiceServer) testEmbeddedByValue()                      {}
@@ -266,6 +290,24 @@ func _AuditService_Watch_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AuditService_WatchServer = grpc.ServerStreamingServer[AuditRecord]
 
+func _AuditService_PendingIntents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PendingIntentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AuditServiceServer).PendingIntents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AuditService_PendingIntents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AuditServiceServer).PendingIntents(ctx, req.(*PendingIntentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AuditService_ServiceDesc is the grpc.ServiceDesc for AuditService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -288,6 +330,10 @@ var AuditService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Verify",
 			Handler:    _AuditService_Verify_Handler,
+		},
+		{
+			MethodName: "PendingIntents",
+			Handler:    _AuditService_PendingIntents_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

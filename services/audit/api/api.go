@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -89,6 +90,32 @@ func (s *Service) Append(ctx context.Context, req *mandatev1.AppendRequest) (*ma
 	out := &mandatev1.AppendResponse{}
 	for i := range stored {
 		out.Records = append(out.Records, toProto(&stored[i]))
+	}
+	return out, nil
+}
+
+// PendingIntents lists intents without outcome of every tenant, for the
+// executor to settle from its backends' receipts. Only the executor, on its
+// own authority, may ask: the rows cross tenants.
+func (s *Service) PendingIntents(ctx context.Context, req *mandatev1.PendingIntentsRequest) (*mandatev1.PendingIntentsResponse, error) {
+	p, ok := identity.FromContext(ctx)
+	if !ok {
+		return nil, failure.New("authenticate", identity.CodeMissingCredentials, "no principal")
+	}
+	if p.Kind != identity.KindService || p.Via != "" || p.Tenant != "" || p.ServiceName != identity.ExecutorService {
+		return nil, failure.New("permission_check", "authorization.permission_denied", "only the executor, on its own authority, lists pending intents")
+	}
+	limit := int(req.GetLimit())
+	if limit <= 0 {
+		limit = 256
+	}
+	intents, err := s.writer.Store().PendingIntents(ctx, time.Now().Add(-req.GetOlderThan().AsDuration()), limit)
+	if err != nil {
+		return nil, s.mapErr(ctx, "pending intents", err)
+	}
+	out := &mandatev1.PendingIntentsResponse{}
+	for i := range intents {
+		out.Records = append(out.Records, toProto(&intents[i]))
 	}
 	return out, nil
 }

@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/directory"
@@ -378,5 +379,37 @@ func TestExecutorAppendsOnItsOwnAuthority(t *testing.T) {
 	defer func() { _ = other.Close() }()
 	if _, err := mandatev1.NewAuditServiceClient(other).Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{spooled}}); reason(err) != "authorization.permission_denied" {
 		t.Fatalf("another service appending on its own authority: %v", err)
+	}
+
+	// Pending intents cross tenants: the executor alone lists them.
+	intent := record("inv-p1", "intent", "pending")
+	intent.Tenant = "globex"
+	if _, err := svc.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{intent}}); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := svc.PendingIntents(context.Background(), &mandatev1.PendingIntentsRequest{OlderThan: durationpb.New(0)})
+	if err != nil || len(pending.GetRecords()) != 1 || pending.GetRecords()[0].GetInvocationId() != "inv-p1" || pending.GetRecords()[0].GetTenant() != "globex" {
+		t.Fatalf("pending intents: %v %v", pending, err)
+	}
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"another service", func() error {
+			_, err := mandatev1.NewAuditServiceClient(other).PendingIntents(context.Background(), &mandatev1.PendingIntentsRequest{OlderThan: durationpb.New(0)})
+			return err
+		}},
+		{"the executor relaying a user", func() error {
+			_, err := svc.PendingIntents(identity.WithRawToken(context.Background(), token(t, "acme", "olive", "")), &mandatev1.PendingIntentsRequest{OlderThan: durationpb.New(0)})
+			return err
+		}},
+		{"a user", func() error {
+			_, err := mandatev1.NewAuditServiceClient(e.conn).PendingIntents(as(token(t, "acme", "olive", "")), &mandatev1.PendingIntentsRequest{OlderThan: durationpb.New(0)})
+			return err
+		}},
+	} {
+		if err := c.call(); reason(err) != "authorization.permission_denied" {
+			t.Fatalf("%s listing pending intents: %v", c.name, err)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -53,6 +54,25 @@ func (c *Client) Append(ctx context.Context, recs ...audit.Record) ([]audit.Stor
 		prev, _ := hex.DecodeString(r.GetPrevHash())
 		hash, _ := hex.DecodeString(r.GetHash())
 		out = append(out, audit.Stored{Record: rec, Seq: r.GetSeq(), PrevHash: prev, Hash: hash})
+	}
+	return out, nil
+}
+
+// PendingIntents lists intents of every tenant older than olderThan that
+// have no outcome row (the executor's own authority only).
+func (c *Client) PendingIntents(ctx context.Context, olderThan time.Duration, limit int) ([]audit.Stored, error) {
+	resp, err := c.c.PendingIntents(ctx, &mandatev1.PendingIntentsRequest{OlderThan: durationpb.New(olderThan), Limit: int32(min(limit, 1000))}) //nolint:gosec // bounded above
+	if err != nil {
+		return nil, err
+	}
+	out := make([]audit.Stored, 0, len(resp.GetRecords()))
+	for _, r := range resp.GetRecords() {
+		rec, err := fromProto(r)
+		if err != nil {
+			return nil, err
+		}
+		rec.Tenant = r.GetTenant()
+		out = append(out, audit.Stored{Record: rec, Seq: r.GetSeq()})
 	}
 	return out, nil
 }
