@@ -89,6 +89,9 @@ type topologyOptions struct {
 	env []string
 	// executorArgs are added to the executor's flags.
 	executorArgs []string
+	// databaseURL, when set, is the (empty) database the services use
+	// instead of a fresh one on the shared test server.
+	databaseURL string
 }
 
 // newTopology builds the binary, creates a fresh database, runs
@@ -105,7 +108,7 @@ func newTopology(t *testing.T, opts topologyOptions) *topology {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, url := pgtest.NewURL(t)
+	pool, url := topologyDatabase(t, opts.databaseURL)
 	tp := &topology{
 		t: t, root: root, db: pool, logDir: t.TempDir(), addr: map[string]endpoint{},
 	}
@@ -665,4 +668,19 @@ func jsonOf(v any) string {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
 	return strings.TrimSpace(b.String())
+}
+
+// topologyDatabase is a fresh database on the shared test server, or the
+// one url names.
+func topologyDatabase(t *testing.T, url string) (*pgxpool.Pool, string) {
+	t.Helper()
+	if url == "" {
+		return pgtest.NewURL(t)
+	}
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, url
 }

@@ -187,6 +187,9 @@ type Executor struct {
 	spoolWG   sync.WaitGroup
 	// spoolFailures counts refused flushes per spooled row (flusher only).
 	spoolFailures map[int64]int
+	// held are rows neither the trail nor the store would take (spool).
+	heldMu sync.Mutex
+	held   []audit.Record
 }
 
 // New validates cfg and returns an Executor.

@@ -17,12 +17,17 @@ const (
 	// error other than unavailability (e.g. the trail already holds a row
 	// for its invocation and phase) before it is dropped and logged.
 	spoolGiveUp = 20
+	// maxHeld bounds the rows held in memory while the executor's own
+	// store is down too (a database outage takes both).
+	maxHeld = 10000
 )
 
 // spool keeps an audit row the trail would not take, so that it reaches
-// the trail once it is back (flushSpool): every attempt leaves its row,
-// however long the audit service is down. If the executor's own store is
-// down too, the row is lost and the loss is logged at error level.
+// the trail once it is back (FlushSpool): every attempt leaves its row,
+// however long the audit service is down. When the executor's own store is
+// down too (a database outage), the row is held in memory (up to maxHeld)
+// until the trail takes it; only if the process dies first, or the bound
+// is reached, is it lost — and that is logged at error level.
 func (e *Executor) spool(ctx context.Context, inv *invocation, rec audit.Record) {
 	if rec.Time.IsZero() {
 		rec.Time = e.cfg.Now()
@@ -32,8 +37,19 @@ func (e *Executor) spool(ctx context.Context, inv *invocation, rec audit.Record)
 		err = e.cfg.Store.Spool(context.WithoutCancel(ctx), SpooledRow{Tenant: rec.Tenant, InvocationID: rec.InvocationID, Record: b, Time: rec.Time})
 	}
 	if err != nil {
-		e.logger(ctx, inv).Error("audit row lost: neither the audit trail nor the executor's spool would take it",
-			"phase", rec.Phase, "outcome", rec.Outcome, "code", rec.Code, "error", err)
+		e.heldMu.Lock()
+		full := len(e.held) >= maxHeld
+		if !full {
+			e.held = append(e.held, rec)
+		}
+		e.heldMu.Unlock()
+		if full {
+			e.logger(ctx, inv).Error("audit row lost: the trail, the executor's spool and its memory are all full or down",
+				"phase", rec.Phase, "outcome", rec.Outcome, "code", rec.Code, "error", err)
+			return
+		}
+		e.metrics.spooled.Add(ctx, 1)
+		e.logger(ctx, inv).Warn("audit trail and executor store unavailable: row held in memory until the trail is back", "phase", rec.Phase, "error", err)
 		return
 	}
 	e.metrics.spooled.Add(ctx, 1)
@@ -62,6 +78,56 @@ func (e *Executor) runSpool(stop <-chan struct{}) {
 // a reason other than its unavailability is tried again at later flushes
 // and dropped (and logged) after spoolGiveUp of them.
 func (e *Executor) FlushSpool(ctx context.Context) (int, error) {
+	held, err := e.flushHeld(ctx)
+	if err != nil {
+		return held, err
+	}
+	n, err := e.flushStored(ctx)
+	return held + n, err
+}
+
+// flushHeld appends the rows held in memory while the store was down.
+func (e *Executor) flushHeld(ctx context.Context) (int, error) {
+	e.heldMu.Lock()
+	recs := e.held[:min(len(e.held), spoolBatch)]
+	e.heldMu.Unlock()
+	if len(recs) == 0 {
+		return 0, nil
+	}
+	actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
+	_, err := e.cfg.Audit.Append(actx, recs...)
+	cancel()
+	if err != nil && unavailable(err) {
+		return 0, err
+	}
+	appended := len(recs)
+	if err != nil {
+		// Something in the batch is refused: one at a time; a row the
+		// trail refuses outright is dropped and logged.
+		appended = 0
+		for i := range recs {
+			actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
+			_, err := e.cfg.Audit.Append(actx, recs[i])
+			cancel()
+			switch {
+			case err == nil:
+				appended++
+			case unavailable(err):
+				return appended, err // keep them all; the next flush tries again
+			default:
+				e.log.Error("audit spool: the trail refuses a held row; dropped", "tenant", recs[i].Tenant,
+					"invocation_id", recs[i].InvocationID, "error", err)
+			}
+		}
+	}
+	e.heldMu.Lock()
+	e.held = e.held[len(recs):]
+	e.heldMu.Unlock()
+	return appended, nil
+}
+
+// flushStored appends the rows spooled in the store.
+func (e *Executor) flushStored(ctx context.Context) (int, error) {
 	rows, err := e.cfg.Store.Spooled(ctx, spoolBatch)
 	if err != nil || len(rows) == 0 {
 		return 0, err

@@ -621,3 +621,48 @@ func TestAuditOutageLeavesEveryRow(t *testing.T) {
 		t.Fatalf("gateway counted %d refunds", n)
 	}
 }
+
+// spoolDown is an executor store whose spool is unavailable (a database
+// outage takes the audit trail and the executor's store together).
+type spoolDown struct {
+	executor.Store
+	down atomic.Bool
+}
+
+func (s *spoolDown) Spool(ctx context.Context, row executor.SpooledRow) error {
+	if s.down.Load() {
+		return executor.ErrUnavailable
+	}
+	return s.Store.Spool(ctx, row)
+}
+
+// TestDatabaseOutageHoldsRowsInMemory: when neither the audit trail nor the
+// executor's own store takes a row, the executor holds it in memory and
+// appends it once the trail is back.
+func TestDatabaseOutageHoldsRowsInMemory(t *testing.T) {
+	flaky, store := &flakyAudit{}, &spoolDown{}
+	e := start(t, func(c *executor.Config) {
+		flaky.AuditSink, store.Store = c.Audit, c.Store
+		c.Audit, c.Store = flaky, store
+		c.SpoolInterval = 50 * time.Millisecond
+	})
+	flaky.down.Store(true)
+	store.down.Store(true)
+	_, err := e.execute(t, as(token(t, "acme", "alice", "support-bot")), "ticket.refund", refundInput)
+	inv := refusal(err).GetInvocationId()
+	if refusal(err).GetCode() != "authorization.permission_denied" || inv == "" {
+		t.Fatalf("refund by support-bot: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if rows, _ := e.audit.Get(context.Background(), "acme", inv); len(rows) != 0 {
+		t.Fatalf("rows while the trail was down: %+v", rows)
+	}
+	flaky.down.Store(false)
+	var rows []audit.Stored
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && len(rows) == 0; time.Sleep(20 * time.Millisecond) {
+		rows, _ = e.audit.Get(context.Background(), "acme", inv)
+	}
+	if len(rows) != 1 || rows[0].Outcome != audit.OutcomeRefused || rows[0].Code != "authorization.permission_denied" {
+		t.Fatalf("rows once the trail is back: %+v", rows)
+	}
+}
