@@ -439,7 +439,9 @@ func startOwnPostgres(t *testing.T) *ownPostgres {
 	pg := &ownPostgres{dir: dir, port: port}
 	pg.run(t, "initdb", "-D", filepath.Join(dir, "data"), "-A", "trust", "-U", "postgres", "--no-sync")
 	pg.start(t)
-	t.Cleanup(func() { _ = exec.Command("runuser", "-u", "postgres", "--", "pg_ctl", "-D", filepath.Join(dir, "data"), "-m", "immediate", "stop").Run() })
+	t.Cleanup(func() {
+		_ = exec.Command("runuser", "-u", "postgres", "--", "pg_ctl", "-D", filepath.Join(dir, "data"), "-m", "immediate", "stop").Run()
+	})
 	return pg
 }
 
