@@ -501,3 +501,79 @@ func TestChaosPostgresStoppedUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d audit.unavailable refusals during the outage, %d in the trail", seen, recorded)
 }
+
+// TestResolveAnUnknownOutcome: when a backend cannot say whether a call ran
+// (it is down, or keeps no receipts), the call's outcome stays unknown and
+// retries with its key are refused with idempotency.outcome_unknown — until
+// an operator resolves it with `mandate audit resolve`. "not-executed"
+// releases the key, so the retry runs once; "executed" makes retries answer
+// that it ran. Each verdict is a row of its own (phase resolution, who and
+// why), and the chain verifies.
+func TestResolveAnUnknownOutcome(t *testing.T) {
+	tp := newTopology(t, topologyOptions{})
+	alice := tp.token("acme", "alice", "")
+	create := func(key string) restResponse {
+		t.Helper()
+		body := `{"input":{"title":"` + key + `","payroll_id":"P-0042","lines":[{"description":"Train","amount":{"currency_code":"EUR","amount_minor":"1000"},"category":"EXPENSE_CATEGORY_TRAVEL"}]}}`
+		return tp.rest("executor", http.MethodPost, "/v1/commands/expense.report.create:execute", alice, body, "Idempotency-Key", key)
+	}
+	tp.kill9("helpdesk")
+	for _, c := range []struct{ key, verdict string }{{"resolve-1", "not-executed"}, {"resolve-2", "executed"}} {
+		first := create(c.key)
+		wantProblem(t, first, http.StatusServiceUnavailable, "dispatch", "handler.unavailable")
+		inv := first.body["invocation_id"].(string)
+		if rows := tp.invocationRows(inv, 2); rows[1].GetOutcome() != "unknown" {
+			t.Fatalf("outcome %v, want unknown", rows[1])
+		}
+		wantProblem(t, create(c.key), http.StatusConflict, "idempotency_check", "idempotency.outcome_unknown")
+		out := tp.run("audit", "resolve", "--tenant", "acme", "--invocation", inv, "--as", c.verdict, "--by", "olive", "--reason", "checked the helpdesk")
+		if !strings.Contains(out, "resolved as "+c.verdict) {
+			t.Fatalf("mandate audit resolve: %s", out)
+		}
+		rows := tp.invocationRows(inv, 3)
+		if r := rows[2]; r.GetPhase() != "resolution" || r.GetUserId() != "olive" || !strings.Contains(r.GetMessage(), "checked the helpdesk") {
+			t.Fatalf("resolution row %v", r)
+		}
+		if c.verdict == "executed" {
+			wantProblem(t, create(c.key), http.StatusUnprocessableEntity, "idempotency_check", "idempotency.resolved_executed")
+			continue
+		}
+		tp.restartAt("helpdesk")
+		// The executor reconnects to the backend with backoff: retry as a
+		// client would, with the same key, while the answer is retriable.
+		r := create(c.key)
+		for deadline := time.Now().Add(20 * time.Second); r.status != http.StatusOK && r.body["retriable"] == true && time.Now().Before(deadline); r = create(c.key) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if r.status != http.StatusOK {
+			t.Fatalf("retry after the resolution: %d %s", r.status, r.raw)
+		}
+		tp.kill9("helpdesk")
+	}
+	if n := tp.count(`SELECT count(*) FROM helpdesk.expense_reports WHERE title LIKE 'resolve-%'`); n != 1 {
+		t.Fatalf("%d reports, want the one the released key ran", n)
+	}
+	// Nothing to resolve: an unknown invocation, or one resolved already.
+	for _, inv := range []string{"inv_nope", tp.invocationOf(t, "resolve-2")} {
+		cmd := exec.Command(tp.bin, "audit", "resolve", "--tenant", "acme", "--invocation", inv, "--as", "executed", "--by", "olive", "--reason", "x")
+		cmd.Env = tp.env
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "not found") && !strings.Contains(string(out), "resolved already") {
+			t.Fatalf("resolving %s again: %v %s", inv, err, out)
+		}
+	}
+	if out := tp.run("audit", "verify", "--tenant", "acme"); !strings.Contains(out, "intact") {
+		t.Fatalf("audit verify: %s", out)
+	}
+}
+
+// invocationOf is the invocation of the first outcome row whose arguments
+// hold title (expense reports are titled after their key in these tests).
+func (tp *topology) invocationOf(t *testing.T, title string) string {
+	t.Helper()
+	var inv string
+	err := tp.db.QueryRow(t.Context(), `SELECT invocation_id FROM audit.records WHERE phase = 'intent' AND arguments->>'title' = $1 ORDER BY seq LIMIT 1`, title).Scan(&inv)
+	if err != nil {
+		t.Fatalf("invocation of %s: %v", title, err)
+	}
+	return inv
+}

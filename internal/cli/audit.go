@@ -23,6 +23,8 @@ import (
 	auditapi "github.com/mandate-dev/mandate/services/audit/api"
 	auditmem "github.com/mandate-dev/mandate/services/audit/memory"
 	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
+	"github.com/mandate-dev/mandate/services/executor"
+	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
 )
 
 var auditMigrations = auditpg.Migrations
@@ -35,6 +37,8 @@ func runAudit(ctx context.Context, args []string, io IO) error {
 			return runAuditQuery(ctx, args[1:], io)
 		case "verify":
 			return runAuditVerify(ctx, args[1:], io)
+		case "resolve":
+			return runAuditResolve(ctx, args[1:], io)
 		}
 	}
 	return runAuditService(ctx, args, io)
@@ -269,4 +273,94 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// runAuditResolve records an operator's verdict on an invocation whose
+// outcome is unknown — its backend could not say whether it ran and never
+// will (no receipts, or its records are gone) — and releases the
+// idempotency key that call holds: "not-executed" lets a retry run,
+// "executed" makes retries answer that it ran. The verdict is a row of
+// its own in the chain (phase resolution), next to the unknown one.
+func runAuditResolve(ctx context.Context, args []string, io IO) error {
+	var (
+		url                        config.Secret
+		tenant, invocation, as, by string
+		reason                     string
+	)
+	s := config.New("audit resolve", io.Env)
+	s.FlagSet().SetOutput(io.Stderr)
+	databaseFlag(s, &url)
+	s.String(&tenant, "tenant", "", "tenant of the invocation")
+	s.String(&invocation, "invocation", "", "the invocation whose outcome is unknown")
+	s.String(&as, "as", "", "the verdict: executed or not-executed")
+	s.String(&by, "by", "", "who decides (recorded as the resolution's user)")
+	s.String(&reason, "reason", "", "why, e.g. what the system of record shows (recorded)")
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"tenant", &tenant}, {"invocation", &invocation}, {"as", &as}, {"by", &by}, {"reason", &reason}} {
+		s.Require(f.name, func() bool { return *f.v == "" })
+	}
+	s.Check(func() error {
+		if as != "executed" && as != "not-executed" {
+			return s.Errorf("as", "must be executed or not-executed")
+		}
+		return nil
+	})
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	var cl closers
+	defer cl.close()
+	st, err := auditDB(ctx, url, &cl)
+	if err != nil {
+		return err
+	}
+	rows, err := st.Get(ctx, tenant, invocation)
+	if err != nil {
+		return err
+	}
+	var unknown *audit.Stored
+	for i := range rows {
+		switch {
+		case rows[i].Phase == audit.PhaseResolution:
+			return fmt.Errorf("invocation %s was resolved already (seq %d)", invocation, rows[i].Seq)
+		case rows[i].Phase == audit.PhaseOutcome && rows[i].Outcome == audit.OutcomeUnknown:
+			unknown = &rows[i]
+		}
+	}
+	if unknown == nil {
+		return fmt.Errorf("invocation %s has no unknown outcome to resolve", invocation)
+	}
+	rec := unknown.Record.Clone()
+	rec.Phase, rec.Time, rec.Arguments, rec.Duration, rec.ResultDigest = audit.PhaseResolution, time.Now(), nil, 0, ""
+	rec.UserID, rec.AgentID, rec.Model, rec.ModelVersion, rec.ActorKind = by, "", "", "", audit.ActorUser
+	rec.Stage, rec.Message = audit.StageAudit, "resolved by "+by+": "+reason
+	var saved *executor.Saved
+	if as == "executed" {
+		rec.Outcome, rec.Code = audit.OutcomeExecuted, audit.CodeResolvedExecuted
+		v := executor.ResolvedExecuted(invocation, by, reason)
+		saved = &v
+	} else {
+		rec.Outcome, rec.Code = audit.OutcomeFailed, audit.CodeResolvedNotExecuted
+	}
+	w := audit.NewWriter(st, audit.WriterOptions{})
+	cl.add(func() { _ = w.Close() })
+	stored, err := w.Append(ctx, rec)
+	if err != nil {
+		return err
+	}
+	held, err := execpg.New(st.Pool(), execpg.Options{}).Resolve(ctx, tenant, invocation, saved)
+	if err != nil {
+		return fmt.Errorf("the resolution is recorded (seq %d), but releasing the idempotency key failed: %w", stored[0].Seq, err)
+	}
+	key := "it held no idempotency key"
+	if held {
+		key = "its idempotency key now replays that it ran"
+		if saved == nil {
+			key = "its idempotency key is released: a retry runs"
+		}
+	}
+	fmt.Fprintf(io.Stdout, "invocation %s of tenant %s resolved as %s (seq %d); %s\n", invocation, tenant, as, stored[0].Seq, key)
+	return nil
 }

@@ -19,6 +19,16 @@ const (
 	// PhaseOutcome is written after the call ended, or instead of an intent when the call was
 	// refused before dispatch.
 	PhaseOutcome Phase = "outcome"
+	// PhaseResolution is an operator's verdict on an invocation whose outcome row says
+	// unknown (mandate audit resolve): Outcome executed or failed, who (UserID) and why
+	// (Message). The unknown row stays; the resolution is its own link in the chain.
+	PhaseResolution Phase = "resolution"
+)
+
+// Codes of resolution rows.
+const (
+	CodeResolvedExecuted    = "audit.resolved_executed"
+	CodeResolvedNotExecuted = "audit.resolved_not_executed"
 )
 
 // Channel is the transport the call came in on.
@@ -334,10 +344,19 @@ func (r *Record) Validate() error {
 		default:
 			return invalid("outcome", "must be executed, refused, failed, unknown or replayed")
 		}
+	case PhaseResolution:
+		switch {
+		case r.Outcome != OutcomeExecuted && r.Outcome != OutcomeFailed:
+			return invalid("outcome", "must be executed or failed on a resolution row")
+		case r.Stage == "" || r.Code == "":
+			return invalid("code", "stage and code are required on a resolution row")
+		case r.UserID == "" || r.Message == "":
+			return invalid("message", "a resolution row says who resolved it (user_id) and why (message)")
+		}
 	case "":
 		return invalid("phase", "is required")
 	default:
-		return invalid("phase", "must be intent or outcome")
+		return invalid("phase", "must be intent, outcome or resolution")
 	}
 	if !r.Channel.Valid() {
 		return invalid("channel", "must be mcp, grpc or rest")
@@ -423,4 +442,4 @@ func (o Outcome) Valid() bool {
 }
 
 // Valid reports whether p is intent or outcome.
-func (p Phase) Valid() bool { return p == PhaseIntent || p == PhaseOutcome }
+func (p Phase) Valid() bool { return p == PhaseIntent || p == PhaseOutcome || p == PhaseResolution }

@@ -136,3 +136,17 @@ func safeMessage(m string) string {
 	}
 	return m[:cut] + "…"
 }
+
+// CodeResolvedExecuted is what a retry replays for a key whose first call
+// an operator resolved as executed (mandate audit resolve): it ran, and its
+// result was never recorded.
+const CodeResolvedExecuted = "idempotency.resolved_executed"
+
+// ResolvedExecuted is the saved response of a key whose call invocation
+// an operator resolved as executed, by whom and why.
+func ResolvedExecuted(invocation, by, reason string) Saved {
+	fe := failure.New(StageIdempotency, CodeResolvedExecuted,
+		"the call with this idempotency key ("+invocation+") ran, as "+by+" resolved ("+reason+"); its result was never recorded")
+	fe.Status, fe.Remedy, fe.InvocationID = codes.FailedPrecondition, "read the effect from the system of record; do not retry", invocation
+	return Saved{InvocationID: invocation, Status: statusBytes(fe)}
+}

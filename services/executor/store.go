@@ -34,6 +34,12 @@ type Store interface {
 	// record belongs to invocation, with what that invocation's receipt
 	// says it returned, and marks it finished.
 	Settle(ctx context.Context, key IdemKey, saved Saved) error
+	// Resolve applies an operator's verdict to the idempotency record of
+	// tenant's invocation, whatever its key and state: with saved nil (the
+	// call never ran) the record is dropped, so a retry runs; otherwise it
+	// is finished with saved, which retries replay. It reports whether the
+	// invocation held a key.
+	Resolve(ctx context.Context, tenant, invocationID string, saved *Saved) (bool, error)
 	// Release drops a reservation whose call was refused before dispatch, so
 	// nothing is saved for it.
 	Release(ctx context.Context, key IdemKey) error

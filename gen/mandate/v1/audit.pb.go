@@ -218,7 +218,9 @@ type AuditRecord struct {
 	// The invocation; every service, log line and span carries it.
 	InvocationId string `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
 	// `intent` (written before dispatch) or `outcome` (after). A call refused
-	// before dispatch has only an outcome row.
+	// before dispatch has only an outcome row. `resolution` is an operator's
+	// verdict (`mandate audit resolve`) on an invocation whose outcome was
+	// unknown: who in user_id, why in message.
 	Phase string `protobuf:"bytes,2,opt,name=phase,proto3" json:"phase,omitempty"`
 	// When the record was made.
 	Time *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`

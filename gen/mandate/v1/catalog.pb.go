@@ -140,7 +140,7 @@ type Tool struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The MCP `Tool` object (name, title, description, inputSchema,
 	// outputSchema, annotations, `_meta` with the declaration under
-	// `mandate/…` keys) as canonical compact JSON. It is a string rather than
+	// `mandate.dev/…` keys) as canonical compact JSON. It is a string rather than
 	// a google.protobuf.Struct so that schema numbers such as int64 bounds
 	// survive exactly.
 	DescriptorJson string `protobuf:"bytes,2,opt,name=descriptor_json,json=descriptorJson,proto3" json:"descriptor_json,omitempty"`

@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
 		{"Reclaim", s.testReclaim},
 		{"Settle", s.testSettle},
 		{"Spool", s.testSpool},
+		{"Resolve", s.testResolve},
 		{"Canceled", s.testCanceled},
 		{"Delivery", s.testDelivery},
 		{"Purge", s.testPurge},
@@ -1106,5 +1107,29 @@ func (s *suite) testSpool(t *testing.T) {
 	}
 	if rows, err := st.Spooled(ctx, 10); err != nil || len(rows) != 0 {
 		t.Fatalf("after unspooling all: %+v, %v", rows, err)
+	}
+}
+
+// testResolve: an operator's verdict finds an invocation's key whatever its
+// state: never run drops it (a retry claims it), run finishes it.
+func (s *suite) testResolve(t *testing.T) {
+	ctx := testCtx(t)
+	st := s.newStore(t)
+	reserveFor(t, st, Key(), "d1", "inv-1", TTL)
+	mustFinish(t, st, executor.Finish{Key: new(Key()), Saved: Failure("inv-1")})
+	if ok, err := st.Resolve(ctx, "globex", "inv-1", nil); ok || err != nil {
+		t.Fatalf("Resolve in another tenant = %v, %v", ok, err)
+	}
+	if ok, err := st.Resolve(ctx, "acme", "inv-1", nil); !ok || err != nil {
+		t.Fatalf("Resolve as never run = %v, %v", ok, err)
+	}
+	reserveFor(t, st, Key(), "d1", "inv-2", TTL)
+	saved := Success("inv-2")
+	if ok, err := st.Resolve(ctx, "acme", "inv-2", &saved); !ok || err != nil {
+		t.Fatalf("Resolve as run = %v, %v", ok, err)
+	}
+	wantReplay(t, st, Key(), "d1", Success("inv-2"))
+	if ok, err := st.Resolve(ctx, "acme", "inv-404", nil); ok || err != nil {
+		t.Fatalf("Resolve of an invocation with no key = %v, %v", ok, err)
 	}
 }

@@ -471,3 +471,26 @@ func (s *Store) Unspool(ctx context.Context, ids []int64) error {
 	s.spool = slices.DeleteFunc(s.spool, func(r executor.SpooledRow) bool { return drop[r.ID] })
 	return nil
 }
+
+// Resolve implements executor.Store.
+func (s *Store) Resolve(ctx context.Context, tenant, invocationID string, saved *executor.Saved) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, rec := range s.idem {
+		if k.Tenant != tenant || invocationID == "" || recordInvocation(rec) != invocationID {
+			continue
+		}
+		if saved == nil {
+			delete(s.idem, k)
+			return true, nil
+		}
+		rec.finished = true
+		rec.saved = cloneSaved(*saved)
+		rec.saved.InvocationID = invocationID
+		return true, nil
+	}
+	return false, nil
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mandate-dev/mandate/internal/storage/migrate"
@@ -470,4 +471,25 @@ func (s *Store) Unspool(ctx context.Context, ids []int64) error {
 	}
 	_, err := s.pool.Exec(ctx, sqlUnspool, ids)
 	return mapErr(ctx, "executor: unspool", err)
+}
+
+// Resolve implements executor.Store.
+func (s *Store) Resolve(ctx context.Context, tenant, invocationID string, saved *executor.Saved) (bool, error) {
+	const op = "executor: resolve"
+	if invocationID == "" {
+		return false, ctx.Err()
+	}
+	var (
+		tag pgconn.CommandTag
+		err error
+	)
+	if saved == nil {
+		tag, err = s.pool.Exec(ctx, sqlResolveForget, tenant, invocationID)
+	} else {
+		tag, err = s.pool.Exec(ctx, sqlResolveSettle, tenant, invocationID, s.now(), saved.Output, saved.Status, saved.AuditID)
+	}
+	if err != nil {
+		return false, mapErr(ctx, op, err)
+	}
+	return tag.RowsAffected() > 0, nil
 }

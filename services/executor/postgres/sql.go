@@ -99,6 +99,17 @@ const (
 	// sqlUnspool drops delivered spooled rows.
 	sqlUnspool = `DELETE FROM executor.audit_spool WHERE id = ANY($1::bigint[])`
 
+	// sqlResolveForget drops the idempotency record of an invocation an
+	// operator resolved as never run. $1 tenant, $2 invocation.
+	sqlResolveForget = `DELETE FROM executor.idempotency WHERE tenant = $1 AND invocation_id = $2`
+
+	// sqlResolveSettle finishes the idempotency record of an invocation an
+	// operator resolved as run. $3 now, $4-$6 the response.
+	sqlResolveSettle = `UPDATE executor.idempotency SET
+		state = 'finished', finished_at = coalesce(finished_at, $3), lease_until = NULL,
+		output = $4, status = $5, audit_id = coalesce(nullif($6, ''), audit_id)
+	WHERE tenant = $1 AND invocation_id = $2`
+
 	// sqlPurgeExpired deletes expired idempotency records.
 	sqlPurgeExpired = `DELETE FROM executor.idempotency WHERE expires_at <= $1`
 
