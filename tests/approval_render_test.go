@@ -67,17 +67,7 @@ func TestApprovalPageRendersByDeclaration(t *testing.T) {
 	} else if err := os.MkdirAll(shots, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chrome),
-		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
-		chromedp.UserDataDir(t.TempDir()))
-	defer cancelAlloc()
-	browser, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
-	browser, cancel := context.WithTimeout(browser, 120*time.Second)
-	defer cancel()
+	browser := headlessChromium(t, chrome, 120*time.Second)
 	if err := chromedp.Do(browser, chromedp.Navigate(carolLink), chromedp.WaitVisible(chromedp.ID("pending"))); err != nil {
 		t.Fatalf("carol signing in: %v", err)
 	}

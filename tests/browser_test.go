@@ -96,17 +96,7 @@ func TestApprovalInBrowser(t *testing.T) {
 		return do(t, http.MethodPost, execute, bot, body+"}")
 	}
 
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chrome),
-		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
-		chromedp.UserDataDir(t.TempDir()))
-	defer cancelAlloc()
-	browser, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
-	browser, cancel := context.WithTimeout(browser, 90*time.Second)
-	defer cancel()
+	browser := headlessChromium(t, chrome, 90*time.Second)
 	if err := chromedp.Do(browser, chromedp.Navigate(carolLink), chromedp.WaitVisible(chromedp.ID("pending"))); err != nil {
 		t.Fatalf("carol signing in: %v", err)
 	}
@@ -180,4 +170,21 @@ func TestApprovalInBrowser(t *testing.T) {
 func jsonString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// headlessChromium starts Chromium at path with the flags this machine
+// needs (no sandbox, no background networking) and a fresh profile, and
+// returns a browser context that ends after timeout or with the test.
+func headlessChromium(t *testing.T, path string, timeout time.Duration) context.Context {
+	t.Helper()
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(path),
+		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
+		chromedp.UserDataDir(t.TempDir()))
+	browser, cancelTab := chromedp.NewContext(allocCtx)
+	browser, cancel := context.WithTimeout(browser, timeout)
+	t.Cleanup(func() { cancel(); cancelTab(); cancelAlloc() })
+	return browser
 }

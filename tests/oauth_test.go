@@ -134,17 +134,7 @@ func TestOAuthConnectsAnMCPHost(t *testing.T) {
 	}
 
 	// The human: sign in as carol, read the consent page, allow.
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chrome),
-		chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("no-first-run", true), chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
-		chromedp.UserDataDir(t.TempDir()))
-	defer cancelAlloc()
-	browser, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
-	browser, cancelBrowser := context.WithTimeout(browser, 60*time.Second)
-	defer cancelBrowser()
+	browser := headlessChromium(t, chrome, 60*time.Second)
 	if err := chromedp.Do(browser,
 		chromedp.Navigate(authz.URL),
 		chromedp.WaitVisible(chromedp.ID("signin-acme-carol")),

@@ -258,10 +258,10 @@ func New(cfg Config) (*Executor, error) {
 	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, pending: make(chan struct{}, 1024),
 		stop: make(chan struct{}), spoolFailures: map[int64]int{}}
 	e.spoolWG.Add(1)
-	go e.runSpool(e.stop)
+	go e.every(e.stop, cfg.SpoolInterval, "audit spool: flush", e.FlushSpool)
 	if cfg.Intents != nil {
 		e.spoolWG.Add(1)
-		go e.runReconcile(e.stop)
+		go e.every(e.stop, cfg.ReconcileInterval, "reconcile: settling pending intents", e.Reconcile)
 	}
 	return e, nil
 }

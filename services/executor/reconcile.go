@@ -21,24 +21,6 @@ const (
 	reconcileBatch           = 256
 )
 
-// runReconcile settles intents without outcome every ReconcileInterval
-// until stop is closed.
-func (e *Executor) runReconcile(stop <-chan struct{}) {
-	defer e.spoolWG.Done()
-	t := time.NewTicker(e.cfg.ReconcileInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		if _, err := e.Reconcile(context.Background()); err != nil {
-			e.log.Debug("reconcile: listing pending intents failed; retrying", "error", err)
-		}
-	}
-}
-
 // Reconcile settles the intents without outcome older than ReconcileAfter
 // from their backends' receipts, before the audit service's own reconciler
 // would record them unknown: an executed receipt becomes an executed

@@ -56,10 +56,11 @@ func (e *Executor) spool(ctx context.Context, inv *invocation, rec audit.Record)
 	e.logger(ctx, inv).Warn("audit trail unavailable: row spooled, to be appended when it is back", "phase", rec.Phase, "outcome", rec.Outcome)
 }
 
-// runSpool flushes the spool every SpoolInterval until stop is closed.
-func (e *Executor) runSpool(stop <-chan struct{}) {
+// every runs fn every interval until stop is closed, logging its failures
+// at debug level (the next round retries).
+func (e *Executor) every(stop <-chan struct{}, interval time.Duration, what string, fn func(context.Context) (int, error)) {
 	defer e.spoolWG.Done()
-	t := time.NewTicker(e.cfg.SpoolInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -67,8 +68,8 @@ func (e *Executor) runSpool(stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		if _, err := e.FlushSpool(context.Background()); err != nil {
-			e.log.Debug("audit spool: flush failed; retrying", "error", err)
+		if _, err := fn(context.Background()); err != nil {
+			e.log.Debug(what+" failed; retrying", "error", err)
 		}
 	}
 }
