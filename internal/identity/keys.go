@@ -43,6 +43,8 @@ type keyStore struct {
 	now    func() time.Time
 
 	remote atomic.Pointer[[]jose.JSONWebKey]
+	// onRefresh, when set, runs after a refetch replaced the remote keys.
+	onRefresh func()
 
 	refreshMu   sync.Mutex // serialises refetches
 	lastRefresh time.Time  // guarded by refreshMu
@@ -110,6 +112,9 @@ func (ks *keyStore) lookup(ctx context.Context, kid string, alg jose.SignatureAl
 		return nil, newError(CodeUnknownKey, "signing key is unknown", ferr)
 	}
 	ks.remote.Store(&keys)
+	if ks.onRefresh != nil {
+		ks.onRefresh()
+	}
 	return ks.find(kid, alg)
 }
 

@@ -32,6 +32,9 @@ type ServiceConfig struct {
 	MaxTokenBytes int
 	Leeway        time.Duration
 	Now           func() time.Time
+	// CacheSize is as in Config. The service secret never changes within a
+	// process, so nothing but `exp` and the bound ends an entry.
+	CacheSize int
 }
 
 // ServiceVerifier checks service tokens: HS256 with the service secret and a
@@ -40,6 +43,7 @@ type ServiceConfig struct {
 type ServiceVerifier struct {
 	check  checker
 	secret []byte
+	cache  *tokenCache // nil when caching is off
 }
 
 // NewServiceVerifier validates cfg.
@@ -51,14 +55,21 @@ func NewServiceVerifier(cfg ServiceConfig) (*ServiceVerifier, error) {
 	if len(cfg.Secret) < MinSecretBytes {
 		return nil, fmt.Errorf("identity: service Secret must be at least %d bytes", MinSecretBytes)
 	}
-	return &ServiceVerifier{check: chk, secret: slices.Clone(cfg.Secret)}, nil
+	return &ServiceVerifier{check: chk, secret: slices.Clone(cfg.Secret), cache: newTokenCache(cfg.CacheSize)}, nil
 }
 
 // Verify checks a service token and returns a KindService principal. A
 // token not signed with the service secret is refused with
 // CodeNotAService rather than CodeInvalidToken: from this verifier's point
 // of view that is exactly what it is.
+//
+// Service tokens are reused for half their lifetime (ServiceTokenSource), so
+// a verified one is remembered until its `exp` like a user's.
 func (v *ServiceVerifier) Verify(ctx context.Context, token string) (Principal, error) {
+	return v.cache.verify(ctx, token, &v.check, v.verify)
+}
+
+func (v *ServiceVerifier) verify(ctx context.Context, token string) (Principal, error) {
 	c, err := v.check.verify(ctx, token, v.resolveKey, CodeNotAService)
 	if err != nil {
 		return Principal{}, err

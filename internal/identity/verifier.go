@@ -59,6 +59,10 @@ type Config struct {
 	Leeway time.Duration
 	// Now replaces time.Now in tests.
 	Now func() time.Time
+	// CacheSize bounds how many verified tokens are remembered until their
+	// `exp`, so a token is verified once per process rather than on every
+	// call. Zero means DefaultCacheSize; negative turns the cache off.
+	CacheSize int
 }
 
 // Verifier checks user and agent bearer tokens. It is safe for concurrent
@@ -66,7 +70,8 @@ type Config struct {
 type Verifier struct {
 	check     checker
 	devSecret []byte
-	keys      *keyStore // nil when no asymmetric key source is configured
+	keys      *keyStore   // nil when no asymmetric key source is configured
+	cache     *tokenCache // nil when caching is off; dropped whenever keys change
 }
 
 // NewVerifier validates cfg and loads its keys. With an OIDC issuer it
@@ -83,12 +88,15 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 	if cfg.DevSecret != nil && len(cfg.DevSecret) < MinSecretBytes {
 		return nil, fmt.Errorf("identity: DevSecret must be at least %d bytes", MinSecretBytes)
 	}
-	v := &Verifier{check: chk, devSecret: slices.Clone(cfg.DevSecret)}
+	v := &Verifier{check: chk, devSecret: slices.Clone(cfg.DevSecret), cache: newTokenCache(cfg.CacheSize)}
 	if cfg.JWKSFile != "" || cfg.OIDCIssuerURL != "" {
 		v.keys, err = newKeyStore(ctx, cfg.JWKSFile, cfg.OIDCIssuerURL, cfg.HTTPClient, chk.now)
 		if err != nil {
 			return nil, err
 		}
+		// A refetched key set may have dropped the key a cached token was
+		// signed with: forget every verdict reached with the old set.
+		v.keys.onRefresh = v.cache.reset
 	}
 	return v, nil
 }
@@ -97,7 +105,15 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 // refusal is an *Error. A service token is refused here even if it were
 // signed with a key we trust: services reach users' data only by relaying a
 // user's token.
+//
+// A token that verified is remembered (by digest) until its `exp`, so the
+// signature and claims are checked once per process per token; see
+// tokenCache for what that does and does not change.
 func (v *Verifier) Verify(ctx context.Context, token string) (Principal, error) {
+	return v.cache.verify(ctx, token, &v.check, v.verify)
+}
+
+func (v *Verifier) verify(ctx context.Context, token string) (Principal, error) {
 	c, err := v.check.verify(ctx, token, v.resolveKey, CodeInvalidToken)
 	if err != nil {
 		return Principal{}, err
