@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"net"
 	"net/url"
 	"time"
 
@@ -21,13 +22,16 @@ import (
 // and gRPC health on --grpc-addr. It keeps no data: tool lists and
 // manifest reads come from the catalog, calls go to the executor and
 // elicited confirmations to the confirm service, each relayed for the
-// caller with the bridge's service token (service "mcpbridge").
+// caller with the bridge's service token (service "mcpbridge"). Replicas
+// share --state-secret (or the service secret it derives from) and each
+// advertises its own address (--advertise-url): a request for a session
+// another replica holds is forwarded there.
 func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	var (
 		f                                  serviceFlags
 		mf                                 manifestFlags
 		catalogAddr, executorAddr, confirm string
-		resourceURL                        string
+		resourceURL, advertiseURL          string
 		authServers                        []string
 		sessionTimeout, idleTimeout        time.Duration
 		stateSecret                        config.Secret
@@ -42,11 +46,14 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	s.String(&executorAddr, "executor-addr", "127.0.0.1:9092", "gRPC address of the executor")
 	s.String(&confirm, "confirm-addr", "127.0.0.1:9093", "gRPC address of the confirm service (elicited confirmations); empty: approval URLs only")
 	s.String(&resourceURL, "resource-url", "", "public URL of the MCP endpoint, the RFC 9728 resource (default http://<http-addr>/mcp)")
+	s.String(&advertiseURL, "advertise-url", "", "URL at which the other bridge replicas reach this one (http://host:port of --http-addr, e.g. the pod's "+
+		"address): session ids name it, sealed with the state secret, and a replica forwards requests for another's sessions to it "+
+		"(default http://<http-addr>)")
 	s.Strings(&authServers, "authorization-server", nil, "issuer URLs of the authorization servers MCP clients get tokens from, named in the "+
 		"protected-resource metadata (default: --oidc-issuer, else the --issuer values that are URLs)")
 	s.Duration(&sessionTimeout, "session-timeout", time.Hour, "close MCP sessions that made no request for this long; clients keep theirs with pings (0: never)")
 	s.Duration(&idleTimeout, "idle-timeout", mcpbridge.DefaultIdleTimeout, "drop a principal's server and catalog watch this long after its last request once no session is open")
-	s.SecretVar(&stateSecret, "state-secret", "HMAC key sealing the requestState of MCP 2026-07-28 confirmations, the same on every replica "+
+	s.SecretVar(&stateSecret, "state-secret", "HMAC key sealing the requestState of MCP 2026-07-28 confirmations and the owner named in session ids, the same on every replica "+
 		"(at least 32 bytes; default: derived from --service-secret)")
 	s.Check(func() error {
 		if stateSecret.Set() && len(stateSecret.Reveal()) < mcpbridge.MinStateKeyBytes {
@@ -71,6 +78,15 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 		}
 		return nil
 	})
+	s.Check(func() error {
+		if advertiseURL == "" {
+			return nil
+		}
+		if !mcpbridge.IsAdvertiseURL(advertiseURL) {
+			return s.Errorf("advertise-url", "must be an absolute http(s) URL without query, fragment or user info")
+		}
+		return nil
+	})
 	s.Require("catalog-addr", func() bool { return catalogAddr == "" })
 	s.Require("executor-addr", func() bool { return executorAddr == "" })
 	if err := s.Parse(args); err != nil {
@@ -78,6 +94,9 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	}
 	if resourceURL == "" {
 		resourceURL = "http://" + f.httpAddr + "/mcp"
+	}
+	if advertiseURL == "" {
+		advertiseURL = "http://" + f.httpAddr
 	}
 	if len(authServers) == 0 {
 		authServers = defaultAuthorizationServers(f.oidcURL, f.issuers)
@@ -117,7 +136,7 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 		Catalog: catalogClient, Executor: execapi.NewClient(executorConn), Manifest: set, Verifier: users,
 		ResourceURL: resourceURL, AuthorizationServers: authServers,
 		IdleTimeout: idleTimeout, SessionTimeout: sessionTimeout, Logger: log,
-		StateKey: []byte(stateSecret.Reveal()),
+		StateKey: []byte(stateSecret.Reveal()), AdvertiseURL: advertiseURL,
 	}
 	if !stateSecret.Set() {
 		cfg.StateKey = deriveStateKey([]byte(f.serviceSecret.Reveal()))
@@ -149,7 +168,10 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	}
 	srv.Handle(path, bridge.Handler())
 	srv.Handle(bridge.MetadataPath(), bridge.MetadataHandler())
-	log.Info("MCP endpoint", "resource", resourceURL, "catalog", catalogAddr, "executor", executorAddr, "confirm", confirm)
+	if au, err := url.Parse(advertiseURL); err == nil && (au.Hostname() == "" || net.ParseIP(au.Hostname()).IsUnspecified()) {
+		log.Warn("the advertise URL names no address the other replicas can reach: set --advertise-url when running more than one replica", "advertise", advertiseURL)
+	}
+	log.Info("MCP endpoint", "resource", resourceURL, "advertise", advertiseURL, "catalog", catalogAddr, "executor", executorAddr, "confirm", confirm)
 	return srv.Run(ctx)
 }
 

@@ -22,6 +22,10 @@ func TestMCPBridgeRefusesBadSettings(t *testing.T) {
 		{"no catalog", secrets, []string{"--catalog-addr", ""}, []string{"--catalog-addr (MANDATE_CATALOG_ADDR) is required"}},
 		{"authorization server that is no URL", secrets, []string{"--authorization-server", "mandate-dev"},
 			[]string{`--authorization-server (MANDATE_AUTHORIZATION_SERVER) "mandate-dev" is not an issuer URL`}},
+		{"relative advertise url", secrets, []string{"--advertise-url", "10.0.0.5:8085"},
+			[]string{"--advertise-url (MANDATE_ADVERTISE_URL) must be an absolute http(s) URL"}},
+		{"advertise url with a query", secrets, []string{"--advertise-url", "http://10.0.0.5:8085/?to=elsewhere"},
+			[]string{"--advertise-url (MANDATE_ADVERTISE_URL) must be an absolute http(s) URL"}},
 		{"short state secret", map[string]string{
 			"MANDATE_DEV_SECRET": testSecret, "MANDATE_SERVICE_SECRET": testSecret + "-svc", "MANDATE_STATE_SECRET": "too-short",
 		}, nil, []string{"--state-secret (MANDATE_STATE_SECRET) must be at least 32 bytes"}},

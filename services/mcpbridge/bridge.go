@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
@@ -96,6 +97,15 @@ type Config struct {
 	// on every replica). Without it only 2025-11-25 and 2025-06-18 are
 	// served, and a 2026 client falls back to initialize.
 	StateKey []byte
+	// AdvertiseURL, when set (with StateKey), is where the other replicas
+	// reach this one: scheme://host:port of its own HTTP listener, such as
+	// a pod's address, not the balancer's. Each session id the bridge
+	// issues names it, sealed with StateKey, and a request for a session of
+	// another replica is forwarded to that replica (forward.go), so that
+	// the replicas work behind a round-robin balancer without sticky
+	// sessions. Empty: session ids are random and a request for a session
+	// held elsewhere is answered 404.
+	AdvertiseURL string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -126,6 +136,11 @@ type Bridge struct {
 	log         *slog.Logger
 	metadataURL string
 	metadataPth string
+
+	// advertise is Config.AdvertiseURL normalised; proxy forwards requests
+	// for other replicas' sessions (nil: forwarding is off).
+	advertise string
+	proxy     *httputil.ReverseProxy
 
 	// ctx ends with Close; every watch runs under it.
 	ctx    context.Context
@@ -187,6 +202,15 @@ func New(cfg Config) (*Bridge, error) {
 			return nil, fmt.Errorf("mcpbridge: authorization server %q is not an issuer URL (absolute http(s), no query or fragment)", as)
 		}
 	}
+	var advertise string
+	if cfg.AdvertiseURL != "" {
+		if len(cfg.StateKey) == 0 {
+			return nil, errors.New("mcpbridge: AdvertiseURL needs a StateKey, which seals the owner into session ids")
+		}
+		if advertise, err = advertiseURL(cfg.AdvertiseURL); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -196,15 +220,22 @@ func New(cfg Config) (*Bridge, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	// RFC 9728 §3.1: the well-known segment goes between host and path.
 	pth := "/.well-known/oauth-protected-resource" + strings.TrimSuffix(u.Path, "/")
-	return &Bridge{
+	b := &Bridge{
 		cfg:         cfg,
 		log:         cfg.Logger,
 		metadataPth: pth,
 		metadataURL: u.Scheme + "://" + u.Host + pth,
+		advertise:   advertise,
 		servers:     map[string]*entry{},
 		ctx:         ctx,
 		cancel:      cancel,
-	}, nil
+	}
+	if advertise != "" {
+		var tr *http.Transport
+		b.proxy, tr = b.newProxy()
+		context.AfterFunc(ctx, tr.CloseIdleConnections)
+	}
+	return b, nil
 }
 
 // Handler returns the MCP endpoint, to mount at the path of ResourceURL
@@ -212,7 +243,9 @@ func New(cfg Config) (*Bridge, error) {
 // DNS-rebinding protection and the stateful Streamable HTTP transport.
 // With Config.StateKey set, requests whose Mcp-Protocol-Version is
 // 2026-07-28 or later go to a stateless transport over the same
-// per-principal servers instead; older clients keep their sessions.
+// per-principal servers instead; older clients keep their sessions. With
+// Config.AdvertiseURL set, a request for another replica's session is
+// forwarded to it (forward.go).
 func (b *Bridge) Handler() http.Handler {
 	var h http.Handler = mcp.NewStreamableHTTPHandler(b.server, &mcp.StreamableHTTPOptions{Logger: b.log, SessionTimeout: b.cfg.SessionTimeout})
 	if len(b.cfg.StateKey) > 0 {
@@ -226,10 +259,19 @@ func (b *Bridge) Handler() http.Handler {
 			stateful.ServeHTTP(w, r)
 		})
 	}
+	h = b.checkEnvelope(h) // strict JSON (envelope.go), after authentication
+	if b.proxy != nil {
+		// Authenticated before it is forwarded, body untouched.
+		h = b.routeSessions(h)
+	}
 	protected := auth.RequireBearerToken(b.verifyToken, &auth.RequireBearerTokenOptions{
 		ResourceMetadataURL: b.metadataURL,
-	})(b.checkEnvelope(h)) // authenticated first, then strict JSON (envelope.go)
-	return http.NewCrossOriginProtection().Handler(protected)
+	})(h)
+	checked := http.NewCrossOriginProtection().Handler(protected)
+	if b.proxy == nil {
+		return checked
+	}
+	return b.acceptForwarded(checked, protected)
 }
 
 // MetadataPath is where MetadataHandler belongs: the RFC 9728 well-known
@@ -416,6 +458,7 @@ func (b *Bridge) newServer() *mcp.Server {
 			Resources: &mcp.ResourceCapabilities{},
 		},
 		SupportedProtocolVersions: versions,
+		GetSessionID:              b.sessionIDs(),
 		// Lists and resources differ per principal (2026-07-28 cacheScope).
 		SetCacheable: privateCache,
 	})

@@ -56,6 +56,8 @@ type stack struct {
 	// ConfirmService behind the service authenticator (helpdesk stacks).
 	backendAddr string
 	bridge      *mcpbridge.Bridge
+	// cfg is the bridge's configuration, for more replicas of it.
+	cfg mcpbridge.Config
 }
 
 // backends returns the executor's connection per gRPC service of the
@@ -120,11 +122,12 @@ func newStack(t *testing.T, set *manifest.Set, policy string, be backends) *stac
 
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(mux)
-	b, err := mcpbridge.New(mcpbridge.Config{
+	st.cfg = mcpbridge.Config{
 		Catalog: cat, Confirm: confirmSvc, Executor: exec, Manifest: set, Verifier: users,
 		ResourceURL: srv.URL + "/mcp", AuthorizationServers: []string{"https://issuer.test"},
 		StateKey: stateKey,
-	})
+	}
+	b, err := mcpbridge.New(st.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

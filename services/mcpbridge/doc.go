@@ -84,6 +84,20 @@
 // on this revision: four-eyes, L4 and clients without form elicitation
 // get the approval-URL refusal.
 //
+// # Replicas
+//
+// With Config.AdvertiseURL set (and StateKey), the bridge runs as several
+// replicas behind a plain round-robin balancer. A session of the 2024–2025
+// revisions, and a call waiting for its elicitation answer, live in the
+// memory of the replica that initialised the session; its id names that
+// replica's advertised URL, with an HMAC-SHA256 under StateKey. A replica
+// that receives an authenticated request for another's session forwards
+// it there unchanged (streams flushed as they come), marked with
+// ForwardedHeader (an HMAC of the session id) so that the owner serves it
+// and never forwards it again. An id the replicas did not seal is answered
+// 404 and never forwarded; so is a session whose owner cannot be reached
+// within ForwardDialTimeout, and clients then initialise a new session.
+//
 // # Review narration
 //
 // ops.review with narrate: true runs through the executor like any
