@@ -46,6 +46,13 @@ test-short:
 bench:
 	go test -run '^$$' -bench . -benchmem ./internal/...
 
+## bench-governed: governed vs ungoverned MCP calls (ticket.search) side by side —
+## `mandate dev`, the services as processes over Postgres (when one answers)
+## and a plain go-sdk server — as one table of ratios, latency, CPU and allocs
+.PHONY: bench-governed
+bench-governed:
+	go run ./cmd/mandate-bench
+
 ## check-generated: fail if `make generate` changes anything
 check-generated: generate
 	@if [ -n "$$(git status --porcelain -- gen)" ]; then \

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/mandate-dev/mandate/internal/cli"
+)
+
+const (
+	// childMode runs `mandate <args>` in this process, next to a stats
+	// endpoint.
+	childMode = "__child"
+	// referenceMode runs the ungoverned reference server.
+	referenceMode = "__reference"
+)
+
+// stats is what a child reports about itself: cumulative counters, so the
+// parent takes differences around a measured run.
+type stats struct {
+	// Mallocs is runtime.MemStats.Mallocs: heap objects allocated so far.
+	Mallocs uint64 `json:"mallocs"`
+	// CPU is user plus system time of the whole process (getrusage).
+	CPU time.Duration `json:"cpu_ns"`
+	// HeapInuse is runtime.MemStats.HeapInuse, in bytes.
+	HeapInuse uint64 `json:"heap_inuse"`
+	// RSSKiB is the resident set from /proc/self/statm (0 where absent).
+	RSSKiB int64 `json:"rss_kib"`
+}
+
+func readStats() stats {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return stats{
+		Mallocs:   ms.Mallocs,
+		CPU:       time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
+		HeapInuse: ms.HeapInuse,
+		RSSKiB:    rssKiB(),
+	}
+}
+
+func rssKiB() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, resident int64
+	if _, err := fmt.Sscan(string(b), &size, &resident); err != nil {
+		return 0
+	}
+	return resident * int64(os.Getpagesize()) / 1024
+}
+
+// serveStats answers GET /stats on addr until ctx ends.
+func serveStats(ctx context.Context, addr string) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(readStats())
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
+}
+
+// runChild runs one `mandate` subcommand in this process, as the mandate
+// binary would, and reports its stats on statsAddr.
+func runChild(ctx context.Context, statsAddr string, args []string) error {
+	stop, err := serveStats(ctx, statsAddr)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if code := cli.Run(ctx, args, cli.IO{Stdout: os.Stdout, Stderr: os.Stderr, Env: os.LookupEnv}); code != 0 {
+		return fmt.Errorf("mandate %v exited with %d", args, code)
+	}
+	return nil
+}

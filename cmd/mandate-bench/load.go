@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// searchArgs are the arguments of every call; T-1001 matches them.
+const searchArgs = `{"query":"charged twice"}`
+
+// warmupCalls run before the counters are read, after one call per caller.
+const warmupCalls = 50
+
+// measurement is one server measured under one load shape.
+type measurement struct {
+	calls    int
+	elapsed  time.Duration
+	p50      time.Duration
+	p99      time.Duration
+	protocol string // negotiated
+	cpu      time.Duration
+	pgCPU    time.Duration
+	mallocs  uint64
+}
+
+func (m measurement) rate() float64 { return float64(m.calls) / m.elapsed.Seconds() }
+
+func (m measurement) cpuPerCall() time.Duration { return m.cpu / time.Duration(m.calls) }
+
+func (m measurement) pgPerCall() time.Duration { return m.pgCPU / time.Duration(m.calls) }
+
+func (m measurement) allocsPerCall() float64 { return float64(m.mallocs) / float64(m.calls) }
+
+// target is an MCP endpoint and the processes whose counters it charges.
+type target struct {
+	endpoint string
+	token    string
+	procs    []*proc
+	database string // charge the CPU of this Postgres database's backends too
+}
+
+// drive opens one MCP session per caller, warms up, and makes n calls of
+// ticket.search spread over the callers, reading the servers' counters
+// around the measured calls.
+func drive(ctx context.Context, t target, protocol string, callers, n int) (measurement, error) {
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = callers * 2
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: bearer{t.token, transport}, Timeout: 30 * time.Second}
+
+	sessions := make([]*mcp.ClientSession, callers)
+	defer func() {
+		for _, cs := range sessions {
+			if cs != nil {
+				_ = cs.Close()
+			}
+		}
+	}()
+	for i := range sessions {
+		c := mcp.NewClient(&mcp.Implementation{Name: "mandate-bench", Version: "1"}, nil)
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: t.endpoint, HTTPClient: client, DisableStandaloneSSE: true},
+			&mcp.ClientSessionOptions{ProtocolVersion: protocol})
+		if err != nil {
+			return measurement{}, fmt.Errorf("connect %s: %w", t.endpoint, err)
+		}
+		sessions[i] = cs
+		if err := search(ctx, cs); err != nil {
+			return measurement{}, fmt.Errorf("warm-up call to %s: %w", t.endpoint, err)
+		}
+	}
+	if _, err := spread(ctx, sessions, warmupCalls); err != nil {
+		return measurement{}, err
+	}
+
+	before, err := sumStats(ctx, t.procs)
+	if err != nil {
+		return measurement{}, err
+	}
+	var pgBefore time.Duration
+	if t.database != "" {
+		pgBefore = postgresCPU(t.database)
+	}
+	began := time.Now()
+	latencies, err := spread(ctx, sessions, n)
+	elapsed := time.Since(began)
+	if err != nil {
+		return measurement{}, fmt.Errorf("%s: %w", t.endpoint, err)
+	}
+	after, err := sumStats(ctx, t.procs)
+	if err != nil {
+		return measurement{}, err
+	}
+	m := measurement{
+		calls: n, elapsed: elapsed,
+		protocol: sessions[0].InitializeResult().ProtocolVersion,
+		cpu:      after.CPU - before.CPU,
+		mallocs:  after.Mallocs - before.Mallocs,
+	}
+	if t.database != "" {
+		m.pgCPU = postgresCPU(t.database) - pgBefore
+	}
+	slices.Sort(latencies)
+	m.p50 = latencies[len(latencies)/2]
+	m.p99 = latencies[len(latencies)*99/100]
+	return m, nil
+}
+
+// spread makes n calls over the sessions, one goroutine each, and returns
+// every call's latency.
+func spread(ctx context.Context, sessions []*mcp.ClientSession, n int) ([]time.Duration, error) {
+	var (
+		next   atomic.Int64
+		wg     sync.WaitGroup
+		failed atomic.Pointer[error]
+		per    = make([][]time.Duration, len(sessions))
+	)
+	for i, cs := range sessions {
+		wg.Go(func() {
+			own := make([]time.Duration, 0, n/len(sessions)+1)
+			for next.Add(1) <= int64(n) {
+				t0 := time.Now()
+				if err := search(ctx, cs); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				own = append(own, time.Since(t0))
+			}
+			per[i] = own
+		})
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		return nil, *err
+	}
+	return slices.Concat(per...), nil
+}
+
+// search calls ticket.search and accepts only a result that found T-1001,
+// so a refusal can never pass for a fast call.
+func search(ctx context.Context, cs *mcp.ClientSession) error {
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "ticket.search", Arguments: json.RawMessage(searchArgs)})
+	if err != nil {
+		return err
+	}
+	if res.IsError || len(res.Content) == 0 {
+		return fmt.Errorf("tool error: %+v", res.Content)
+	}
+	if text, ok := res.Content[0].(*mcp.TextContent); !ok || !strings.Contains(text.Text, "T-1001") {
+		return fmt.Errorf("unexpected result: %+v", res.Content)
+	}
+	return nil
+}
+
+// bearer adds a bearer token to every request sent through base.
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
+}

@@ -1,0 +1,43 @@
+// Command mandate-bench measures what governance costs: it drives the
+// ticket.search tool over MCP (the go-sdk client, loopback) through
+// `mandate dev`, through the services as separate processes over Postgres
+// (when a server answers), and through an ungoverned reference — a plain
+// go-sdk MCP server whose tool calls the same helpdesk backend in process —
+// side by side in one run, and prints one table: throughput ratio, p50
+// latencies, server CPU and allocations per call.
+//
+//	make bench-governed            # or: go run ./cmd/mandate-bench
+//
+// Every server runs in a child process of this binary (it re-executes
+// itself), so each one's CPU time and allocations are its own, read from
+// getrusage and runtime.MemStats through a loopback stats endpoint.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	var err error
+	switch {
+	case len(os.Args) > 2 && os.Args[1] == childMode:
+		err = runChild(ctx, os.Args[2], os.Args[3:])
+	case len(os.Args) > 3 && os.Args[1] == referenceMode:
+		err = runReference(ctx, os.Args[2], os.Args[3])
+	default:
+		var cfg config
+		if cfg, err = parseFlags(os.Args[1:]); err == nil {
+			err = run(ctx, cfg, os.Stdout)
+		}
+	}
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mandate-bench:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// proc is a child process of this binary serving one server.
+type proc struct {
+	name      string
+	cmd       *exec.Cmd
+	done      chan error
+	logPath   string
+	statsAddr string
+	httpAddr  string
+	grpcAddr  string
+	stopped   bool
+}
+
+// fleet starts children and stops them, newest first.
+type fleet struct {
+	dir   string
+	env   []string
+	procs []*proc
+	after []func() // run by stop once every child has exited
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().String(), nil
+}
+
+func freeAddrs(n int) ([]string, error) {
+	out := make([]string, n)
+	for i := range out {
+		a, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		out[i] = a
+	}
+	return out, nil
+}
+
+// service starts `mandate <name> --grpc-addr … --http-addr … extra…` and
+// waits until it answers /healthz.
+func (f *fleet) service(ctx context.Context, name string, extra ...string) (*proc, error) {
+	addrs, err := freeAddrs(3)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{childMode, addrs[0], name, "--grpc-addr", addrs[1], "--http-addr", addrs[2]}, extra...)
+	p, err := f.start(name, addrs[0], args)
+	if err != nil {
+		return nil, err
+	}
+	p.grpcAddr, p.httpAddr = addrs[1], addrs[2]
+	return p, f.waitHealthy(ctx, p)
+}
+
+// reference starts the ungoverned reference server.
+func (f *fleet) reference(ctx context.Context) (*proc, error) {
+	addrs, err := freeAddrs(2)
+	if err != nil {
+		return nil, err
+	}
+	p, err := f.start("reference", addrs[0], []string{referenceMode, addrs[0], addrs[1]})
+	if err != nil {
+		return nil, err
+	}
+	p.httpAddr = addrs[1]
+	return p, f.waitHealthy(ctx, p)
+}
+
+// once runs a one-shot `mandate` subcommand to completion.
+func (f *fleet) once(ctx context.Context, args ...string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	statsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, self, append([]string{childMode, statsAddr}, args...)...) //nolint:gosec // G204: this binary, re-executed with our own arguments.
+	cmd.Env = f.env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("mandate %s: %w\n%s", strings.Join(args, " "), err, tail(out))
+	}
+	return nil
+}
+
+func (f *fleet) start(name, statsAddr string, args []string) (*proc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{name: name, statsAddr: statsAddr, done: make(chan error, 1),
+		logPath: filepath.Join(f.dir, fmt.Sprintf("%02d-%s.log", len(f.procs), name))}
+	log, err := os.Create(p.logPath)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(self, args...) //nolint:gosec // G204: this binary, re-executed with our own arguments.
+	p.cmd.Env, p.cmd.Stdout, p.cmd.Stderr = f.env, log, log
+	if err := p.cmd.Start(); err != nil {
+		_ = log.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	go func() { p.done <- p.cmd.Wait(); _ = log.Close() }()
+	f.procs = append(f.procs, p)
+	return p, nil
+}
+
+func (f *fleet) waitHealthy(ctx context.Context, p *proc) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			return fmt.Errorf("%s exited before it became healthy (%w):\n%s", p.name, err, p.logTail())
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr+"/healthz", nil)
+		if resp, err := client.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s never became healthy:\n%s", p.name, p.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM to every child, newest first, kills what has not
+// exited after 20 s, then runs the after hooks. It reports children that
+// did not stop cleanly.
+func (f *fleet) stop() error {
+	var errs []error
+	for i := len(f.procs) - 1; i >= 0; i-- {
+		p := f.procs[i]
+		if p.stopped {
+			continue
+		}
+		p.stopped = true
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-p.done:
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s did not stop cleanly: %w\n%s", p.name, err, p.logTail()))
+			}
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			errs = append(errs, fmt.Errorf("%s did not stop within 20s (killed: %w)", p.name, <-p.done))
+		}
+	}
+	for _, fn := range f.after {
+		fn()
+	}
+	f.after = nil
+	return errors.Join(errs...)
+}
+
+func (p *proc) logTail() string {
+	b, _ := os.ReadFile(p.logPath)
+	return string(tail(b))
+}
+
+func tail(b []byte) []byte {
+	const max = 4000
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return bytes.TrimSpace(b)
+}
+
+// stats reads the child's counters.
+func (p *proc) stats(ctx context.Context) (stats, error) {
+	var s stats
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.statsAddr+"/stats", nil)
+	if err != nil {
+		return s, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return s, fmt.Errorf("%s stats: %w", p.name, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return s, fmt.Errorf("%s stats: status %d", p.name, resp.StatusCode)
+	}
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// sumStats adds up the counters of several children.
+func sumStats(ctx context.Context, ps []*proc) (stats, error) {
+	var total stats
+	for _, p := range ps {
+		s, err := p.stats(ctx)
+		if err != nil {
+			return total, err
+		}
+		total.Mallocs += s.Mallocs
+		total.CPU += s.CPU
+		total.HeapInuse += s.HeapInuse
+		total.RSSKiB += s.RSSKiB
+	}
+	return total, nil
+}
+
+// clockTicks is USER_HZ, which Linux fixes at 100 for /proc.
+const clockTicks = 100
+
+// postgresCPU is the CPU time of the Postgres backends serving database
+// (their command line names it), from /proc. Other databases' backends —
+// other work on a shared server — and the shared WAL writer and
+// checkpointer are not counted. It reads zero where /proc is absent.
+func postgresCPU(database string) time.Duration {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	var ticks int64
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil || !bytes.HasPrefix(cmdline, []byte("postgres: ")) || !bytes.Contains(cmdline, []byte(" "+database+" ")) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// Fields after the command: state is field 3, utime 14, stime 15.
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) < 13 {
+			continue
+		}
+		u, err1 := strconv.ParseInt(fields[11], 10, 64)
+		st, err2 := strconv.ParseInt(fields[12], 10, 64)
+		if errors.Join(err1, err2) == nil {
+			ticks += u + st
+		}
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}

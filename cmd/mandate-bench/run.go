@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mandate-dev/mandate/examples/policy"
+	"github.com/mandate-dev/mandate/internal/identity"
+)
+
+// Secrets of the separate-process topology: a throwaway deployment on
+// loopback, gone when the run ends.
+const (
+	topoDevSecret     = "bench-dev-secret-0123456789abcdef0123456789"
+	topoServiceSecret = "bench-svc-secret-0123456789abcdef0123456789"
+	defaultDatabase   = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+)
+
+type config struct {
+	calls1, calls16 int
+	protocols       []string
+	topology        string // auto, on, off
+	databaseURL     string
+	keep            bool
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	var protocols string
+	fs := flag.NewFlagSet("mandate-bench", flag.ContinueOnError)
+	fs.IntVar(&c.calls1, "calls-1", 500, "calls measured with 1 caller")
+	fs.IntVar(&c.calls16, "calls-16", 2000, "calls measured with 16 callers")
+	fs.StringVar(&protocols, "protocols", "2026-07-28,2025-11-25", "MCP revisions the client asks for, comma-separated (the first is the go-sdk client's default)")
+	fs.StringVar(&c.topology, "topology", "auto", "separate processes over Postgres: auto (when a server answers), on, off")
+	fs.StringVar(&c.databaseURL, "database-url", "", "Postgres for the topology (default $MANDATE_TEST_DATABASE_URL, else "+defaultDatabase+"); a fresh database is created and dropped")
+	fs.BoolVar(&c.keep, "keep-logs", false, "keep the servers' logs (their directory is printed)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.calls1 < 1 || c.calls16 < 16 {
+		return c, errors.New("-calls-1 must be at least 1 and -calls-16 at least 16")
+	}
+	if c.topology != "auto" && c.topology != "on" && c.topology != "off" {
+		return c, fmt.Errorf("-topology %q: want auto, on or off", c.topology)
+	}
+	c.protocols = strings.Split(protocols, ",")
+	if c.databaseURL == "" {
+		c.databaseURL = os.Getenv("MANDATE_TEST_DATABASE_URL")
+	}
+	if c.databaseURL == "" {
+		c.databaseURL = defaultDatabase
+	}
+	return c, nil
+}
+
+// row is one load shape: the reference and each governed topology under it.
+type row struct {
+	protocol string
+	callers  int
+	ref      measurement
+	governed map[string]measurement // by shape name
+}
+
+const (
+	shapeDev  = "mandate dev"
+	shapeTopo = "separate processes + Postgres"
+)
+
+func run(ctx context.Context, cfg config, out io.Writer) (err error) {
+	dir, err := os.MkdirTemp("", "mandate-bench-")
+	if err != nil {
+		return err
+	}
+	if cfg.keep {
+		fmt.Fprintf(out, "logs: %s\n", dir)
+	} else {
+		defer func() { _ = os.RemoveAll(dir) }()
+	}
+	f := &fleet{dir: dir, env: append(os.Environ(), "MANDATE_LOG_LEVEL=error")}
+	defer func() { err = errors.Join(err, f.stop()) }()
+
+	ref, err := f.reference(ctx)
+	if err != nil {
+		return err
+	}
+	reference := target{endpoint: "http://" + ref.httpAddr + "/mcp", procs: []*proc{ref}}
+	dev, err := startDev(ctx, f)
+	if err != nil {
+		return err
+	}
+	targets := map[string]target{shapeDev: dev}
+	shapes := []string{shapeDev}
+	topo, note, err := startTopology(ctx, cfg, f)
+	switch {
+	case err != nil:
+		return err
+	case note != "":
+		fmt.Fprintln(out, note)
+	default:
+		targets[shapeTopo] = topo
+		shapes = append(shapes, shapeTopo)
+	}
+
+	idle, err := idleCPU(ctx, append([]string{"reference"}, shapes...), append([]target{reference}, mapTargets(targets, shapes)...))
+	if err != nil {
+		return err
+	}
+
+	var rows []row
+	for _, protocol := range cfg.protocols {
+		for _, callers := range []int{1, 16} {
+			n := cfg.calls1
+			if callers == 16 {
+				n = cfg.calls16
+			}
+			r := row{protocol: protocol, callers: callers, governed: map[string]measurement{}}
+			// The reference runs right before the governed servers, so
+			// both see the machine in the same state.
+			if r.ref, err = drive(ctx, reference, protocol, callers, n); err != nil {
+				return fmt.Errorf("reference: %w", err)
+			}
+			for _, s := range shapes {
+				m, err := drive(ctx, targets[s], protocol, callers, n)
+				if err != nil {
+					return fmt.Errorf("%s: %w", s, err)
+				}
+				r.governed[s] = m
+			}
+			rows = append(rows, r)
+		}
+	}
+	printTable(out, shapes, rows)
+	fmt.Fprintf(out, "Idle, before the load: %s.\n", idle)
+	return printMemory(ctx, out, f)
+}
+
+func mapTargets(m map[string]target, names []string) []target {
+	out := make([]target, len(names))
+	for i, n := range names {
+		out[i] = m[n]
+	}
+	return out
+}
+
+// idleWindow is how long idleCPU watches servers that nothing calls.
+const idleWindow = 2 * time.Second
+
+// idleCPU measures what the servers burn with nothing to do (timers,
+// pollers, background loops): that cost is spread over the calls of a slow
+// shape, so it explains part of a high CPU per call at one caller.
+func idleCPU(ctx context.Context, names []string, ts []target) (string, error) {
+	before := make([]stats, len(ts))
+	for i, t := range ts {
+		s, err := sumStats(ctx, t.procs)
+		if err != nil {
+			return "", err
+		}
+		before[i] = s
+	}
+	select {
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-time.After(idleWindow):
+	}
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		s, err := sumStats(ctx, t.procs)
+		if err != nil {
+			return "", err
+		}
+		busy := (s.CPU - before[i].CPU) * time.Second / idleWindow
+		parts[i] = fmt.Sprintf("%s %s CPU/s", names[i], ms(busy))
+	}
+	return strings.Join(parts, ", "), nil
+}
+
+// startDev runs `mandate dev` and returns its MCP endpoint with the token
+// of the demo agent support-bot acting for alice.
+func startDev(ctx context.Context, f *fleet) (target, error) {
+	tokensFile := filepath.Join(f.dir, "tokens.json")
+	p, err := f.service(ctx, "dev", "--tokens-file", tokensFile, "--log-level", "error")
+	if err != nil {
+		return target{}, err
+	}
+	b, err := os.ReadFile(tokensFile) //nolint:gosec // G304: a file in our own temporary directory.
+	if err != nil {
+		return target{}, err
+	}
+	var tokens map[string]string
+	if err := json.Unmarshal(b, &tokens); err != nil {
+		return target{}, fmt.Errorf("tokens file: %w", err)
+	}
+	tok := tokens["support-bot@alice"]
+	if tok == "" {
+		return target{}, errors.New("mandate dev wrote no token for support-bot@alice")
+	}
+	return target{endpoint: "http://" + p.httpAddr + "/mcp", token: tok, procs: []*proc{p}}, nil
+}
+
+// startTopology starts the services as separate processes on a fresh
+// database, as tests/scenarios_test.go and deploy/compose do. With
+// -topology auto and no Postgres answering it returns a note instead.
+func startTopology(ctx context.Context, cfg config, f *fleet) (target, string, error) {
+	if cfg.topology == "off" {
+		return target{}, "separate-process topology: off (-topology off)", nil
+	}
+	dbName := fmt.Sprintf("mandate_bench_%d", os.Getpid())
+	dbURL, drop, err := freshDatabase(ctx, cfg.databaseURL, dbName)
+	if err != nil {
+		if cfg.topology == "auto" {
+			return target{}, fmt.Sprintf("separate-process topology: skipped, no Postgres (%v)", err), nil
+		}
+		return target{}, "", err
+	}
+	f.env = append(f.env, "MANDATE_DATABASE_URL="+dbURL, "MANDATE_DEV_SECRET="+topoDevSecret, "MANDATE_SERVICE_SECRET="+topoServiceSecret)
+	f.after = append(f.after, drop) // once the services have stopped
+	if err := f.once(ctx, "migrate"); err != nil {
+		return target{}, "", err
+	}
+	policyFile := filepath.Join(f.dir, "demo.yaml")
+	if err := os.WriteFile(policyFile, policy.Demo, 0o600); err != nil {
+		return target{}, "", err
+	}
+	if err := f.once(ctx, "policy", "apply", "-f", policyFile); err != nil {
+		return target{}, "", err
+	}
+	svc := map[string]*proc{}
+	for _, name := range []string{"audit", "confirm", "helpdesk", "catalog"} {
+		if svc[name], err = f.service(ctx, name); err != nil {
+			return target{}, "", err
+		}
+	}
+	if svc["executor"], err = f.service(ctx, "executor",
+		"--audit-addr", svc["audit"].grpcAddr,
+		"--confirm-addr", svc["confirm"].grpcAddr,
+		"--backend", "examples.helpdesk.v1.HelpdeskService="+svc["helpdesk"].grpcAddr+
+			",mandate.v1.CatalogService="+svc["catalog"].grpcAddr); err != nil {
+		return target{}, "", err
+	}
+	if svc["mcpbridge"], err = f.service(ctx, "mcpbridge",
+		"--executor-addr", svc["executor"].grpcAddr,
+		"--catalog-addr", svc["catalog"].grpcAddr,
+		"--confirm-addr", svc["confirm"].grpcAddr); err != nil {
+		return target{}, "", err
+	}
+	tok, err := identity.MintDev([]byte(topoDevSecret), identity.MintRequest{
+		Issuer: "mandate-dev", Audience: "mandate", User: "alice", Tenant: "acme", Org: "support",
+		Agent: "support-bot", Model: "bench-model", ModelVersion: "1", TTL: time.Hour,
+	})
+	if err != nil {
+		return target{}, "", err
+	}
+	procs := make([]*proc, 0, len(svc))
+	for _, p := range svc {
+		procs = append(procs, p)
+	}
+	return target{endpoint: "http://" + svc["mcpbridge"].httpAddr + "/mcp", token: tok, procs: procs, database: dbName}, "", nil
+}
+
+// freshDatabase creates database name next to adminURL's and returns its URL and a function that drops it.
+func freshDatabase(ctx context.Context, adminURL, name string) (string, func(), error) {
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, adminURL)
+	if err != nil {
+		return "", nil, err
+	}
+	ident := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(cctx, "CREATE DATABASE "+ident); err != nil {
+		_ = conn.Close(ctx)
+		return "", nil, err
+	}
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		_ = conn.Close(ctx)
+		return "", nil, err
+	}
+	u.Path = "/" + name
+	drop := func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, _ = conn.Exec(dctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
+		_ = conn.Close(dctx)
+	}
+	return u.String(), drop, nil
+}
+
+// printTable writes one markdown table: a line per governed shape and load.
+func printTable(out io.Writer, shapes []string, rows []row) {
+	fmt.Fprintf(out, "\nticket.search over MCP (go-sdk client, loopback), %s/%s, %d CPUs, %s\n\n",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format(time.DateTime+" UTC"))
+	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "| shape\t protocol\t callers\t calls\t governed / ungoverned\t calls/s gov vs ref\t p50 gov vs ref\t CPU per call gov vs ref\t allocs per call gov vs ref\t")
+	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t")
+	for _, s := range shapes {
+		for _, r := range rows {
+			g := r.governed[s]
+			cpu := fmt.Sprintf("%s vs %s", ms(g.cpuPerCall()), ms(r.ref.cpuPerCall()))
+			if g.pgCPU > 0 {
+				cpu = fmt.Sprintf("%s + %s Postgres vs %s", ms(g.cpuPerCall()), ms(g.pgPerCall()), ms(r.ref.cpuPerCall()))
+			}
+			proto := g.protocol
+			if r.ref.protocol != g.protocol {
+				proto += " (ref " + r.ref.protocol + ")"
+			}
+			fmt.Fprintf(tw, "| %s\t %s\t %d\t %d\t %.2f\t %.0f vs %.0f\t %s vs %s\t %s\t %.0f vs %.0f\t\n",
+				s, proto, r.callers, g.calls, g.rate()/r.ref.rate(), g.rate(), r.ref.rate(),
+				ms(g.p50), ms(r.ref.p50), cpu, g.allocsPerCall(), r.ref.allocsPerCall())
+		}
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(out, "\nCPU: user+system time of the server processes over the measured calls (getrusage; Postgres from /proc);")
+	fmt.Fprintln(out, "allocs: heap objects (runtime.MemStats.Mallocs) of the same processes. The client's own cost is in neither.")
+}
+
+// printMemory reports every server's resident set after the run.
+func printMemory(ctx context.Context, out io.Writer, f *fleet) error {
+	var parts []string
+	for _, p := range f.procs {
+		if p.stopped {
+			continue
+		}
+		s, err := p.stats(ctx)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f MiB", p.name, float64(s.RSSKiB)/1024))
+	}
+	fmt.Fprintf(out, "RSS after the run: %s\n", strings.Join(parts, ", "))
+	return nil
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
