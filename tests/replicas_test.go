@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -100,7 +102,7 @@ pid %[2]s/nginx.pid;
 error_log %[2]s/error.log info;
 events { worker_connections 256; }
 http {
-	log_format upstream '$request_method $status $upstream_addr';
+	log_format upstream '$msec $request_time $request_method $status $upstream_addr $http_mcp_session_id';
 	access_log %[2]s/access.log upstream;
 	client_body_temp_path %[2]s/body;
 	proxy_temp_path %[2]s/proxy;
@@ -214,7 +216,7 @@ func TestReplicasBehindNginx(t *testing.T) {
 		if o := strings.TrimPrefix(string(owner), "http://"); o != first && o != second {
 			t.Fatalf("session id %q names %q, neither replica", cs.ID(), owner)
 		}
-		return string(owner)
+		return strings.TrimPrefix(string(owner), "http://")
 	}
 
 	// Reads, with the standalone GET stream open through nginx.
@@ -231,7 +233,7 @@ func TestReplicasBehindNginx(t *testing.T) {
 	// and their answers takes turns at the balancer.
 	var form approveForm
 	carol := connect(tp.token("acme", "carol", "finance-bot"), &mcp.ClientOptions{ElicitationHandler: form.handler}, true)
-	ownerOf(carol)
+	carolOwner := ownerOf(carol)
 	first25 := callTool(t, carol, "ticket.refund", refundInput, mcp.Meta{"mandate.dev/idempotency_key": "replicas-refund-1"})
 	wantSuccess(t, first25)
 	if _, err := carol.ListTools(context.Background(), nil); err != nil {
@@ -252,15 +254,53 @@ func TestReplicasBehindNginx(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, up := range []string{first, second} {
-		if !strings.Contains(string(access), " "+up) {
+		if !strings.Contains(string(access), " "+up+" ") {
 			t.Fatalf("nginx sent nothing to %s:\n%s", up, access)
 		}
+	}
+	// The elicitation answers are the 202 POSTs of carol's session after
+	// the first (notifications/initialized), in the order they started.
+	answers := acceptedPosts(t, string(access), carol.ID())
+	if len(answers) != 3 {
+		t.Fatalf("carol's session had %d accepted POSTs, want notifications/initialized and two answers:\n%s", len(answers), access)
+	}
+	if answers[1] == carolOwner && answers[2] == carolOwner {
+		t.Fatalf("both answers went to the session's owner %s; none was forwarded:\n%s", carolOwner, access)
 	}
 	forwarded := strings.Count(tp.logOf("mcpbridge")+tp.logOf("mcpbridge-2"), "forwarding to the session's owner")
 	if forwarded == 0 {
 		t.Fatalf("no request was forwarded to its session's owner:\n%s", access)
 	}
 	t.Logf("nginx: %d requests; %d forwarded between the replicas:\n%s", strings.Count(string(access), "\n"), forwarded, access)
+}
+
+// acceptedPosts reads nginx's access log and returns the upstream of each
+// POST of a session answered 202, in the order they started.
+func acceptedPosts(t *testing.T, access, session string) []string {
+	t.Helper()
+	type post struct {
+		start    float64
+		upstream string
+	}
+	var posts []post
+	for _, line := range strings.Split(strings.TrimSpace(access), "\n") {
+		f := strings.Fields(line) // msec request_time method status upstream session
+		if len(f) != 6 || f[2] != http.MethodPost || f[3] != "202" || f[5] != session {
+			continue
+		}
+		end, err1 := strconv.ParseFloat(f[0], 64)
+		took, err2 := strconv.ParseFloat(f[1], 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("access log line %q", line)
+		}
+		posts = append(posts, post{end - took, f[4]})
+	}
+	sort.SliceStable(posts, func(i, j int) bool { return posts[i].start < posts[j].start })
+	out := make([]string, len(posts))
+	for i, p := range posts {
+		out[i] = p.upstream
+	}
+	return out
 }
 
 // wantSuccess fails the test on a refused call.
