@@ -4,7 +4,9 @@
 // (when a server answers), and through an ungoverned reference — a plain
 // go-sdk MCP server whose tool calls the same helpdesk backend in process —
 // side by side in one run, and prints one table: throughput ratio, p50
-// latencies, server CPU and allocations per call.
+// latencies, server CPU and allocations per call. With the database it
+// also compares the audit Writer's acknowledged appends with pgbench's
+// single-row commits at 16 clients.
 //
 //	make bench-governed            # or: go run ./cmd/mandate-bench
 //

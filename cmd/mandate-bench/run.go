@@ -34,6 +34,7 @@ type config struct {
 	protocols       []string
 	topology        string // auto, on, off
 	databaseURL     string
+	auditWindow     time.Duration
 	keep            bool
 }
 
@@ -46,6 +47,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&protocols, "protocols", "2026-07-28,2025-11-25", "MCP revisions the client asks for, comma-separated (the first is the go-sdk client's default)")
 	fs.StringVar(&c.topology, "topology", "auto", "separate processes over Postgres: auto (when a server answers), on, off")
 	fs.StringVar(&c.databaseURL, "database-url", "", "Postgres for the topology (default $MANDATE_TEST_DATABASE_URL, else "+defaultDatabase+"); a fresh database is created and dropped")
+	fs.DurationVar(&c.auditWindow, "audit", 5*time.Second, "run audit appends against pgbench for this long each (0: skip); needs the database")
 	fs.BoolVar(&c.keep, "keep-logs", false, "keep the servers' logs (their directory is printed)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -103,14 +105,16 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	}
 	targets := map[string]target{shapeDev: dev}
 	shapes := []string{shapeDev}
-	topo, note, err := startTopology(ctx, cfg, f)
+	store, note, err := database(ctx, cfg, f)
 	switch {
 	case err != nil:
 		return err
 	case note != "":
 		fmt.Fprintln(out, note)
 	default:
-		targets[shapeTopo] = topo
+		if targets[shapeTopo], err = startTopology(ctx, f, store); err != nil {
+			return err
+		}
 		shapes = append(shapes, shapeTopo)
 	}
 
@@ -144,7 +148,18 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	}
 	printTable(out, shapes, rows)
 	fmt.Fprintf(out, "Idle, before the load: %s.\n", idle)
-	return printMemory(ctx, out, f)
+	if err := printMemory(ctx, out, f); err != nil {
+		return err
+	}
+	if store.url != "" && cfg.auditWindow > 0 {
+		r, err := compareAudit(ctx, store.url, f.dir, cfg.auditWindow)
+		if err != nil {
+			fmt.Fprintf(out, "\naudit vs pgbench: skipped (%v)\n", err)
+			return nil
+		}
+		printAudit(out, r, cfg.auditWindow)
+	}
+	return nil
 }
 
 func mapTargets(m map[string]target, names []string) []target {
@@ -210,37 +225,51 @@ func startDev(ctx context.Context, f *fleet) (target, error) {
 	return target{endpoint: "http://" + p.httpAddr + "/mcp", token: tok, procs: []*proc{p}}, nil
 }
 
-// startTopology starts the services as separate processes on a fresh
-// database, as tests/scenarios_test.go and deploy/compose do. With
-// -topology auto and no Postgres answering it returns a note instead.
-func startTopology(ctx context.Context, cfg config, f *fleet) (target, string, error) {
+// benchDB is the fresh database of a run.
+type benchDB struct {
+	url, name string
+}
+
+// database creates the run's own database, migrated and seeded with the
+// demo policy, dropped once the servers have stopped. With -topology auto
+// and no Postgres answering it returns a note instead.
+func database(ctx context.Context, cfg config, f *fleet) (benchDB, string, error) {
 	if cfg.topology == "off" {
-		return target{}, "separate-process topology: off (-topology off)", nil
+		return benchDB{}, "separate-process topology: off (-topology off)", nil
 	}
-	dbName := fmt.Sprintf("mandate_bench_%d", os.Getpid())
-	dbURL, drop, err := freshDatabase(ctx, cfg.databaseURL, dbName)
+	d := benchDB{name: fmt.Sprintf("mandate_bench_%d", os.Getpid())}
+	var drop func()
+	var err error
+	d.url, drop, err = freshDatabase(ctx, cfg.databaseURL, d.name)
 	if err != nil {
 		if cfg.topology == "auto" {
-			return target{}, fmt.Sprintf("separate-process topology: skipped, no Postgres (%v)", err), nil
+			return benchDB{}, fmt.Sprintf("separate-process topology: skipped, no Postgres (%v)", err), nil
 		}
-		return target{}, "", err
+		return benchDB{}, "", err
 	}
-	f.env = append(f.env, "MANDATE_DATABASE_URL="+dbURL, "MANDATE_DEV_SECRET="+topoDevSecret, "MANDATE_SERVICE_SECRET="+topoServiceSecret)
 	f.after = append(f.after, drop) // once the services have stopped
+	f.env = append(f.env, "MANDATE_DATABASE_URL="+d.url, "MANDATE_DEV_SECRET="+topoDevSecret, "MANDATE_SERVICE_SECRET="+topoServiceSecret)
 	if err := f.once(ctx, "migrate"); err != nil {
-		return target{}, "", err
+		return benchDB{}, "", err
 	}
 	policyFile := filepath.Join(f.dir, "demo.yaml")
 	if err := os.WriteFile(policyFile, policy.Demo, 0o600); err != nil {
-		return target{}, "", err
+		return benchDB{}, "", err
 	}
 	if err := f.once(ctx, "policy", "apply", "-f", policyFile); err != nil {
-		return target{}, "", err
+		return benchDB{}, "", err
 	}
+	return d, "", nil
+}
+
+// startTopology starts the services as separate processes on d, as
+// tests/scenarios_test.go and deploy/compose do.
+func startTopology(ctx context.Context, f *fleet, d benchDB) (target, error) {
 	svc := map[string]*proc{}
+	var err error
 	for _, name := range []string{"audit", "confirm", "helpdesk", "catalog"} {
 		if svc[name], err = f.service(ctx, name); err != nil {
-			return target{}, "", err
+			return target{}, err
 		}
 	}
 	if svc["executor"], err = f.service(ctx, "executor",
@@ -248,29 +277,30 @@ func startTopology(ctx context.Context, cfg config, f *fleet) (target, string, e
 		"--confirm-addr", svc["confirm"].grpcAddr,
 		"--backend", "examples.helpdesk.v1.HelpdeskService="+svc["helpdesk"].grpcAddr+
 			",mandate.v1.CatalogService="+svc["catalog"].grpcAddr); err != nil {
-		return target{}, "", err
+		return target{}, err
 	}
 	if svc["mcpbridge"], err = f.service(ctx, "mcpbridge",
 		"--executor-addr", svc["executor"].grpcAddr,
 		"--catalog-addr", svc["catalog"].grpcAddr,
 		"--confirm-addr", svc["confirm"].grpcAddr); err != nil {
-		return target{}, "", err
+		return target{}, err
 	}
 	tok, err := identity.MintDev([]byte(topoDevSecret), identity.MintRequest{
 		Issuer: "mandate-dev", Audience: "mandate", User: "alice", Tenant: "acme", Org: "support",
 		Agent: "support-bot", Model: "bench-model", ModelVersion: "1", TTL: time.Hour,
 	})
 	if err != nil {
-		return target{}, "", err
+		return target{}, err
 	}
 	procs := make([]*proc, 0, len(svc))
 	for _, p := range svc {
 		procs = append(procs, p)
 	}
-	return target{endpoint: "http://" + svc["mcpbridge"].httpAddr + "/mcp", token: tok, procs: procs, database: dbName}, "", nil
+	return target{endpoint: "http://" + svc["mcpbridge"].httpAddr + "/mcp", token: tok, procs: procs, database: d.name}, nil
 }
 
-// freshDatabase creates database name next to adminURL's and returns its URL and a function that drops it.
+// freshDatabase creates database name next to adminURL's and returns its
+// URL and a function that drops it.
 func freshDatabase(ctx context.Context, adminURL, name string) (string, func(), error) {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
