@@ -30,6 +30,14 @@ type measurement struct {
 	cpu      time.Duration
 	pgCPU    time.Duration
 	mallocs  uint64
+	byProc   []procCost // each server's share, in target order
+}
+
+// procCost is one server's CPU and allocations over a measured run.
+type procCost struct {
+	name    string
+	cpu     time.Duration
+	mallocs uint64
 }
 
 func (m measurement) rate() float64 { return float64(m.calls) / m.elapsed.Seconds() }
@@ -81,7 +89,7 @@ func drive(ctx context.Context, t target, protocol string, callers, n int) (meas
 		return measurement{}, err
 	}
 
-	before, err := sumStats(ctx, t.procs)
+	before, err := readAll(ctx, t.procs)
 	if err != nil {
 		return measurement{}, err
 	}
@@ -95,15 +103,16 @@ func drive(ctx context.Context, t target, protocol string, callers, n int) (meas
 	if err != nil {
 		return measurement{}, fmt.Errorf("%s: %w", t.endpoint, err)
 	}
-	after, err := sumStats(ctx, t.procs)
+	after, err := readAll(ctx, t.procs)
 	if err != nil {
 		return measurement{}, err
 	}
-	m := measurement{
-		calls: n, elapsed: elapsed,
-		protocol: sessions[0].InitializeResult().ProtocolVersion,
-		cpu:      after.CPU - before.CPU,
-		mallocs:  after.Mallocs - before.Mallocs,
+	m := measurement{calls: n, elapsed: elapsed, protocol: sessions[0].InitializeResult().ProtocolVersion}
+	for i, p := range t.procs {
+		c := procCost{name: p.name, cpu: after[i].CPU - before[i].CPU, mallocs: after[i].Mallocs - before[i].Mallocs}
+		m.cpu += c.cpu
+		m.mallocs += c.mallocs
+		m.byProc = append(m.byProc, c)
 	}
 	if t.database != "" {
 		m.pgCPU = postgresCPU(t.database) - pgBefore

@@ -214,20 +214,30 @@ func (p *proc) stats(ctx context.Context) (stats, error) {
 	return s, json.NewDecoder(resp.Body).Decode(&s)
 }
 
-// sumStats adds up the counters of several children.
-func sumStats(ctx context.Context, ps []*proc) (stats, error) {
-	var total stats
-	for _, p := range ps {
+// readAll reads the counters of several children, in order.
+func readAll(ctx context.Context, ps []*proc) ([]stats, error) {
+	out := make([]stats, len(ps))
+	for i, p := range ps {
 		s, err := p.stats(ctx)
 		if err != nil {
-			return total, err
+			return nil, err
 		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+// sumStats adds up the counters of several children.
+func sumStats(ctx context.Context, ps []*proc) (stats, error) {
+	all, err := readAll(ctx, ps)
+	var total stats
+	for _, s := range all {
 		total.Mallocs += s.Mallocs
 		total.CPU += s.CPU
 		total.HeapInuse += s.HeapInuse
 		total.RSSKiB += s.RSSKiB
 	}
-	return total, nil
+	return total, err
 }
 
 // clockTicks is USER_HZ, which Linux fixes at 100 for /proc.

@@ -292,9 +292,9 @@ func startTopology(ctx context.Context, f *fleet, d benchDB) (target, error) {
 	if err != nil {
 		return target{}, err
 	}
-	procs := make([]*proc, 0, len(svc))
-	for _, p := range svc {
-		procs = append(procs, p)
+	var procs []*proc
+	for _, name := range []string{"mcpbridge", "executor", "audit", "catalog", "confirm", "helpdesk"} {
+		procs = append(procs, svc[name])
 	}
 	return target{endpoint: "http://" + svc["mcpbridge"].httpAddr + "/mcp", token: tok, procs: procs, database: d.name}, nil
 }
@@ -352,6 +352,19 @@ func printTable(out io.Writer, shapes []string, rows []row) {
 		}
 	}
 	_ = tw.Flush()
+	for _, r := range rows {
+		g, ok := r.governed[shapeTopo]
+		if !ok {
+			continue
+		}
+		parts := make([]string, 0, len(g.byProc)+1)
+		for _, c := range g.byProc {
+			parts = append(parts, fmt.Sprintf("%s %s/%.0f", c.name, ms(c.cpu/time.Duration(g.calls)), float64(c.mallocs)/float64(g.calls)))
+		}
+		parts = append(parts, "Postgres "+ms(g.pgPerCall()))
+		fmt.Fprintf(out, "\n%s, %s, callers %d — CPU/allocs per call by process: %s", shapeTopo, g.protocol, r.callers, strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(out)
 	fmt.Fprintln(out, "\nCPU: user+system time of the server processes over the measured calls (getrusage; Postgres from /proc);")
 	fmt.Fprintln(out, "allocs: heap objects (runtime.MemStats.Mallocs) of the same processes. The client's own cost is in neither.")
 }
