@@ -92,6 +92,9 @@ type topologyOptions struct {
 	// databaseURL, when set, is the (empty) database the services use
 	// instead of a fresh one on the shared test server.
 	databaseURL string
+	// noServices stops after migrate and policy apply: the test starts
+	// the services itself (e.g. in replicas).
+	noServices bool
 }
 
 // newTopology builds the binary, creates a fresh database, runs
@@ -131,6 +134,9 @@ func newTopology(t *testing.T, opts topologyOptions) *topology {
 
 	tp.run("migrate")
 	tp.run("policy", "apply", "-f", filepath.Join(root, "examples", "policy", "demo.yaml"))
+	if opts.noServices {
+		return tp
+	}
 
 	// The services that depend on nothing but the database start together.
 	tp.startAll(
