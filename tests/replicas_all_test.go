@@ -743,3 +743,33 @@ func balancedCall(tp *topology, tok, key, body string) chaosResult {
 	}
 	return r
 }
+
+// TestReplicasTypeScriptClient: the official TypeScript SDK client (what
+// hosts embed; protocol 2025-11-25, with a session) talks to two bridge
+// replicas through nginx, round robin: it lists its tools, searches, and
+// has a refund confirmed through a form it accepts — every request of the
+// session, the form's answer included, reaches the replica that holds it.
+func TestReplicasTypeScriptClient(t *testing.T) {
+	node := nodeOrSkip(t)
+	rt := newReplicaTopology(t)
+	via := &devProcess{base: "http://" + rt.lb["mcpbridge"].http, tokens: map[string]string{"finance-bot@carol": rt.token("acme", "carol", "finance-bot")}}
+	out := via.client(t, node, "finance-bot@carol", "accept", `{"op":"list"}`,
+		`{"op":"call","name":"ticket.search","arguments":{"query":"charged twice"}}`,
+		`{"op":"call","name":"ticket.refund","arguments":`+nodeRefund+`}`)
+	if out.Server.SessionID == "" {
+		t.Fatalf("no session: %+v", out.Server)
+	}
+	if search := out.step(t, 1, "call", true); search.Result.IsError || !strings.Contains(string(search.Result.StructuredContent), "T-1001") {
+		t.Fatalf("ticket.search through nginx: %s", search.Raw)
+	}
+	refund := out.step(t, 2, "call", true)
+	if len(out.Elicitations) != 1 || refund.Result.IsError || !strings.Contains(string(refund.Result.StructuredContent), "REFUND_STATUS_ACCEPTED") {
+		t.Fatalf("refund through nginx: %d forms, %s", len(out.Elicitations), refund.Raw)
+	}
+	if n := rt.count(`SELECT count(*) FROM helpdesk.refunds`); n != 1 {
+		t.Fatalf("%d refunds booked, want 1", n)
+	}
+	if h := rt.hits("mcpbridge", false, "/mcp"); h[0] == 0 || h[1] == 0 {
+		t.Fatalf("nginx sent the session's POSTs to one replica only: %v", h)
+	}
+}
