@@ -7,7 +7,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
+	"sync"
 	"syscall"
 	"time"
 
@@ -71,6 +74,8 @@ func serveStats(ctx context.Context, addr string) (func(), error) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(readStats())
 	})
+	mux.HandleFunc("POST /profile/start", startProfile)
+	mux.HandleFunc("POST /profile/stop", stopProfile)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return func() {
@@ -78,6 +83,57 @@ func serveStats(ctx context.Context, addr string) (func(), error) {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}, nil
+}
+
+// profiling is the CPU profile being written, if any (-profile).
+var profiling struct {
+	mu   sync.Mutex
+	file *os.File
+}
+
+// profileDirEnv names the directory (-profile) children write profiles to.
+const profileDirEnv = "MANDATE_BENCH_PROFILE_DIR"
+
+// startProfile starts a CPU profile into the file ?name= (a base name) of
+// the directory the parent named in profileDirEnv.
+func startProfile(w http.ResponseWriter, r *http.Request) {
+	profiling.mu.Lock()
+	defer profiling.mu.Unlock()
+	dir := os.Getenv(profileDirEnv)
+	name := r.URL.Query().Get("name")
+	if dir == "" || name == "" || name != filepath.Base(name) {
+		http.Error(w, "no profile directory, or not a file name", http.StatusBadRequest)
+		return
+	}
+	if profiling.file != nil {
+		http.Error(w, "already profiling", http.StatusConflict)
+		return
+	}
+	f, err := os.Create(filepath.Join(dir, filepath.Base(name))) //nolint:gosec // G703: a base name inside the directory the parent chose.
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	profiling.file = f
+}
+
+func stopProfile(w http.ResponseWriter, _ *http.Request) {
+	profiling.mu.Lock()
+	defer profiling.mu.Unlock()
+	if profiling.file == nil {
+		http.Error(w, "not profiling", http.StatusConflict)
+		return
+	}
+	pprof.StopCPUProfile()
+	if err := profiling.file.Close(); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+	profiling.file = nil
 }
 
 // runChild runs one `mandate` subcommand in this process, as the mandate

@@ -50,6 +50,7 @@ func (m measurement) allocsPerCall() float64 { return float64(m.mallocs) / float
 
 // target is an MCP endpoint and the processes whose counters it charges.
 type target struct {
+	name     string
 	endpoint string
 	token    string
 	procs    []*proc
@@ -58,8 +59,9 @@ type target struct {
 
 // drive opens one MCP session per caller, warms up, and makes n calls of
 // ticket.search spread over the callers, reading the servers' counters
-// around the measured calls.
-func drive(ctx context.Context, t target, protocol string, callers, n int) (measurement, error) {
+// around the measured calls. With profile set (-profile), each server writes
+// a CPU profile of the measured calls.
+func drive(ctx context.Context, t target, protocol string, callers, n int, profile bool) (measurement, error) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = callers * 2
 	defer transport.CloseIdleConnections()
@@ -97,11 +99,25 @@ func drive(ctx context.Context, t target, protocol string, callers, n int) (meas
 	if t.database != "" {
 		pgBefore = postgresCPU(t.database)
 	}
+	if profile {
+		for _, p := range t.procs {
+			if err := p.profile(ctx, fmt.Sprintf("%s-%s-c%d-%s.pprof", t.name, protocol, callers, p.name)); err != nil {
+				return measurement{}, err
+			}
+		}
+	}
 	began := time.Now()
 	latencies, err := spread(ctx, sessions, n)
 	elapsed := time.Since(began)
 	if err != nil {
 		return measurement{}, fmt.Errorf("%s: %w", t.endpoint, err)
+	}
+	if profile {
+		for _, p := range t.procs {
+			if err := p.profile(ctx, ""); err != nil {
+				return measurement{}, err
+			}
+		}
 	}
 	after, err := readAll(ctx, t.procs)
 	if err != nil {

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -212,6 +214,29 @@ func (p *proc) stats(ctx context.Context) (stats, error) {
 		return s, fmt.Errorf("%s stats: status %d", p.name, resp.StatusCode)
 	}
 	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// profile starts (name set) or stops (name empty) the child's CPU profile;
+// name is a file of the -profile directory.
+func (p *proc) profile(ctx context.Context, name string) error {
+	u := "http://" + p.statsAddr + "/profile/stop"
+	if name != "" {
+		u = "http://" + p.statsAddr + "/profile/start?name=" + url.QueryEscape(name)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s profile: %w", p.name, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s profile: %s: %s", p.name, resp.Status, bytes.TrimSpace(b))
+	}
+	return nil
 }
 
 // readAll reads the counters of several children, in order.

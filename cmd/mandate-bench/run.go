@@ -35,6 +35,7 @@ type config struct {
 	topology        string // auto, on, off
 	databaseURL     string
 	auditWindow     time.Duration
+	profileDir      string
 	keep            bool
 }
 
@@ -48,9 +49,20 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.topology, "topology", "auto", "separate processes over Postgres: auto (when a server answers), on, off")
 	fs.StringVar(&c.databaseURL, "database-url", "", "Postgres for the topology (default $MANDATE_TEST_DATABASE_URL, else "+defaultDatabase+"); a fresh database is created and dropped")
 	fs.DurationVar(&c.auditWindow, "audit", 5*time.Second, "run audit appends against pgbench for this long each (0: skip); needs the database")
+	fs.StringVar(&c.profileDir, "profile", "", "write a CPU profile of every server for every measured run into this directory (go tool pprof)")
 	fs.BoolVar(&c.keep, "keep-logs", false, "keep the servers' logs (their directory is printed)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.profileDir != "" {
+		abs, err := filepath.Abs(c.profileDir)
+		if err != nil {
+			return c, err
+		}
+		if err := os.MkdirAll(abs, 0o750); err != nil {
+			return c, err
+		}
+		c.profileDir = abs
 	}
 	if c.calls1 < 1 || c.calls16 < 16 {
 		return c, errors.New("-calls-1 must be at least 1 and -calls-16 at least 16")
@@ -91,14 +103,14 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	} else {
 		defer func() { _ = os.RemoveAll(dir) }()
 	}
-	f := &fleet{dir: dir, env: append(os.Environ(), "MANDATE_LOG_LEVEL=error")}
+	f := &fleet{dir: dir, env: append(os.Environ(), "MANDATE_LOG_LEVEL=error", profileDirEnv+"="+cfg.profileDir)}
 	defer func() { err = errors.Join(err, f.stop()) }()
 
 	ref, err := f.reference(ctx)
 	if err != nil {
 		return err
 	}
-	reference := target{endpoint: "http://" + ref.httpAddr + "/mcp", procs: []*proc{ref}}
+	reference := target{name: "reference", endpoint: "http://" + ref.httpAddr + "/mcp", procs: []*proc{ref}}
 	dev, err := startDev(ctx, f)
 	if err != nil {
 		return err
@@ -133,11 +145,11 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 			r := row{protocol: protocol, callers: callers, governed: map[string]measurement{}}
 			// The reference runs right before the governed servers, so
 			// both see the machine in the same state.
-			if r.ref, err = drive(ctx, reference, protocol, callers, n); err != nil {
+			if r.ref, err = drive(ctx, reference, protocol, callers, n, cfg.profileDir != ""); err != nil {
 				return fmt.Errorf("reference: %w", err)
 			}
 			for _, s := range shapes {
-				m, err := drive(ctx, targets[s], protocol, callers, n)
+				m, err := drive(ctx, targets[s], protocol, callers, n, cfg.profileDir != "")
 				if err != nil {
 					return fmt.Errorf("%s: %w", s, err)
 				}
@@ -222,7 +234,7 @@ func startDev(ctx context.Context, f *fleet) (target, error) {
 	if tok == "" {
 		return target{}, errors.New("mandate dev wrote no token for support-bot@alice")
 	}
-	return target{endpoint: "http://" + p.httpAddr + "/mcp", token: tok, procs: []*proc{p}}, nil
+	return target{name: "dev", endpoint: "http://" + p.httpAddr + "/mcp", token: tok, procs: []*proc{p}}, nil
 }
 
 // benchDB is the fresh database of a run.
@@ -296,7 +308,7 @@ func startTopology(ctx context.Context, f *fleet, d benchDB) (target, error) {
 	for _, name := range []string{"mcpbridge", "executor", "audit", "catalog", "confirm", "helpdesk"} {
 		procs = append(procs, svc[name])
 	}
-	return target{endpoint: "http://" + svc["mcpbridge"].httpAddr + "/mcp", token: tok, procs: procs, database: d.name}, nil
+	return target{name: "separate", endpoint: "http://" + svc["mcpbridge"].httpAddr + "/mcp", token: tok, procs: procs, database: d.name}, nil
 }
 
 // freshDatabase creates database name next to adminURL's and returns its
