@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -139,6 +140,12 @@ func TestExecutorCountsEveryCallOnce(t *testing.T) {
 	replay, err := e.execute(t, alice, "expense.report.create", createInput, withKey("metrics-1"))
 	if err != nil || !replay.GetReplayed() {
 		t.Fatalf("replay: %v %v", replay, err)
+	}
+	// Outcome rows of dispatched and replayed calls are written after the
+	// reply: let all 9 rows above land before the trail goes away, so that
+	// only the next call's row is spooled.
+	for deadline := time.Now().Add(10 * time.Second); e.rowCount(t, "acme") < 9 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 	}
 	// failed: the audit trail goes away, so nothing is dispatched.
 	e.auditPool.Close()
