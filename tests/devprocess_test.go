@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -69,6 +70,11 @@ func startDev(t *testing.T, args ...string) *devProcess {
 			t.Fatalf("mandate dev never became healthy:\n%s", tail(d.out.String(), 4000))
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// The banner (tokens file, sign-in links, examples) is printed while
+	// the servers already answer: wait for its last part.
+	for banner := time.Now().Add(10 * time.Second); !strings.Contains(d.out.String(), "Try:") && time.Now().Before(banner); {
+		time.Sleep(20 * time.Millisecond)
 	}
 	b, err := os.ReadFile(d.tokensFile)
 	if err != nil {
