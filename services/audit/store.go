@@ -41,4 +41,9 @@ type Store interface {
 	// PendingIntents returns up to limit intent rows, of any tenant, whose Time is before
 	// before and that have no outcome row yet, oldest first.
 	PendingIntents(ctx context.Context, before time.Time, limit int) ([]Stored, error)
+
+	// UnresolvedUnknowns returns up to limit outcome rows, of any tenant, whose Outcome is
+	// unknown, whose Time is before before, and that no resolution row answers yet, oldest
+	// first.
+	UnresolvedUnknowns(ctx context.Context, before time.Time, limit int) ([]Stored, error)
 }

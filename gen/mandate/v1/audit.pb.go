@@ -31,9 +31,12 @@ type PendingIntentsRequest struct {
 	// Only intents older than this.
 	OlderThan *durationpb.Duration `protobuf:"bytes,1,opt,name=older_than,json=olderThan,proto3" json:"older_than,omitempty"`
 	// At most this many (default 256).
-	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// List, instead, outcome rows that say unknown and that no resolution row
+	// answers yet (the executor settles them from receipts as resolutions).
+	UnknownOutcomes bool `protobuf:"varint,3,opt,name=unknown_outcomes,json=unknownOutcomes,proto3" json:"unknown_outcomes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PendingIntentsRequest) Reset() {
@@ -78,6 +81,13 @@ func (x *PendingIntentsRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *PendingIntentsRequest) GetUnknownOutcomes() bool {
+	if x != nil {
+		return x.UnknownOutcomes
+	}
+	return false
 }
 
 // PendingIntentsResponse lists intents without outcome, oldest first.
@@ -1189,12 +1199,13 @@ var File_mandate_v1_audit_proto protoreflect.FileDescriptor
 const file_mandate_v1_audit_proto_rawDesc = "" +
 	"\n" +
 	"\x16mandate/v1/audit.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"{\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x01\n" +
 	"\x15PendingIntentsRequest\x12@\n" +
 	"\n" +
 	"older_than\x18\x01 \x01(\v2\x19.google.protobuf.DurationB\x06\xbaH\x03\xc8\x01\x01R\tolderThan\x12 \n" +
 	"\x05limit\x18\x02 \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit\"K\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit\x12)\n" +
+	"\x10unknown_outcomes\x18\x03 \x01(\bR\x0funknownOutcomes\"K\n" +
 	"\x16PendingIntentsResponse\x121\n" +
 	"\arecords\x18\x01 \x03(\v2\x17.mandate.v1.AuditRecordR\arecords\"\xbc\x01\n" +
 	"\bApproval\x12!\n" +

@@ -109,7 +109,11 @@ func (s *Service) PendingIntents(ctx context.Context, req *mandatev1.PendingInte
 	if limit <= 0 {
 		limit = 256
 	}
-	intents, err := s.writer.Store().PendingIntents(ctx, time.Now().Add(-req.GetOlderThan().AsDuration()), limit)
+	list := s.writer.Store().PendingIntents
+	if req.GetUnknownOutcomes() {
+		list = s.writer.Store().UnresolvedUnknowns
+	}
+	intents, err := list(ctx, time.Now().Add(-req.GetOlderThan().AsDuration()), limit)
 	if err != nil {
 		return nil, s.mapErr(ctx, "pending intents", err)
 	}

@@ -391,6 +391,33 @@ func TestExecutorAppendsOnItsOwnAuthority(t *testing.T) {
 	if err != nil || len(pending.GetRecords()) != 1 || pending.GetRecords()[0].GetInvocationId() != "inv-p1" || pending.GetRecords()[0].GetTenant() != "globex" {
 		t.Fatalf("pending intents: %v %v", pending, err)
 	}
+	// Unknown outcomes the receipts have not settled yet, until a
+	// resolution row answers them.
+	unknown := record("inv-u1", "outcome", "unknown")
+	unknown.Tenant, unknown.Stage, unknown.Code = "globex", "dispatch", "handler.unavailable"
+	if _, err := svc.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{unknown}}); err != nil {
+		t.Fatal(err)
+	}
+	listUnknown := func() []*mandatev1.AuditRecord {
+		t.Helper()
+		resp, err := svc.PendingIntents(context.Background(), &mandatev1.PendingIntentsRequest{OlderThan: durationpb.New(0), UnknownOutcomes: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetRecords()
+	}
+	if got := listUnknown(); len(got) != 1 || got[0].GetInvocationId() != "inv-u1" {
+		t.Fatalf("unresolved unknowns: %v", got)
+	}
+	resolution := record("inv-u1", "resolution", "executed")
+	resolution.Tenant, resolution.Stage, resolution.Code, resolution.UserId, resolution.Message = "globex", "audit", "audit.resolved_executed", "executor", "the receipt says it ran"
+	if _, err := svc.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{resolution}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := listUnknown(); len(got) != 0 {
+		t.Fatalf("unknowns after their resolution: %v", got)
+	}
+
 	for _, c := range []struct {
 		name string
 		call func() error

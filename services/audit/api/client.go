@@ -61,7 +61,19 @@ func (c *Client) Append(ctx context.Context, recs ...audit.Record) ([]audit.Stor
 // PendingIntents lists intents of every tenant older than olderThan that
 // have no outcome row (the executor's own authority only).
 func (c *Client) PendingIntents(ctx context.Context, olderThan time.Duration, limit int) ([]audit.Stored, error) {
-	resp, err := c.c.PendingIntents(ctx, &mandatev1.PendingIntentsRequest{OlderThan: durationpb.New(olderThan), Limit: int32(min(limit, 1000))}) //nolint:gosec // bounded above
+	return c.pending(ctx, olderThan, limit, false)
+}
+
+// UnresolvedUnknowns lists outcome rows of every tenant older than
+// olderThan that say unknown and that no resolution row answers yet.
+func (c *Client) UnresolvedUnknowns(ctx context.Context, olderThan time.Duration, limit int) ([]audit.Stored, error) {
+	return c.pending(ctx, olderThan, limit, true)
+}
+
+func (c *Client) pending(ctx context.Context, olderThan time.Duration, limit int, unknown bool) ([]audit.Stored, error) {
+	resp, err := c.c.PendingIntents(ctx, &mandatev1.PendingIntentsRequest{
+		OlderThan: durationpb.New(olderThan), Limit: int32(min(limit, 1000)), UnknownOutcomes: unknown, //nolint:gosec // bounded above
+	})
 	if err != nil {
 		return nil, err
 	}

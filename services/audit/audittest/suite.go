@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +39,7 @@ func Run(t *testing.T, newStore func(t *testing.T) audit.Store) {
 		{"TenantIsolation", s.testTenantIsolation},
 		{"Watch", s.testWatch},
 		{"Reconcile", s.testReconcile},
+		{"UnresolvedUnknowns", s.testUnresolvedUnknowns},
 		{"Reconciler", s.testReconciler},
 		{"WriterClose", s.testWriterClose},
 	}
@@ -1109,5 +1111,46 @@ func (s *suite) testWriterClose(t *testing.T) {
 				t.Fatalf("second Close: %v", err)
 			}
 		})
+	}
+}
+
+// testUnresolvedUnknowns: outcome rows that say unknown, older than the
+// cut-off, of every tenant and oldest first, until a resolution row
+// answers them; other outcomes never.
+func (s *suite) testUnresolvedUnknowns(t *testing.T) {
+	st := s.newStore(t)
+	w := newWriter(t, st, audit.WriterOptions{})
+	ctx := testCtx(t)
+	unknown := func(tenant, inv string, d time.Duration) audit.Record {
+		r := Rec(tenant, inv, audit.PhaseOutcome)
+		r.Time, r.Outcome, r.Stage, r.Code, r.Approval = Base.Add(d), audit.OutcomeUnknown, "dispatch", "handler.unavailable", nil
+		return r
+	}
+	mustAppend(t, w,
+		unknown("acme", "u-1", 0),
+		unknown("globex", "u-2", time.Second),
+		unknown("acme", "u-late", time.Hour),
+		Rec("acme", "done", audit.PhaseOutcome),
+	)
+	list := func() string {
+		t.Helper()
+		rows, err := st.UnresolvedUnknowns(ctx, Base.Add(time.Minute), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range rows {
+			ids = append(ids, r.Tenant+"/"+r.InvocationID)
+		}
+		return strings.Join(ids, ",")
+	}
+	if got := list(); got != "acme/u-1,globex/u-2" {
+		t.Fatalf("unresolved unknowns = %s", got)
+	}
+	res := Rec("acme", "u-1", audit.PhaseResolution)
+	res.Time, res.Outcome, res.Stage, res.Code, res.Message = Base.Add(2*time.Second), audit.OutcomeFailed, audit.StageAudit, audit.CodeResolvedNotExecuted, "the receipt says it never ran"
+	mustAppend(t, w, res)
+	if got := list(); got != "globex/u-2" {
+		t.Fatalf("after u-1's resolution = %s", got)
 	}
 }

@@ -255,6 +255,43 @@ func (s *Store) Watch(ctx context.Context, tenant string, afterSeq int64) (<-cha
 }
 
 // PendingIntents implements audit.Store.
+func (s *Store) UnresolvedUnknowns(ctx context.Context, before time.Time, limit int) ([]audit.Stored, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, audit.ErrClosed
+	}
+	var out []audit.Stored
+	for tenant, l := range s.tenants {
+		for i := range l.rows {
+			row := &l.rows[i]
+			if row.Phase != audit.PhaseOutcome || row.Outcome != audit.OutcomeUnknown || !row.Time.Before(before) {
+				continue
+			}
+			if _, resolved := l.byKey[audit.Key{Tenant: tenant, InvocationID: row.InvocationID, Phase: audit.PhaseResolution}]; !resolved {
+				out = append(out, row.Clone())
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Time.Equal(out[j].Time) {
+			return out[i].Time.Before(out[j].Time)
+		}
+		if out[i].Tenant != out[j].Tenant {
+			return out[i].Tenant < out[j].Tenant
+		}
+		return out[i].Seq < out[j].Seq
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// PendingIntents implements audit.Store.
 func (s *Store) PendingIntents(ctx context.Context, before time.Time, limit int) ([]audit.Stored, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -191,6 +191,28 @@ func (s *Store) Verify(ctx context.Context, tenant string) (audit.Report, error)
 }
 
 // PendingIntents implements audit.Store.
+func (s *Store) UnresolvedUnknowns(ctx context.Context, before time.Time, limit int) ([]audit.Stored, error) {
+	if s.isClosed() {
+		return nil, audit.ErrClosed
+	}
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+rColumnList+` FROM audit.records r
+		WHERE r.phase = 'outcome' AND r.outcome = 'unknown' AND r.time < $1
+		  AND NOT EXISTS (SELECT FROM audit.records x WHERE x.tenant = r.tenant AND x.invocation_id = r.invocation_id AND x.phase = 'resolution')
+		ORDER BY r.time, r.tenant, r.seq LIMIT $2`, before, limit)
+	if err != nil {
+		return nil, mapErr("audit: unresolved unknowns", err)
+	}
+	recs, err := pgx.CollectRows(rows, scanRow)
+	if err != nil {
+		return nil, mapErr("audit: unresolved unknowns", err)
+	}
+	return recs, nil
+}
+
+// PendingIntents implements audit.Store.
 func (s *Store) PendingIntents(ctx context.Context, before time.Time, limit int) ([]audit.Stored, error) {
 	if s.isClosed() {
 		return nil, audit.ErrClosed
