@@ -277,6 +277,13 @@ func TestRemoteBridge(t *testing.T) {
 		}
 
 		financeBot := identity.WithRawToken(ctx, token(t, "acme", "carol", "finance-bot"))
+		// The input travels as its JSON (input_json), not as a Struct: the
+		// executor's strict decoder sees what the client sent.
+		dup := `{"ticket_id":"T-1001","ticket_id":"T-1002"}`
+		_, err = execapi.NewClient(conn).Execute(financeBot, executor.Call{Code: "ticket.get", Input: []byte(dup)})
+		if p := failure.Problem(failure.ToStatus(err), ""); p.Code != "schema.invalid" || p.InvocationID == "" {
+			t.Fatalf("input with a duplicate key: %v %+v", err, p)
+		}
 		res, err := execapi.NewClient(conn).Execute(financeBot, executor.Call{Code: "ticket.refund", Input: []byte(refundInput)})
 		r := failure.Problem(failure.ToStatus(err), "")
 		if res != nil || r.Code != mcpbridge.CodeConfirmationRequired || r.ChallengeID == "" {

@@ -272,20 +272,28 @@ func (t *typedResult) GetMeta() map[string]any { return t.res.GetMeta() }
 // SetMeta implements mcp.Result over the wrapped result.
 func (t *typedResult) SetMeta(m map[string]any) { t.res.SetMeta(m) }
 
-// MarshalJSON is the wrapped result's JSON with resultType added.
+// MarshalJSON is the wrapped result's JSON with resultType spliced in as
+// its first member (the result's own encoding never has one), rather than
+// decoded and encoded again.
 func (t *typedResult) MarshalJSON() ([]byte, error) {
 	body, err := json.Marshal(t.res)
 	if err != nil {
 		return nil, err
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
-		return nil, err
-	}
-	rt := "complete"
+	rt := `{"resultType":"complete"`
 	if t.res.InputRequests != nil {
-		rt = "input_required"
+		rt = `{"resultType":"input_required"`
 	}
-	fields["resultType"], _ = json.Marshal(rt)
-	return json.Marshal(fields)
+	if len(body) < 2 || body[0] != '{' {
+		return nil, errors.New("mcpbridge: a tool result did not encode as a JSON object")
+	}
+	out := make([]byte, 0, len(rt)+len(body)+1)
+	out = append(out, rt...)
+	if rest := body[1:]; len(rest) > 1 { // more than the closing brace
+		out = append(out, ',')
+		out = append(out, rest...)
+	} else {
+		out = append(out, '}')
+	}
+	return out, nil
 }

@@ -39,8 +39,17 @@ type ExecuteRequest struct {
 	ApprovalGrantId string `protobuf:"bytes,4,opt,name=approval_grant_id,json=approvalGrantId,proto3" json:"approval_grant_id,omitempty"`
 	// The conversation the call comes from, for the audit trail.
 	ConversationId string `protobuf:"bytes,5,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Return the result as JSON bytes in result_json instead of as a Struct
+	// in result: for gRPC clients that want JSON anyway (the MCP bridge), it
+	// saves converting the result to a Struct and back.
+	ResultAsJson bool `protobuf:"varint,6,opt,name=result_as_json,json=resultAsJson,proto3" json:"result_as_json,omitempty"`
+	// The input as JSON bytes instead of input, for gRPC clients that hold
+	// JSON (the MCP bridge): no Struct round trip, and integers beyond 2^53
+	// stay exact. Set at most one of input and input_json; anything but a
+	// JSON object is refused at schema_validate, and audited.
+	InputJson     []byte `protobuf:"bytes,7,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecuteRequest) Reset() {
@@ -108,6 +117,20 @@ func (x *ExecuteRequest) GetConversationId() string {
 	return ""
 }
 
+func (x *ExecuteRequest) GetResultAsJson() bool {
+	if x != nil {
+		return x.ResultAsJson
+	}
+	return false
+}
+
+func (x *ExecuteRequest) GetInputJson() []byte {
+	if x != nil {
+		return x.InputJson
+	}
+	return nil
+}
+
 // ExecuteResponse is the command's result.
 type ExecuteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -120,7 +143,10 @@ type ExecuteResponse struct {
 	AuditId string `protobuf:"bytes,3,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
 	// True when this is the stored response of an earlier call with the
 	// same idempotency key.
-	Replayed      bool `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Replayed bool `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// The result as JSON (protojson, proto field names), when the request
+	// asked for result_as_json; result is then unset.
+	ResultJson    []byte `protobuf:"bytes,5,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -183,24 +209,36 @@ func (x *ExecuteResponse) GetReplayed() bool {
 	return false
 }
 
+func (x *ExecuteResponse) GetResultJson() []byte {
+	if x != nil {
+		return x.ResultJson
+	}
+	return nil
+}
+
 var File_mandate_v1_executor_proto protoreflect.FileDescriptor
 
 const file_mandate_v1_executor_proto_rawDesc = "" +
 	"\n" +
 	"\x19mandate/v1/executor.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xfb\x01\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xcb\x02\n" +
 	"\x0eExecuteRequest\x12\x1e\n" +
 	"\x04code\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x04code\x12-\n" +
 	"\x05input\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x05input\x121\n" +
 	"\x0fidempotency_key\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x0eidempotencyKey\x124\n" +
 	"\x11approval_grant_id\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x0fapprovalGrantId\x121\n" +
-	"\x0fconversation_id\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x0econversationId\"\x9e\x01\n" +
+	"\x0fconversation_id\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x0econversationId\x12$\n" +
+	"\x0eresult_as_json\x18\x06 \x01(\bR\fresultAsJson\x12(\n" +
+	"\n" +
+	"input_json\x18\a \x01(\fB\t\xbaH\x06z\x04\x18\x80\x80@R\tinputJson\"\xbf\x01\n" +
 	"\x0fExecuteResponse\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\tR\finvocationId\x12/\n" +
 	"\x06result\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06result\x12\x19\n" +
 	"\baudit_id\x18\x03 \x01(\tR\aauditId\x12\x1a\n" +
-	"\breplayed\x18\x04 \x01(\bR\breplayed2}\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\x12\x1f\n" +
+	"\vresult_json\x18\x05 \x01(\fR\n" +
+	"resultJson2}\n" +
 	"\x0fExecutorService\x12j\n" +
 	"\aExecute\x12\x1a.mandate.v1.ExecuteRequest\x1a\x1b.mandate.v1.ExecuteResponse\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/commands/{code}:executeB9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
 

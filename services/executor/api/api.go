@@ -86,14 +86,23 @@ func (s *Service) Register(g *grpc.Server) { mandatev1.RegisterExecutorServiceSe
 // Execute runs one command.
 func (s *Service) Execute(ctx context.Context, req *mandatev1.ExecuteRequest) (*mandatev1.ExecuteResponse, error) {
 	input := []byte("{}")
-	if req.GetInput() != nil {
+	var inputErr *schema.InvalidError
+	switch {
+	case len(req.GetInputJson()) > 0 && req.GetInput() != nil:
+		inputErr = &schema.InvalidError{Violations: []schema.Violation{{Rule: "schema.decode", Message: "set one of input and input_json"}}}
+	case len(req.GetInputJson()) > 0:
+		input = req.GetInputJson() // checked by the pipeline's strict decoder
+	case req.GetInput() != nil:
 		b, err := protojson.Marshal(req.GetInput())
 		if err != nil {
-			return nil, failure.New(executor.StageSchema, "schema.invalid", "input is not a JSON object")
+			inputErr = &schema.InvalidError{Violations: []schema.Violation{{Rule: "schema.decode", Message: "input is not a JSON object"}}}
 		}
 		input = b
 	}
 	call := s.call(ctx, req.GetCode(), input)
+	if inputErr != nil && call.InputError == nil {
+		call.InputError = inputErr
+	}
 	if k := req.GetIdempotencyKey(); k != "" {
 		call.IdempotencyKey = k
 	}
@@ -107,11 +116,16 @@ func (s *Service) Execute(ctx context.Context, req *mandatev1.ExecuteRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	out := &structpb.Struct{}
-	if err := protojson.Unmarshal(res.Output, out); err != nil {
+	resp := &mandatev1.ExecuteResponse{InvocationId: res.InvocationID, AuditId: res.AuditID, Replayed: res.Replayed}
+	if req.GetResultAsJson() {
+		resp.ResultJson = res.Output
+		return resp, nil
+	}
+	resp.Result = &structpb.Struct{}
+	if err := protojson.Unmarshal(res.Output, resp.Result); err != nil {
 		return nil, failure.Internal(executor.StageDispatch, err)
 	}
-	return &mandatev1.ExecuteResponse{InvocationId: res.InvocationID, Result: out, AuditId: res.AuditID, Replayed: res.Replayed}, nil
+	return resp, nil
 }
 
 // call reads the channel and the optional metadata of a call.

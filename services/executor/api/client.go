@@ -6,8 +6,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/failure"
@@ -51,16 +49,9 @@ func (c *Client) Execute(ctx context.Context, call executor.Call) (*executor.Res
 		ctx = metadata.AppendToOutgoingContext(ctx, MetadataInputError, string(b))
 		call.Input = nil
 	}
-	input := &structpb.Struct{}
-	if len(call.Input) > 0 {
-		if err := protojson.Unmarshal(call.Input, input); err != nil {
-			// ExecuteRequest carries an object. Anything else is still an
-			// attempt: the executor refuses it at schema_validate and
-			// audits it, as it does in process.
-			input = &structpb.Struct{}
-			ctx = metadata.AppendToOutgoingContext(ctx, MetadataInputNotObject, "1")
-		}
-	}
+	// The input travels as the JSON it is: the executor's strict decoder
+	// refuses (and audits) anything but an object.
+	input := call.Input
 	if call.MCPSessionID != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, MetadataMCPSession, call.MCPSessionID)
 	}
@@ -72,15 +63,19 @@ func (c *Client) Execute(ctx context.Context, call executor.Call) (*executor.Res
 		ctx = metadata.AppendToOutgoingContext(ctx, MetadataInvalidAttribute, string(b))
 	}
 	resp, err := c.rpc.Execute(ctx, &mandatev1.ExecuteRequest{
-		Code: call.Code, Input: input, IdempotencyKey: call.IdempotencyKey,
+		Code: call.Code, InputJson: input, IdempotencyKey: call.IdempotencyKey,
 		ApprovalGrantId: call.GrantID, ConversationId: call.ConversationID,
+		ResultAsJson: true,
 	})
 	if err != nil {
 		return nil, err
 	}
-	out, err := json.Marshal(resp.GetResult().AsMap())
-	if err != nil {
-		return nil, failure.Internal(executor.StageDispatch, err)
+	out := resp.GetResultJson()
+	if out == nil {
+		// An executor that predates result_as_json answers with a Struct.
+		if out, err = json.Marshal(resp.GetResult().AsMap()); err != nil {
+			return nil, failure.Internal(executor.StageDispatch, err)
+		}
 	}
 	return &executor.Result{InvocationID: resp.GetInvocationId(), Output: out, AuditID: resp.GetAuditId(), Replayed: resp.GetReplayed()}, nil
 }
