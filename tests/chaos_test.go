@@ -48,6 +48,14 @@ func (tp *topology) restartAt(name string, args ...string) {
 		tp.t.Fatal(err)
 	}
 	cmd := exec.Command(tp.bin, append([]string{name, "--grpc-addr", ep.grpc, "--http-addr", ep.http}, args...)...)
+	tp.spawn(name, cmd, log)
+	waitHealthy(tp.t, "http://"+ep.http+"/healthz", func() string { return tp.logOf(name) })
+}
+
+// spawn starts cmd as the topology's process name, logging to log, and
+// tracks it so that the topology stops it with the test.
+func (tp *topology) spawn(name string, cmd *exec.Cmd, log *os.File) *process {
+	tp.t.Helper()
 	cmd.Env, cmd.Stdout, cmd.Stderr = tp.env, log, log
 	if err := cmd.Start(); err != nil {
 		tp.t.Fatal(err)
@@ -57,25 +65,7 @@ func (tp *topology) restartAt(name string, args ...string) {
 	tp.mu.Lock()
 	tp.procs = append(tp.procs, p)
 	tp.mu.Unlock()
-	client := &http.Client{Timeout: time.Second}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		select {
-		case err := <-p.done:
-			p.done <- err
-			tp.t.Fatalf("%s exited on restart (%v):\n%s", name, err, tp.logOf(name))
-		default:
-		}
-		if resp, err := client.Get("http://" + ep.http + "/healthz"); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			tp.t.Fatalf("%s did not come back:\n%s", name, tp.logOf(name))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return p
 }
 
 // quickReconcile makes the executor settle what the trail leaves open from

@@ -56,15 +56,7 @@ func (tp *topology) startBridgeReplica(name string) string {
 		"--executor-addr", tp.addr["executor"].grpc,
 		"--catalog-addr", tp.addr["catalog"].grpc,
 		"--confirm-addr", tp.addr["confirm"].grpc)
-	cmd.Env, cmd.Stdout, cmd.Stderr = tp.env, log, log
-	if err := cmd.Start(); err != nil {
-		tp.t.Fatal(err)
-	}
-	p := &process{name: name, cmd: cmd, done: make(chan error, 1), log: log}
-	go func() { p.done <- cmd.Wait() }()
-	tp.mu.Lock()
-	tp.procs = append(tp.procs, p)
-	tp.mu.Unlock()
+	tp.spawn(name, cmd, log)
 	waitHealthy(tp.t, "http://"+httpAddr+"/healthz", func() string { return tp.logOf(name) })
 	return httpAddr
 }

@@ -276,19 +276,7 @@ func (s *Store) UnresolvedUnknowns(ctx context.Context, before time.Time, limit 
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].Time.Equal(out[j].Time) {
-			return out[i].Time.Before(out[j].Time)
-		}
-		if out[i].Tenant != out[j].Tenant {
-			return out[i].Tenant < out[j].Tenant
-		}
-		return out[i].Seq < out[j].Seq
-	})
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
-	return out, nil
+	return oldestFirst(out, limit), nil
 }
 
 // PendingIntents implements audit.Store.
@@ -309,6 +297,12 @@ func (s *Store) PendingIntents(ctx context.Context, before time.Time, limit int)
 			}
 		}
 	}
+	return oldestFirst(out, limit), nil
+}
+
+// oldestFirst orders rows by time, tenant and seq, and keeps at most limit
+// (all when limit <= 0).
+func oldestFirst(out []audit.Stored, limit int) []audit.Stored {
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].Time.Equal(out[j].Time) {
 			return out[i].Time.Before(out[j].Time)
@@ -321,5 +315,5 @@ func (s *Store) PendingIntents(ctx context.Context, before time.Time, limit int)
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
-	return out, nil
+	return out
 }
