@@ -137,7 +137,7 @@ func start(t *testing.T, newStore func(t *testing.T) helpdesk.Store, opts ...opt
 		cancel()
 		t.Fatal(err)
 	}
-	backend.Register(srv.GRPC())
+	backend.Register(srv)
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
 

@@ -98,7 +98,7 @@ func serveAudit(ctx context.Context, f serviceFlags, auth *identity.Authenticato
 	if err != nil {
 		return err
 	}
-	auditapi.New(w, dir, log).Register(srv.GRPC())
+	auditapi.New(w, dir, log).Register(srv)
 	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 		return mandatev1.RegisterAuditServiceHandler(ctx, mux, conn)
 	})

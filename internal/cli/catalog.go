@@ -65,7 +65,7 @@ func runCatalog(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	catalogapi.New(cat, log).Register(srv.GRPC())
+	catalogapi.New(cat, log).Register(srv)
 	srv.HandleGateway(catalogapi.Gateway)
 	return srv.Run(ctx)
 }

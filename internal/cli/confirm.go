@@ -111,7 +111,7 @@ func runConfirm(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	confirmapi.New(svc, log).Register(srv.GRPC())
+	confirmapi.New(svc, log).Register(srv)
 	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 		return mandatev1.RegisterConfirmServiceHandler(ctx, mux, conn)
 	})

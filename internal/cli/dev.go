@@ -154,7 +154,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	backend.Register(backendSrv.GRPC())
+	backend.Register(backendSrv)
 	cat, err := catalog.New(catalog.Config{Manifest: set, Directory: dirStore, ConfirmSideEffects: confirmSideEffects,
 		TrustedServices: []string{executor.ServiceName}, Logger: log})
 	if err != nil {
@@ -164,7 +164,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	catAPI := catalogapi.New(cat, log)
 	// ops.review is a command: the executor dispatches it to the catalog on
 	// the internal port, like any backend.
-	catAPI.Register(backendSrv.GRPC())
+	catAPI.Register(backendSrv)
 	src, err := identity.NewServiceTokenSource(serviceSecret, DefaultIssuer, DefaultAudience, executor.ServiceName, time.Hour)
 	if err != nil {
 		return err
@@ -198,10 +198,10 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	execSvc.Register(srv.GRPC())
-	auditapi.New(writer, dir, log).Register(srv.GRPC())
-	confirmapi.New(confirmSvc, log).Register(srv.GRPC())
-	catAPI.Register(srv.GRPC()) // tool lists and manifest reads; Review refuses calls not relayed by the executor
+	execSvc.Register(srv)
+	auditapi.New(writer, dir, log).Register(srv)
+	confirmapi.New(confirmSvc, log).Register(srv)
+	catAPI.Register(srv) // tool lists and manifest reads; Review refuses calls not relayed by the executor
 	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 		if err := mandatev1.RegisterExecutorServiceHandler(ctx, mux, conn); err != nil {
 			return err

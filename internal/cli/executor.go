@@ -145,7 +145,7 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	api.Register(srv.GRPC())
+	api.Register(srv)
 	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 		if err := mandatev1.RegisterExecutorServiceHandler(ctx, mux, conn); err != nil {
 			return err

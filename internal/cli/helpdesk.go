@@ -59,7 +59,7 @@ func runHelpdesk(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	backend.Register(srv.GRPC()) // HelpdeskService and its ReceiptService (pkg/receipt)
+	backend.Register(srv) // HelpdeskService and its ReceiptService (pkg/receipt)
 	// The fake gateway's counters, read-only, for end-to-end tests.
 	srv.Handle("GET /gateway/counters", gateway.CountersHandler())
 	return srv.Run(ctx)

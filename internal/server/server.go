@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fullstorydev/grpchan/inprocgrpc"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -72,9 +73,11 @@ type GatewayRegistrar func(ctx context.Context, mux *runtime.ServeMux, conn *grp
 
 // Server is one service's listeners.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	grpc     *grpc.Server
+	cfg  Config
+	log  *slog.Logger
+	grpc *grpc.Server
+	// local serves the registered services in process (InProcess).
+	local    *inprocgrpc.Channel
 	health   *health.Server
 	gateway  *runtime.ServeMux
 	http     *http.ServeMux
@@ -112,12 +115,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.nonce = newNonce()
 	s.stopping = make(chan struct{})
+	unary := []grpc.UnaryServerInterceptor{s.recoverUnary, s.gatewayUnary, cfg.Auth.UnaryServerInterceptor(), s.inputUnary, v.unary}
+	stream := []grpc.StreamServerInterceptor{s.recoverStream, s.stopStream, s.gatewayStream, cfg.Auth.StreamServerInterceptor(), s.inputStream, v.stream}
 	opts := append([]grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
-		grpc.ChainUnaryInterceptor(s.recoverUnary, s.gatewayUnary, cfg.Auth.UnaryServerInterceptor(), s.inputUnary, v.unary),
-		grpc.ChainStreamInterceptor(s.recoverStream, s.stopStream, s.gatewayStream, cfg.Auth.StreamServerInterceptor(), s.inputStream, v.stream),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 	}, cfg.GRPCOptions...)
+	s.local = newLocalChannel(unary, stream)
 	s.grpc = grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	// Reflection (v1 and v1alpha) is served without a token, like health
@@ -169,7 +175,9 @@ func (s *Server) ServiceNames() []string {
 	return names
 }
 
-// GRPC returns the gRPC server to register services on (before Run).
+// GRPC returns the gRPC server. Services registered on it directly are
+// not served in process; register them with RegisterService (pass the
+// Server as the grpc.ServiceRegistrar) to serve them on both.
 func (s *Server) GRPC() *grpc.Server { return s.grpc }
 
 // HandleGateway adds a service's REST routes (before Run).

@@ -159,9 +159,9 @@ func helpdeskBackends(t *testing.T, ctx context.Context, st *stack, authn *ident
 	if err != nil {
 		t.Fatal(err)
 	}
-	backend.Register(hsrv.GRPC())
-	catalogapi.New(cat, nil).Register(hsrv.GRPC())
-	confirmapi.New(st.confirm, nil).Register(hsrv.GRPC())
+	backend.Register(hsrv)
+	catalogapi.New(cat, nil).Register(hsrv)
+	confirmapi.New(st.confirm, nil).Register(hsrv)
 	serve(t, ctx, hsrv)
 	st.backendAddr = hsrv.GRPCAddr()
 	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", executor.ServiceName, time.Hour)

@@ -140,7 +140,7 @@ func start(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backend.Register(hsrv.GRPC())
+	backend.Register(hsrv)
 	serve(t, ctx, hsrv)
 
 	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", executor.ServiceName, time.Hour)

@@ -59,9 +59,9 @@ func startRemote(t testing.TB) (e *env, conn *grpc.ClientConn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	execSvc.Register(srv.GRPC())
-	catalogapi.New(local.catalog, nil).Register(srv.GRPC())
-	confirmapi.New(local.confirm, nil).Register(srv.GRPC())
+	execSvc.Register(srv)
+	catalogapi.New(local.catalog, nil).Register(srv)
+	confirmapi.New(local.confirm, nil).Register(srv)
 	serve(t, ctx, srv)
 
 	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", identity.MCPBridgeService, time.Hour)

@@ -45,7 +45,7 @@ func New(w *audit.Writer, dir directory.Resolver, log *slog.Logger) *Service {
 }
 
 // Register adds the service to a gRPC server.
-func (s *Service) Register(g *grpc.Server) { mandatev1.RegisterAuditServiceServer(g, s) }
+func (s *Service) Register(g grpc.ServiceRegistrar) { mandatev1.RegisterAuditServiceServer(g, s) }
 
 // Append stores records for the caller's tenant. Only Mandate services
 // append: a user or agent calling directly is refused.

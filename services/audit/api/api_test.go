@@ -95,7 +95,7 @@ func start(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api.New(w, cache, nil).Register(srv.GRPC())
+	api.New(w, cache, nil).Register(srv)
 	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 		return mandatev1.RegisterAuditServiceHandler(ctx, mux, conn)
 	})

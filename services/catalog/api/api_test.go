@@ -121,7 +121,7 @@ func startWith(t *testing.T, dirs directories, cfg catalog.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api.New(cat, nil).Register(srv.GRPC())
+	api.New(cat, nil).Register(srv)
 	srv.HandleGateway(api.Gateway)
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()

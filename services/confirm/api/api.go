@@ -34,7 +34,7 @@ func New(c *confirm.Service, log *slog.Logger) *Service {
 }
 
 // Register adds the service to a gRPC server.
-func (s *Service) Register(g *grpc.Server) { mandatev1.RegisterConfirmServiceServer(g, s) }
+func (s *Service) Register(g grpc.ServiceRegistrar) { mandatev1.RegisterConfirmServiceServer(g, s) }
 
 // Gateway registers the REST routes; pass it to server.HandleGateway.
 func Gateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {

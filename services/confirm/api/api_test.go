@@ -109,7 +109,7 @@ func start(t *testing.T, store confirm.Store) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api.New(svc, nil).Register(srv.GRPC())
+	api.New(svc, nil).Register(srv)
 	srv.HandleGateway(api.Gateway)
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()

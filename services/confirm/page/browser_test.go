@@ -79,7 +79,7 @@ func startConfirmServer(t *testing.T) *confirmServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api.New(svc, quiet).Register(srv.GRPC())
+	api.New(svc, quiet).Register(srv)
 	srv.HandleGateway(api.Gateway)
 	h, err := page.New(page.Config{Confirm: svc, Sessions: store, Directory: directory.Direct(dir), LoginSecret: devSecret, Issuers: []string{issuer}, BaseURL: base, Logger: quiet})
 	if err != nil {

@@ -81,7 +81,7 @@ func (s *Service) ServerOptions() []grpc.ServerOption {
 }
 
 // Register adds ExecutorService to a gRPC server.
-func (s *Service) Register(g *grpc.Server) { mandatev1.RegisterExecutorServiceServer(g, s) }
+func (s *Service) Register(g grpc.ServiceRegistrar) { mandatev1.RegisterExecutorServiceServer(g, s) }
 
 // Execute runs one command.
 func (s *Service) Execute(ctx context.Context, req *mandatev1.ExecuteRequest) (*mandatev1.ExecuteResponse, error) {

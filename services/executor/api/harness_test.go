@@ -186,7 +186,7 @@ func start(t testing.TB, opts ...func(*executor.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backend.Register(hsrv.GRPC())
+	backend.Register(hsrv)
 	serve(t, ctx, hsrv)
 
 	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", executor.ServiceName, time.Hour)
@@ -217,7 +217,7 @@ func start(t testing.TB, opts ...func(*executor.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc.Register(esrv.GRPC())
+	svc.Register(esrv)
 	esrv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 		return mandatev1.RegisterExecutorServiceHandler(ctx, mux, conn)
 	})

@@ -1,0 +1,64 @@
+package server_test
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/server"
+)
+
+// whoAudit answers Verify with the caller it was given.
+type whoAudit struct {
+	mandatev1.UnimplementedAuditServiceServer
+}
+
+func (whoAudit) Verify(ctx context.Context, _ *mandatev1.VerifyRequest) (*mandatev1.VerifyResponse, error) {
+	p, ok := identity.FromContext(ctx)
+	if !ok {
+		return nil, status.Error(codes.Internal, "no principal")
+	}
+	// The principal travels back in the status: Verify has no field for it.
+	return nil, status.Error(codes.FailedPrecondition, p.UserID+"@"+p.Tenant)
+}
+
+// TestInProcessRunsTheServerInterceptors: a call on the in-process channel
+// is authenticated like a gRPC call — refused without a token, served with
+// the caller's principal with one — and reaches only services registered
+// through the Server.
+func TestInProcessRunsTheServerInterceptors(t *testing.T) {
+	ctx := context.Background()
+	users, err := identity.NewVerifier(ctx, identity.Config{Audience: []string{"mandate"}, Issuers: []string{"test"}, DevSecret: devSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{Name: "audit", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mandatev1.RegisterAuditServiceServer(srv, whoAudit{})
+	client := mandatev1.NewAuditServiceClient(srv.InProcess(nil))
+
+	_, err = client.Verify(ctx, &mandatev1.VerifyRequest{})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("without a token: %v, want Unauthenticated", err)
+	}
+	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+mint(t))
+	_, err = client.Verify(authed, &mandatev1.VerifyRequest{})
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || st.Message() != "olive@acme" {
+		t.Fatalf("with a token: %v, want the handler to see olive@acme", err)
+	}
+	_, err = mandatev1.NewConfirmServiceClient(srv.InProcess(nil)).Get(authed, &mandatev1.ConfirmServiceGetRequest{ChallengeId: "x"})
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("unregistered service: %v, want Unimplemented", err)
+	}
+}
