@@ -167,9 +167,6 @@ func (s *Set) Parse(args []string) error {
 	return errors.Join(errs...)
 }
 
-// Args returns the positional arguments left after the flags.
-func (s *Set) Args() []string { return s.fs.Args() }
-
 func splitList(v string) []string {
 	var out []string
 	for _, p := range strings.Split(v, ",") {
