@@ -3,7 +3,6 @@ package failure
 import (
 	"net/http"
 	"slices"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 )
@@ -289,13 +288,6 @@ func Codes() []Spec {
 		out[i], _ = Lookup(s.Code)
 	}
 	return out
-}
-
-// Namespace is the part of a code before its first dot, e.g. "schema" of
-// schema.invalid.
-func Namespace(code string) string {
-	ns, _, _ := strings.Cut(code, ".")
-	return ns
 }
 
 // GRPCCode is the gRPC code of an error code: the table's, or UnknownCode

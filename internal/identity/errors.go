@@ -22,17 +22,23 @@ const ErrorDomain = "mandate.dev"
 // Identity's refusal codes are failure.CodeAuthentication*. These names
 // remain for the executor and the MCP bridge until they switch.
 const (
-	// Deprecated: use failure.CodeAuthenticationMissingCredentials.
+	// CodeMissingCredentials is failure.CodeAuthenticationMissingCredentials: use that; this name remains only
+	// for the executor and the MCP bridge.
 	CodeMissingCredentials = failure.CodeAuthenticationMissingCredentials
-	// Deprecated: use failure.CodeAuthenticationInvalidToken.
+	// CodeInvalidToken is failure.CodeAuthenticationInvalidToken: use that; this name remains only
+	// for the executor and the MCP bridge.
 	CodeInvalidToken = failure.CodeAuthenticationInvalidToken
-	// Deprecated: use failure.CodeAuthenticationTokenExpired.
+	// CodeTokenExpired is failure.CodeAuthenticationTokenExpired: use that; this name remains only
+	// for the executor and the MCP bridge.
 	CodeTokenExpired = failure.CodeAuthenticationTokenExpired
-	// Deprecated: use failure.CodeAuthenticationTokenNotYetValid.
+	// CodeTokenNotYetValid is failure.CodeAuthenticationTokenNotYetValid: use that; this name remains only
+	// for the executor and the MCP bridge.
 	CodeTokenNotYetValid = failure.CodeAuthenticationTokenNotYetValid
-	// Deprecated: use failure.CodeAuthenticationWrongAudience.
+	// CodeWrongAudience is failure.CodeAuthenticationWrongAudience: use that; this name remains only
+	// for the executor and the MCP bridge.
 	CodeWrongAudience = failure.CodeAuthenticationWrongAudience
-	// Deprecated: use failure.CodeAuthenticationWrongIssuer.
+	// CodeWrongIssuer is failure.CodeAuthenticationWrongIssuer: use that; this name remains only
+	// for the executor and the MCP bridge.
 	CodeWrongIssuer = failure.CodeAuthenticationWrongIssuer
 )
 

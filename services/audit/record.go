@@ -30,9 +30,11 @@ const (
 // failure.CodeAuditResolvedNotExecuted. These names remain for the executor
 // until it switches.
 const (
-	// Deprecated: use failure.CodeAuditResolvedExecuted.
+	// CodeResolvedExecuted is failure.CodeAuditResolvedExecuted: use that; this name remains only
+	// for the executor.
 	CodeResolvedExecuted = failure.CodeAuditResolvedExecuted
-	// Deprecated: use failure.CodeAuditResolvedNotExecuted.
+	// CodeResolvedNotExecuted is failure.CodeAuditResolvedNotExecuted: use that; this name remains only
+	// for the executor.
 	CodeResolvedNotExecuted = failure.CodeAuditResolvedNotExecuted
 )
 

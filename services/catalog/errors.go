@@ -22,9 +22,11 @@ const (
 // CodeScopeNotViaExecutor and CodeDirectoryUnavailable. These names remain
 // for the MCP bridge until it switches.
 const (
-	// Deprecated: use failure.CodeCommandNotFound.
+	// CodeCommandNotFound is failure.CodeCommandNotFound: use that; this name remains only
+	// for the MCP bridge.
 	CodeCommandNotFound = failure.CodeCommandNotFound
-	// Deprecated: use failure.CodeDirectoryUnavailable.
+	// CodeDirectoryUnavailable is failure.CodeDirectoryUnavailable: use that; this name remains only
+	// for the MCP bridge.
 	CodeDirectoryUnavailable = failure.CodeDirectoryUnavailable
 )
 

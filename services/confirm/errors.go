@@ -12,11 +12,14 @@ import (
 // CodeAuthenticationLoginTokenUsed. These names remain for the MCP bridge
 // until it switches.
 const (
-	// Deprecated: use failure.CodeConfirmationApproverNotAllowed.
+	// CodeApproverNotAllowed is failure.CodeConfirmationApproverNotAllowed: use that; this name remains only
+	// for the MCP bridge's tests.
 	CodeApproverNotAllowed = failure.CodeConfirmationApproverNotAllowed
-	// Deprecated: use failure.CodeConfirmationRefused.
+	// CodeRefused is failure.CodeConfirmationRefused: use that; this name remains only
+	// for the MCP bridge's tests.
 	CodeRefused = failure.CodeConfirmationRefused
-	// Deprecated: use failure.CodeConfirmationPending.
+	// CodePending is failure.CodeConfirmationPending: use that; this name remains only
+	// for the MCP bridge's tests.
 	CodePending = failure.CodeConfirmationPending
 )
 
