@@ -28,20 +28,25 @@ const (
 
 	CodeDirectoryUnavailable = "directory.unavailable"
 
-	CodeRequestInvalidMetadata      = "request.invalid_metadata"
-	CodeRequestInvalidPageToken     = "request.invalid_page_token" //nolint:gosec // G101: an error code, not a credential
-	CodeRequestDeadlineExceeded     = "request.deadline_exceeded"
-	CodeRequestMalformed            = "request.malformed"
-	CodeRequestRouteNotFound        = "request.route_not_found"
-	CodeRequestMethodNotAllowed     = "request.method_not_allowed"
-	CodeRequestTooLarge             = "request.too_large"
-	CodeCommandNotFound             = "command.not_found"
-	CodeEntitlementMissing          = "entitlement.missing"
-	CodeSchemaInvalid               = "schema.invalid"
-	CodeSchemaInvalidPageToken      = "schema.invalid_page_token" //nolint:gosec // G101: an error code, not a credential
-	CodeScopeTenantMismatch         = "scope.tenant_mismatch"
-	CodeScopeDenied                 = "scope.denied"
-	CodeScopeNotViaExecutor         = "scope.not_via_executor"
+	CodeRequestInvalidMetadata  = "request.invalid_metadata"
+	CodeRequestInvalidPageToken = "request.invalid_page_token" //nolint:gosec // G101: an error code, not a credential
+	CodeRequestDeadlineExceeded = "request.deadline_exceeded"
+	CodeRequestMalformed        = "request.malformed"
+	CodeRequestRouteNotFound    = "request.route_not_found"
+	CodeRequestMethodNotAllowed = "request.method_not_allowed"
+	CodeRequestTooLarge         = "request.too_large"
+
+	CodeCommandNotFound = "command.not_found"
+
+	CodeEntitlementMissing = "entitlement.missing"
+
+	CodeSchemaInvalid          = "schema.invalid"
+	CodeSchemaInvalidPageToken = "schema.invalid_page_token" //nolint:gosec // G101: an error code, not a credential
+
+	CodeScopeTenantMismatch = "scope.tenant_mismatch"
+	CodeScopeDenied         = "scope.denied"
+	CodeScopeNotViaExecutor = "scope.not_via_executor"
+
 	CodeIdempotencyInvalidKey       = "idempotency.invalid_key"
 	CodeIdempotencyInFlight         = "idempotency.in_flight"
 	CodeIdempotencyKeyReused        = "idempotency.key_reused"
@@ -49,8 +54,9 @@ const (
 	CodeIdempotencyResolvedExecuted = "idempotency.resolved_executed"
 	CodeIdempotencyReplayed         = "idempotency.replayed"
 	CodeIdempotencyUnavailable      = "idempotency.unavailable"
-	CodeSoDConflict                 = "sod.conflict"
-	CodeSoDUnavailable              = "sod.unavailable"
+
+	CodeSoDConflict    = "sod.conflict"
+	CodeSoDUnavailable = "sod.unavailable"
 
 	CodeConfirmationRequired           = "confirmation.required"
 	CodeConfirmationPending            = "confirmation.pending"
@@ -74,11 +80,14 @@ const (
 	CodeHandlerUnavailable      = "handler.unavailable"
 	CodeHandlerDeadlineExceeded = "handler.deadline_exceeded"
 	CodeHandlerNotExecuted      = "handler.not_executed"
-	CodeReceiptFenced           = "receipt.fenced"
-	CodeReceiptUnavailable      = "receipt.unavailable"
+
+	CodeReceiptFenced      = "receipt.fenced"
+	CodeReceiptUnavailable = "receipt.unavailable"
 
 	CodeInternalError = "internal.error"
+
 	// CodeServiceUnavailable is the code of a problem whose status is a bare
+
 	// Unavailable: a Mandate service draining, restarting or unreachable.
 	CodeServiceUnavailable = "service.unavailable"
 )
