@@ -87,7 +87,6 @@ const (
 	CodeInternalError = "internal.error"
 
 	// CodeServiceUnavailable is the code of a problem whose status is a bare
-
 	// Unavailable: a Mandate service draining, restarting or unreachable.
 	CodeServiceUnavailable = "service.unavailable"
 )
