@@ -32,6 +32,7 @@ import (
 
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 )
 
@@ -220,18 +221,18 @@ func TestAttackForgedTokens(t *testing.T) {
 		code       string
 		mcp        bool // the bridge reads only the bearer, so relays are not tried there
 	}{
-		{name: "no token", code: identity.CodeMissingCredentials, mcp: true},
-		{name: "signed with another secret", bearer: tp.mint([]byte("attacker-secret-0123456789abcdef0123456789"), nil), code: identity.CodeInvalidToken, mcp: true},
-		{name: "alg none", bearer: unsigned(t), code: identity.CodeInvalidToken, mcp: true},
-		{name: "expired", bearer: tp.mint(nil, func(r *identity.MintRequest) { r.Now = time.Now().Add(-3 * time.Hour) }), code: identity.CodeTokenExpired, mcp: true},
-		{name: "another audience", bearer: tp.mint(nil, func(r *identity.MintRequest) { r.Audience = "billing" }), code: identity.CodeWrongAudience, mcp: true},
-		{name: "another issuer", bearer: tp.mint(nil, func(r *identity.MintRequest) { r.Issuer = "evil-idp" }), code: identity.CodeWrongIssuer, mcp: true},
-		{name: "globex token edited into acme", bearer: forge(t, dave, map[string]any{"tenant": "acme", "sub": "carol", "org": "finance"}), code: identity.CodeInvalidToken, mcp: true},
-		{name: "acme token edited to another user", bearer: forge(t, tp.token("acme", "alice", ""), map[string]any{"sub": "carol"}), code: identity.CodeInvalidToken, mcp: true},
-		{name: "service token as a user", bearer: genuineService, code: identity.CodeInvalidToken, mcp: true},
-		{name: "relay with a forged bridge token", bearer: forgedBridge, onBehalfOf: carol, code: identity.CodeNotAService},
-		{name: "relay by a user token", bearer: dave, onBehalfOf: carol, code: identity.CodeNotAService},
-		{name: "relay by an agent token", bearer: tp.token("acme", "carol", "finance-bot"), onBehalfOf: carol, code: identity.CodeNotAService},
+		{name: "no token", code: failure.CodeAuthenticationMissingCredentials, mcp: true},
+		{name: "signed with another secret", bearer: tp.mint([]byte("attacker-secret-0123456789abcdef0123456789"), nil), code: failure.CodeAuthenticationInvalidToken, mcp: true},
+		{name: "alg none", bearer: unsigned(t), code: failure.CodeAuthenticationInvalidToken, mcp: true},
+		{name: "expired", bearer: tp.mint(nil, func(r *identity.MintRequest) { r.Now = time.Now().Add(-3 * time.Hour) }), code: failure.CodeAuthenticationTokenExpired, mcp: true},
+		{name: "another audience", bearer: tp.mint(nil, func(r *identity.MintRequest) { r.Audience = "billing" }), code: failure.CodeAuthenticationWrongAudience, mcp: true},
+		{name: "another issuer", bearer: tp.mint(nil, func(r *identity.MintRequest) { r.Issuer = "evil-idp" }), code: failure.CodeAuthenticationWrongIssuer, mcp: true},
+		{name: "globex token edited into acme", bearer: forge(t, dave, map[string]any{"tenant": "acme", "sub": "carol", "org": "finance"}), code: failure.CodeAuthenticationInvalidToken, mcp: true},
+		{name: "acme token edited to another user", bearer: forge(t, tp.token("acme", "alice", ""), map[string]any{"sub": "carol"}), code: failure.CodeAuthenticationInvalidToken, mcp: true},
+		{name: "service token as a user", bearer: genuineService, code: failure.CodeAuthenticationInvalidToken, mcp: true},
+		{name: "relay with a forged bridge token", bearer: forgedBridge, onBehalfOf: carol, code: failure.CodeAuthenticationNotAService},
+		{name: "relay by a user token", bearer: dave, onBehalfOf: carol, code: failure.CodeAuthenticationNotAService},
+		{name: "relay by an agent token", bearer: tp.token("acme", "carol", "finance-bot"), onBehalfOf: carol, code: failure.CodeAuthenticationNotAService},
 	}
 	executor := "http://" + tp.addr["executor"].http
 	bridge := "http://" + tp.addr["mcpbridge"].http + "/mcp"
@@ -286,7 +287,7 @@ func TestAttackForgedTokens(t *testing.T) {
 				"Content-Type", "application/json", "Accept", "application/json, text/event-stream", "Mcp-Protocol-Version", "2025-06-18",
 			}, headers...)...)
 			wantBody := c.code
-			if c.code == identity.CodeMissingCredentials {
+			if c.code == failure.CodeAuthenticationMissingCredentials {
 				wantBody = "no bearer token" // the SDK's own answer; it never reaches the verifier
 			}
 			if r.status != http.StatusUnauthorized || !strings.Contains(r.body, wantBody) ||
@@ -585,7 +586,7 @@ func TestAttackAgentDecidesOwnChallenge(t *testing.T) {
 	for _, relay := range []string{bot, forged} {
 		ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+relay, identity.OnBehalfOfHeader, "Bearer "+bot)
 		_, err := confirmClient.Decide(ctx, &mandatev1.DecideRequest{ChallengeId: challenge, Decision: mandatev1.Decision_DECISION_APPROVE, Channel: "mcp_elicitation"})
-		wantGRPCError(t, err, codes.Unauthenticated, identity.Stage, identity.CodeNotAService)
+		wantGRPCError(t, err, codes.Unauthenticated, identity.Stage, failure.CodeAuthenticationNotAService)
 	}
 	// Nor can it spend the challenge by redeeming it itself.
 	_, err = confirmClient.Redeem(tp.as(bot), &mandatev1.RedeemRequest{ChallengeId: challenge, InvocationDigest: strings.Repeat("0", 64)})

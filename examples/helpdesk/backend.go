@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
@@ -133,7 +134,7 @@ func (b *Backend) fail(ctx context.Context, method string, p identity.Principal,
 	case errors.Is(err, ErrUnavailable):
 		log.WarnContext(ctx, "store unavailable", "error", err)
 		e := failure.New(StageDispatch, CodeUnavailable, "the helpdesk store is unavailable; nothing was changed")
-		e.Retriable, e.Remedy = true, "retry later"
+		e.Status, e.Retriable, e.Remedy = codes.Unavailable, true, "retry later"
 		return withInvocation(e, inv).GRPCStatus().Err()
 	default:
 		log.ErrorContext(ctx, "failed", "error", err)

@@ -4,7 +4,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/mandate-dev/mandate/internal/failure"
-	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
 // Pipeline stages (DESIGN §5) the backend refuses at. The executor passes them on unchanged.
@@ -23,14 +22,13 @@ const (
 	StageDispatch = "dispatch"
 )
 
-// Codes of the backend's refusals, stable: clients and the audit trail key on them.
+// Codes of the backend's own refusals, stable: clients and the audit trail key on them.
+// They are the sample's domain codes, not Mandate's: each refusal sets its gRPC code
+// (refuse), and Mandate passes it on unchanged. Where one of Mandate's codes fits, the
+// backend uses it: failure.CodeScopeDenied, CodeIdempotencyKeyReused,
+// CodeSchemaInvalidPageToken and CodeSchemaInvalid, and through pkg/receipt
+// CodeScopeNotViaExecutor, CodeIdempotencyInvalidKey and CodeReceiptFenced.
 const (
-	// CodeNotViaExecutor: the caller reached the backend without going through a Mandate
-	// service (PermissionDenied); pkg/receipt refuses it.
-	CodeNotViaExecutor = receipt.CodeNotViaExecutor
-	// CodeScopeDenied: the caller may not act on this record, e.g. approving a report of
-	// another org, or submitting someone else's report (PermissionDenied).
-	CodeScopeDenied = "scope.denied"
 	// CodeNotFound: no such ticket or report in the caller's tenant (NotFound).
 	CodeNotFound = "state.not_found"
 	// CodeTicketClosed: refunds are not issued on a closed ticket (FailedPrecondition).
@@ -55,18 +53,6 @@ const (
 	// (FailedPrecondition). The executor's separation of duties refuses this first; the
 	// backend refuses it too, in case a deployment forgot to declare it.
 	CodeSelfApproval = "invariant.self_approval"
-	// CodeKeyReused: the idempotency key was used before with a different request
-	// (FailedPrecondition).
-	CodeKeyReused = "idempotency.key_reused"
-	// CodeInvalidKey: the idempotency key metadata is malformed (InvalidArgument); pkg/receipt
-	// refuses it.
-	CodeInvalidKey = receipt.CodeInvalidKey
-	// CodeFenced: the executor resolved this invocation as not executed (GetReceipt), so this
-	// delivery of it does not act (FailedPrecondition); pkg/receipt refuses it.
-	CodeFenced = receipt.CodeFenced
-	// CodeInvalidPageToken: the page token is malformed or belongs to another search
-	// (InvalidArgument).
-	CodeInvalidPageToken = "schema.invalid_page_token" //nolint:gosec // G101: an error code, not a credential
 	// CodeGatewayUnavailable: the payment gateway failed; nothing was refunded or booked
 	// (Unavailable, retriable).
 	CodeGatewayUnavailable = "payment.gateway_unavailable"
@@ -74,8 +60,8 @@ const (
 	CodeUnavailable = "helpdesk.unavailable"
 )
 
-// refuse returns a refusal with an explicit gRPC code: several of the backend's codes
-// (refund.*, invariant.*) are not ones failure.GRPCCode knows.
+// refuse returns a refusal with an explicit gRPC code: the backend's domain codes are not
+// in Mandate's table, so without one they would be failure.UnknownCode.
 func refuse(stage, code string, grpcCode codes.Code, msg string) *failure.Error {
 	e := failure.New(stage, code, msg)
 	e.Status = grpcCode
@@ -89,7 +75,7 @@ func notFound(what, id string) *failure.Error {
 // invalidInput refuses input the request validation should have caught already; the domain
 // checks again because it does not rely on being called through the gRPC server.
 func invalidInput(pointer, msg string) *failure.Error {
-	e := failure.New(StageSchemaValidate, "schema.invalid", msg)
+	e := failure.New(StageSchemaValidate, failure.CodeSchemaInvalid, msg)
 	e.Violations = []failure.Violation{{Pointer: pointer, Rule: "helpdesk", Message: msg}}
 	return e
 }

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/pkg/receipt"
 )
@@ -110,7 +111,7 @@ func (d *desk) transition(ctx context.Context, tx Tx, p identity.Principal, id s
 func (d *desk) submitReport(ctx context.Context, tx Tx, p identity.Principal, id, note string) (ExpenseReport, error) {
 	return d.transition(ctx, tx, p, id, func(r *ExpenseReport) error {
 		if r.Owner != p.UserID {
-			return refuse(StageScopeCheck, CodeScopeDenied, codes.PermissionDenied,
+			return refuse(StageScopeCheck, failure.CodeScopeDenied, codes.PermissionDenied,
 				"only the owner of expense report "+r.ID+" may submit it")
 		}
 		if r.State != ReportDraft {
@@ -126,7 +127,7 @@ func (d *desk) submitReport(ctx context.Context, tx Tx, p identity.Principal, id
 func (d *desk) recallReport(ctx context.Context, tx Tx, p identity.Principal, id, reason string) (ExpenseReport, error) {
 	return d.transition(ctx, tx, p, id, func(r *ExpenseReport) error {
 		if r.Owner != p.UserID {
-			return refuse(StageScopeCheck, CodeScopeDenied, codes.PermissionDenied,
+			return refuse(StageScopeCheck, failure.CodeScopeDenied, codes.PermissionDenied,
 				"only the owner of expense report "+r.ID+" may recall it")
 		}
 		switch r.State {
@@ -147,7 +148,7 @@ func (d *desk) recallReport(ctx context.Context, tx Tx, p identity.Principal, id
 func (d *desk) approveReport(ctx context.Context, tx Tx, p identity.Principal, id, comment string) (ExpenseReport, error) {
 	return d.transition(ctx, tx, p, id, func(r *ExpenseReport) error {
 		if r.OwnerOrg == "" || p.Org != r.OwnerOrg {
-			return refuse(StageScopeCheck, CodeScopeDenied, codes.PermissionDenied,
+			return refuse(StageScopeCheck, failure.CodeScopeDenied, codes.PermissionDenied,
 				"expense report "+r.ID+" belongs to another organisation; only its own organisation approves it")
 		}
 		if p.UserID == r.Owner || p.UserID == r.SubmittedBy {

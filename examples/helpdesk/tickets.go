@@ -128,7 +128,7 @@ func encodePageToken(t pageToken) string {
 }
 
 func decodePageToken(s, search string) (TicketCursor, error) {
-	bad := refuse(StageSchemaValidate, CodeInvalidPageToken, codes.InvalidArgument,
+	bad := refuse(StageSchemaValidate, failure.CodeSchemaInvalidPageToken, codes.InvalidArgument,
 		"page_token is not a token this search returned; start again without it")
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
@@ -256,7 +256,7 @@ func replay(ctx context.Context, tx Tx, key IdempotencyKey, digest string) (prio
 		return "", false, err
 	}
 	if c.Digest != digest {
-		return "", false, refuse(StageIdempotencyCheck, CodeKeyReused, codes.FailedPrecondition,
+		return "", false, refuse(StageIdempotencyCheck, failure.CodeIdempotencyKeyReused, codes.FailedPrecondition,
 			"this idempotency key was used with a different request; use a new key")
 	}
 	return c.ResultID, true, nil

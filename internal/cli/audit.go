@@ -17,6 +17,7 @@ import (
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/audit"
@@ -338,11 +339,11 @@ func runAuditResolve(ctx context.Context, args []string, io IO) error {
 	rec.Stage, rec.Message = audit.StageAudit, "resolved by "+by+": "+reason
 	var saved *executor.Saved
 	if as == "executed" {
-		rec.Outcome, rec.Code = audit.OutcomeExecuted, audit.CodeResolvedExecuted
+		rec.Outcome, rec.Code = audit.OutcomeExecuted, failure.CodeAuditResolvedExecuted
 		v := executor.ResolvedExecuted(invocation, by, reason)
 		saved = &v
 	} else {
-		rec.Outcome, rec.Code = audit.OutcomeFailed, audit.CodeResolvedNotExecuted
+		rec.Outcome, rec.Code = audit.OutcomeFailed, failure.CodeAuditResolvedNotExecuted
 	}
 	w := audit.NewWriter(st, audit.WriterOptions{})
 	cl.add(func() { _ = w.Close() })

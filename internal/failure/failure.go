@@ -1,10 +1,3 @@
-// Package failure is the one place where Mandate errors become wire errors.
-// A refusal or fault is an *Error with a pipeline stage and a stable code
-// (DESIGN §5); ToStatus turns any error into a gRPC status carrying
-// google.rpc.ErrorInfo and mandate.v1.CommandError, and Problem turns a
-// status into an RFC 9457 problem+json body with the same code string. Raw
-// internal errors never reach a client: they become a generic
-// `internal.error` after being logged by the caller.
 package failure
 
 import (
@@ -103,38 +96,10 @@ func (e *Error) GRPCStatus() *status.Status {
 	return withDetails
 }
 
-// GRPCCode derives the gRPC code of an error code string.
-func GRPCCode(code string) codes.Code {
-	switch {
-	case strings.HasSuffix(code, ".unavailable"):
-		return codes.Unavailable
-	case strings.HasSuffix(code, ".deadline_exceeded"):
-		return codes.DeadlineExceeded
-	case strings.HasPrefix(code, "authentication."):
-		return codes.Unauthenticated
-	case code == "command.not_found", strings.HasSuffix(code, ".not_found"):
-		return codes.NotFound
-	case strings.HasPrefix(code, "authorization."), strings.HasPrefix(code, "entitlement."),
-		strings.HasPrefix(code, "scope."), strings.HasPrefix(code, "sod."),
-		code == "confirmation.approver_not_allowed", code == "confirmation.refused":
-		return codes.PermissionDenied
-	case strings.HasPrefix(code, "schema."), strings.HasPrefix(code, "request."):
-		return codes.InvalidArgument
-	case code == "idempotency.in_flight":
-		return codes.Aborted
-	case strings.HasPrefix(code, "idempotency."), strings.HasPrefix(code, "confirmation."),
-		strings.HasPrefix(code, "state."), code == "state_check":
-		return codes.FailedPrecondition
-	case strings.HasSuffix(code, ".too_large"), strings.HasSuffix(code, ".rate_limited"):
-		return codes.ResourceExhausted
-	}
-	return codes.Internal
-}
-
 // Internal is the error clients see for a fault whose details must stay
 // on the server.
 func Internal(stage string, cause error) *Error {
-	return Wrap(stage, "internal.error", "internal error; the operator's logs have the details", cause)
+	return Wrap(stage, CodeInternalError, "internal error; the operator's logs have the details", cause)
 }
 
 // ToStatus converts any error to a gRPC status: Mandate errors and errors
@@ -156,7 +121,7 @@ func ToStatus(err error) *status.Status {
 	case errors.Is(err, context.Canceled):
 		return status.New(codes.Canceled, "request canceled")
 	case errors.Is(err, context.DeadlineExceeded):
-		return New("", "request.deadline_exceeded", "deadline exceeded").GRPCStatus()
+		return New("", CodeRequestDeadlineExceeded, "deadline exceeded").GRPCStatus()
 	}
 	return Internal("", err).GRPCStatus()
 }
@@ -262,11 +227,10 @@ type ProblemBody struct {
 	Errors       []ProblemViolation `json:"errors,omitempty"`
 }
 
-// CodeServiceUnavailable is the code of a problem whose status is a bare
-// Unavailable: a Mandate service draining, restarting or unreachable.
-const CodeServiceUnavailable = "service.unavailable"
-
-func hasMandateDetail(st *status.Status) bool {
+// CarriesCode reports whether a status carries a Mandate code (a
+// mandate.v1.CommandError, or a google.rpc.ErrorInfo of Domain). Problem
+// names a status without one after its gRPC code (FallbackCode).
+func CarriesCode(st *status.Status) bool {
 	for _, d := range st.Details() {
 		switch x := d.(type) {
 		case *mandatev1.CommandError:
@@ -280,6 +244,12 @@ func hasMandateDetail(st *status.Status) bool {
 	return false
 }
 
+// FallbackCode is the problem code of a status that carries no Mandate
+// code: "grpc." and the gRPC code in lower case, e.g. grpc.invalidargument.
+func FallbackCode(c codes.Code) string {
+	return "grpc." + strings.ToLower(c.String())
+}
+
 // Problem converts a status into a problem body.
 func Problem(st *status.Status, instance string) ProblemBody {
 	httpStatus := HTTPStatus(st.Code())
@@ -289,17 +259,18 @@ func Problem(st *status.Status, instance string) ProblemBody {
 		Status:   httpStatus,
 		Detail:   st.Message(),
 		Instance: instance,
-		Code:     "grpc." + strings.ToLower(st.Code().String()),
+		Code:     FallbackCode(st.Code()),
 	}
 	if p.Title == "" {
 		p.Title = "Client Closed Request"
 	}
-	if st.Code() == codes.Unavailable && !hasMandateDetail(st) {
+	if st.Code() == codes.Unavailable && !CarriesCode(st) {
 		// A service that is draining, restarting or unreachable: the
 		// transport's words mean nothing to a client, and the call is
 		// worth retrying.
-		p.Code, p.Detail, p.Retriable = CodeServiceUnavailable, "the service is unavailable (it may be restarting); retry later", true
-		p.Remedy = "retry later, with the same idempotency key if the call has effects"
+		spec := byCode[CodeServiceUnavailable]
+		p.Code, p.Detail = CodeServiceUnavailable, "the service is unavailable (it may be restarting); retry later"
+		p.Retriable, p.Remedy = spec.Retriable, spec.Remedy
 	}
 	for _, d := range st.Details() {
 		switch x := d.(type) {

@@ -3,6 +3,7 @@ package identity
 import (
 	"context"
 	"fmt"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"net/http"
 	"sync"
 	"testing"
@@ -52,7 +53,7 @@ func TestCachedTokenExpires(t *testing.T) {
 		{"first verification fills the cache", testNow, "", 1},
 		{"a minute before exp the cache answers", exp.Add(-time.Minute), "", 1},
 		{"past exp but within the leeway the full check accepts", exp.Add(DefaultLeeway / 2), "", 1},
-		{"past exp and the leeway the token is refused", exp.Add(DefaultLeeway + time.Second), CodeTokenExpired, 1},
+		{"past exp and the leeway the token is refused", exp.Add(DefaultLeeway + time.Second), failure.CodeAuthenticationTokenExpired, 1},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
@@ -90,9 +91,9 @@ func TestCacheKeysOnTheWholeToken(t *testing.T) {
 	}{
 		{"same token is answered from the cache", good, "", "u-42", 1},
 		{"another user's token is verified and cached", signHS(t, devSecret, with(userClaims(), "sub", "u-7")), "", "u-7", 2},
-		{"same claims, wrong key: refused, not cached", signHS(t, []byte("another-secret-0123456789abcdef-0123"), userClaims()), CodeInvalidToken, "", 2},
-		{"same claims, other audience: refused, not cached", signHS(t, devSecret, with(userClaims(), "aud", []string{"elsewhere"})), CodeWrongAudience, "", 2},
-		{"tampered signature: refused", good[:len(good)-2] + "AA", CodeInvalidToken, "", 2},
+		{"same claims, wrong key: refused, not cached", signHS(t, []byte("another-secret-0123456789abcdef-0123"), userClaims()), failure.CodeAuthenticationInvalidToken, "", 2},
+		{"same claims, other audience: refused, not cached", signHS(t, devSecret, with(userClaims(), "aud", []string{"elsewhere"})), failure.CodeAuthenticationWrongAudience, "", 2},
+		{"tampered signature: refused", good[:len(good)-2] + "AA", failure.CodeAuthenticationInvalidToken, "", 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -166,7 +167,7 @@ func TestKeyRefreshDropsCache(t *testing.T) {
 		// The Ed25519 verdict is not stored either: its verification began
 		// before the refresh it caused (see TestCacheResetDiscardsInFlight).
 		{"new kid a minute later refetches and drops the cache", 61 * time.Second, nil, edTok, "", 0},
-		{"token of the removed key is refused", 0, nil, rsaTok, CodeUnknownKey, 0},
+		{"token of the removed key is refused", 0, nil, rsaTok, failure.CodeAuthenticationUnknownKey, 0},
 		{"token of the new key is cached from now on", 0, nil, edTok, "", 1},
 	}
 	for _, st := range steps {
@@ -226,11 +227,11 @@ func TestServiceVerifierCaches(t *testing.T) {
 		t.Errorf("cache entries = %d, want 1", got)
 	}
 	// A user token is no service token, cache or not.
-	if _, err := v.Verify(ctx, signHS(t, devSecret, userClaims())); ErrorCode(err) != CodeNotAService {
-		t.Errorf("user token: code %q, want %q", ErrorCode(err), CodeNotAService)
+	if _, err := v.Verify(ctx, signHS(t, devSecret, userClaims())); ErrorCode(err) != failure.CodeAuthenticationNotAService {
+		t.Errorf("user token: code %q, want %q", ErrorCode(err), failure.CodeAuthenticationNotAService)
 	}
 	clk.set(testNow.Add(time.Hour + DefaultLeeway + time.Second))
-	if _, err := v.Verify(ctx, tok); ErrorCode(err) != CodeTokenExpired {
-		t.Errorf("expired service token: code %q, want %q", ErrorCode(err), CodeTokenExpired)
+	if _, err := v.Verify(ctx, tok); ErrorCode(err) != failure.CodeAuthenticationTokenExpired {
+		t.Errorf("expired service token: code %q, want %q", ErrorCode(err), failure.CodeAuthenticationTokenExpired)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 // Stage is the pipeline stage (DESIGN §5) every identity refusal belongs to,
@@ -18,43 +19,34 @@ const Stage = "authenticate"
 // refusals; reason alone is only unique within it.
 const ErrorDomain = "mandate.dev"
 
-// Stable refusal codes. Clients (often agents) branch on these strings, so
-// they are part of the API and never change meaning.
+// Identity's refusal codes are failure.CodeAuthentication*. These names
+// remain for the executor and the MCP bridge until they switch.
 const (
-	// CodeMissingCredentials means no bearer token was sent at all.
-	CodeMissingCredentials = "authentication.missing_credentials"
-	// CodeInvalidToken covers malformed tokens, bad signatures, `alg: none`,
-	// algorithm confusion and tokens of the wrong kind: the caller cannot fix
-	// these by waiting, only by obtaining a proper token.
-	CodeInvalidToken = "authentication.invalid_token"
-	// CodeTokenExpired means `exp` (plus leeway) has passed.
-	CodeTokenExpired = "authentication.token_expired"
-	// CodeTokenNotYetValid means `nbf` or `iat` lies in the future beyond the
-	// leeway, usually a clock problem on the issuer's side.
-	CodeTokenNotYetValid = "authentication.token_not_yet_valid"
-	// CodeWrongAudience means the token was issued for another service.
-	CodeWrongAudience = "authentication.wrong_audience"
-	// CodeWrongIssuer means the token comes from an issuer we do not trust.
-	CodeWrongIssuer = "authentication.wrong_issuer"
-	// CodeUnknownKey means the token names a signing key (`kid`) we do not
-	// hold, even after refreshing the issuer's key set.
-	CodeUnknownKey = "authentication.unknown_key"
-	// CodeTokenTooLarge means the token exceeds the configured size limit; it
-	// is refused before any parsing so huge inputs cost nothing.
-	CodeTokenTooLarge = "authentication.token_too_large"
-	// CodeMissingClaim means a required claim (`exp`, `sub`, `tenant`,
-	// `act.sub`) is absent.
-	CodeMissingClaim = "authentication.missing_claim"
-	// CodeNotAService means a caller tried to act as a service (for example
-	// by sending x-mandate-on-behalf-of) without a valid service token.
-	CodeNotAService = "authentication.not_a_service"
+	// CodeMissingCredentials is failure.CodeAuthenticationMissingCredentials: use that; this name remains only
+	// for the executor and the MCP bridge.
+	CodeMissingCredentials = failure.CodeAuthenticationMissingCredentials
+	// CodeInvalidToken is failure.CodeAuthenticationInvalidToken: use that; this name remains only
+	// for the executor and the MCP bridge.
+	CodeInvalidToken = failure.CodeAuthenticationInvalidToken
+	// CodeTokenExpired is failure.CodeAuthenticationTokenExpired: use that; this name remains only
+	// for the executor and the MCP bridge.
+	CodeTokenExpired = failure.CodeAuthenticationTokenExpired
+	// CodeTokenNotYetValid is failure.CodeAuthenticationTokenNotYetValid: use that; this name remains only
+	// for the executor and the MCP bridge.
+	CodeTokenNotYetValid = failure.CodeAuthenticationTokenNotYetValid
+	// CodeWrongAudience is failure.CodeAuthenticationWrongAudience: use that; this name remains only
+	// for the executor and the MCP bridge.
+	CodeWrongAudience = failure.CodeAuthenticationWrongAudience
+	// CodeWrongIssuer is failure.CodeAuthenticationWrongIssuer: use that; this name remains only
+	// for the executor and the MCP bridge.
+	CodeWrongIssuer = failure.CodeAuthenticationWrongIssuer
 )
 
 // Error is an authentication refusal. Code is stable and machine-readable;
 // Reason is a short human explanation that never contains the token, a
 // claim value or key material, so it is safe to return to the caller.
 type Error struct {
-	// Code is one of the Code* constants.
+	// Code is one of the failure.CodeAuthentication* constants.
 	Code string
 	// Reason explains the refusal to a human.
 	Reason string
@@ -112,18 +104,13 @@ func (e *Error) GRPCStatus() *status.Status {
 	return withDetails
 }
 
-// remedy tells an agent what to do next, as DESIGN §5 asks every refusal to.
+// remedy tells an agent what to do next, as DESIGN §5 asks every refusal
+// to: the table's remedy of the code.
 func remedy(code string) string {
-	switch code {
-	case CodeTokenExpired:
-		return "obtain a fresh token and retry"
-	case CodeTokenNotYetValid:
-		return "check the issuer's clock, then retry with a new token"
-	case CodeNotAService:
-		return "call with a service token, or drop x-mandate-on-behalf-of"
-	default:
-		return "re-authenticate"
+	if s, ok := failure.Lookup(code); ok {
+		return s.Remedy
 	}
+	return "re-authenticate"
 }
 
 // ErrorCode returns the stable code of an identity refusal anywhere in err's
@@ -143,5 +130,5 @@ func asError(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
-	return newError(CodeInvalidToken, "token could not be verified", err)
+	return newError(failure.CodeAuthenticationInvalidToken, "token could not be verified", err)
 }

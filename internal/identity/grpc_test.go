@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 // whoami is a tiny hand-written gRPC service that reports the principal it
@@ -247,25 +248,25 @@ func TestServerInterceptors(t *testing.T) {
 		code string // "" means success with want
 		want string
 	}{
-		{"no credentials", cc, nil, CodeMissingCredentials, ""},
-		{"empty bearer", cc, []string{"authorization", "Bearer "}, CodeMissingCredentials, ""},
-		{"basic scheme", cc, []string{"authorization", "Basic dTpw"}, CodeInvalidToken, ""},
-		{"garbage token", cc, []string{"authorization", "Bearer garbage"}, CodeInvalidToken, ""},
-		{"two authorization values", cc, []string{"authorization", bearer(f.userTok), "authorization", bearer(f.userTok)}, CodeInvalidToken, ""},
-		{"expired user token", cc, []string{"authorization", bearer(f.expired)}, CodeTokenExpired, ""},
+		{"no credentials", cc, nil, failure.CodeAuthenticationMissingCredentials, ""},
+		{"empty bearer", cc, []string{"authorization", "Bearer "}, failure.CodeAuthenticationMissingCredentials, ""},
+		{"basic scheme", cc, []string{"authorization", "Basic dTpw"}, failure.CodeAuthenticationInvalidToken, ""},
+		{"garbage token", cc, []string{"authorization", "Bearer garbage"}, failure.CodeAuthenticationInvalidToken, ""},
+		{"two authorization values", cc, []string{"authorization", bearer(f.userTok), "authorization", bearer(f.userTok)}, failure.CodeAuthenticationInvalidToken, ""},
+		{"expired user token", cc, []string{"authorization", bearer(f.expired)}, failure.CodeAuthenticationTokenExpired, ""},
 		{"user token", cc, []string{"authorization", bearer(f.userTok)}, "", userView},
 		{"lower-case scheme", cc, []string{"authorization", "bearer " + f.userTok}, "", userView},
 		{"agent token", cc, []string{"authorization", bearer(f.agentTok)}, "", agentView},
-		{"service token alone", cc, []string{"authorization", bearer(f.svcTok)}, CodeInvalidToken, ""},
+		{"service token alone", cc, []string{"authorization", bearer(f.svcTok)}, failure.CodeAuthenticationInvalidToken, ""},
 		{"service token alone where allowed", ccServiceOnly, []string{"authorization", bearer(f.svcTok)}, "",
 			"kind=service tenant= user= agent= model= via= service=gateway"},
 		{"service token on behalf of a user", cc, []string{"authorization", bearer(f.svcTok), OnBehalfOfHeader, bearer(f.userTok)}, "", relayedView},
-		{"user token claiming to relay for a user", cc, []string{"authorization", bearer(f.userTok), OnBehalfOfHeader, bearer(f.userTok)}, CodeNotAService, ""},
-		{"agent token claiming to relay for a user", cc, []string{"authorization", bearer(f.agentTok), OnBehalfOfHeader, bearer(f.userTok)}, CodeNotAService, ""},
-		{"service token on behalf of an expired token", cc, []string{"authorization", bearer(f.svcTok), OnBehalfOfHeader, bearer(f.expired)}, CodeTokenExpired, ""},
-		{"service token on behalf of garbage", cc, []string{"authorization", bearer(f.svcTok), OnBehalfOfHeader, bearer("x.y.z")}, CodeInvalidToken, ""},
-		{"service token on behalf of another service", cc, []string{"authorization", bearer(f.svcTok), OnBehalfOfHeader, bearer(f.svcTok)}, CodeInvalidToken, ""},
-		{"on-behalf-of without authorization", cc, []string{OnBehalfOfHeader, bearer(f.userTok)}, CodeMissingCredentials, ""},
+		{"user token claiming to relay for a user", cc, []string{"authorization", bearer(f.userTok), OnBehalfOfHeader, bearer(f.userTok)}, failure.CodeAuthenticationNotAService, ""},
+		{"agent token claiming to relay for a user", cc, []string{"authorization", bearer(f.agentTok), OnBehalfOfHeader, bearer(f.userTok)}, failure.CodeAuthenticationNotAService, ""},
+		{"service token on behalf of an expired token", cc, []string{"authorization", bearer(f.svcTok), OnBehalfOfHeader, bearer(f.expired)}, failure.CodeAuthenticationTokenExpired, ""},
+		{"service token on behalf of garbage", cc, []string{"authorization", bearer(f.svcTok), OnBehalfOfHeader, bearer("x.y.z")}, failure.CodeAuthenticationInvalidToken, ""},
+		{"service token on behalf of another service", cc, []string{"authorization", bearer(f.svcTok), OnBehalfOfHeader, bearer(f.svcTok)}, failure.CodeAuthenticationInvalidToken, ""},
+		{"on-behalf-of without authorization", cc, []string{OnBehalfOfHeader, bearer(f.userTok)}, failure.CodeAuthenticationMissingCredentials, ""},
 	}
 	for _, tc := range tests {
 		for _, call := range []struct {
@@ -358,13 +359,13 @@ func TestOnBehalfOfPropagation(t *testing.T) {
 			"kind=user tenant=acme user=u-42 agent= model= via=frontend service="},
 		{"agent through frontend", frontend, []string{"authorization", "Bearer " + f.agentTok}, "",
 			"kind=agent tenant=acme user=u-42 agent=agent-7 model=claude-x via=frontend service="},
-		{"frontend refuses before relaying", frontend, []string{"authorization", "Bearer " + f.expired}, CodeTokenExpired, ""},
+		{"frontend refuses before relaying", frontend, []string{"authorization", "Bearer " + f.expired}, failure.CodeAuthenticationTokenExpired, ""},
 		{"frontend refuses on-behalf-of calls (no service verifier)", frontend,
-			[]string{"authorization", "Bearer " + f.svcTok, OnBehalfOfHeader, "Bearer " + f.userTok}, CodeNotAService, ""},
+			[]string{"authorization", "Bearer " + f.svcTok, OnBehalfOfHeader, "Bearer " + f.userTok}, failure.CodeAuthenticationNotAService, ""},
 		// Directly through the interceptor without an end user: only the
 		// service token is sent, and the backend does not accept services
 		// on their own.
-		{"service call without an end user", toBackend, nil, CodeInvalidToken, ""},
+		{"service call without an end user", toBackend, nil, failure.CodeAuthenticationInvalidToken, ""},
 	}
 	for _, tc := range tests {
 		for _, call := range []struct {

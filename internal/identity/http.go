@@ -2,6 +2,7 @@ package identity
 
 import (
 	"encoding/json"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"net/http"
 )
 
@@ -40,7 +41,7 @@ func writeUnauthorized(w http.ResponseWriter, e *Error) {
 	// RFC 6750 §3.1: a request without credentials gets a bare challenge;
 	// error="invalid_token" is for credentials that were sent and refused.
 	challenge := `Bearer error="invalid_token"`
-	if e.Code == CodeMissingCredentials {
+	if e.Code == failure.CodeAuthenticationMissingCredentials {
 		challenge = "Bearer"
 	}
 	w.Header().Set("WWW-Authenticate", challenge)

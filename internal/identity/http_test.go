@@ -2,6 +2,7 @@ package identity
 
 import (
 	"encoding/json"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -31,12 +32,12 @@ func TestHTTPMiddleware(t *testing.T) {
 		want      string
 	}{
 		{"health passes without a token", "/healthz", nil, http.StatusOK, "", "", "anonymous"},
-		{"missing credentials", "/v1/things", nil, http.StatusUnauthorized, CodeMissingCredentials, "Bearer", ""},
+		{"missing credentials", "/v1/things", nil, http.StatusUnauthorized, failure.CodeAuthenticationMissingCredentials, "Bearer", ""},
 		{"garbage token", "/v1/things", map[string][]string{"Authorization": {"Bearer junk"}},
-			http.StatusUnauthorized, CodeInvalidToken, `Bearer error="invalid_token"`, ""},
+			http.StatusUnauthorized, failure.CodeAuthenticationInvalidToken, `Bearer error="invalid_token"`, ""},
 		{"expired token", "/v1/things", map[string][]string{"Authorization": {"Bearer " + f.expired}},
-			http.StatusUnauthorized, CodeTokenExpired, `Bearer error="invalid_token"`, ""},
-		{"health is only the exact path", "/healthz/../v1/things", nil, http.StatusUnauthorized, CodeMissingCredentials, "Bearer", ""},
+			http.StatusUnauthorized, failure.CodeAuthenticationTokenExpired, `Bearer error="invalid_token"`, ""},
+		{"health is only the exact path", "/healthz/../v1/things", nil, http.StatusUnauthorized, failure.CodeAuthenticationMissingCredentials, "Bearer", ""},
 		{"user token", "/v1/things", map[string][]string{"Authorization": {"Bearer " + f.userTok}},
 			http.StatusOK, "", "", "kind=user tenant=acme user=u-42 agent= model= via= service="},
 		{"service on behalf of an agent", "/v1/things", map[string][]string{
@@ -44,7 +45,7 @@ func TestHTTPMiddleware(t *testing.T) {
 			http.StatusOK, "", "", "kind=agent tenant=acme user=u-42 agent=agent-7 model=claude-x via=gateway service="},
 		{"user pretending to be a service", "/v1/things", map[string][]string{
 			"Authorization": {"Bearer " + f.userTok}, "X-Mandate-On-Behalf-Of": {"Bearer " + f.agentTok}},
-			http.StatusUnauthorized, CodeNotAService, `Bearer error="invalid_token"`, ""},
+			http.StatusUnauthorized, failure.CodeAuthenticationNotAService, `Bearer error="invalid_token"`, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"io"
 	"net/http"
 	"net/url"
@@ -91,13 +92,13 @@ func newKeyStore(ctx context.Context, file, issuerURL string, client *http.Clien
 // the OIDC issuer, which is how key rotation reaches us.
 func (ks *keyStore) lookup(ctx context.Context, kid string, alg jose.SignatureAlgorithm) (any, error) {
 	key, err := ks.find(kid, alg)
-	if err == nil || ks.oidc == nil || ErrorCode(err) != CodeUnknownKey {
+	if err == nil || ks.oidc == nil || ErrorCode(err) != failure.CodeAuthenticationUnknownKey {
 		return key, err
 	}
 	ks.refreshMu.Lock()
 	defer ks.refreshMu.Unlock()
 	// Another request may have refreshed while we waited for the lock.
-	if key, err = ks.find(kid, alg); err == nil || ErrorCode(err) != CodeUnknownKey {
+	if key, err = ks.find(kid, alg); err == nil || ErrorCode(err) != failure.CodeAuthenticationUnknownKey {
 		return key, err
 	}
 	now := ks.now()
@@ -109,7 +110,7 @@ func (ks *keyStore) lookup(ctx context.Context, kid string, alg jose.SignatureAl
 	if ferr != nil {
 		// Keep serving with the keys we have; the identity provider being
 		// down must not invalidate tokens we can still check.
-		return nil, newError(CodeUnknownKey, "signing key is unknown", ferr)
+		return nil, newError(failure.CodeAuthenticationUnknownKey, "signing key is unknown", ferr)
 	}
 	ks.remote.Store(&keys)
 	if ks.onRefresh != nil {
@@ -148,11 +149,11 @@ func (ks *keyStore) find(kid string, alg jose.SignatureAlgorithm) (any, error) {
 	case matches == 1:
 		return match, nil
 	case kid == "" && matches > 1:
-		return nil, newError(CodeUnknownKey, "token has no kid and several keys could match", nil)
+		return nil, newError(failure.CodeAuthenticationUnknownKey, "token has no kid and several keys could match", nil)
 	case kid != "" && kidInSets:
-		return nil, newError(CodeInvalidToken, "token algorithm does not match its key", nil)
+		return nil, newError(failure.CodeAuthenticationInvalidToken, "token algorithm does not match its key", nil)
 	default:
-		return nil, newError(CodeUnknownKey, "signing key is unknown", nil)
+		return nil, newError(failure.CodeAuthenticationUnknownKey, "signing key is unknown", nil)
 	}
 }
 

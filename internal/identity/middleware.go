@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"strings"
 )
 
@@ -17,7 +18,7 @@ type AuthenticatorConfig struct {
 	// Users verifies user and agent tokens. Required.
 	Users *Verifier
 	// Services verifies service tokens. Without it, calls carrying
-	// x-mandate-on-behalf-of are refused with CodeNotAService.
+	// x-mandate-on-behalf-of are refused with failure.CodeAuthenticationNotAService.
 	Services *ServiceVerifier
 	// AllowServiceOnly lets a service call with just its own token (no end
 	// user), yielding a KindService principal. Off by default because
@@ -57,19 +58,19 @@ func NewAuthenticator(cfg AuthenticatorConfig) (*Authenticator, error) {
 // bearer must be a service token; the principal is then the end user with
 // Via set to the service. The returned error is always an *Error.
 func (a *Authenticator) Authenticate(ctx context.Context, authorization, onBehalfOf []string) (context.Context, error) {
-	bearer, err := bearerToken(authorization, CodeMissingCredentials)
+	bearer, err := bearerToken(authorization, failure.CodeAuthenticationMissingCredentials)
 	if err != nil {
 		return ctx, err
 	}
 	if len(onBehalfOf) > 0 {
 		if a.services == nil {
-			return ctx, newError(CodeNotAService, "on-behalf-of calls are not accepted here", nil)
+			return ctx, newError(failure.CodeAuthenticationNotAService, "on-behalf-of calls are not accepted here", nil)
 		}
 		svc, err := a.services.Verify(ctx, bearer)
 		if err != nil {
 			return ctx, err
 		}
-		userToken, err := bearerToken(onBehalfOf, CodeInvalidToken)
+		userToken, err := bearerToken(onBehalfOf, failure.CodeAuthenticationInvalidToken)
 		if err != nil {
 			return ctx, err
 		}
@@ -102,11 +103,11 @@ func bearerToken(values []string, missingCode string) (string, error) {
 		return "", newError(missingCode, "no bearer token", nil)
 	case 1:
 	default:
-		return "", newError(CodeInvalidToken, "more than one bearer token", nil)
+		return "", newError(failure.CodeAuthenticationInvalidToken, "more than one bearer token", nil)
 	}
 	scheme, token, _ := strings.Cut(strings.TrimSpace(values[0]), " ")
 	if !strings.EqualFold(scheme, "Bearer") {
-		return "", newError(CodeInvalidToken, `credentials must use the "Bearer" scheme`, nil)
+		return "", newError(failure.CodeAuthenticationInvalidToken, `credentials must use the "Bearer" scheme`, nil)
 	}
 	token = strings.TrimSpace(token)
 	if token == "" {

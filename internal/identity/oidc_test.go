@@ -2,6 +2,7 @@ package identity
 
 import (
 	"context"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -99,13 +100,13 @@ func TestOIDCDiscoveryAndKeyRotation(t *testing.T) {
 		wantFetches int32
 	}{
 		{"initial key set verifies RS256", 0, nil, 0, rsaTok, "", 1},
-		{"rotated key unseen, refresh rate-limited", 0, rotated, http.StatusOK, edTok, CodeUnknownKey, 1},
+		{"rotated key unseen, refresh rate-limited", 0, rotated, http.StatusOK, edTok, failure.CodeAuthenticationUnknownKey, 1},
 		{"after a minute the unknown kid triggers one refresh", 61 * time.Second, nil, 0, edTok, "", 2},
 		{"cached key needs no fetch", 0, nil, 0, edTok, "", 2},
-		{"made-up kid right after a refresh does not fetch", 0, nil, 0, unknownTok, CodeUnknownKey, 2},
-		{"made-up kid a minute later fetches once and still fails", 61 * time.Second, nil, 0, unknownTok, CodeUnknownKey, 3},
+		{"made-up kid right after a refresh does not fetch", 0, nil, 0, unknownTok, failure.CodeAuthenticationUnknownKey, 2},
+		{"made-up kid a minute later fetches once and still fails", 61 * time.Second, nil, 0, unknownTok, failure.CodeAuthenticationUnknownKey, 3},
 		{"issuer down: cached keys keep working", 61 * time.Second, []byte("oops"), http.StatusInternalServerError, rsaTok, "", 3},
-		{"issuer down: unknown kid is unknown_key", 0, nil, 0, unknownTok, CodeUnknownKey, 4},
+		{"issuer down: unknown kid is unknown_key", 0, nil, 0, unknownTok, failure.CodeAuthenticationUnknownKey, 4},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
@@ -142,8 +143,8 @@ func TestOIDCRefreshIsSingleFlight(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 32 {
 		wg.Go(func() {
-			if _, err := v.Verify(context.Background(), tok); ErrorCode(err) != CodeUnknownKey {
-				t.Errorf("code = %q, want %q", ErrorCode(err), CodeUnknownKey)
+			if _, err := v.Verify(context.Background(), tok); ErrorCode(err) != failure.CodeAuthenticationUnknownKey {
+				t.Errorf("code = %q, want %q", ErrorCode(err), failure.CodeAuthenticationUnknownKey)
 			}
 		})
 	}

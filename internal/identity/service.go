@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"regexp"
 	"slices"
 	"sync"
@@ -60,7 +61,7 @@ func NewServiceVerifier(cfg ServiceConfig) (*ServiceVerifier, error) {
 
 // Verify checks a service token and returns a KindService principal. A
 // token not signed with the service secret is refused with
-// CodeNotAService rather than CodeInvalidToken: from this verifier's point
+// failure.CodeAuthenticationNotAService rather than failure.CodeAuthenticationInvalidToken: from this verifier's point
 // of view that is exactly what it is.
 //
 // Service tokens are reused for half their lifetime (ServiceTokenSource), so
@@ -70,15 +71,15 @@ func (v *ServiceVerifier) Verify(ctx context.Context, token string) (Principal, 
 }
 
 func (v *ServiceVerifier) verify(ctx context.Context, token string) (Principal, error) {
-	c, err := v.check.verify(ctx, token, v.resolveKey, CodeNotAService)
+	c, err := v.check.verify(ctx, token, v.resolveKey, failure.CodeAuthenticationNotAService)
 	if err != nil {
 		return Principal{}, err
 	}
 	if !c.Service.set || c.Service.value == "" {
-		return Principal{}, newError(CodeNotAService, "token has no mandate_service claim", nil)
+		return Principal{}, newError(failure.CodeAuthenticationNotAService, "token has no mandate_service claim", nil)
 	}
 	if c.Subject != serviceSubjectPrefix+c.Service.value {
-		return Principal{}, newError(CodeNotAService, "service token sub does not match mandate_service", nil)
+		return Principal{}, newError(failure.CodeAuthenticationNotAService, "service token sub does not match mandate_service", nil)
 	}
 	return Principal{
 		Kind:        KindService,
@@ -91,7 +92,7 @@ func (v *ServiceVerifier) verify(ctx context.Context, token string) (Principal, 
 
 func (v *ServiceVerifier) resolveKey(_ context.Context, h jose.Header) (any, error) {
 	if jose.SignatureAlgorithm(h.Algorithm) != jose.HS256 {
-		return nil, newError(CodeNotAService, "service tokens are HS256 with the service secret", nil)
+		return nil, newError(failure.CodeAuthenticationNotAService, "service tokens are HS256 with the service secret", nil)
 	}
 	return v.secret, nil
 }

@@ -2,6 +2,7 @@ package identity
 
 import (
 	"context"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"testing"
 	"time"
 
@@ -32,22 +33,22 @@ func TestUserAndServiceTokensNeverCross(t *testing.T) {
 		code   string
 	}{
 		// Service tokens against the user verifier.
-		{"service token as user", users.Verify, svcToken, CodeInvalidToken},
-		{"service claims signed with the dev secret as user", users.Verify, signHS(t, devSecret, serviceClaims("gateway")), CodeInvalidToken},
+		{"service token as user", users.Verify, svcToken, failure.CodeAuthenticationInvalidToken},
+		{"service claims signed with the dev secret as user", users.Verify, signHS(t, devSecret, serviceClaims("gateway")), failure.CodeAuthenticationInvalidToken},
 		// User and agent tokens against the service verifier.
-		{"user token as service", services.Verify, signHS(t, devSecret, userClaims()), CodeNotAService},
-		{"agent token as service", services.Verify, agentToken, CodeNotAService},
-		{"RS256 user token as service", services.Verify, sign(t, jose.RS256, k.rsa, k.rsaKid, userClaims()), CodeNotAService},
-		{"user token with a forged service claim as service", services.Verify, signHS(t, devSecret, serviceClaims("gateway")), CodeNotAService},
-		{"user claims signed with the service secret as service", services.Verify, signHS(t, serviceSecret, userClaims()), CodeNotAService},
-		{"service token whose sub disagrees", services.Verify, signHS(t, serviceSecret, with(serviceClaims("gateway"), "sub", "u-42")), CodeNotAService},
-		{"empty service claim", services.Verify, signHS(t, serviceSecret, serviceClaims("")), CodeNotAService},
+		{"user token as service", services.Verify, signHS(t, devSecret, userClaims()), failure.CodeAuthenticationNotAService},
+		{"agent token as service", services.Verify, agentToken, failure.CodeAuthenticationNotAService},
+		{"RS256 user token as service", services.Verify, sign(t, jose.RS256, k.rsa, k.rsaKid, userClaims()), failure.CodeAuthenticationNotAService},
+		{"user token with a forged service claim as service", services.Verify, signHS(t, devSecret, serviceClaims("gateway")), failure.CodeAuthenticationNotAService},
+		{"user claims signed with the service secret as service", services.Verify, signHS(t, serviceSecret, userClaims()), failure.CodeAuthenticationNotAService},
+		{"service token whose sub disagrees", services.Verify, signHS(t, serviceSecret, with(serviceClaims("gateway"), "sub", "u-42")), failure.CodeAuthenticationNotAService},
+		{"empty service claim", services.Verify, signHS(t, serviceSecret, serviceClaims("")), failure.CodeAuthenticationNotAService},
 		// The shared checks still apply to service tokens.
-		{"expired service token", services.Verify, signHS(t, serviceSecret, with(serviceClaims("gateway"), "exp", testNow.Add(-time.Hour).Unix())), CodeTokenExpired},
-		{"service token for another audience", services.Verify, signHS(t, serviceSecret, with(serviceClaims("gateway"), "aud", "billing")), CodeWrongAudience},
-		{"service token from another issuer", services.Verify, signHS(t, serviceSecret, with(serviceClaims("gateway"), "iss", "x")), CodeWrongIssuer},
-		{"alg none service token", services.Verify, unsignedToken(t, serviceClaims("gateway")), CodeInvalidToken},
-		{"oversized service token", services.Verify, signHS(t, serviceSecret, with(serviceClaims("gateway"), "pad", string(make([]byte, DefaultMaxTokenBytes)))), CodeTokenTooLarge},
+		{"expired service token", services.Verify, signHS(t, serviceSecret, with(serviceClaims("gateway"), "exp", testNow.Add(-time.Hour).Unix())), failure.CodeAuthenticationTokenExpired},
+		{"service token for another audience", services.Verify, signHS(t, serviceSecret, with(serviceClaims("gateway"), "aud", "billing")), failure.CodeAuthenticationWrongAudience},
+		{"service token from another issuer", services.Verify, signHS(t, serviceSecret, with(serviceClaims("gateway"), "iss", "x")), failure.CodeAuthenticationWrongIssuer},
+		{"alg none service token", services.Verify, unsignedToken(t, serviceClaims("gateway")), failure.CodeAuthenticationInvalidToken},
+		{"oversized service token", services.Verify, signHS(t, serviceSecret, with(serviceClaims("gateway"), "pad", string(make([]byte, DefaultMaxTokenBytes)))), failure.CodeAuthenticationTokenTooLarge},
 		// And the happy paths, so the refusals above are not vacuous.
 		{"service token as service", services.Verify, svcToken, ""},
 		{"agent token as user", users.Verify, agentToken, ""},

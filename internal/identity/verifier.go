@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"net/http"
 	"slices"
 	"time"
@@ -114,18 +115,18 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Principal, error) 
 }
 
 func (v *Verifier) verify(ctx context.Context, token string) (Principal, error) {
-	c, err := v.check.verify(ctx, token, v.resolveKey, CodeInvalidToken)
+	c, err := v.check.verify(ctx, token, v.resolveKey, failure.CodeAuthenticationInvalidToken)
 	if err != nil {
 		return Principal{}, err
 	}
 	if c.Service.set {
-		return Principal{}, newError(CodeInvalidToken, "a service token cannot authenticate a user or agent", nil)
+		return Principal{}, newError(failure.CodeAuthenticationInvalidToken, "a service token cannot authenticate a user or agent", nil)
 	}
 	if c.Subject == "" {
-		return Principal{}, newError(CodeMissingClaim, "token has no sub claim", nil)
+		return Principal{}, newError(failure.CodeAuthenticationMissingClaim, "token has no sub claim", nil)
 	}
 	if c.Tenant == "" {
-		return Principal{}, newError(CodeMissingClaim, "token has no tenant claim", nil)
+		return Principal{}, newError(failure.CodeAuthenticationMissingClaim, "token has no tenant claim", nil)
 	}
 	p := Principal{
 		Kind:      KindUser,
@@ -138,7 +139,7 @@ func (v *Verifier) verify(ctx context.Context, token string) (Principal, error) 
 	}
 	if c.Act != nil {
 		if c.Act.Subject == "" {
-			return Principal{}, newError(CodeMissingClaim, "act claim has no sub", nil)
+			return Principal{}, newError(failure.CodeAuthenticationMissingClaim, "act claim has no sub", nil)
 		}
 		p.Kind = KindAgent
 		p.AgentID = c.Act.Subject
@@ -157,16 +158,16 @@ func (v *Verifier) resolveKey(ctx context.Context, h jose.Header) (any, error) {
 	switch jose.SignatureAlgorithm(h.Algorithm) {
 	case jose.HS256:
 		if v.devSecret == nil {
-			return nil, newError(CodeInvalidToken, "HS256 tokens are not accepted", nil)
+			return nil, newError(failure.CodeAuthenticationInvalidToken, "HS256 tokens are not accepted", nil)
 		}
 		return v.devSecret, nil
 	case jose.RS256, jose.ES256, jose.EdDSA:
 		if v.keys == nil {
-			return nil, newError(CodeInvalidToken, "asymmetric tokens are not accepted", nil)
+			return nil, newError(failure.CodeAuthenticationInvalidToken, "asymmetric tokens are not accepted", nil)
 		}
 		return v.keys.lookup(ctx, h.KeyID, jose.SignatureAlgorithm(h.Algorithm))
 	default:
-		return nil, newError(CodeInvalidToken, "unsupported signing algorithm", nil)
+		return nil, newError(failure.CodeAuthenticationInvalidToken, "unsupported signing algorithm", nil)
 	}
 }
 
@@ -263,18 +264,18 @@ type keyResolver func(ctx context.Context, h jose.Header) (any, error)
 // definition, not a service's).
 func (c *checker) verify(ctx context.Context, token string, resolve keyResolver, sigCode string) (*claims, error) {
 	if token == "" {
-		return nil, newError(CodeMissingCredentials, "no bearer token", nil)
+		return nil, newError(failure.CodeAuthenticationMissingCredentials, "no bearer token", nil)
 	}
 	// Size first: nothing below runs on an oversized input.
 	if len(token) > c.maxBytes {
-		return nil, newError(CodeTokenTooLarge, fmt.Sprintf("token exceeds %d bytes", c.maxBytes), nil)
+		return nil, newError(failure.CodeAuthenticationTokenTooLarge, fmt.Sprintf("token exceeds %d bytes", c.maxBytes), nil)
 	}
 	tok, err := jwt.ParseSigned(token, supportedAlgs)
 	if err != nil {
-		return nil, newError(CodeInvalidToken, "malformed token or unsupported algorithm", err)
+		return nil, newError(failure.CodeAuthenticationInvalidToken, "malformed token or unsupported algorithm", err)
 	}
 	if len(tok.Headers) != 1 {
-		return nil, newError(CodeInvalidToken, "token must have exactly one signature", nil)
+		return nil, newError(failure.CodeAuthenticationInvalidToken, "token must have exactly one signature", nil)
 	}
 	key, err := resolve(ctx, tok.Headers[0])
 	if err != nil {
@@ -286,7 +287,7 @@ func (c *checker) verify(ctx context.Context, token string, resolve keyResolver,
 	}
 	var cl claims
 	if err := json.Unmarshal(payload, &cl); err != nil {
-		return nil, newError(CodeInvalidToken, "token claims are malformed", err)
+		return nil, newError(failure.CodeAuthenticationInvalidToken, "token claims are malformed", err)
 	}
 	if err := c.checkClaims(&cl); err != nil {
 		return nil, err
@@ -300,22 +301,22 @@ func (c *checker) verify(ctx context.Context, token string, resolve keyResolver,
 func (c *checker) checkClaims(cl *claims) error {
 	now := c.now()
 	if cl.Expiry == nil {
-		return newError(CodeMissingClaim, "token has no exp claim", nil)
+		return newError(failure.CodeAuthenticationMissingClaim, "token has no exp claim", nil)
 	}
 	if now.After(cl.Expiry.Time().Add(c.leeway)) {
-		return newError(CodeTokenExpired, "token has expired", nil)
+		return newError(failure.CodeAuthenticationTokenExpired, "token has expired", nil)
 	}
 	if cl.NotBefore != nil && now.Add(c.leeway).Before(cl.NotBefore.Time()) {
-		return newError(CodeTokenNotYetValid, "token is not valid yet (nbf)", nil)
+		return newError(failure.CodeAuthenticationTokenNotYetValid, "token is not valid yet (nbf)", nil)
 	}
 	if cl.IssuedAt != nil && now.Add(c.leeway).Before(cl.IssuedAt.Time()) {
-		return newError(CodeTokenNotYetValid, "token was issued in the future (iat)", nil)
+		return newError(failure.CodeAuthenticationTokenNotYetValid, "token was issued in the future (iat)", nil)
 	}
 	if !slices.Contains(c.issuers, cl.Issuer) {
-		return newError(CodeWrongIssuer, "token issuer is not trusted", nil)
+		return newError(failure.CodeAuthenticationWrongIssuer, "token issuer is not trusted", nil)
 	}
 	if !slices.ContainsFunc(cl.Audience, func(a string) bool { return slices.Contains(c.audience, a) }) {
-		return newError(CodeWrongAudience, "token is not addressed to this service", nil)
+		return newError(failure.CodeAuthenticationWrongAudience, "token is not addressed to this service", nil)
 	}
 	return nil
 }

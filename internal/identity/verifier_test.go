@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"strings"
 	"testing"
 	"time"
@@ -37,55 +38,55 @@ func TestVerifyRefusals(t *testing.T) {
 		token func() string
 		code  string
 	}{
-		{"empty", func() string { return "" }, CodeMissingCredentials},
+		{"empty", func() string { return "" }, failure.CodeAuthenticationMissingCredentials},
 		{"expired", func() string {
 			return signHS(t, devSecret, with(userClaims(), "exp", testNow.Add(-time.Hour).Unix()))
-		}, CodeTokenExpired},
+		}, failure.CodeAuthenticationTokenExpired},
 		{"expired just beyond leeway", func() string {
 			return signHS(t, devSecret, with(userClaims(), "exp", testNow.Add(-DefaultLeeway-time.Second).Unix()))
-		}, CodeTokenExpired},
-		{"missing exp", func() string { return signHS(t, devSecret, with(userClaims(), "exp", nil)) }, CodeMissingClaim},
+		}, failure.CodeAuthenticationTokenExpired},
+		{"missing exp", func() string { return signHS(t, devSecret, with(userClaims(), "exp", nil)) }, failure.CodeAuthenticationMissingClaim},
 		{"nbf in the future", func() string {
 			return signHS(t, devSecret, with(userClaims(), "nbf", testNow.Add(time.Hour).Unix()))
-		}, CodeTokenNotYetValid},
+		}, failure.CodeAuthenticationTokenNotYetValid},
 		{"iat in the future", func() string {
 			return signHS(t, devSecret, with(userClaims(), "iat", testNow.Add(time.Hour).Unix()))
-		}, CodeTokenNotYetValid},
-		{"wrong audience", func() string { return signHS(t, devSecret, with(userClaims(), "aud", []string{"billing-api"})) }, CodeWrongAudience},
-		{"missing audience", func() string { return signHS(t, devSecret, with(userClaims(), "aud", nil)) }, CodeWrongAudience},
-		{"wrong issuer", func() string { return signHS(t, devSecret, with(userClaims(), "iss", "https://evil.test")) }, CodeWrongIssuer},
-		{"missing issuer", func() string { return signHS(t, devSecret, with(userClaims(), "iss", nil)) }, CodeWrongIssuer},
-		{"alg none", func() string { return unsignedToken(t, userClaims()) }, CodeInvalidToken},
+		}, failure.CodeAuthenticationTokenNotYetValid},
+		{"wrong audience", func() string { return signHS(t, devSecret, with(userClaims(), "aud", []string{"billing-api"})) }, failure.CodeAuthenticationWrongAudience},
+		{"missing audience", func() string { return signHS(t, devSecret, with(userClaims(), "aud", nil)) }, failure.CodeAuthenticationWrongAudience},
+		{"wrong issuer", func() string { return signHS(t, devSecret, with(userClaims(), "iss", "https://evil.test")) }, failure.CodeAuthenticationWrongIssuer},
+		{"missing issuer", func() string { return signHS(t, devSecret, with(userClaims(), "iss", nil)) }, failure.CodeAuthenticationWrongIssuer},
+		{"alg none", func() string { return unsignedToken(t, userClaims()) }, failure.CodeAuthenticationInvalidToken},
 		{"HS256 keyed with the RSA public key PEM", func() string {
 			return sign(t, jose.HS256, rsaPEM, k.rsaKid, userClaims())
-		}, CodeInvalidToken},
+		}, failure.CodeAuthenticationInvalidToken},
 		{"HS256 keyed with the RSA public key DER", func() string {
 			return sign(t, jose.HS256, rsaDER, k.rsaKid, userClaims())
-		}, CodeInvalidToken},
-		{"HS512 is not an accepted algorithm", func() string { return sign(t, jose.HS512, append(devSecret, devSecret...), "", userClaims()) }, CodeInvalidToken},
-		{"RS256 header naming the EC key", func() string { return sign(t, jose.RS256, k.rsa, k.ecKid, userClaims()) }, CodeInvalidToken},
-		{"unknown kid", func() string { return sign(t, jose.RS256, k.rsaOther, "rsa-9", userClaims()) }, CodeUnknownKey},
-		{"RS256 bad signature under a trusted kid", func() string { return sign(t, jose.RS256, k.rsaOther, k.rsaKid, userClaims()) }, CodeInvalidToken},
+		}, failure.CodeAuthenticationInvalidToken},
+		{"HS512 is not an accepted algorithm", func() string { return sign(t, jose.HS512, append(devSecret, devSecret...), "", userClaims()) }, failure.CodeAuthenticationInvalidToken},
+		{"RS256 header naming the EC key", func() string { return sign(t, jose.RS256, k.rsa, k.ecKid, userClaims()) }, failure.CodeAuthenticationInvalidToken},
+		{"unknown kid", func() string { return sign(t, jose.RS256, k.rsaOther, "rsa-9", userClaims()) }, failure.CodeAuthenticationUnknownKey},
+		{"RS256 bad signature under a trusted kid", func() string { return sign(t, jose.RS256, k.rsaOther, k.rsaKid, userClaims()) }, failure.CodeAuthenticationInvalidToken},
 		{"embedded jwk header is ignored", func() string {
 			opts := (&jose.SignerOptions{EmbedJWK: true}).WithType("JWT")
 			s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: k.rsaOther}, opts)
 			must(t, err)
 			return mustSerialize(t, s, userClaims())
-		}, CodeInvalidToken},
+		}, failure.CodeAuthenticationInvalidToken},
 		{"HS256 bad signature", func() string {
 			return signHS(t, []byte("another-secret-0123456789abcdef-0123"), userClaims())
-		}, CodeInvalidToken},
+		}, failure.CodeAuthenticationInvalidToken},
 		{"payload swapped after signing", func() string {
 			good := strings.Split(signHS(t, devSecret, userClaims()), ".")
 			other := strings.Split(signHS(t, devSecret, with(userClaims(), "tenant", "globex")), ".")
 			return good[0] + "." + other[1] + "." + good[2]
-		}, CodeInvalidToken},
+		}, failure.CodeAuthenticationInvalidToken},
 		{"oversized", func() string {
 			return signHS(t, devSecret, with(userClaims(), "pad", strings.Repeat("x", DefaultMaxTokenBytes)))
-		}, CodeTokenTooLarge},
-		{"malformed: one part", func() string { return "garbage" }, CodeInvalidToken},
-		{"malformed: three junk parts", func() string { return "a.b.c" }, CodeInvalidToken},
-		{"malformed: five parts (JWE shape)", func() string { return "a.b.c.d.e" }, CodeInvalidToken},
+		}, failure.CodeAuthenticationTokenTooLarge},
+		{"malformed: one part", func() string { return "garbage" }, failure.CodeAuthenticationInvalidToken},
+		{"malformed: three junk parts", func() string { return "a.b.c" }, failure.CodeAuthenticationInvalidToken},
+		{"malformed: five parts (JWE shape)", func() string { return "a.b.c.d.e" }, failure.CodeAuthenticationInvalidToken},
 		{"malformed: claims not JSON", func() string {
 			s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.HS256, Key: devSecret}, nil)
 			must(t, err)
@@ -94,23 +95,23 @@ func TestVerifyRefusals(t *testing.T) {
 			out, err := jws.CompactSerialize()
 			must(t, err)
 			return out
-		}, CodeInvalidToken},
-		{"exp is a string", func() string { return signHS(t, devSecret, with(userClaims(), "exp", "tomorrow")) }, CodeInvalidToken},
-		{"missing sub", func() string { return signHS(t, devSecret, with(userClaims(), "sub", nil)) }, CodeMissingClaim},
-		{"missing tenant", func() string { return signHS(t, devSecret, with(userClaims(), "tenant", nil)) }, CodeMissingClaim},
-		{"empty tenant", func() string { return signHS(t, devSecret, with(userClaims(), "tenant", "")) }, CodeMissingClaim},
+		}, failure.CodeAuthenticationInvalidToken},
+		{"exp is a string", func() string { return signHS(t, devSecret, with(userClaims(), "exp", "tomorrow")) }, failure.CodeAuthenticationInvalidToken},
+		{"missing sub", func() string { return signHS(t, devSecret, with(userClaims(), "sub", nil)) }, failure.CodeAuthenticationMissingClaim},
+		{"missing tenant", func() string { return signHS(t, devSecret, with(userClaims(), "tenant", nil)) }, failure.CodeAuthenticationMissingClaim},
+		{"empty tenant", func() string { return signHS(t, devSecret, with(userClaims(), "tenant", "")) }, failure.CodeAuthenticationMissingClaim},
 		{"act without sub", func() string {
 			return signHS(t, devSecret, with(userClaims(), "act", map[string]any{"mandate_model": "m"}))
-		}, CodeMissingClaim},
+		}, failure.CodeAuthenticationMissingClaim},
 		{"service token signed with the service secret", func() string {
 			return signHS(t, serviceSecret, serviceClaims("gateway"))
-		}, CodeInvalidToken},
+		}, failure.CodeAuthenticationInvalidToken},
 		{"service claim on a token signed with the dev secret", func() string {
 			return signHS(t, devSecret, with(userClaims(), "mandate_service", "gateway"))
-		}, CodeInvalidToken},
+		}, failure.CodeAuthenticationInvalidToken},
 		{"null service claim still marks a service token", func() string {
 			return signHS(t, devSecret, with(userClaims(), "mandate_service", explicitNull{}))
-		}, CodeInvalidToken},
+		}, failure.CodeAuthenticationInvalidToken},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -216,8 +217,8 @@ func TestVerifierWithoutDevSecretRefusesHS256(t *testing.T) {
 		token string
 		code  string
 	}{
-		{"HS256 keyed with the RSA public key PEM", sign(t, jose.HS256, rsaPublicPEM(t, &k.rsa.PublicKey), k.rsaKid, userClaims()), CodeInvalidToken},
-		{"HS256 with any secret", signHS(t, devSecret, userClaims()), CodeInvalidToken},
+		{"HS256 keyed with the RSA public key PEM", sign(t, jose.HS256, rsaPublicPEM(t, &k.rsa.PublicKey), k.rsaKid, userClaims()), failure.CodeAuthenticationInvalidToken},
+		{"HS256 with any secret", signHS(t, devSecret, userClaims()), failure.CodeAuthenticationInvalidToken},
 		{"RS256 still accepted", sign(t, jose.RS256, k.rsa, k.rsaKid, userClaims()), ""},
 	}
 	for _, tc := range tests {
@@ -237,8 +238,8 @@ func TestMaxTokenBytesIsConfigurable(t *testing.T) {
 	})
 	must(t, err)
 	_, err = v.Verify(context.Background(), signHS(t, devSecret, userClaims()))
-	if got := ErrorCode(err); got != CodeTokenTooLarge {
-		t.Fatalf("code = %q, want %q", got, CodeTokenTooLarge)
+	if got := ErrorCode(err); got != failure.CodeAuthenticationTokenTooLarge {
+		t.Fatalf("code = %q, want %q", got, failure.CodeAuthenticationTokenTooLarge)
 	}
 }
 
@@ -299,7 +300,7 @@ func TestJWKSFileKeepsPublicHalfAndSkipsEncryptionKeys(t *testing.T) {
 		code  string
 	}{
 		{"ES256 verifies with the public half", sign(t, jose.ES256, k.ec, k.ecKid, userClaims()), ""},
-		{"RS256 with an encryption-only key", sign(t, jose.RS256, k.rsa, k.rsaKid, userClaims()), CodeUnknownKey},
+		{"RS256 with an encryption-only key", sign(t, jose.RS256, k.rsa, k.rsaKid, userClaims()), failure.CodeAuthenticationUnknownKey},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -418,15 +419,15 @@ func TestContextHelpers(t *testing.T) {
 
 func TestErrorCodeAndWrapping(t *testing.T) {
 	cause := errors.New("boom")
-	e := newError(CodeUnknownKey, "signing key is unknown", cause)
+	e := newError(failure.CodeAuthenticationUnknownKey, "signing key is unknown", cause)
 	wrapped := errors.Join(errors.New("context"), e)
 	tests := []struct {
 		name string
 		err  error
 		want string
 	}{
-		{"direct", e, CodeUnknownKey},
-		{"wrapped", wrapped, CodeUnknownKey},
+		{"direct", e, failure.CodeAuthenticationUnknownKey},
+		{"wrapped", wrapped, failure.CodeAuthenticationUnknownKey},
 		{"foreign", cause, ""},
 		{"nil", nil, ""},
 	}
@@ -456,9 +457,9 @@ func TestDevOnlyVerifierRefusesAsymmetricTokens(t *testing.T) {
 		token string
 		code  string
 	}{
-		{"RS256", sign(t, jose.RS256, k.rsa, k.rsaKid, userClaims()), CodeInvalidToken},
-		{"ES256", sign(t, jose.ES256, k.ec, k.ecKid, userClaims()), CodeInvalidToken},
-		{"EdDSA", sign(t, jose.EdDSA, k.ed, k.edKid, userClaims()), CodeInvalidToken},
+		{"RS256", sign(t, jose.RS256, k.rsa, k.rsaKid, userClaims()), failure.CodeAuthenticationInvalidToken},
+		{"ES256", sign(t, jose.ES256, k.ec, k.ecKid, userClaims()), failure.CodeAuthenticationInvalidToken},
+		{"EdDSA", sign(t, jose.EdDSA, k.ed, k.edKid, userClaims()), failure.CodeAuthenticationInvalidToken},
 		{"HS256 still accepted", signHS(t, devSecret, userClaims()), ""},
 	}
 	for _, tc := range tests {

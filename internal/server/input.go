@@ -84,7 +84,7 @@ func GatewayInputError(ctx context.Context) *schema.InvalidError {
 
 // inputRefusal is the server's own refusal of a call carrying faults.
 func inputRefusal(ie *schema.InvalidError) error {
-	e := failure.New("schema_validate", "schema.invalid", "the request breaks its schema")
+	e := failure.New("schema_validate", failure.CodeSchemaInvalid, "the request breaks its schema")
 	e.Remedy = "fix the fields listed in violations"
 	for _, v := range ie.Violations {
 		e.Violations = append(e.Violations, failure.Violation{Pointer: v.Pointer, Rule: v.Rule, Message: v.Message})
@@ -162,7 +162,7 @@ type checkedBody struct {
 func (s *Server) checkRequest(next runtime.HandlerFunc) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
 		if _, err := s.cfg.Auth.Authenticate(r.Context(), r.Header.Values("Authorization"), r.Header.Values(identity.OnBehalfOfHeader)); err != nil {
-			if identity.ErrorCode(err) == identity.CodeMissingCredentials {
+			if identity.ErrorCode(err) == failure.CodeAuthenticationMissingCredentials {
 				w.Header().Set("WWW-Authenticate", "Bearer")
 			}
 			WriteProblem(w, failure.Problem(failure.ToStatus(err), safePath(r)))
@@ -170,7 +170,7 @@ func (s *Server) checkRequest(next runtime.HandlerFunc) runtime.HandlerFunc {
 		}
 		if r.ContentLength > int64(s.cfg.MaxRecvBytes) {
 			WriteProblem(w, failure.ProblemBody{Type: "about:blank", Title: http.StatusText(http.StatusRequestEntityTooLarge),
-				Status: http.StatusRequestEntityTooLarge, Instance: safePath(r), Code: "request.too_large",
+				Status: http.StatusRequestEntityTooLarge, Instance: safePath(r), Code: failure.CodeRequestTooLarge,
 				Detail: "the request body is larger than " + strconv.Itoa(s.cfg.MaxRecvBytes) + " bytes"})
 			return
 		}

@@ -335,13 +335,13 @@ func problemHandler(_ context.Context, mux *runtime.ServeMux, _ runtime.Marshale
 		st = failure.ToStatus(err)
 	}
 	p := failure.Problem(st, r.URL.Path)
-	if st.Code() == codes.InvalidArgument && p.Code == "grpc.invalidargument" {
+	if st.Code() == codes.InvalidArgument && !failure.CarriesCode(st) {
 		// The gateway itself refused a parameter: refused again by the
 		// RPC, and audited, where it was the query; otherwise answered here.
 		if redispatch(mux, w, r) {
 			return
 		}
-		p.Code, p.Stage = "request.malformed", "decode"
+		p.Code, p.Stage = failure.CodeRequestMalformed, "decode"
 	}
 	WriteProblem(w, p)
 }
@@ -360,11 +360,11 @@ func routingErrorHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.Marsh
 	p := failure.ProblemBody{Type: "about:blank", Status: httpStatus, Title: http.StatusText(httpStatus), Instance: r.URL.Path}
 	switch httpStatus {
 	case http.StatusMethodNotAllowed, http.StatusNotImplemented:
-		p.Status, p.Title, p.Code = http.StatusMethodNotAllowed, http.StatusText(http.StatusMethodNotAllowed), "request.method_not_allowed"
+		p.Status, p.Title, p.Code = http.StatusMethodNotAllowed, http.StatusText(http.StatusMethodNotAllowed), failure.CodeRequestMethodNotAllowed
 	case http.StatusNotFound:
-		p.Code = "request.route_not_found"
+		p.Code = failure.CodeRequestRouteNotFound
 	default:
-		p.Code = "request.malformed"
+		p.Code = failure.CodeRequestMalformed
 	}
 	WriteProblem(w, p)
 }

@@ -38,7 +38,7 @@ func (v *validator) check(req any) error {
 	if !errors.As(err, &verr) {
 		return failure.Internal("schema_validate", err)
 	}
-	e := failure.New("schema_validate", "schema.invalid", "the request breaks its schema")
+	e := failure.New("schema_validate", failure.CodeSchemaInvalid, "the request breaks its schema")
 	e.Remedy = "fix the fields listed in violations"
 	for _, viol := range verr.Violations {
 		var ptr strings.Builder

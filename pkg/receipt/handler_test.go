@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/pkg/receipt"
 )
@@ -76,7 +77,7 @@ func TestHandler(t *testing.T) {
 		{"a user directly", as(carol), "inv-done", codes.PermissionDenied, receipt.CodeNotViaExecutor, nil},
 		{"an untrusted service", as(identity.Principal{Kind: identity.KindService, ServiceName: "mcpbridge"}), "inv-done", codes.PermissionDenied, receipt.CodeNotViaExecutor, nil},
 		{"relayed by an untrusted service", as(relayed(carol, "mcpbridge")), "inv-done", codes.PermissionDenied, receipt.CodeNotViaExecutor, nil},
-		{"nobody", context.Background(), "inv-done", codes.Unauthenticated, identity.CodeMissingCredentials, nil},
+		{"nobody", context.Background(), "inv-done", codes.Unauthenticated, failure.CodeAuthenticationMissingCredentials, nil},
 		{"no id", as(executor), "", codes.InvalidArgument, "schema.invalid", nil},
 	}
 	for _, tt := range tests {
@@ -179,9 +180,9 @@ func TestFromContext(t *testing.T) {
 		{"relayed by an untrusted service", executorOnly, ptr(relayed(carol, "mcpbridge")), metadata.Pairs(receipt.InvocationIDHeader, "inv-1"),
 			receipt.Invocation{}, codes.PermissionDenied, receipt.CodeNotViaExecutor},
 		{"a service alone", receipt.Trust{}, &executor, metadata.Pairs(receipt.InvocationIDHeader, "inv-1"),
-			receipt.Invocation{}, codes.Unauthenticated, identity.CodeMissingCredentials},
+			receipt.Invocation{}, codes.Unauthenticated, failure.CodeAuthenticationMissingCredentials},
 		{"nobody", receipt.Trust{}, nil, metadata.Pairs(receipt.InvocationIDHeader, "inv-1"),
-			receipt.Invocation{}, codes.Unauthenticated, identity.CodeMissingCredentials},
+			receipt.Invocation{}, codes.Unauthenticated, failure.CodeAuthenticationMissingCredentials},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

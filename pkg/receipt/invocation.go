@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/mandate-dev/mandate/internal/failure"
@@ -42,21 +41,23 @@ const (
 )
 
 // Codes of this package's refusals, stable: the executor and the audit trail key on them.
+// They are rows of Mandate's table of codes (internal/failure), named here for backends
+// outside this module, which cannot import it.
 const (
 	// CodeNotViaExecutor: the caller reached the backend without going through a trusted
 	// Mandate service (PermissionDenied).
-	CodeNotViaExecutor = "scope.not_via_executor"
+	CodeNotViaExecutor = failure.CodeScopeNotViaExecutor
 	// CodeInvalidMetadata: the invocation id metadata is missing where an effect needs it,
 	// sent twice or too long (InvalidArgument).
-	CodeInvalidMetadata = "request.invalid_metadata"
+	CodeInvalidMetadata = failure.CodeRequestInvalidMetadata
 	// CodeInvalidKey: the idempotency key metadata is sent twice or too long
 	// (InvalidArgument).
-	CodeInvalidKey = "idempotency.invalid_key"
+	CodeInvalidKey = failure.CodeIdempotencyInvalidKey
 	// CodeFenced: the invocation was resolved as not executed (GetReceipt fenced it), so
 	// this delivery of it may never act (FailedPrecondition, not retriable).
-	CodeFenced = "receipt.fenced"
+	CodeFenced = failure.CodeReceiptFenced
 	// CodeUnavailable: the receipt store could not be read (Unavailable, retriable).
-	CodeUnavailable = "receipt.unavailable"
+	CodeUnavailable = failure.CodeReceiptUnavailable
 )
 
 // Invocation is what the executor says about the call being served.
@@ -97,7 +98,7 @@ func (t Trust) FromContext(ctx context.Context) (Invocation, error) {
 	if !ok || p.Tenant == "" || p.UserID == "" {
 		// The server's interceptor authenticates every call; reaching here means it was not
 		// installed, which must not turn into serving an anonymous caller.
-		return Invocation{}, failure.New(identity.Stage, identity.CodeMissingCredentials, "no authenticated caller")
+		return Invocation{}, failure.New(identity.Stage, failure.CodeAuthenticationMissingCredentials, "no authenticated caller")
 	}
 	if !t.trusted(p.Via) {
 		return Invocation{Caller: p}, notViaExecutor()
@@ -121,9 +122,9 @@ func fromMetadata(ctx context.Context) (Invocation, error) {
 	}
 	switch keys := md.Get(IdempotencyKeyHeader); {
 	case len(keys) > 1:
-		return inv, refuse(StageIdempotencyCheck, CodeInvalidKey, codes.InvalidArgument, "more than one idempotency key")
+		return inv, failure.New(StageIdempotencyCheck, CodeInvalidKey, "more than one idempotency key")
 	case len(keys) == 1 && len(keys[0]) > MaxIdempotencyKeyLen:
-		return inv, refuse(StageIdempotencyCheck, CodeInvalidKey, codes.InvalidArgument, "the idempotency key is longer than 255 bytes")
+		return inv, failure.New(StageIdempotencyCheck, CodeInvalidKey, "the idempotency key is longer than 255 bytes")
 	case len(keys) == 1:
 		inv.IdempotencyKey = keys[0]
 	}
@@ -135,19 +136,13 @@ func fromMetadata(ctx context.Context) (Invocation, error) {
 func (t Trust) service(ctx context.Context) error {
 	p, ok := identity.FromContext(ctx)
 	if !ok {
-		return failure.New(identity.Stage, identity.CodeMissingCredentials, "no authenticated caller")
+		return failure.New(identity.Stage, failure.CodeAuthenticationMissingCredentials, "no authenticated caller")
 	}
 	if (p.Kind == identity.KindService && t.trusted(p.ServiceName)) || t.trusted(p.Via) {
 		return nil
 	}
 	e := failure.New(StageScopeCheck, CodeNotViaExecutor, "receipts are for Mandate services only")
 	e.Remedy = "ask the executor; it resolves invocations through receipts"
-	return e
-}
-
-func refuse(stage, code string, grpcCode codes.Code, msg string) *failure.Error {
-	e := failure.New(stage, code, msg)
-	e.Status = grpcCode
 	return e
 }
 
@@ -159,5 +154,5 @@ func notViaExecutor() *failure.Error {
 }
 
 func invalidMetadata(msg string) *failure.Error {
-	return refuse(StageRequestCheck, CodeInvalidMetadata, codes.InvalidArgument, msg)
+	return failure.New(StageRequestCheck, CodeInvalidMetadata, msg)
 }

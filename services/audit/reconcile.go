@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"log/slog"
 	"time"
 )
@@ -52,7 +53,7 @@ func (w *Writer) Reconcile(ctx context.Context, olderThan time.Duration) (int, e
 		}
 		for i := range stored {
 			s := &stored[i]
-			if s.Outcome != OutcomeUnknown || s.Code != CodeOutcomeUnknown {
+			if s.Outcome != OutcomeUnknown || s.Code != failure.CodeAuditOutcomeUnknown {
 				continue // the real outcome got there first
 			}
 			appended++
@@ -72,7 +73,7 @@ func unknownOutcome(in *Stored, olderThan time.Duration, now time.Time) Record {
 	r.Time = now
 	r.Outcome = OutcomeUnknown
 	r.Stage = StageAudit
-	r.Code = CodeOutcomeUnknown
+	r.Code = failure.CodeAuditOutcomeUnknown
 	r.Message = fmt.Sprintf("no outcome was recorded within %s of the intent; whether the command ran is unknown", olderThan)
 	r.Arguments = nil // they are on the intent row; the digest below still ties the two
 	r.ResultDigest = ""

@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"slices"
 	"strings"
 	"time"
@@ -25,10 +26,16 @@ const (
 	PhaseResolution Phase = "resolution"
 )
 
-// Codes of resolution rows.
+// Resolution rows carry failure.CodeAuditResolvedExecuted or
+// failure.CodeAuditResolvedNotExecuted. These names remain for the executor
+// until it switches.
 const (
-	CodeResolvedExecuted    = "audit.resolved_executed"
-	CodeResolvedNotExecuted = "audit.resolved_not_executed"
+	// CodeResolvedExecuted is failure.CodeAuditResolvedExecuted: use that; this name remains only
+	// for the executor.
+	CodeResolvedExecuted = failure.CodeAuditResolvedExecuted
+	// CodeResolvedNotExecuted is failure.CodeAuditResolvedNotExecuted: use that; this name remains only
+	// for the executor.
+	CodeResolvedNotExecuted = failure.CodeAuditResolvedNotExecuted
 )
 
 // Channel is the transport the call came in on.
@@ -79,16 +86,11 @@ const (
 	OutcomeReplayed Outcome = "replayed"
 )
 
-// Stage and codes of the audit stage (DESIGN §5).
-const (
-	// StageAudit is the pipeline stage of the audit trail.
-	StageAudit = "audit"
-	// CodeOutcomeUnknown is the code of the outcome rows that reconciliation writes.
-	CodeOutcomeUnknown = "audit.outcome_unknown"
-	// CodeAuditUnavailable is the code the executor refuses with when the intent cannot be
-	// recorded (errors.Is(err, ErrUnavailable)): it fails closed and dispatches nothing.
-	CodeAuditUnavailable = "audit.unavailable"
-)
+// StageAudit is the pipeline stage of the audit trail (DESIGN §5). Its codes
+// are failure.CodeAuditUnavailable, which the executor refuses with when the
+// intent cannot be recorded (errors.Is(err, ErrUnavailable)), and
+// failure.CodeAuditOutcomeUnknown, of the outcome rows reconciliation writes.
+const StageAudit = "audit"
 
 // Limits enforced by [Record.Validate]. They keep one row well under a database page budget
 // and bound what a misbehaving caller can make the trail store.

@@ -209,8 +209,8 @@ func TestToolRefusesInvisibleCommands(t *testing.T) {
 		{user("globex", "erin"), "expense.report.create"},
 		{user("acme", "mallory"), "ticket.search"},
 	} {
-		if _, err := f.cat.Tool(ctx, tc.p, tc.code); code(err) != catalog.CodeCommandNotFound {
-			t.Errorf("%s/%s: %v, want %s", tc.p.Subject(), tc.code, err, catalog.CodeCommandNotFound)
+		if _, err := f.cat.Tool(ctx, tc.p, tc.code); code(err) != failure.CodeCommandNotFound {
+			t.Errorf("%s/%s: %v, want %s", tc.p.Subject(), tc.code, err, failure.CodeCommandNotFound)
 		}
 	}
 }
@@ -222,10 +222,10 @@ func TestManifestAndSlices(t *testing.T) {
 	if err != nil || !bytes.Equal(raw, f.set.Bytes()) {
 		t.Fatalf("olive's manifest: equal=%v err=%v", bytes.Equal(raw, f.set.Bytes()), err)
 	}
-	if _, err := f.cat.Manifest(ctx, user("acme", "alice")); code(err) != catalog.CodePermissionDenied {
+	if _, err := f.cat.Manifest(ctx, user("acme", "alice")); code(err) != failure.CodeAuthorizationPermissionDenied {
 		t.Fatalf("alice reading the manifest: %v", err)
 	}
-	if _, err := f.cat.Manifest(ctx, user("acme", "mallory")); code(err) != catalog.CodePrincipalInactive {
+	if _, err := f.cat.Manifest(ctx, user("acme", "mallory")); code(err) != failure.CodeAuthorizationPrincipalInactive {
 		t.Fatalf("disabled user reading the manifest: %v", err)
 	}
 
@@ -251,7 +251,7 @@ func TestManifestAndSlices(t *testing.T) {
 		t.Fatalf("alice's slice of her own tool: %v", err)
 	}
 	for _, c := range []string{"ticket.refund", "ops.review", "nope.nope"} {
-		if _, err := f.cat.CommandSlice(ctx, user("acme", "alice"), c); code(err) != catalog.CodeCommandNotFound {
+		if _, err := f.cat.CommandSlice(ctx, user("acme", "alice"), c); code(err) != failure.CodeCommandNotFound {
 			t.Errorf("alice's slice of %s: %v", c, err)
 		}
 	}
@@ -261,16 +261,16 @@ func TestReviewIsForRelayedOpsReaders(t *testing.T) {
 	f := newFixture(t, catalog.Config{TrustedServices: []string{"executor"}})
 	ctx := context.Background()
 	olive := user("acme", "olive")
-	if _, err := f.cat.Review(ctx, olive, false); code(err) != catalog.CodeNotViaExecutor {
+	if _, err := f.cat.Review(ctx, olive, false); code(err) != failure.CodeScopeNotViaExecutor {
 		t.Fatalf("direct review: %v", err)
 	}
-	if _, err := f.cat.Review(ctx, relayed(olive, "mcpbridge"), false); code(err) != catalog.CodeNotViaExecutor {
+	if _, err := f.cat.Review(ctx, relayed(olive, "mcpbridge"), false); code(err) != failure.CodeScopeNotViaExecutor {
 		t.Fatalf("review relayed by an untrusted service: %v", err)
 	}
-	if _, err := f.cat.Review(ctx, relayed(user("acme", "alice"), "executor"), false); code(err) != catalog.CodePermissionDenied {
+	if _, err := f.cat.Review(ctx, relayed(user("acme", "alice"), "executor"), false); code(err) != failure.CodeAuthorizationPermissionDenied {
 		t.Fatalf("alice's review: %v", err)
 	}
-	if _, err := f.cat.Review(ctx, relayed(user("acme", "mallory"), "executor"), false); code(err) != catalog.CodePrincipalInactive {
+	if _, err := f.cat.Review(ctx, relayed(user("acme", "mallory"), "executor"), false); code(err) != failure.CodeAuthorizationPrincipalInactive {
 		t.Fatalf("disabled user's review: %v", err)
 	}
 	r, err := f.cat.Review(ctx, relayed(olive, "executor"), false)

@@ -17,49 +17,45 @@ const (
 	StageScope = "scope_check"
 )
 
-// Stable refusal codes. Clients, often agents, branch on them.
+// The catalog refuses with failure.CodeCommandNotFound,
+// CodeAuthorizationPermissionDenied, CodeAuthorizationPrincipalInactive,
+// CodeScopeNotViaExecutor and CodeDirectoryUnavailable. These names remain
+// for the MCP bridge until it switches.
 const (
-	// CodeCommandNotFound: no published command with this code is visible to
-	// the caller (it does not exist, is a draft, or the caller may not run it).
-	CodeCommandNotFound = "command.not_found"
-	// CodePermissionDenied: the caller lacks a permission the operation needs.
-	CodePermissionDenied = "authorization.permission_denied"
-	// CodePrincipalInactive: the directory says the caller may do nothing.
-	CodePrincipalInactive = "authorization.principal_inactive"
-	// CodeNotViaExecutor: ops.review was called directly instead of through
-	// the executor.
-	CodeNotViaExecutor = "scope.not_via_executor"
-	// CodeDirectoryUnavailable: the directory could not be read; retrying may
-	// help.
-	CodeDirectoryUnavailable = "directory.unavailable"
+	// CodeCommandNotFound is failure.CodeCommandNotFound: use that; this name remains only
+	// for the MCP bridge.
+	CodeCommandNotFound = failure.CodeCommandNotFound
+	// CodeDirectoryUnavailable is failure.CodeDirectoryUnavailable: use that; this name remains only
+	// for the MCP bridge.
+	CodeDirectoryUnavailable = failure.CodeDirectoryUnavailable
 )
 
 func notFound() *failure.Error {
-	e := failure.New(StageLoad, CodeCommandNotFound, "no published command with this code is visible to the caller")
+	e := failure.New(StageLoad, failure.CodeCommandNotFound, "no published command with this code is visible to the caller")
 	e.Remedy = "pick another tool"
 	return e
 }
 
 func permissionDenied(perm, what string) *failure.Error {
-	e := failure.New(StagePermission, CodePermissionDenied, what+" needs "+perm)
+	e := failure.New(StagePermission, failure.CodeAuthorizationPermissionDenied, what+" needs "+perm)
 	e.Remedy = "escalate to a user who holds " + perm
 	return e
 }
 
 func notViaExecutor() *failure.Error {
-	e := failure.New(StageScope, CodeNotViaExecutor, "ops.review is a governed command; call it through the executor")
+	e := failure.New(StageScope, failure.CodeScopeNotViaExecutor, "ops.review is a governed command; call it through the executor")
 	e.Remedy = "call ops.review through the executor"
 	return e
 }
 
 func inactive(reason string) *failure.Error {
-	e := failure.New(StageAuthenticate, CodePrincipalInactive, "the principal is not active ("+reason+")")
+	e := failure.New(StageAuthenticate, failure.CodeAuthorizationPrincipalInactive, "the principal is not active ("+reason+")")
 	e.Remedy = "ask an administrator"
 	return e
 }
 
 func directoryUnavailable(cause error) *failure.Error {
-	e := failure.Wrap(StageAuthenticate, CodeDirectoryUnavailable, "the directory is unavailable", cause)
+	e := failure.Wrap(StageAuthenticate, failure.CodeDirectoryUnavailable, "the directory is unavailable", cause)
 	e.Retriable, e.Remedy = true, "retry later"
 	return e
 }

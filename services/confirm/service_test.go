@@ -13,6 +13,7 @@ import (
 
 	"github.com/mandate-dev/mandate/internal/directory"
 	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/services/confirm"
 	"github.com/mandate-dev/mandate/services/confirm/confirmtest"
@@ -141,7 +142,7 @@ func TestRule_AgentsNeverApprove_confirmation_approver_not_allowed(t *testing.T)
 	for _, tc := range cases {
 		for _, approve := range []bool{true, false} {
 			_, err := f.svc.Decide(context.Background(), tc.p, tc.id, approve, confirm.ChannelAPI)
-			wantCode(t, tc.name, err, confirm.CodeApproverNotAllowed)
+			wantCode(t, tc.name, err, failure.CodeConfirmationApproverNotAllowed)
 		}
 		if got := f.state(t, tc.id); got != confirm.StatePending {
 			t.Fatalf("%s: the challenge moved to %s", tc.name, got)
@@ -157,9 +158,9 @@ func TestRule_RequestingUserPolicy(t *testing.T) {
 		t.Fatalf("policy %+v", c.Approver)
 	}
 	_, err := f.svc.Decide(context.Background(), carol, c.ID, true, confirm.ChannelAPI)
-	wantCode(t, "carol deciding alice's refund", err, confirm.CodeApproverNotAllowed)
+	wantCode(t, "carol deciding alice's refund", err, failure.CodeConfirmationApproverNotAllowed)
 	_, err = f.svc.Decide(context.Background(), mallory, c.ID, true, confirm.ChannelAPI)
-	wantCode(t, "mallory deciding alice's refund", err, confirm.CodeApproverNotAllowed)
+	wantCode(t, "mallory deciding alice's refund", err, failure.CodeConfirmationApproverNotAllowed)
 	got, err := f.svc.Decide(context.Background(), alice, c.ID, true, confirm.ChannelApprovalPage)
 	if err != nil {
 		t.Fatal(err)
@@ -179,15 +180,15 @@ func TestRule_FourEyes_confirmation_approver_not_allowed(t *testing.T) {
 	}
 	ctx := context.Background()
 	_, err := f.svc.Decide(ctx, alice, c.ID, true, confirm.ChannelAPI)
-	wantCode(t, "the requester approving her own four-eyes payout", err, confirm.CodeApproverNotAllowed)
+	wantCode(t, "the requester approving her own four-eyes payout", err, failure.CodeConfirmationApproverNotAllowed)
 	_, err = f.svc.Decide(ctx, mallory, c.ID, true, confirm.ChannelAPI)
-	wantCode(t, "a user without payment.approve", err, confirm.CodeApproverNotAllowed)
+	wantCode(t, "a user without payment.approve", err, failure.CodeConfirmationApproverNotAllowed)
 	_, err = f.svc.Decide(ctx, bob, c.ID, true, confirm.ChannelAPI)
-	wantCode(t, "a disabled holder of payment.approve", err, confirm.CodePrincipalInactive)
+	wantCode(t, "a disabled holder of payment.approve", err, failure.CodeAuthorizationPrincipalInactive)
 	// payment.payout is L4: carol holds payment.approve, but approves
 	// only on the approval page.
 	_, err = f.svc.Decide(ctx, carol, c.ID, true, confirm.ChannelAPI)
-	wantCode(t, "carol approving an L4 payout over the API", err, confirm.CodeApproverNotAllowed)
+	wantCode(t, "carol approving an L4 payout over the API", err, failure.CodeConfirmationApproverNotAllowed)
 	got, err := f.svc.Decide(ctx, carol, c.ID, true, confirm.ChannelApprovalPage)
 	if err != nil || got.State != confirm.StateApproved || got.DecidedBy != "carol" {
 		t.Fatalf("carol approving: %+v %v", got, err)
@@ -201,7 +202,7 @@ func TestRule_L4AlwaysRecordsAnApprover(t *testing.T) {
 	_, err := f.svc.Open(context.Background(), botForAlice, confirm.OpenRequest{
 		Command: "vendor.purge", InvocationDigest: confirmtest.Digest("purge"), InvocationID: "inv-purge",
 	})
-	wantCode(t, "opening an L4 command without an approver policy", err, confirm.CodeApproverNotAllowed)
+	wantCode(t, "opening an L4 command without an approver policy", err, failure.CodeConfirmationApproverNotAllowed)
 
 	c := f.open(t, botForAlice, "payment.payout")
 	if _, err := f.svc.Decide(context.Background(), carol, c.ID, true, confirm.ChannelMCPElicitation); !errors.Is(err, confirm.ErrApproverNotAllowed) {
@@ -226,16 +227,16 @@ func TestRule_OtherTenant_confirmation_not_found(t *testing.T) {
 	c := f.open(t, botForAlice, "ticket.refund")
 	ctx := context.Background()
 	_, err := f.svc.Get(ctx, gina, c.ID)
-	wantCode(t, "Get", err, confirm.CodeNotFound)
+	wantCode(t, "Get", err, failure.CodeConfirmationNotFound)
 	_, err = f.svc.Decide(ctx, gina, c.ID, true, confirm.ChannelAPI)
-	wantCode(t, "Decide", err, confirm.CodeNotFound)
+	wantCode(t, "Decide", err, failure.CodeConfirmationNotFound)
 	_, err = f.svc.Await(ctx, gina, c.ID)
-	wantCode(t, "Await", err, confirm.CodeNotFound)
+	wantCode(t, "Await", err, failure.CodeConfirmationNotFound)
 	if _, err := f.svc.Decide(ctx, alice, c.ID, true, confirm.ChannelAPI); err != nil {
 		t.Fatal(err)
 	}
 	_, err = f.svc.Redeem(ctx, identity.Principal{Kind: identity.KindUser, Tenant: "globex", UserID: "gina", Via: "executor"}, c.ID, c.InvocationDigest)
-	wantCode(t, "Redeem", err, confirm.CodeNotFound)
+	wantCode(t, "Redeem", err, failure.CodeConfirmationNotFound)
 	if list, err := f.svc.Pending(ctx, gina, 10); err != nil || len(list) != 0 {
 		t.Fatalf("Pending for gina: %v %v", list, err)
 	}
@@ -250,7 +251,7 @@ func TestRule_DecideTwice_confirmation_already_decided(t *testing.T) {
 	}
 	for _, approve := range []bool{true, false} {
 		_, err := f.svc.Decide(context.Background(), alice, c.ID, approve, confirm.ChannelAPI)
-		wantCode(t, "second decision", err, confirm.CodeAlreadyDecided)
+		wantCode(t, "second decision", err, failure.CodeConfirmationAlreadyDecided)
 	}
 	if got := f.state(t, c.ID); got != confirm.StateDeclined {
 		t.Fatalf("state %s", got)
@@ -266,7 +267,7 @@ func TestRule_DecideAfterExpiry_confirmation_expired(t *testing.T) {
 	}
 	f.clock.Advance(confirm.DefaultTTL)
 	_, err := f.svc.Decide(context.Background(), alice, c.ID, true, confirm.ChannelAPI)
-	wantCode(t, "Decide at expiry", err, confirm.CodeExpired)
+	wantCode(t, "Decide at expiry", err, failure.CodeConfirmationExpired)
 	if got, _ := f.svc.Get(context.Background(), alice, c.ID); got.State != confirm.StateExpired {
 		t.Fatalf("state %s, want EXPIRED", got.State)
 	}
@@ -287,32 +288,32 @@ func TestRule_Redeem(t *testing.T) {
 				t.Fatal(err)
 			}
 			return botForAlice, c.InvocationDigest
-		}, confirm.CodeAlreadyRedeemed},
+		}, failure.CodeConfirmationAlreadyRedeemed},
 		{"same grant, changed arguments", func(t *testing.T, f *fixture, c confirm.Challenge) (identity.Principal, string) {
 			approveIt(t, f, c)
 			return botForAlice, confirmtest.Digest("refund 12500 instead")
-		}, confirm.CodeGrantMismatch},
+		}, failure.CodeConfirmationGrantMismatch},
 		{"another principal's invocation", func(t *testing.T, f *fixture, c confirm.Challenge) (identity.Principal, string) {
 			approveIt(t, f, c)
 			return aliceViaExecutor, c.InvocationDigest
-		}, confirm.CodeGrantMismatch},
+		}, failure.CodeConfirmationGrantMismatch},
 		{"expired", func(t *testing.T, f *fixture, c confirm.Challenge) (identity.Principal, string) {
 			approveIt(t, f, c)
 			f.clock.Advance(confirm.DefaultTTL + time.Second)
 			return botForAlice, c.InvocationDigest
-		}, confirm.CodeExpired},
+		}, failure.CodeConfirmationExpired},
 		{"declined", func(t *testing.T, f *fixture, c confirm.Challenge) (identity.Principal, string) {
 			if _, err := f.svc.Decide(ctx, alice, c.ID, false, confirm.ChannelAPI); err != nil {
 				t.Fatal(err)
 			}
 			return botForAlice, c.InvocationDigest
-		}, confirm.CodeRefused},
+		}, failure.CodeConfirmationRefused},
 		{"still pending", func(_ *testing.T, _ *fixture, c confirm.Challenge) (identity.Principal, string) {
 			return botForAlice, c.InvocationDigest
-		}, confirm.CodePending},
+		}, failure.CodeConfirmationPending},
 		{"malformed digest", func(_ *testing.T, _ *fixture, c confirm.Challenge) (identity.Principal, string) {
 			return botForAlice, "ABC"
-		}, confirm.CodeInvalid},
+		}, failure.CodeSchemaInvalid},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name+"/"+tc.code, func(t *testing.T) {
@@ -362,7 +363,7 @@ func TestRule_ConsentNeverCarriesOver(t *testing.T) {
 	changed := req
 	changed.InvocationDigest = confirmtest.Digest("B")
 	_, err = f.svc.Open(ctx, botForAlice, changed)
-	wantCode(t, "same invocation, other request", err, confirm.CodeGrantMismatch)
+	wantCode(t, "same invocation, other request", err, failure.CodeConfirmationGrantMismatch)
 	// A new invocation of the same request needs a new decision.
 	req.InvocationID = "inv-A2"
 	next, err := f.svc.Open(ctx, botForAlice, req)
@@ -370,7 +371,7 @@ func TestRule_ConsentNeverCarriesOver(t *testing.T) {
 		t.Fatalf("new invocation: %+v %v", next, err)
 	}
 	_, err = f.svc.Redeem(ctx, botForAlice, next.ID, next.InvocationDigest)
-	wantCode(t, "the new challenge before anyone decided", err, confirm.CodePending)
+	wantCode(t, "the new challenge before anyone decided", err, failure.CodeConfirmationPending)
 }
 
 // TestConcurrentRedeems: 64 goroutines redeem one approved challenge;
@@ -421,17 +422,17 @@ func TestOpen(t *testing.T) {
 		edit func(*confirm.OpenRequest)
 		code string
 	}{
-		{"a user directly", alice, nil, confirm.CodePermissionDenied},
-		{"an agent directly", identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "alice", AgentID: "support-bot"}, nil, confirm.CodePermissionDenied},
-		{"a service without the requester", identity.Principal{Kind: identity.KindService, ServiceName: "executor"}, nil, confirm.CodePermissionDenied},
-		{"unknown command", botForAlice, func(r *confirm.OpenRequest) { r.Command = "ticket.burn" }, confirm.CodeCommandNotFound},
-		{"draft command", botForAlice, func(r *confirm.OpenRequest) { r.Command = "ticket.merge" }, confirm.CodeCommandNotFound},
-		{"requester lacks the command's permission", identity.Principal{Kind: identity.KindUser, Tenant: "acme", UserID: "mallory", Via: "executor"}, nil, confirm.CodePermissionDenied},
-		{"unregistered agent", identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "alice", AgentID: "rogue-bot", Via: "executor"}, nil, confirm.CodePrincipalInactive},
-		{"ttl over 24h", botForAlice, func(r *confirm.OpenRequest) { r.TTL = 25 * time.Hour }, confirm.CodeInvalid},
-		{"negative ttl", botForAlice, func(r *confirm.OpenRequest) { r.TTL = -time.Second }, confirm.CodeInvalid},
-		{"upper-case digest", botForAlice, func(r *confirm.OpenRequest) { r.InvocationDigest = "AB" + r.InvocationDigest[2:] }, confirm.CodeInvalid},
-		{"arguments not JSON", botForAlice, func(r *confirm.OpenRequest) { r.ArgumentsJSON = "refund please" }, confirm.CodeInvalid},
+		{"a user directly", alice, nil, failure.CodeAuthorizationPermissionDenied},
+		{"an agent directly", identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "alice", AgentID: "support-bot"}, nil, failure.CodeAuthorizationPermissionDenied},
+		{"a service without the requester", identity.Principal{Kind: identity.KindService, ServiceName: "executor"}, nil, failure.CodeAuthorizationPermissionDenied},
+		{"unknown command", botForAlice, func(r *confirm.OpenRequest) { r.Command = "ticket.burn" }, failure.CodeCommandNotFound},
+		{"draft command", botForAlice, func(r *confirm.OpenRequest) { r.Command = "ticket.merge" }, failure.CodeCommandNotFound},
+		{"requester lacks the command's permission", identity.Principal{Kind: identity.KindUser, Tenant: "acme", UserID: "mallory", Via: "executor"}, nil, failure.CodeAuthorizationPermissionDenied},
+		{"unregistered agent", identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "alice", AgentID: "rogue-bot", Via: "executor"}, nil, failure.CodeAuthorizationPrincipalInactive},
+		{"ttl over 24h", botForAlice, func(r *confirm.OpenRequest) { r.TTL = 25 * time.Hour }, failure.CodeSchemaInvalid},
+		{"negative ttl", botForAlice, func(r *confirm.OpenRequest) { r.TTL = -time.Second }, failure.CodeSchemaInvalid},
+		{"upper-case digest", botForAlice, func(r *confirm.OpenRequest) { r.InvocationDigest = "AB" + r.InvocationDigest[2:] }, failure.CodeSchemaInvalid},
+		{"arguments not JSON", botForAlice, func(r *confirm.OpenRequest) { r.ArgumentsJSON = "refund please" }, failure.CodeSchemaInvalid},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name+"/"+tc.code, func(t *testing.T) {
@@ -473,13 +474,13 @@ func TestVisibility(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
 		if !tc.sees {
-			wantCode(t, tc.name, err, confirm.CodeNotFound)
+			wantCode(t, tc.name, err, failure.CodeConfirmationNotFound)
 		}
 	}
 	_, err := f.svc.Get(context.Background(), bob, payout.ID)
-	wantCode(t, "bob, disabled", err, confirm.CodePrincipalInactive)
+	wantCode(t, "bob, disabled", err, failure.CodeAuthorizationPrincipalInactive)
 	_, err = f.svc.Get(context.Background(), alice, "not-an-id")
-	wantCode(t, "malformed id", err, confirm.CodeNotFound)
+	wantCode(t, "malformed id", err, failure.CodeConfirmationNotFound)
 	list, err := f.svc.Pending(context.Background(), carol, 10)
 	if err != nil || len(list) != 1 || list[0].ID != payout.ID {
 		t.Fatalf("carol's pending list: %v %v", list, err)

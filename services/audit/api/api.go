@@ -52,10 +52,10 @@ func (s *Service) Register(g grpc.ServiceRegistrar) { mandatev1.RegisterAuditSer
 func (s *Service) Append(ctx context.Context, req *mandatev1.AppendRequest) (*mandatev1.AppendResponse, error) {
 	p, ok := identity.FromContext(ctx)
 	if !ok {
-		return nil, failure.New("authenticate", identity.CodeMissingCredentials, "no principal")
+		return nil, failure.New("authenticate", failure.CodeAuthenticationMissingCredentials, "no principal")
 	}
 	if p.Kind != identity.KindService && p.Via == "" {
-		return nil, failure.New("permission_check", "authorization.permission_denied", "only Mandate services append to the audit trail")
+		return nil, failure.New("permission_check", failure.CodeAuthorizationPermissionDenied, "only Mandate services append to the audit trail")
 	}
 	// The executor alone may append on its own authority, with no user
 	// relayed (the rows it spooled while the trail was unavailable): each
@@ -63,22 +63,22 @@ func (s *Service) Append(ctx context.Context, req *mandatev1.AppendRequest) (*ma
 	// caller's tenant.
 	ownAuthority := p.Kind == identity.KindService && p.Via == "" && p.Tenant == ""
 	if ownAuthority && p.ServiceName != identity.ExecutorService {
-		return nil, failure.New("permission_check", "authorization.permission_denied", "a service appends for the caller it relays; only the executor appends on its own authority")
+		return nil, failure.New("permission_check", failure.CodeAuthorizationPermissionDenied, "a service appends for the caller it relays; only the executor appends on its own authority")
 	}
 	recs := make([]audit.Record, 0, len(req.GetRecords()))
 	for i, r := range req.GetRecords() {
 		tenant := p.Tenant
 		switch {
 		case ownAuthority && r.GetTenant() == "":
-			return nil, failure.New("schema_validate", "schema.invalid", fmt.Sprintf("record %d names no tenant", i))
+			return nil, failure.New("schema_validate", failure.CodeSchemaInvalid, fmt.Sprintf("record %d names no tenant", i))
 		case ownAuthority:
 			tenant = r.GetTenant()
 		case r.GetTenant() != "" && r.GetTenant() != p.Tenant:
-			return nil, failure.New("scope_check", "scope.tenant_mismatch", fmt.Sprintf("record %d names another tenant", i))
+			return nil, failure.New("scope_check", failure.CodeScopeTenantMismatch, fmt.Sprintf("record %d names another tenant", i))
 		}
 		rec, err := fromProto(r)
 		if err != nil {
-			return nil, failure.New("schema_validate", "schema.invalid", fmt.Sprintf("record %d: %v", i, err))
+			return nil, failure.New("schema_validate", failure.CodeSchemaInvalid, fmt.Sprintf("record %d: %v", i, err))
 		}
 		rec.Tenant = tenant
 		recs = append(recs, rec)
@@ -100,10 +100,10 @@ func (s *Service) Append(ctx context.Context, req *mandatev1.AppendRequest) (*ma
 func (s *Service) PendingIntents(ctx context.Context, req *mandatev1.PendingIntentsRequest) (*mandatev1.PendingIntentsResponse, error) {
 	p, ok := identity.FromContext(ctx)
 	if !ok {
-		return nil, failure.New("authenticate", identity.CodeMissingCredentials, "no principal")
+		return nil, failure.New("authenticate", failure.CodeAuthenticationMissingCredentials, "no principal")
 	}
 	if p.Kind != identity.KindService || p.Via != "" || p.Tenant != "" || p.ServiceName != identity.ExecutorService {
-		return nil, failure.New("permission_check", "authorization.permission_denied", "only the executor, on its own authority, lists pending intents")
+		return nil, failure.New("permission_check", failure.CodeAuthorizationPermissionDenied, "only the executor, on its own authority, lists pending intents")
 	}
 	limit := int(req.GetLimit())
 	if limit <= 0 {
@@ -184,7 +184,7 @@ func (s *Service) Get(ctx context.Context, req *mandatev1.GetRequest) (*mandatev
 		return nil, s.mapErr(ctx, "get", err)
 	}
 	if len(rows) == 0 {
-		return nil, failure.New("", "audit.not_found", "no records for this invocation")
+		return nil, failure.New("", failure.CodeAuditNotFound, "no records for this invocation")
 	}
 	out := &mandatev1.GetResponse{}
 	for i := range rows {
@@ -227,7 +227,7 @@ func (s *Service) Watch(req *mandatev1.WatchRequest, stream grpc.ServerStreaming
 			return nil
 		case rec, ok := <-ch:
 			if !ok {
-				return failure.New("", "audit.unavailable", "the live tail ended; reconnect with after_seq")
+				return failure.New("", failure.CodeAuditUnavailable, "the live tail ended; reconnect with after_seq")
 			}
 			if err := stream.Send(toProto(&rec)); err != nil {
 				return err
@@ -241,17 +241,17 @@ func (s *Service) Watch(req *mandatev1.WatchRequest, stream grpc.ServerStreaming
 func (s *Service) reader(ctx context.Context) (string, error) {
 	p, ok := identity.FromContext(ctx)
 	if !ok {
-		return "", failure.New("authenticate", identity.CodeMissingCredentials, "no principal")
+		return "", failure.New("authenticate", failure.CodeAuthenticationMissingCredentials, "no principal")
 	}
 	res, err := s.directory.Resolve(ctx, p.Tenant, p.UserID, p.AgentID)
 	if err != nil {
 		return "", s.mapErr(ctx, "resolve", err)
 	}
 	if !res.Active {
-		return "", failure.New("permission_check", "authorization.principal_inactive", "the principal is not active ("+res.Reason+")")
+		return "", failure.New("permission_check", failure.CodeAuthorizationPrincipalInactive, "the principal is not active ("+res.Reason+")")
 	}
 	if !res.HasPermission(ReadPermission) {
-		e := failure.New("permission_check", "authorization.permission_denied", "reading the audit trail needs "+ReadPermission)
+		e := failure.New("permission_check", failure.CodeAuthorizationPermissionDenied, "reading the audit trail needs "+ReadPermission)
 		e.Remedy = "ask a user who holds " + ReadPermission
 		return "", e
 	}
@@ -263,13 +263,13 @@ func (s *Service) reader(ctx context.Context) (string, error) {
 func (s *Service) mapErr(ctx context.Context, op string, err error) error {
 	switch {
 	case errors.Is(err, audit.ErrInvalidPageToken):
-		return failure.New("", "request.invalid_page_token", "the page token is malformed or belongs to other filters")
+		return failure.New("", failure.CodeRequestInvalidPageToken, "the page token is malformed or belongs to other filters")
 	case errors.Is(err, audit.ErrInvalid):
-		return failure.New("schema_validate", "schema.invalid", err.Error())
+		return failure.New("schema_validate", failure.CodeSchemaInvalid, err.Error())
 	case errors.Is(err, audit.ErrNotFound):
-		return failure.New("", "audit.not_found", "not found")
+		return failure.New("", failure.CodeAuditNotFound, "not found")
 	case audit.Retryable(err):
-		e := failure.New("audit", "audit.unavailable", "the audit store is unavailable; nothing was written")
+		e := failure.New("audit", failure.CodeAuditUnavailable, "the audit store is unavailable; nothing was written")
 		e.Retriable, e.Remedy = true, "retry later"
 		return e
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

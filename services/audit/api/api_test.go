@@ -23,6 +23,7 @@ import (
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/directory"
 	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
@@ -193,7 +194,7 @@ func TestAppendIsForServicesOnly(t *testing.T) {
 		t.Fatalf("user appending directly: %v", err)
 	}
 	_, err = client.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{record("inv-1", "outcome", "refused")}})
-	if status.Code(err) != codes.Unauthenticated || reason(err) != identity.CodeMissingCredentials {
+	if status.Code(err) != codes.Unauthenticated || reason(err) != failure.CodeAuthenticationMissingCredentials {
 		t.Fatalf("anonymous append: %v", err)
 	}
 
@@ -320,8 +321,8 @@ func TestREST(t *testing.T) {
 	}{
 		{"health needs no token", http.MethodGet, "/healthz", "", 200, ""},
 		{"query", http.MethodGet, "/v1/audit/records?risks=L3&page_size=10", olive, 200, ""},
-		{"no token", http.MethodGet, "/v1/audit/records", "", 401, identity.CodeMissingCredentials},
-		{"bad token", http.MethodGet, "/v1/audit/records", "not-a-jwt", 401, identity.CodeInvalidToken},
+		{"no token", http.MethodGet, "/v1/audit/records", "", 401, failure.CodeAuthenticationMissingCredentials},
+		{"bad token", http.MethodGet, "/v1/audit/records", "not-a-jwt", 401, failure.CodeAuthenticationInvalidToken},
 		{"no permission", http.MethodGet, "/v1/audit/records", token(t, "acme", "alice", ""), 403, "authorization.permission_denied"},
 		{"page size out of range", http.MethodGet, "/v1/audit/records?page_size=5000", olive, 400, "schema.invalid"},
 		{"malformed parameter", http.MethodGet, "/v1/audit/records?page_size=many", olive, 400, "schema.invalid"}, // refused by the RPC, like every bad input (internal/server)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/services/audit"
 )
 
@@ -288,7 +289,7 @@ func (s *suite) testRoundTrip(t *testing.T) {
 	full.Message = "naïve ✓ message with \"quotes\" and \\ backslashes"
 	full.Arguments = []byte("{ \"b\" : [1, 2.50, \"x\"],\n \"a\": {\"é\": null, \"\\u0041\": true} }")
 	empty := audit.Record{Tenant: "acme", InvocationID: "minimal", Phase: audit.PhaseOutcome, Channel: audit.ChannelREST,
-		Command: "ticket.search", Outcome: audit.OutcomeRefused, Stage: "authenticate", Code: "authentication.invalid_token"}
+		Command: "ticket.search", Outcome: audit.OutcomeRefused, Stage: "authenticate", Code: failure.CodeAuthenticationInvalidToken}
 	stored := mustAppend(t, w, full, empty)
 
 	if got := stored[0].Time; !got.Equal(time.Date(2026, 2, 3, 3, 5, 6, 789123000, time.UTC)) || got.Location() != time.UTC {
@@ -501,9 +502,9 @@ func dataset(t *testing.T, w *audit.Writer) []audit.Stored {
 		outcome.Time = Base.Add(time.Duration(2*i+1) * time.Minute)
 		outcome.Outcome = outcomes[i%3]
 		if outcome.Outcome != audit.OutcomeExecuted {
-			outcome.Stage, outcome.Code = "dispatch", "handler.failed"
+			outcome.Stage, outcome.Code = "dispatch", failure.CodeHandlerFailed
 			if outcome.Outcome == audit.OutcomeRefused {
-				outcome.Stage, outcome.Code = "sod_check", "sod.conflict"
+				outcome.Stage, outcome.Code = "sod_check", failure.CodeSoDConflict
 			}
 		}
 		if risk >= audit.RiskL3 {
@@ -756,7 +757,7 @@ func (s *suite) testGet(t *testing.T) {
 	mustAppend(t, w, Rec("acme", "inv-2", audit.PhaseIntent))
 	out := mustAppend(t, w, Rec("acme", "inv-1", audit.PhaseOutcome))
 	refused := Rec("acme", "inv-3", audit.PhaseOutcome)
-	refused.Outcome, refused.Stage, refused.Code = audit.OutcomeRefused, "permission_check", "authorization.permission_denied"
+	refused.Outcome, refused.Stage, refused.Code = audit.OutcomeRefused, "permission_check", failure.CodeAuthorizationPermissionDenied
 	mustAppend(t, w, refused)
 	tests := []struct {
 		name    string
@@ -976,7 +977,7 @@ func (s *suite) testReconcile(t *testing.T) {
 				var got []string
 				for _, r := range p.Records {
 					got = append(got, r.InvocationID)
-					if r.Phase != audit.PhaseOutcome || r.Stage != audit.StageAudit || r.Code != audit.CodeOutcomeUnknown || r.Message == "" {
+					if r.Phase != audit.PhaseOutcome || r.Stage != audit.StageAudit || r.Code != failure.CodeAuditOutcomeUnknown || r.Message == "" {
 						t.Fatalf("reconciled row %+v", r.Record)
 					}
 					if r.Command != "ticket.refund" || r.AgentID != "support-bot" || r.TraceID == "" || !r.Time.Equal(now) {
@@ -1123,7 +1124,7 @@ func (s *suite) testUnresolvedUnknowns(t *testing.T) {
 	ctx := testCtx(t)
 	unknown := func(tenant, inv string, d time.Duration) audit.Record {
 		r := Rec(tenant, inv, audit.PhaseOutcome)
-		r.Time, r.Outcome, r.Stage, r.Code, r.Approval = Base.Add(d), audit.OutcomeUnknown, "dispatch", "handler.unavailable", nil
+		r.Time, r.Outcome, r.Stage, r.Code, r.Approval = Base.Add(d), audit.OutcomeUnknown, "dispatch", failure.CodeHandlerUnavailable, nil
 		return r
 	}
 	mustAppend(t, w,
@@ -1148,7 +1149,7 @@ func (s *suite) testUnresolvedUnknowns(t *testing.T) {
 		t.Fatalf("unresolved unknowns = %s", got)
 	}
 	res := Rec("acme", "u-1", audit.PhaseResolution)
-	res.Time, res.Outcome, res.Stage, res.Code, res.Message = Base.Add(2*time.Second), audit.OutcomeFailed, audit.StageAudit, audit.CodeResolvedNotExecuted, "the receipt says it never ran"
+	res.Time, res.Outcome, res.Stage, res.Code, res.Message = Base.Add(2*time.Second), audit.OutcomeFailed, audit.StageAudit, failure.CodeAuditResolvedNotExecuted, "the receipt says it never ran"
 	mustAppend(t, w, res)
 	if got := list(); got != "globex/u-2" {
 		t.Fatalf("after u-1's resolution = %s", got)

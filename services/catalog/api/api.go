@@ -43,7 +43,7 @@ func Gateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) 
 func principal(ctx context.Context) (identity.Principal, error) {
 	p, ok := identity.FromContext(ctx)
 	if !ok {
-		return p, failure.New(identity.Stage, identity.CodeMissingCredentials, "no principal")
+		return p, failure.New(identity.Stage, failure.CodeAuthenticationMissingCredentials, "no principal")
 	}
 	return p, nil
 }

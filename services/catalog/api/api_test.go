@@ -28,6 +28,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/directory"
 	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
 	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
@@ -278,11 +279,11 @@ func TestListToolsPerPrincipal(t *testing.T) {
 			})
 		}
 		_, err := client.ListTools(context.Background(), &mandatev1.ListToolsRequest{})
-		wantRefusal(t, "no token", err, codes.Unauthenticated, identity.CodeMissingCredentials, identity.Stage)
+		wantRefusal(t, "no token", err, codes.Unauthenticated, failure.CodeAuthenticationMissingCredentials, identity.Stage)
 		// A service has no tools of its own: without an end user's token its
 		// call is not even authenticated.
 		_, err = mandatev1.NewCatalogServiceClient(e.svc).ListTools(context.Background(), &mandatev1.ListToolsRequest{})
-		wantRefusal(t, "a service on its own", err, codes.Unauthenticated, identity.CodeInvalidToken, identity.Stage)
+		wantRefusal(t, "a service on its own", err, codes.Unauthenticated, failure.CodeAuthenticationInvalidToken, identity.Stage)
 	})
 }
 
@@ -310,7 +311,7 @@ func TestGetToolHidesWhatTheCallerMayNotRun(t *testing.T) {
 		{"no such command", token(t, "acme", "carol", ""), "ticket.delete"},
 	} {
 		_, err := client.GetTool(as(tc.tok), &mandatev1.GetToolRequest{Code: tc.code})
-		wantRefusal(t, tc.name, err, codes.NotFound, catalog.CodeCommandNotFound, catalog.StageLoad)
+		wantRefusal(t, tc.name, err, codes.NotFound, failure.CodeCommandNotFound, catalog.StageLoad)
 	}
 	_, err = client.GetTool(as(token(t, "acme", "carol", "")), &mandatev1.GetToolRequest{})
 	wantRefusal(t, "empty code", err, codes.InvalidArgument, "schema.invalid", "schema_validate")
@@ -332,9 +333,9 @@ func TestManifestIsVerbatim(t *testing.T) {
 		t.Fatalf("manifest differs from manifest.Embedded().Bytes() (digest %q)", resp.GetDigest())
 	}
 	_, err = client.GetManifest(as(token(t, "acme", "alice", "support-bot")), &mandatev1.GetManifestRequest{})
-	wantRefusal(t, "support-bot reading the manifest", err, codes.PermissionDenied, catalog.CodePermissionDenied, catalog.StagePermission)
+	wantRefusal(t, "support-bot reading the manifest", err, codes.PermissionDenied, failure.CodeAuthorizationPermissionDenied, catalog.StagePermission)
 	_, err = client.GetManifest(as(token(t, "acme", "olive", "rogue-bot")), &mandatev1.GetManifestRequest{})
-	wantRefusal(t, "unregistered agent reading the manifest", err, codes.PermissionDenied, catalog.CodePrincipalInactive, catalog.StageAuthenticate)
+	wantRefusal(t, "unregistered agent reading the manifest", err, codes.PermissionDenied, failure.CodeAuthorizationPrincipalInactive, catalog.StageAuthenticate)
 
 	slice, err := client.GetCommandSlice(as(token(t, "acme", "alice", "support-bot")), &mandatev1.GetCommandSliceRequest{Code: "expense.report.submit"})
 	if err != nil {
@@ -351,7 +352,7 @@ func TestManifestIsVerbatim(t *testing.T) {
 		t.Fatalf("slice is of %q", head.Code)
 	}
 	_, err = client.GetCommandSlice(as(token(t, "acme", "alice", "support-bot")), &mandatev1.GetCommandSliceRequest{Code: "ticket.refund"})
-	wantRefusal(t, "slice of a command the agent may not run", err, codes.NotFound, catalog.CodeCommandNotFound, catalog.StageLoad)
+	wantRefusal(t, "slice of a command the agent may not run", err, codes.NotFound, failure.CodeCommandNotFound, catalog.StageLoad)
 	if _, err := client.GetCommandSlice(olive, &mandatev1.GetCommandSliceRequest{Code: "ticket.refund"}); err != nil {
 		t.Fatalf("olive (ops.read) reading any slice: %v", err)
 	}
@@ -361,11 +362,11 @@ func TestReviewRunsOnlyThroughTheExecutor(t *testing.T) {
 	e := start(t, memoryDirectory)
 	olive := token(t, "acme", "olive", "")
 	_, err := mandatev1.NewCatalogServiceClient(e.conn).Review(as(olive), &mandatev1.ReviewRequest{})
-	wantRefusal(t, "olive calling the catalog directly", err, codes.PermissionDenied, catalog.CodeNotViaExecutor, catalog.StageScope)
+	wantRefusal(t, "olive calling the catalog directly", err, codes.PermissionDenied, failure.CodeScopeNotViaExecutor, catalog.StageScope)
 
 	viaExecutor := mandatev1.NewCatalogServiceClient(e.svc)
 	_, err = viaExecutor.Review(relaying(token(t, "acme", "alice", "")), &mandatev1.ReviewRequest{})
-	wantRefusal(t, "alice through the executor", err, codes.PermissionDenied, catalog.CodePermissionDenied, catalog.StagePermission)
+	wantRefusal(t, "alice through the executor", err, codes.PermissionDenied, failure.CodeAuthorizationPermissionDenied, catalog.StagePermission)
 
 	resp, err := viaExecutor.Review(relaying(olive), &mandatev1.ReviewRequest{})
 	if err != nil {
@@ -483,13 +484,13 @@ func TestREST(t *testing.T) {
 	}{
 		{"tools", "/v1/catalog/tools", alice, 200, ""},
 		{"one tool", "/v1/catalog/tools/ticket.search", alice, 200, ""},
-		{"someone else's tool", "/v1/catalog/tools/ticket.refund", alice, 404, catalog.CodeCommandNotFound},
+		{"someone else's tool", "/v1/catalog/tools/ticket.refund", alice, 404, failure.CodeCommandNotFound},
 		{"manifest", "/v1/catalog/manifest", olive, 200, ""},
-		{"manifest without ops.read", "/v1/catalog/manifest", alice, 403, catalog.CodePermissionDenied},
+		{"manifest without ops.read", "/v1/catalog/manifest", alice, 403, failure.CodeAuthorizationPermissionDenied},
 		{"a slice", "/v1/catalog/commands/ticket.search", alice, 200, ""},
-		{"review straight to the catalog", "/v1/catalog/review?narrate=true", olive, 403, catalog.CodeNotViaExecutor},
-		{"no token", "/v1/catalog/tools", "", 401, identity.CodeMissingCredentials},
-		{"bad token", "/v1/catalog/tools", "not-a-jwt", 401, identity.CodeInvalidToken},
+		{"review straight to the catalog", "/v1/catalog/review?narrate=true", olive, 403, failure.CodeScopeNotViaExecutor},
+		{"no token", "/v1/catalog/tools", "", 401, failure.CodeAuthenticationMissingCredentials},
+		{"bad token", "/v1/catalog/tools", "not-a-jwt", 401, failure.CodeAuthenticationInvalidToken},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -170,7 +170,7 @@ func eventKind(k mandatev1.CatalogEventKind) catalog.EventKind {
 // itself: the catalog must see the caller.
 func relayed(ctx context.Context) error {
 	if _, ok := identity.RawTokenFromContext(ctx); !ok {
-		return failure.New(identity.Stage, identity.CodeMissingCredentials, "no caller token to relay to the catalog")
+		return failure.New(identity.Stage, failure.CodeAuthenticationMissingCredentials, "no caller token to relay to the catalog")
 	}
 	return nil
 }

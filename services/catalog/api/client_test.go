@@ -56,14 +56,14 @@ func TestClient(t *testing.T) {
 			stage, code string
 		}{
 			{"invisible slice", func() error { _, err := c.CommandSlice(alice, aliceP, "ticket.refund"); return err },
-				catalog.StageLoad, catalog.CodeCommandNotFound},
+				catalog.StageLoad, failure.CodeCommandNotFound},
 			{"manifest without ops.read", func() error { _, err := c.Manifest(alice, aliceP); return err },
-				catalog.StagePermission, catalog.CodePermissionDenied},
+				catalog.StagePermission, failure.CodeAuthorizationPermissionDenied},
 			{"no caller token", func() error { _, err := c.Tools(context.Background(), aliceP); return err },
-				identity.Stage, identity.CodeMissingCredentials},
+				identity.Stage, failure.CodeAuthenticationMissingCredentials},
 			{"no caller token to watch", func() error {
 				return c.Watch(context.Background(), aliceP, func(catalog.Event) error { return nil })
-			}, identity.Stage, identity.CodeMissingCredentials},
+			}, identity.Stage, failure.CodeAuthenticationMissingCredentials},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {

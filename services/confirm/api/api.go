@@ -44,7 +44,7 @@ func Gateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) 
 func principal(ctx context.Context) (identity.Principal, error) {
 	p, ok := identity.FromContext(ctx)
 	if !ok {
-		return p, failure.New(identity.Stage, identity.CodeMissingCredentials, "no principal")
+		return p, failure.New(identity.Stage, failure.CodeAuthenticationMissingCredentials, "no principal")
 	}
 	return p, nil
 }
@@ -107,7 +107,7 @@ func (s *Service) Decide(ctx context.Context, req *mandatev1.DecideRequest) (*ma
 	case confirm.ChannelMCPElicitation:
 		if p.Via != MCPBridgeService {
 			if p.Kind == identity.KindAgent || p.AgentID != "" {
-				return nil, s.mapErr(ctx, "decide", &confirm.Error{Code: confirm.CodeApproverNotAllowed, Message: "agents never approve or decline; a human must"})
+				return nil, s.mapErr(ctx, "decide", &confirm.Error{Code: failure.CodeConfirmationApproverNotAllowed, Message: "agents never approve or decline; a human must"})
 			}
 			return nil, s.mapErr(ctx, "decide", confirm.Invalid("channel", "mcp_elicitation is recorded only when the MCP bridge relays the session's human"))
 		}
@@ -188,16 +188,12 @@ func Failure(err error) (*failure.Error, bool) {
 	}
 	fe := failure.New(Stage, ce.Code, ce.Message)
 	switch ce.Code {
-	case confirm.CodeUnavailable:
-		fe.Retriable, fe.Remedy = true, "retry later"
-	case confirm.CodePending:
-		fe.Retriable, fe.Remedy = true, "wait for the approver (Await), then retry"
-	case confirm.CodeExpired, confirm.CodeGrantMismatch, confirm.CodeAlreadyRedeemed:
-		fe.Remedy = "ask the user again: call the command again to open a new challenge"
-	case confirm.CodeRefused:
-		fe.Remedy = "the user said no; do not retry without asking them"
-	case confirm.CodeApproverNotAllowed:
-		fe.Remedy = "a human the approver policy names must decide, on the approval page"
+	case failure.CodeConfirmationUnavailable, failure.CodeConfirmationPending, failure.CodeConfirmationExpired,
+		failure.CodeConfirmationGrantMismatch, failure.CodeConfirmationAlreadyRedeemed, failure.CodeConfirmationRefused,
+		failure.CodeConfirmationApproverNotAllowed:
+		// The refusals a caller can act on get the table's remedy.
+		spec, _ := failure.Lookup(ce.Code)
+		fe.Retriable, fe.Remedy = spec.Retriable, spec.Remedy
 	}
 	return fe, true
 }
@@ -206,7 +202,7 @@ func Failure(err error) (*failure.Error, bool) {
 // logged and hidden.
 func (s *Service) mapErr(ctx context.Context, op string, err error) error {
 	if fe, ok := Failure(err); ok {
-		if fe.Code == confirm.CodeUnavailable {
+		if fe.Code == failure.CodeConfirmationUnavailable {
 			s.log.WarnContext(ctx, "confirm "+op+": store unavailable", "error", err)
 		}
 		return fe

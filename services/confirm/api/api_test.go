@@ -26,6 +26,7 @@ import (
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/directory"
 	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
@@ -242,7 +243,7 @@ func TestOpenAndRedeemAreForServices(t *testing.T) {
 		wantRefusal(t, name+" opening directly", err, codes.PermissionDenied, "authorization.permission_denied")
 	}
 	_, err := client.Open(context.Background(), openReq("ticket.refund"))
-	wantRefusal(t, "anonymous Open", err, codes.Unauthenticated, identity.CodeMissingCredentials)
+	wantRefusal(t, "anonymous Open", err, codes.Unauthenticated, failure.CodeAuthenticationMissingCredentials)
 
 	c := e.open(t, bot, openReq("ticket.refund"))
 	if c.GetTenant() != "acme" || c.GetRequesterUserId() != "alice" || c.GetRequesterAgentId() != "support-bot" ||
@@ -291,7 +292,7 @@ func TestAgentTokenDecidingIsRefused(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := mandatev1.NewConfirmServiceClient(tc.conn).Decide(tc.ctx(tc.tok), &mandatev1.DecideRequest{ChallengeId: tc.id, Decision: mandatev1.Decision_DECISION_APPROVE})
-			wantRefusal(t, "Decide", err, codes.PermissionDenied, confirm.CodeApproverNotAllowed)
+			wantRefusal(t, "Decide", err, codes.PermissionDenied, failure.CodeConfirmationApproverNotAllowed)
 		})
 	}
 	got, err := client.Get(as(token(t, "acme", "alice", "")), &mandatev1.ConfirmServiceGetRequest{ChallengeId: refund.GetChallengeId()})
@@ -310,18 +311,18 @@ func TestFourEyes(t *testing.T) {
 		t.Fatalf("policy %s %s", payout.GetApproverKind(), payout.GetApproverPermission())
 	}
 	_, err := client.Decide(as(token(t, "acme", "alice", "")), &mandatev1.DecideRequest{ChallengeId: payout.GetChallengeId(), Decision: mandatev1.Decision_DECISION_APPROVE})
-	wantRefusal(t, "alice approving her own payout", err, codes.PermissionDenied, confirm.CodeApproverNotAllowed)
+	wantRefusal(t, "alice approving her own payout", err, codes.PermissionDenied, failure.CodeConfirmationApproverNotAllowed)
 	_, err = client.Decide(as(token(t, "acme", "mallory", "")), &mandatev1.DecideRequest{ChallengeId: payout.GetChallengeId(), Decision: mandatev1.Decision_DECISION_APPROVE})
-	wantRefusal(t, "mallory, without payment.approve", err, codes.PermissionDenied, confirm.CodeApproverNotAllowed)
+	wantRefusal(t, "mallory, without payment.approve", err, codes.PermissionDenied, failure.CodeConfirmationApproverNotAllowed)
 	_, err = client.Get(as(token(t, "acme", "mallory", "")), &mandatev1.ConfirmServiceGetRequest{ChallengeId: payout.GetChallengeId()})
-	wantRefusal(t, "mallory reading it", err, codes.NotFound, confirm.CodeNotFound)
+	wantRefusal(t, "mallory reading it", err, codes.NotFound, failure.CodeConfirmationNotFound)
 	_, err = client.Decide(as(token(t, "globex", "gina", "")), &mandatev1.DecideRequest{ChallengeId: payout.GetChallengeId(), Decision: mandatev1.Decision_DECISION_APPROVE})
-	wantRefusal(t, "gina of globex", err, codes.NotFound, confirm.CodeNotFound)
+	wantRefusal(t, "gina of globex", err, codes.NotFound, failure.CodeConfirmationNotFound)
 
 	// payment.payout is L4: even carol, who holds payment.approve, cannot
 	// approve it over the API; she does on the approval page, signed in.
 	_, err = client.Decide(as(token(t, "acme", "carol", "")), &mandatev1.DecideRequest{ChallengeId: payout.GetChallengeId(), Decision: mandatev1.Decision_DECISION_APPROVE})
-	wantRefusal(t, "carol approving an L4 payout over the API", err, codes.PermissionDenied, confirm.CodeApproverNotAllowed)
+	wantRefusal(t, "carol approving an L4 payout over the API", err, codes.PermissionDenied, failure.CodeConfirmationApproverNotAllowed)
 	carol := identity.Principal{Kind: identity.KindUser, Tenant: "acme", UserID: "carol"}
 	if _, err := e.confirm.Decide(context.Background(), carol, payout.GetChallengeId(), true, confirm.ChannelApprovalPage); err != nil {
 		t.Fatalf("carol approving on the page: %v", err)
@@ -331,7 +332,7 @@ func TestFourEyes(t *testing.T) {
 		t.Fatalf("carol's approval: %v %v", got, err)
 	}
 	_, err = client.Decide(as(token(t, "acme", "carol", "")), &mandatev1.DecideRequest{ChallengeId: payout.GetChallengeId(), Decision: mandatev1.Decision_DECISION_DECLINE})
-	wantRefusal(t, "deciding twice", err, codes.FailedPrecondition, confirm.CodeAlreadyDecided)
+	wantRefusal(t, "deciding twice", err, codes.FailedPrecondition, failure.CodeConfirmationAlreadyDecided)
 }
 
 func TestDecisionChannels(t *testing.T) {
@@ -371,34 +372,34 @@ func TestRedeemRefusals(t *testing.T) {
 			if err := redeem(replayed, ""); err != nil {
 				t.Fatal(err)
 			}
-			wantRefusal(t, "replayed", redeem(replayed, ""), codes.FailedPrecondition, confirm.CodeAlreadyRedeemed)
+			wantRefusal(t, "replayed", redeem(replayed, ""), codes.FailedPrecondition, failure.CodeConfirmationAlreadyRedeemed)
 
 			changed := e.open(t, bot, openReq("ticket.refund"))
 			e.decide(t, alice, changed.GetChallengeId(), mandatev1.Decision_DECISION_APPROVE)
-			wantRefusal(t, "changed digest", redeem(changed, confirmtest.Digest("amount_cents=999999")), codes.FailedPrecondition, confirm.CodeGrantMismatch)
+			wantRefusal(t, "changed digest", redeem(changed, confirmtest.Digest("amount_cents=999999")), codes.FailedPrecondition, failure.CodeConfirmationGrantMismatch)
 			if err := redeem(changed, ""); err != nil {
 				t.Fatalf("the right invocation after a mismatch: %v", err)
 			}
 
 			declined := e.open(t, bot, openReq("ticket.refund"))
 			e.decide(t, alice, declined.GetChallengeId(), mandatev1.Decision_DECISION_DECLINE)
-			wantRefusal(t, "declined", redeem(declined, ""), codes.PermissionDenied, confirm.CodeRefused)
+			wantRefusal(t, "declined", redeem(declined, ""), codes.PermissionDenied, failure.CodeConfirmationRefused)
 
 			pending := e.open(t, bot, openReq("ticket.refund"))
-			wantRefusal(t, "pending", redeem(pending, ""), codes.FailedPrecondition, confirm.CodePending)
+			wantRefusal(t, "pending", redeem(pending, ""), codes.FailedPrecondition, failure.CodeConfirmationPending)
 
 			short := openReq("ticket.refund")
 			short.Ttl = durationpb.New(500 * time.Millisecond)
 			expired := e.open(t, bot, short)
 			e.decide(t, alice, expired.GetChallengeId(), mandatev1.Decision_DECISION_APPROVE)
 			time.Sleep(700 * time.Millisecond)
-			wantRefusal(t, "expired", redeem(expired, ""), codes.FailedPrecondition, confirm.CodeExpired)
+			wantRefusal(t, "expired", redeem(expired, ""), codes.FailedPrecondition, failure.CodeConfirmationExpired)
 			lateReq := openReq("ticket.refund")
 			lateReq.Ttl = durationpb.New(300 * time.Millisecond)
 			late := e.open(t, bot, lateReq)
 			time.Sleep(500 * time.Millisecond)
 			_, err := mandatev1.NewConfirmServiceClient(e.conn).Decide(as(alice), &mandatev1.DecideRequest{ChallengeId: late.GetChallengeId(), Decision: mandatev1.Decision_DECISION_APPROVE})
-			wantRefusal(t, "deciding after expiry", err, codes.FailedPrecondition, confirm.CodeExpired)
+			wantRefusal(t, "deciding after expiry", err, codes.FailedPrecondition, failure.CodeConfirmationExpired)
 		})
 	}
 }
@@ -423,7 +424,7 @@ func TestConcurrentRedeems(t *testing.T) {
 					switch {
 					case err == nil:
 						won.Add(1)
-					case reason(err) == confirm.CodeAlreadyRedeemed:
+					case reason(err) == failure.CodeConfirmationAlreadyRedeemed:
 						replayed.Add(1)
 					default:
 						t.Errorf("Redeem: %v", err)
@@ -489,7 +490,7 @@ func TestAwaitWakesOnAnotherReplicasDecision(t *testing.T) {
 	if err == nil {
 		_, err = other.Recv()
 	}
-	wantRefusal(t, "gina awaiting", err, codes.NotFound, confirm.CodeNotFound)
+	wantRefusal(t, "gina awaiting", err, codes.NotFound, failure.CodeConfirmationNotFound)
 }
 
 func TestAwaitEndsAtExpiry(t *testing.T) {
@@ -564,13 +565,13 @@ func TestREST(t *testing.T) {
 		code                              string
 	}{
 		{"alice reads it", http.MethodGet, "/v1/challenges/" + id, alice, "", nil, 200, ""},
-		{"gina of globex", http.MethodGet, "/v1/challenges/" + id, token(t, "globex", "gina", ""), "", nil, 404, confirm.CodeNotFound},
-		{"the agent approves", http.MethodPost, "/v1/challenges/" + id + ":decide", bot, "", map[string]any{"decision": "DECISION_APPROVE"}, 403, confirm.CodeApproverNotAllowed},
+		{"gina of globex", http.MethodGet, "/v1/challenges/" + id, token(t, "globex", "gina", ""), "", nil, 404, failure.CodeConfirmationNotFound},
+		{"the agent approves", http.MethodPost, "/v1/challenges/" + id + ":decide", bot, "", map[string]any{"decision": "DECISION_APPROVE"}, 403, failure.CodeConfirmationApproverNotAllowed},
 		{"the agent opens directly", http.MethodPost, "/v1/challenges", bot, "", map[string]any{"command": "ticket.refund", "invocation_digest": confirmtest.Digest("x"), "invocation_id": "x"}, 403, "authorization.permission_denied"},
-		{"redeem before a decision", http.MethodPost, "/v1/challenges/" + id + ":redeem", svcTok, bot, map[string]any{"invocation_digest": confirmtest.Digest("rest-1")}, 422, confirm.CodePending},
+		{"redeem before a decision", http.MethodPost, "/v1/challenges/" + id + ":redeem", svcTok, bot, map[string]any{"invocation_digest": confirmtest.Digest("rest-1")}, 422, failure.CodeConfirmationPending},
 		{"alice approves", http.MethodPost, "/v1/challenges/" + id + ":decide", alice, "", map[string]any{"decision": "DECISION_APPROVE"}, 200, ""},
 		{"redeem", http.MethodPost, "/v1/challenges/" + id + ":redeem", svcTok, bot, map[string]any{"invocation_digest": confirmtest.Digest("rest-1")}, 200, ""},
-		{"replayed redeem", http.MethodPost, "/v1/challenges/" + id + ":redeem", svcTok, bot, map[string]any{"invocation_digest": confirmtest.Digest("rest-1")}, 422, confirm.CodeAlreadyRedeemed},
+		{"replayed redeem", http.MethodPost, "/v1/challenges/" + id + ":redeem", svcTok, bot, map[string]any{"invocation_digest": confirmtest.Digest("rest-1")}, 422, failure.CodeConfirmationAlreadyRedeemed},
 	}
 	for _, tc := range cases {
 		status, body := call(tc.method, tc.path, tc.tok, tc.onBehalf, tc.body)

@@ -14,6 +14,7 @@ import (
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/services/confirm"
@@ -97,7 +98,7 @@ func TestDecideElicited(t *testing.T) {
 				t.Fatalf("redeem the elicited grant: %+v %v", g, err)
 			}
 			_, err = svc.DecideElicited(ctx, elicitBot, c.ID, false)
-			wantConfirmCode(t, "answering twice", err, confirm.CodeAlreadyDecided)
+			wantConfirmCode(t, "answering twice", err, failure.CodeConfirmationAlreadyDecided)
 
 			// A decline is recorded the same way and refuses the grant.
 			d := openFor(t, svc, elicitBot, "ticket.refund")
@@ -106,7 +107,7 @@ func TestDecideElicited(t *testing.T) {
 				t.Fatalf("decline: %+v %v", got, err)
 			}
 			_, err = svc.Redeem(ctx, identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "alice", AgentID: "support-bot", Via: "executor"}, d.ID, d.InvocationDigest)
-			wantConfirmCode(t, "redeeming a declined challenge", err, confirm.CodeRefused)
+			wantConfirmCode(t, "redeeming a declined challenge", err, failure.CodeConfirmationRefused)
 
 			pending := openFor(t, svc, elicitBot, "ticket.refund")
 			refusals := []struct {
@@ -115,16 +116,16 @@ func TestDecideElicited(t *testing.T) {
 				id   string
 				code string
 			}{
-				{"alice's own session, not the agent's that asked", elicitAlice, pending.ID, confirm.CodeApproverNotAllowed},
-				{"another agent of the tenant", identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "carol", AgentID: "finance-bot"}, pending.ID, confirm.CodeApproverNotAllowed},
-				{"another user of the tenant", identity.Principal{Kind: identity.KindUser, Tenant: "acme", UserID: "carol"}, pending.ID, confirm.CodeApproverNotAllowed},
-				{"a user of another tenant", identity.Principal{Kind: identity.KindUser, Tenant: "globex", UserID: "gina"}, pending.ID, confirm.CodeNotFound},
-				{"a service", identity.Principal{Kind: identity.KindService, ServiceName: "mcpbridge"}, pending.ID, confirm.CodeApproverNotAllowed},
-				{"a malformed id", elicitBot, "not-an-id", confirm.CodeNotFound},
-				{"four eyes below L4", elicitBot, openFor(t, svc, elicitBot, "ledger.adjust").ID, confirm.CodeApproverNotAllowed},
-				{"L4 with the requesting user as approver", elicitBot, openFor(t, svc, elicitBot, "vendor.close").ID, confirm.CodeApproverNotAllowed},
-				{"L4 four eyes", elicitBot, openFor(t, svc, elicitBot, "payment.payout").ID, confirm.CodeApproverNotAllowed},
-				{"a headless agent's own call", cronBot, openFor(t, svc, cronBot, "ticket.refund").ID, confirm.CodeApproverNotAllowed},
+				{"alice's own session, not the agent's that asked", elicitAlice, pending.ID, failure.CodeConfirmationApproverNotAllowed},
+				{"another agent of the tenant", identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "carol", AgentID: "finance-bot"}, pending.ID, failure.CodeConfirmationApproverNotAllowed},
+				{"another user of the tenant", identity.Principal{Kind: identity.KindUser, Tenant: "acme", UserID: "carol"}, pending.ID, failure.CodeConfirmationApproverNotAllowed},
+				{"a user of another tenant", identity.Principal{Kind: identity.KindUser, Tenant: "globex", UserID: "gina"}, pending.ID, failure.CodeConfirmationNotFound},
+				{"a service", identity.Principal{Kind: identity.KindService, ServiceName: "mcpbridge"}, pending.ID, failure.CodeConfirmationApproverNotAllowed},
+				{"a malformed id", elicitBot, "not-an-id", failure.CodeConfirmationNotFound},
+				{"four eyes below L4", elicitBot, openFor(t, svc, elicitBot, "ledger.adjust").ID, failure.CodeConfirmationApproverNotAllowed},
+				{"L4 with the requesting user as approver", elicitBot, openFor(t, svc, elicitBot, "vendor.close").ID, failure.CodeConfirmationApproverNotAllowed},
+				{"L4 four eyes", elicitBot, openFor(t, svc, elicitBot, "payment.payout").ID, failure.CodeConfirmationApproverNotAllowed},
+				{"a headless agent's own call", cronBot, openFor(t, svc, cronBot, "ticket.refund").ID, failure.CodeConfirmationApproverNotAllowed},
 			}
 			for _, r := range refusals {
 				_, err := svc.DecideElicited(ctx, r.p, r.id, true)
@@ -174,7 +175,7 @@ func TestDecideElicited(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = svc.DecideElicited(ctx, elicitBot, pending.ID, true)
-			wantConfirmCode(t, "disabled user", err, confirm.CodePrincipalInactive)
+			wantConfirmCode(t, "disabled user", err, failure.CodeAuthorizationPrincipalInactive)
 		})
 	}
 }
@@ -211,14 +212,14 @@ func TestElicitedDecisionOverGRPC(t *testing.T) {
 			id := c.GetChallengeId()
 			for _, ch := range []string{"", "api", "mcp_elicitation"} {
 				_, err := direct.Decide(as(bot), decide(id, ch))
-				wantRefusal(t, "support-bot deciding directly on channel "+ch, err, codes.PermissionDenied, confirm.CodeApproverNotAllowed)
+				wantRefusal(t, "support-bot deciding directly on channel "+ch, err, codes.PermissionDenied, failure.CodeConfirmationApproverNotAllowed)
 			}
 			_, err = bridge.Decide(relaying(bot), decide(id, "api"))
-			wantRefusal(t, "the bridge relaying the agent on the api channel", err, codes.PermissionDenied, confirm.CodeApproverNotAllowed)
+			wantRefusal(t, "the bridge relaying the agent on the api channel", err, codes.PermissionDenied, failure.CodeConfirmationApproverNotAllowed)
 			_, err = mandatev1.NewConfirmServiceClient(e.svc).Decide(relaying(bot), decide(id, "mcp_elicitation"))
-			wantRefusal(t, "the executor relaying the agent on mcp_elicitation", err, codes.PermissionDenied, confirm.CodeApproverNotAllowed)
+			wantRefusal(t, "the executor relaying the agent on mcp_elicitation", err, codes.PermissionDenied, failure.CodeConfirmationApproverNotAllowed)
 			_, err = bridge.Decide(relaying(financeBot), decide(id, "mcp_elicitation"))
-			wantRefusal(t, "the bridge relaying another agent's session", err, codes.PermissionDenied, confirm.CodeApproverNotAllowed)
+			wantRefusal(t, "the bridge relaying another agent's session", err, codes.PermissionDenied, failure.CodeConfirmationApproverNotAllowed)
 
 			got, err := bridge.Decide(relaying(bot), decide(id, "mcp_elicitation"))
 			if err != nil || got.GetState() != mandatev1.ChallengeState_CHALLENGE_STATE_APPROVED ||
@@ -236,7 +237,7 @@ func TestElicitedDecisionOverGRPC(t *testing.T) {
 
 			payout := e.open(t, bot, openReq("payment.payout"))
 			_, err = bridge.Decide(relaying(bot), decide(payout.GetChallengeId(), "mcp_elicitation"))
-			wantRefusal(t, "elicitation for an L4 four-eyes payout", err, codes.PermissionDenied, confirm.CodeApproverNotAllowed)
+			wantRefusal(t, "elicitation for an L4 four-eyes payout", err, codes.PermissionDenied, failure.CodeConfirmationApproverNotAllowed)
 		})
 	}
 }
@@ -264,7 +265,7 @@ func TestL4IsApprovedOnlyOnThePage(t *testing.T) {
 				for _, channel := range []string{confirm.ChannelAPI, confirm.ChannelMCPElicitation, ""} {
 					ch := openFor(t, svc, elicitBot, c.cmd)
 					_, err := svc.Decide(ctx, c.approver, ch.ID, true, channel)
-					wantConfirmCode(t, c.name+" over "+channel, err, confirm.CodeApproverNotAllowed)
+					wantConfirmCode(t, c.name+" over "+channel, err, failure.CodeConfirmationApproverNotAllowed)
 					if got, _ := svc.Get(ctx, c.approver, ch.ID); got.State != confirm.StatePending {
 						t.Fatalf("%s over %q: state %s after a refused approval", c.name, channel, got.State)
 					}

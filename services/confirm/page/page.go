@@ -207,17 +207,17 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, s *confirm.Sessio
 	if fe, ok := api.Failure(err); ok {
 		status := failure.HTTPStatus(failure.GRPCCode(fe.Code))
 		title := map[string]string{
-			confirm.CodeNotFound:           "Not found",
-			confirm.CodeApproverNotAllowed: "You cannot decide this request",
-			confirm.CodeAlreadyDecided:     "Already decided",
-			confirm.CodeExpired:            "Expired",
-			confirm.CodePrincipalInactive:  "Your account is not active",
-			confirm.CodeUnavailable:        "Try again later",
+			failure.CodeConfirmationNotFound:           "Not found",
+			failure.CodeConfirmationApproverNotAllowed: "You cannot decide this request",
+			failure.CodeConfirmationAlreadyDecided:     "Already decided",
+			failure.CodeConfirmationExpired:            "Expired",
+			failure.CodeAuthorizationPrincipalInactive: "Your account is not active",
+			failure.CodeConfirmationUnavailable:        "Try again later",
 		}[fe.Code]
 		if title == "" {
 			title = "Refused"
 		}
-		if fe.Code == confirm.CodeUnavailable {
+		if fe.Code == failure.CodeConfirmationUnavailable {
 			h.cfg.Logger.WarnContext(r.Context(), "approval page: store unavailable", "error", err)
 		}
 		h.message(w, r, s, status, title, fe.Message+" ("+fe.Code+")", back)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mandate-dev/mandate/internal/directory"
 	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/services/confirm"
 	"github.com/mandate-dev/mandate/services/confirm/confirmtest"
@@ -345,7 +346,7 @@ func TestDecideOnThePage(t *testing.T) {
 		t.Fatalf("after approving: %+v", got)
 	}
 	r = do(t, alice, http.MethodPost, target, url.Values{"decision": {"decline"}, "csrf": {csrf}}, nil)
-	if r.status != http.StatusUnprocessableEntity || !strings.Contains(r.body, confirm.CodeAlreadyDecided) {
+	if r.status != http.StatusUnprocessableEntity || !strings.Contains(r.body, failure.CodeConfirmationAlreadyDecided) {
 		t.Fatalf("deciding twice: %d %s", r.status, r.body)
 	}
 }
@@ -360,7 +361,7 @@ func TestApproverPolicyOnThePage(t *testing.T) {
 		t.Fatalf("the requester's view of her four-eyes payout: %d %s", r.status, r.body)
 	}
 	r = do(t, alice, http.MethodPost, target, url.Values{"decision": {"approve"}, "csrf": {csrf}}, nil)
-	if r.status != http.StatusForbidden || !strings.Contains(r.body, confirm.CodeApproverNotAllowed) {
+	if r.status != http.StatusForbidden || !strings.Contains(r.body, failure.CodeConfirmationApproverNotAllowed) {
 		t.Fatalf("the requester approving anyway: %d", r.status)
 	}
 	mallory, _ := f.signIn(t, "mallory", "acme")
