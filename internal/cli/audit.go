@@ -49,12 +49,14 @@ func runAuditService(ctx context.Context, args []string, io IO) error {
 		f          serviceFlags
 		reconcile  time.Duration
 		intentsAge time.Duration
+		retain     int
 	)
 	s := config.New("audit", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
 	f.declare(s, "127.0.0.1:9094", "127.0.0.1:8084")
 	s.Duration(&reconcile, "reconcile-interval", time.Minute, "how often intents without an outcome are looked for")
 	s.Duration(&intentsAge, "reconcile-after", 15*time.Minute, "age after which an intent without an outcome is recorded as unknown")
+	s.Int(&retain, "retain", auditmem.DefaultMaxRows, "with --store memory: rows kept per tenant; older ones are evicted (0 keeps every row)")
 	if err := s.Parse(args); err != nil {
 		return err
 	}
@@ -85,7 +87,7 @@ func runAuditService(ctx context.Context, args []string, io IO) error {
 		dir := f.directory(pool, &cl)
 		return serveAudit(ctx, f, auth, store, dir, reconcile, intentsAge, metrics, log, &cl)
 	}
-	ms := auditmem.New()
+	ms := auditmem.New(auditmem.Options{MaxRows: retain})
 	cl.add(ms.Close)
 	return serveAudit(ctx, f, auth, ms, f.directory(nil, &cl), reconcile, intentsAge, metrics, log, &cl)
 }

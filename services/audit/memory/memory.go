@@ -12,8 +12,23 @@ import (
 	"github.com/mandate-dev/mandate/services/audit/internal/feed"
 )
 
+// DefaultMaxRows is the bound mandate dev gives each tenant's trail.
+const DefaultMaxRows = 50_000
+
+// Options tunes a Store.
+type Options struct {
+	// MaxRows bounds how many rows the store keeps per tenant: past it, the tenant's oldest
+	// rows are evicted. Zero or less keeps every row. An evicted row is gone for Query, Get,
+	// Verify and Watch, except intents still waiting for an outcome and unknown outcomes still
+	// waiting for a resolution: PendingIntents and UnresolvedUnknowns keep listing those (and
+	// an append of the same key still dedupes against them) until they are answered.
+	MaxRows int
+}
+
 // Store is an in-memory audit.Store, safe for concurrent use.
 type Store struct {
+	opts Options
+
 	mu      sync.RWMutex
 	tenants map[string]*tenantLog
 	closed  bool
@@ -23,18 +38,104 @@ type Store struct {
 	wg   sync.WaitGroup
 }
 
+// tenantLog is one tenant's trail. rows holds the retained window, rows[i].Seq == first+i;
+// the rows before first were evicted. byKey indexes the retained rows and the evicted rows
+// kept in held.
 type tenantLog struct {
-	rows    []audit.Stored // rows[i].Seq == i+1
-	byKey   map[audit.Key]int64
-	pending map[string]int64 // invocation id → Seq of an intent without outcome
-	head    audit.Head
+	tenant   string
+	rows     []audit.Stored
+	first    int64 // Seq of rows[0] (of the next row while rows is empty)
+	byKey    map[audit.Key]int64
+	pending  map[string]int64 // invocation id → Seq of an intent without outcome
+	unknowns map[string]int64 // invocation id → Seq of an unknown outcome without resolution
+	held     map[int64]audit.Stored
+	head     audit.Head
+}
+
+func newTenantLog(tenant string) *tenantLog {
+	return &tenantLog{
+		tenant:   tenant,
+		first:    1,
+		byKey:    map[audit.Key]int64{},
+		pending:  map[string]int64{},
+		unknowns: map[string]int64{},
+		held:     map[int64]audit.Stored{},
+		head:     audit.Head{Hash: audit.GenesisHash()},
+	}
+}
+
+// row returns the row at seq: retained, or evicted but held.
+func (l *tenantLog) row(seq int64) *audit.Stored {
+	if seq >= l.first {
+		return &l.rows[seq-l.first]
+	}
+	r := l.held[seq]
+	return &r
+}
+
+// add appends a new row (row.Seq == l.head.Seq+1) and indexes it.
+func (l *tenantLog) add(row audit.Stored) {
+	l.rows = append(l.rows, row)
+	l.byKey[row.Key()] = row.Seq
+	switch row.Phase {
+	case audit.PhaseIntent:
+		if _, done := l.byKey[l.key(row.InvocationID, audit.PhaseOutcome)]; !done {
+			l.pending[row.InvocationID] = row.Seq
+		}
+	case audit.PhaseOutcome:
+		l.settle(l.pending, row.InvocationID)
+		if _, resolved := l.byKey[l.key(row.InvocationID, audit.PhaseResolution)]; !resolved && row.Outcome == audit.OutcomeUnknown {
+			l.unknowns[row.InvocationID] = row.Seq
+		}
+	case audit.PhaseResolution:
+		l.settle(l.unknowns, row.InvocationID)
+	}
+	l.head = audit.Head{Seq: row.Seq, Hash: row.Hash}
+}
+
+func (l *tenantLog) key(invocationID string, ph audit.Phase) audit.Key {
+	return audit.Key{Tenant: l.tenant, InvocationID: invocationID, Phase: ph}
+}
+
+// settle drops invocationID from one of the open lists (pending or unknowns); an evicted row
+// held only for that list goes for good.
+func (l *tenantLog) settle(open map[string]int64, invocationID string) {
+	seq, ok := open[invocationID]
+	if !ok {
+		return
+	}
+	delete(open, invocationID)
+	if r, held := l.held[seq]; held {
+		delete(l.held, seq)
+		delete(l.byKey, r.Key())
+	}
+}
+
+// evict drops the oldest rows until at most max are retained. A row still on an open list is
+// moved to held instead of being dropped.
+func (l *tenantLog) evict(max int) {
+	n := len(l.rows) - max
+	if max <= 0 || n <= 0 {
+		return
+	}
+	for i := range l.rows[:n] {
+		r := &l.rows[i]
+		if l.pending[r.InvocationID] == r.Seq || l.unknowns[r.InvocationID] == r.Seq {
+			l.held[r.Seq] = *r
+			continue
+		}
+		delete(l.byKey, r.Key())
+	}
+	clear(l.rows[:n]) // let go of the evicted rows' contents before the array is reallocated
+	l.rows = l.rows[n:]
+	l.first += int64(n)
 }
 
 var _ audit.Store = (*Store)(nil)
 
 // New returns an empty Store.
-func New() *Store {
-	return &Store{tenants: map[string]*tenantLog{}, done: make(chan struct{})}
+func New(opts Options) *Store {
+	return &Store{opts: opts, tenants: map[string]*tenantLog{}, done: make(chan struct{})}
 }
 
 // Close ends every Watch and makes later calls fail with audit.ErrClosed. It waits for the
@@ -83,14 +184,14 @@ func (s *Store) AppendBatch(ctx context.Context, recs []audit.Record) ([]audit.S
 		if st == nil {
 			l := s.tenants[r.Tenant]
 			if l == nil {
-				l = &tenantLog{byKey: map[audit.Key]int64{}, pending: map[string]int64{}, head: audit.Head{Hash: audit.GenesisHash()}}
+				l = newTenantLog(r.Tenant)
 			}
 			st = &staged{log: l, head: l.head}
 			stage[r.Tenant] = st
 		}
 		inBatch[k] = i
 		if seq, ok := st.log.byKey[k]; ok {
-			out[i] = st.log.rows[seq-1]
+			out[i] = *st.log.row(seq)
 			continue
 		}
 		row := audit.Stored{Record: r.Clone(), Seq: st.head.Seq + 1, PrevHash: st.head.Hash}
@@ -105,22 +206,10 @@ func (s *Store) AppendBatch(ctx context.Context, recs []audit.Record) ([]audit.S
 		l := st.log
 		s.tenants[tenant] = l
 		for _, row := range st.rows {
-			l.rows = append(l.rows, row)
-			l.byKey[row.Key()] = row.Seq
-			if row.Phase == audit.PhaseIntent {
-				if _, done := l.byKey[audit.Key{Tenant: tenant, InvocationID: row.InvocationID, Phase: audit.PhaseOutcome}]; !done {
-					l.pending[row.InvocationID] = row.Seq
-				}
-			}
+			l.add(row)
 		}
-		l.head = st.head
+		l.evict(s.opts.MaxRows)
 		touched = append(touched, tenant)
-	}
-	// Outcomes clear pending intents even when they were already stored.
-	for i := range recs {
-		if recs[i].Phase == audit.PhaseOutcome {
-			delete(s.tenants[recs[i].Tenant].pending, recs[i].InvocationID)
-		}
 	}
 	s.mu.Unlock()
 	for _, t := range touched {
@@ -151,12 +240,12 @@ func (s *Store) Query(ctx context.Context, f audit.Filter) (audit.Page, error) {
 	if l == nil {
 		return page, nil
 	}
-	end := int64(len(l.rows))
+	end := l.head.Seq
 	if p.BeforeSeq > 0 {
 		end = min(end, p.BeforeSeq-1)
 	}
-	for seq := end; seq >= 1; seq-- {
-		row := &l.rows[seq-1]
+	for seq := end; seq >= l.first; seq-- {
+		row := &l.rows[seq-l.first]
 		if !p.Match(row) {
 			continue
 		}
@@ -183,7 +272,7 @@ func (s *Store) Get(ctx context.Context, tenant, invocationID string) ([]audit.S
 	if l := s.tenants[tenant]; l != nil {
 		for _, ph := range []audit.Phase{audit.PhaseIntent, audit.PhaseOutcome, audit.PhaseResolution} {
 			if seq, ok := l.byKey[audit.Key{Tenant: tenant, InvocationID: invocationID, Phase: ph}]; ok {
-				out = append(out, l.rows[seq-1].Clone())
+				out = append(out, l.row(seq).Clone())
 			}
 		}
 	}
@@ -204,10 +293,15 @@ func (s *Store) Verify(ctx context.Context, tenant string) (audit.Report, error)
 	if s.closed {
 		return audit.Report{}, audit.ErrClosed
 	}
-	v := audit.NewChainVerifier(tenant)
 	l := s.tenants[tenant]
 	if l == nil {
-		return v.Finish(audit.Head{}, false), nil
+		return audit.NewChainVerifier(tenant).Finish(audit.Head{}, false), nil
+	}
+	v := audit.NewChainVerifier(tenant)
+	if l.first > 1 {
+		// Rows were evicted (evict keeps at least one): the walk starts at the oldest kept
+		// row, from the PrevHash it was chained with.
+		v = audit.NewChainVerifierAt(tenant, l.first, l.rows[0].PrevHash)
 	}
 	for i := range l.rows {
 		if !v.Add(&l.rows[i]) {
@@ -237,10 +331,11 @@ func (s *Store) Watch(ctx context.Context, tenant string, afterSeq int64) (<-cha
 		s.mu.RLock()
 		defer s.mu.RUnlock()
 		l := s.tenants[tenant]
-		if l == nil || after >= int64(len(l.rows)) {
+		if l == nil || after >= l.head.Seq {
 			return nil, nil
 		}
-		rows := l.rows[after:min(int64(len(l.rows)), after+int64(limit))]
+		from := max(after+1, l.first) - l.first // evicted rows are skipped
+		rows := l.rows[from:min(int64(len(l.rows)), from+int64(limit))]
 		res := make([]audit.Stored, len(rows))
 		for i := range rows {
 			res[i] = rows[i].Clone()
@@ -254,7 +349,7 @@ func (s *Store) Watch(ctx context.Context, tenant string, afterSeq int64) (<-cha
 	return out, nil
 }
 
-// PendingIntents implements audit.Store.
+// UnresolvedUnknowns implements audit.Store.
 func (s *Store) UnresolvedUnknowns(ctx context.Context, before time.Time, limit int) ([]audit.Stored, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -265,13 +360,9 @@ func (s *Store) UnresolvedUnknowns(ctx context.Context, before time.Time, limit 
 		return nil, audit.ErrClosed
 	}
 	var out []audit.Stored
-	for tenant, l := range s.tenants {
-		for i := range l.rows {
-			row := &l.rows[i]
-			if row.Phase != audit.PhaseOutcome || row.Outcome != audit.OutcomeUnknown || !row.Time.Before(before) {
-				continue
-			}
-			if _, resolved := l.byKey[audit.Key{Tenant: tenant, InvocationID: row.InvocationID, Phase: audit.PhaseResolution}]; !resolved {
+	for _, l := range s.tenants {
+		for _, seq := range l.unknowns {
+			if row := l.row(seq); row.Time.Before(before) {
 				out = append(out, row.Clone())
 			}
 		}
@@ -292,7 +383,7 @@ func (s *Store) PendingIntents(ctx context.Context, before time.Time, limit int)
 	var out []audit.Stored
 	for _, l := range s.tenants {
 		for _, seq := range l.pending {
-			if row := &l.rows[seq-1]; row.Time.Before(before) {
+			if row := l.row(seq); row.Time.Before(before) {
 				out = append(out, row.Clone())
 			}
 		}
