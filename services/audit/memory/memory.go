@@ -38,13 +38,15 @@ type Store struct {
 	wg   sync.WaitGroup
 }
 
-// tenantLog is one tenant's trail. rows holds the retained window, rows[i].Seq == first+i;
-// the rows before first were evicted. byKey indexes the retained rows and the evicted rows
-// kept in held.
+// tenantLog is one tenant's trail. rows holds the retained rows, first..head.Seq, as a ring
+// that starts at rows[oldest]: it grows by append until the bound, then each new row takes
+// the place of the oldest, so a bounded trail allocates nothing more once full. byKey indexes
+// the retained rows and the evicted rows kept in held.
 type tenantLog struct {
 	tenant   string
 	rows     []audit.Stored
-	first    int64 // Seq of rows[0] (of the next row while rows is empty)
+	oldest   int   // index in rows of the row at first
+	first    int64 // Seq of the oldest retained row (of the next row while there is none)
 	byKey    map[audit.Key]int64
 	pending  map[string]int64 // invocation id → Seq of an intent without outcome
 	unknowns map[string]int64 // invocation id → Seq of an unknown outcome without resolution
@@ -64,18 +66,30 @@ func newTenantLog(tenant string) *tenantLog {
 	}
 }
 
+// at returns the retained row at seq (first <= seq <= head.Seq).
+func (l *tenantLog) at(seq int64) *audit.Stored {
+	return &l.rows[(l.oldest+int(seq-l.first))%len(l.rows)]
+}
+
 // row returns the row at seq: retained, or evicted but held.
 func (l *tenantLog) row(seq int64) *audit.Stored {
 	if seq >= l.first {
-		return &l.rows[seq-l.first]
+		return l.at(seq)
 	}
 	r := l.held[seq]
 	return &r
 }
 
-// add appends a new row (row.Seq == l.head.Seq+1) and indexes it.
-func (l *tenantLog) add(row audit.Stored) {
-	l.rows = append(l.rows, row)
+// add appends a new row (row.Seq == l.head.Seq+1) and indexes it. With maxRows > 0 and that
+// many rows retained, the oldest is evicted to make room.
+func (l *tenantLog) add(row audit.Stored, maxRows int) {
+	if maxRows > 0 && len(l.rows) >= maxRows {
+		l.evictOldest()
+		l.rows[l.oldest] = row
+		l.oldest = (l.oldest + 1) % len(l.rows)
+	} else {
+		l.rows = append(l.rows, row)
+	}
 	l.byKey[row.Key()] = row.Seq
 	switch row.Phase {
 	case audit.PhaseIntent:
@@ -91,6 +105,18 @@ func (l *tenantLog) add(row audit.Stored) {
 		l.settle(l.unknowns, row.InvocationID)
 	}
 	l.head = audit.Head{Seq: row.Seq, Hash: row.Hash}
+}
+
+// evictOldest drops the oldest retained row. A row still on an open list (pending or
+// unknowns) is moved to held instead of being dropped.
+func (l *tenantLog) evictOldest() {
+	r := &l.rows[l.oldest]
+	if l.pending[r.InvocationID] == r.Seq || l.unknowns[r.InvocationID] == r.Seq {
+		l.held[r.Seq] = *r
+	} else {
+		delete(l.byKey, r.Key())
+	}
+	l.first++
 }
 
 func (l *tenantLog) key(invocationID string, ph audit.Phase) audit.Key {
@@ -109,26 +135,6 @@ func (l *tenantLog) settle(open map[string]int64, invocationID string) {
 		delete(l.held, seq)
 		delete(l.byKey, r.Key())
 	}
-}
-
-// evict drops the oldest rows until at most max are retained. A row still on an open list is
-// moved to held instead of being dropped.
-func (l *tenantLog) evict(max int) {
-	n := len(l.rows) - max
-	if max <= 0 || n <= 0 {
-		return
-	}
-	for i := range l.rows[:n] {
-		r := &l.rows[i]
-		if l.pending[r.InvocationID] == r.Seq || l.unknowns[r.InvocationID] == r.Seq {
-			l.held[r.Seq] = *r
-			continue
-		}
-		delete(l.byKey, r.Key())
-	}
-	clear(l.rows[:n]) // let go of the evicted rows' contents before the array is reallocated
-	l.rows = l.rows[n:]
-	l.first += int64(n)
 }
 
 var _ audit.Store = (*Store)(nil)
@@ -206,9 +212,8 @@ func (s *Store) AppendBatch(ctx context.Context, recs []audit.Record) ([]audit.S
 		l := st.log
 		s.tenants[tenant] = l
 		for _, row := range st.rows {
-			l.add(row)
+			l.add(row, s.opts.MaxRows)
 		}
-		l.evict(s.opts.MaxRows)
 		touched = append(touched, tenant)
 	}
 	s.mu.Unlock()
@@ -245,7 +250,7 @@ func (s *Store) Query(ctx context.Context, f audit.Filter) (audit.Page, error) {
 		end = min(end, p.BeforeSeq-1)
 	}
 	for seq := end; seq >= l.first; seq-- {
-		row := &l.rows[seq-l.first]
+		row := l.at(seq)
 		if !p.Match(row) {
 			continue
 		}
@@ -299,12 +304,12 @@ func (s *Store) Verify(ctx context.Context, tenant string) (audit.Report, error)
 	}
 	v := audit.NewChainVerifier(tenant)
 	if l.first > 1 {
-		// Rows were evicted (evict keeps at least one): the walk starts at the oldest kept
+		// Rows were evicted (a new row only ever replaces one): the walk starts at the oldest kept
 		// row, from the PrevHash it was chained with.
-		v = audit.NewChainVerifierAt(tenant, l.first, l.rows[0].PrevHash)
+		v = audit.NewChainVerifierAt(tenant, l.first, l.at(l.first).PrevHash)
 	}
-	for i := range l.rows {
-		if !v.Add(&l.rows[i]) {
+	for seq := l.first; seq <= l.head.Seq; seq++ {
+		if !v.Add(l.at(seq)) {
 			break
 		}
 	}
@@ -334,11 +339,11 @@ func (s *Store) Watch(ctx context.Context, tenant string, afterSeq int64) (<-cha
 		if l == nil || after >= l.head.Seq {
 			return nil, nil
 		}
-		from := max(after+1, l.first) - l.first // evicted rows are skipped
-		rows := l.rows[from:min(int64(len(l.rows)), from+int64(limit))]
-		res := make([]audit.Stored, len(rows))
-		for i := range rows {
-			res[i] = rows[i].Clone()
+		from := max(after+1, l.first) // evicted rows are skipped
+		to := min(l.head.Seq, from+int64(limit)-1)
+		res := make([]audit.Stored, 0, to-from+1)
+		for seq := from; seq <= to; seq++ {
+			res = append(res, l.at(seq).Clone())
 		}
 		return res, nil
 	}
