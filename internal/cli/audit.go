@@ -56,7 +56,8 @@ func runAuditService(ctx context.Context, args []string, io IO) error {
 	f.declare(s, "127.0.0.1:9094", "127.0.0.1:8084")
 	s.Duration(&reconcile, "reconcile-interval", time.Minute, "how often intents without an outcome are looked for")
 	s.Duration(&intentsAge, "reconcile-after", 15*time.Minute, "age after which an intent without an outcome is recorded as unknown")
-	s.Int(&retain, "retain", auditmem.DefaultMaxRows, "with --store memory: rows kept per tenant; older ones are evicted (0 keeps every row)")
+	s.Int(&retain, "audit-retain", auditmem.DefaultMaxRows, "with --store memory: rows kept per tenant; older ones are evicted (0 keeps every row)")
+	s.Check(func() error { return checkRetain(s, retain) })
 	if err := s.Parse(args); err != nil {
 		return err
 	}
@@ -90,6 +91,14 @@ func runAuditService(ctx context.Context, args []string, io IO) error {
 	ms := auditmem.New(auditmem.Options{MaxRows: retain})
 	cl.add(ms.Close)
 	return serveAudit(ctx, f, auth, ms, f.directory(nil, &cl), reconcile, intentsAge, metrics, log, &cl)
+}
+
+// checkRetain refuses a negative --audit-retain.
+func checkRetain(s *config.Set, retain int) error {
+	if retain < 0 {
+		return s.Errorf("audit-retain", "must be 0 (keep every row) or more")
+	}
+	return nil
 }
 
 func serveAudit(ctx context.Context, f serviceFlags, auth *identity.Authenticator, store audit.Store, dir directory.Resolver,

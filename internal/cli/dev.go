@@ -78,6 +78,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	s.SecretVar(&devSecret, "dev-secret", "HS256 secret for dev tokens (default: random per run)")
 	s.Bool(&confirmSideEffects, "confirm-side-effects", false, "require confirmation for every command that declares side effects (the executor enforces it, the catalog's tools state it)")
 	s.Int(&auditRetain, "audit-retain", auditmem.DefaultMaxRows, "audit rows kept per tenant; older ones are evicted (0 keeps every row)")
+	s.Check(func() error { return checkRetain(s, auditRetain) })
 	otlpFlag(s, &otlpEndpoint)
 	metricsFlag(s, &metricsOn)
 	ef.declare(s)
