@@ -50,7 +50,7 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("Get past retention = %v, want ErrNotFound", err)
 	}
 	again := confirmtest.Challenge("acme", "inv-old")
-		if _, created, err := s.Create(ctx, again, time.Minute); err != nil || !created {
+	if _, created, err := s.Create(ctx, again, time.Minute); err != nil || !created {
 		t.Fatalf("Create for the dropped challenge's invocation: created=%v err=%v; want a new one", created, err)
 	}
 	if got, err := s.Get(ctx, "acme", recent.ID); err != nil || got.State != confirm.StateExpired {
