@@ -17,11 +17,12 @@ const DefaultMaxRows = 50_000
 
 // Options tunes a Store.
 type Options struct {
-	// MaxRows bounds how many rows the store keeps per tenant: past it, the tenant's oldest
-	// rows are evicted. Zero or less keeps every row. An evicted row is gone for Query, Get,
-	// Verify and Watch, except intents still waiting for an outcome and unknown outcomes still
-	// waiting for a resolution: PendingIntents and UnresolvedUnknowns keep listing those (and
-	// an append of the same key still dedupes against them) until they are answered.
+	// MaxRows bounds how many rows the store keeps per tenant: past it, each new row evicts
+	// the tenant's oldest. Zero or less keeps every row. An evicted row is gone for Query,
+	// Get, Verify and Watch, except an intent still waiting for its outcome and an unknown
+	// outcome still waiting for its resolution: those are held aside until answered, so
+	// PendingIntents and UnresolvedUnknowns keep listing them, Get still returns them and an
+	// append of the same key still dedupes against them. The package doc says what else holds.
 	MaxRows int
 }
 
