@@ -50,12 +50,15 @@ func runAuditService(ctx context.Context, args []string, io IO) error {
 		f          serviceFlags
 		reconcile  time.Duration
 		intentsAge time.Duration
+		retain     int
 	)
 	s := config.New("audit", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
 	f.declare(s, "127.0.0.1:9094", "127.0.0.1:8084")
 	s.Duration(&reconcile, "reconcile-interval", time.Minute, "how often intents without an outcome are looked for")
 	s.Duration(&intentsAge, "reconcile-after", 15*time.Minute, "age after which an intent without an outcome is recorded as unknown")
+	s.Int(&retain, "audit-retain", auditmem.DefaultMaxRows, "with --store memory: rows kept per tenant; older ones are evicted (0 keeps every row)")
+	s.Check(func() error { return checkRetain(s, retain) })
 	if err := s.Parse(args); err != nil {
 		return err
 	}
@@ -86,9 +89,17 @@ func runAuditService(ctx context.Context, args []string, io IO) error {
 		dir := f.directory(pool, &cl)
 		return serveAudit(ctx, f, auth, store, dir, reconcile, intentsAge, metrics, log, &cl)
 	}
-	ms := auditmem.New()
+	ms := auditmem.New(auditmem.Options{MaxRows: retain})
 	cl.add(ms.Close)
 	return serveAudit(ctx, f, auth, ms, f.directory(nil, &cl), reconcile, intentsAge, metrics, log, &cl)
+}
+
+// checkRetain refuses a negative --audit-retain.
+func checkRetain(s *config.Set, retain int) error {
+	if retain < 0 {
+		return s.Errorf("audit-retain", "must be 0 (keep every row) or more")
+	}
+	return nil
 }
 
 func serveAudit(ctx context.Context, f serviceFlags, auth *identity.Authenticator, store audit.Store, dir directory.Resolver,

@@ -66,6 +66,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		otlpEndpoint                             string
 		devSecret                                config.Secret
 		confirmSideEffects, metricsOn            bool
+		auditRetain                              int
 		ef                                       eventsFlags
 	)
 	s := config.New("dev", io.Env)
@@ -76,6 +77,8 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	s.String(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	s.SecretVar(&devSecret, "dev-secret", "HS256 secret for dev tokens (default: random per run)")
 	s.Bool(&confirmSideEffects, "confirm-side-effects", false, "require confirmation for every command that declares side effects (the executor enforces it, the catalog's tools state it)")
+	s.Int(&auditRetain, "audit-retain", auditmem.DefaultMaxRows, "audit rows kept per tenant; older ones are evicted (0 keeps every row)")
+	s.Check(func() error { return checkRetain(s, auditRetain) })
 	otlpFlag(s, &otlpEndpoint)
 	metricsFlag(s, &metricsOn)
 	ef.declare(s)
@@ -122,7 +125,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	dir := directory.NewCache(dirStore, directory.CacheOptions{TTL: time.Minute})
 	cl.add(dir.Close)
 
-	auditStore := auditmem.New()
+	auditStore := auditmem.New(auditmem.Options{MaxRows: auditRetain})
 	cl.add(auditStore.Close)
 	writer := audit.NewWriter(auditStore, audit.WriterOptions{Logger: log})
 	cl.add(func() { _ = writer.Close() })

@@ -185,6 +185,14 @@ func NewChainVerifier(tenant string) *ChainVerifier {
 	return &ChainVerifier{tenant: tenant, next: 1, prev: genesis}
 }
 
+// NewChainVerifierAt returns a verifier for the part of tenant's chain that starts at seq, for
+// a store that keeps only its newest rows: the row at seq must carry prev as its PrevHash. What
+// came before seq cannot be checked; prev is taken on trust (a row's Hash covers its PrevHash,
+// so prev cannot be edited without the row failing its own check).
+func NewChainVerifierAt(tenant string, seq int64, prev []byte) *ChainVerifier {
+	return &ChainVerifier{tenant: tenant, next: seq, prev: bytes.Clone(prev)}
+}
+
 // Add checks the next row. It returns false once a break has been found; later rows are not
 // looked at.
 func (v *ChainVerifier) Add(s *Stored) bool {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -212,6 +213,34 @@ func TestChainVerifier(t *testing.T) {
 	// An empty tenant without a head is intact.
 	if rep := audit.NewChainVerifier("none").Finish(audit.Head{}, false); !rep.OK || rep.Rows != 0 {
 		t.Fatalf("empty chain: %+v", rep)
+	}
+}
+
+// TestChainVerifierAt walks the newest part of a chain, as a store that evicts its oldest
+// rows does: the kept rows verify from the PrevHash of the first of them, and tampering inside
+// them is still found.
+func TestChainVerifierAt(t *testing.T) {
+	rows := chainOf(6)[2:] // rows 3..6; 1 and 2 were evicted
+	head := audit.Head{Seq: 6, Hash: rows[3].Hash}
+	walk := func(rows []audit.Stored, prev []byte) audit.Report {
+		v := audit.NewChainVerifierAt("acme", 3, prev)
+		for i := range rows {
+			if !v.Add(&rows[i]) {
+				break
+			}
+		}
+		return v.Finish(head, true)
+	}
+	if rep := walk(rows, rows[0].PrevHash); !rep.OK || rep.Rows != 4 {
+		t.Fatalf("kept rows: report %+v, break %+v; want ok with 4 rows", rep, rep.Break)
+	}
+	if rep := walk(rows[1:], rows[0].PrevHash); rep.OK || rep.Break.Seq != 3 || rep.Break.Problem != audit.ProblemGap {
+		t.Fatalf("oldest kept row missing: report %+v, break %+v; want a gap at 3", rep, rep.Break)
+	}
+	edited := slices.Clone(rows)
+	edited[0].PrevHash = bytes.Repeat([]byte{7}, audit.HashSize)
+	if rep := walk(edited, edited[0].PrevHash); rep.OK || rep.Break.Seq != 3 || rep.Break.Problem != audit.ProblemHashMismatch {
+		t.Fatalf("oldest kept row's prev_hash edited: report %+v, break %+v; want a hash mismatch at 3", rep, rep.Break)
 	}
 }
 

@@ -29,13 +29,16 @@ type Store interface {
 	Get(ctx context.Context, tenant, invocationID string) ([]Stored, error)
 
 	// Verify walks the tenant's chain in Seq order and reports the first broken link. A broken
-	// chain is a Report with OK false, not an error; errors are operational.
+	// chain is a Report with OK false, not an error; errors are operational. A store bounded to
+	// its newest rows walks those, from the PrevHash of the oldest it keeps.
 	Verify(ctx context.Context, tenant string) (Report, error)
 
 	// Watch streams the tenant's committed rows with Seq > afterSeq, in Seq order without gaps:
 	// first those already stored, then new ones as they are committed (by any process sharing
 	// the store). The channel is closed when ctx ends or the store is closed. A slow reader
-	// falls behind but never loses rows.
+	// falls behind but never loses rows, except in a store bounded to its newest rows (the
+	// memory store with MaxRows): there a watch from an evicted Seq starts at the oldest kept
+	// row, and a reader more than the bound behind skips what was evicted meanwhile.
 	Watch(ctx context.Context, tenant string, afterSeq int64) (<-chan Stored, error)
 
 	// PendingIntents returns up to limit intent rows, of any tenant, whose Time is before

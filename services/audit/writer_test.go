@@ -31,7 +31,7 @@ type fakeStore struct {
 }
 
 func newFake(t *testing.T) *fakeStore {
-	m := memory.New()
+	m := memory.New(memory.Options{})
 	t.Cleanup(m.Close)
 	return &fakeStore{Store: m, failErr: audit.ErrUnavailable}
 }

@@ -12,8 +12,24 @@ import (
 	"github.com/mandate-dev/mandate/services/audit/internal/feed"
 )
 
+// DefaultMaxRows is the bound mandate dev gives each tenant's trail.
+const DefaultMaxRows = 50_000
+
+// Options tunes a Store.
+type Options struct {
+	// MaxRows bounds how many rows the store keeps per tenant: past it, each new row evicts
+	// the tenant's oldest. Zero or less keeps every row. An evicted row is gone for Query,
+	// Get, Verify and Watch, except an intent still waiting for its outcome and an unknown
+	// outcome still waiting for its resolution: those are held aside until answered, so
+	// PendingIntents and UnresolvedUnknowns keep listing them, Get still returns them and an
+	// append of the same key still dedupes against them. The package doc says what else holds.
+	MaxRows int
+}
+
 // Store is an in-memory audit.Store, safe for concurrent use.
 type Store struct {
+	opts Options
+
 	mu      sync.RWMutex
 	tenants map[string]*tenantLog
 	closed  bool
@@ -23,18 +39,110 @@ type Store struct {
 	wg   sync.WaitGroup
 }
 
+// tenantLog is one tenant's trail. rows holds the retained rows, first..head.Seq, as a ring
+// that starts at rows[oldest]: it grows by append until the bound, then each new row takes
+// the place of the oldest, so a bounded trail allocates nothing more once full. byKey indexes
+// the retained rows and the evicted rows kept in held.
 type tenantLog struct {
-	rows    []audit.Stored // rows[i].Seq == i+1
-	byKey   map[audit.Key]int64
-	pending map[string]int64 // invocation id → Seq of an intent without outcome
-	head    audit.Head
+	tenant   string
+	rows     []audit.Stored
+	oldest   int   // index in rows of the row at first
+	first    int64 // Seq of the oldest retained row (of the next row while there is none)
+	byKey    map[audit.Key]int64
+	pending  map[string]int64 // invocation id → Seq of an intent without outcome
+	unknowns map[string]int64 // invocation id → Seq of an unknown outcome without resolution
+	held     map[int64]audit.Stored
+	head     audit.Head
+}
+
+func newTenantLog(tenant string) *tenantLog {
+	return &tenantLog{
+		tenant:   tenant,
+		first:    1,
+		byKey:    map[audit.Key]int64{},
+		pending:  map[string]int64{},
+		unknowns: map[string]int64{},
+		held:     map[int64]audit.Stored{},
+		head:     audit.Head{Hash: audit.GenesisHash()},
+	}
+}
+
+// at returns the retained row at seq (first <= seq <= head.Seq).
+func (l *tenantLog) at(seq int64) *audit.Stored {
+	return &l.rows[(l.oldest+int(seq-l.first))%len(l.rows)]
+}
+
+// row returns the row at seq: retained, or evicted but held.
+func (l *tenantLog) row(seq int64) *audit.Stored {
+	if seq >= l.first {
+		return l.at(seq)
+	}
+	r := l.held[seq]
+	return &r
+}
+
+// add appends a new row (row.Seq == l.head.Seq+1) and indexes it. With maxRows > 0 and that
+// many rows retained, the oldest is evicted to make room.
+func (l *tenantLog) add(row audit.Stored, maxRows int) {
+	if maxRows > 0 && len(l.rows) >= maxRows {
+		l.evictOldest()
+		l.rows[l.oldest] = row
+		l.oldest = (l.oldest + 1) % len(l.rows)
+	} else {
+		l.rows = append(l.rows, row)
+	}
+	l.byKey[row.Key()] = row.Seq
+	switch row.Phase {
+	case audit.PhaseIntent:
+		if _, done := l.byKey[l.key(row.InvocationID, audit.PhaseOutcome)]; !done {
+			l.pending[row.InvocationID] = row.Seq
+		}
+	case audit.PhaseOutcome:
+		l.settle(l.pending, row.InvocationID)
+		if _, resolved := l.byKey[l.key(row.InvocationID, audit.PhaseResolution)]; !resolved && row.Outcome == audit.OutcomeUnknown {
+			l.unknowns[row.InvocationID] = row.Seq
+		}
+	case audit.PhaseResolution:
+		l.settle(l.unknowns, row.InvocationID)
+	}
+	l.head = audit.Head{Seq: row.Seq, Hash: row.Hash}
+}
+
+// evictOldest drops the oldest retained row. A row still on an open list (pending or
+// unknowns) is moved to held instead of being dropped.
+func (l *tenantLog) evictOldest() {
+	r := &l.rows[l.oldest]
+	if l.pending[r.InvocationID] == r.Seq || l.unknowns[r.InvocationID] == r.Seq {
+		l.held[r.Seq] = *r
+	} else {
+		delete(l.byKey, r.Key())
+	}
+	l.first++
+}
+
+func (l *tenantLog) key(invocationID string, ph audit.Phase) audit.Key {
+	return audit.Key{Tenant: l.tenant, InvocationID: invocationID, Phase: ph}
+}
+
+// settle drops invocationID from one of the open lists (pending or unknowns); an evicted row
+// held only for that list goes for good.
+func (l *tenantLog) settle(open map[string]int64, invocationID string) {
+	seq, ok := open[invocationID]
+	if !ok {
+		return
+	}
+	delete(open, invocationID)
+	if r, held := l.held[seq]; held {
+		delete(l.held, seq)
+		delete(l.byKey, r.Key())
+	}
 }
 
 var _ audit.Store = (*Store)(nil)
 
 // New returns an empty Store.
-func New() *Store {
-	return &Store{tenants: map[string]*tenantLog{}, done: make(chan struct{})}
+func New(opts Options) *Store {
+	return &Store{opts: opts, tenants: map[string]*tenantLog{}, done: make(chan struct{})}
 }
 
 // Close ends every Watch and makes later calls fail with audit.ErrClosed. It waits for the
@@ -83,14 +191,14 @@ func (s *Store) AppendBatch(ctx context.Context, recs []audit.Record) ([]audit.S
 		if st == nil {
 			l := s.tenants[r.Tenant]
 			if l == nil {
-				l = &tenantLog{byKey: map[audit.Key]int64{}, pending: map[string]int64{}, head: audit.Head{Hash: audit.GenesisHash()}}
+				l = newTenantLog(r.Tenant)
 			}
 			st = &staged{log: l, head: l.head}
 			stage[r.Tenant] = st
 		}
 		inBatch[k] = i
 		if seq, ok := st.log.byKey[k]; ok {
-			out[i] = st.log.rows[seq-1]
+			out[i] = *st.log.row(seq)
 			continue
 		}
 		row := audit.Stored{Record: r.Clone(), Seq: st.head.Seq + 1, PrevHash: st.head.Hash}
@@ -105,22 +213,9 @@ func (s *Store) AppendBatch(ctx context.Context, recs []audit.Record) ([]audit.S
 		l := st.log
 		s.tenants[tenant] = l
 		for _, row := range st.rows {
-			l.rows = append(l.rows, row)
-			l.byKey[row.Key()] = row.Seq
-			if row.Phase == audit.PhaseIntent {
-				if _, done := l.byKey[audit.Key{Tenant: tenant, InvocationID: row.InvocationID, Phase: audit.PhaseOutcome}]; !done {
-					l.pending[row.InvocationID] = row.Seq
-				}
-			}
+			l.add(row, s.opts.MaxRows)
 		}
-		l.head = st.head
 		touched = append(touched, tenant)
-	}
-	// Outcomes clear pending intents even when they were already stored.
-	for i := range recs {
-		if recs[i].Phase == audit.PhaseOutcome {
-			delete(s.tenants[recs[i].Tenant].pending, recs[i].InvocationID)
-		}
 	}
 	s.mu.Unlock()
 	for _, t := range touched {
@@ -151,12 +246,12 @@ func (s *Store) Query(ctx context.Context, f audit.Filter) (audit.Page, error) {
 	if l == nil {
 		return page, nil
 	}
-	end := int64(len(l.rows))
+	end := l.head.Seq
 	if p.BeforeSeq > 0 {
 		end = min(end, p.BeforeSeq-1)
 	}
-	for seq := end; seq >= 1; seq-- {
-		row := &l.rows[seq-1]
+	for seq := end; seq >= l.first; seq-- {
+		row := l.at(seq)
 		if !p.Match(row) {
 			continue
 		}
@@ -183,7 +278,7 @@ func (s *Store) Get(ctx context.Context, tenant, invocationID string) ([]audit.S
 	if l := s.tenants[tenant]; l != nil {
 		for _, ph := range []audit.Phase{audit.PhaseIntent, audit.PhaseOutcome, audit.PhaseResolution} {
 			if seq, ok := l.byKey[audit.Key{Tenant: tenant, InvocationID: invocationID, Phase: ph}]; ok {
-				out = append(out, l.rows[seq-1].Clone())
+				out = append(out, l.row(seq).Clone())
 			}
 		}
 	}
@@ -204,13 +299,18 @@ func (s *Store) Verify(ctx context.Context, tenant string) (audit.Report, error)
 	if s.closed {
 		return audit.Report{}, audit.ErrClosed
 	}
-	v := audit.NewChainVerifier(tenant)
 	l := s.tenants[tenant]
 	if l == nil {
-		return v.Finish(audit.Head{}, false), nil
+		return audit.NewChainVerifier(tenant).Finish(audit.Head{}, false), nil
 	}
-	for i := range l.rows {
-		if !v.Add(&l.rows[i]) {
+	v := audit.NewChainVerifier(tenant)
+	if l.first > 1 {
+		// Rows were evicted (a new row only ever replaces one): the walk starts at the oldest kept
+		// row, from the PrevHash it was chained with.
+		v = audit.NewChainVerifierAt(tenant, l.first, l.at(l.first).PrevHash)
+	}
+	for seq := l.first; seq <= l.head.Seq; seq++ {
+		if !v.Add(l.at(seq)) {
 			break
 		}
 	}
@@ -237,13 +337,14 @@ func (s *Store) Watch(ctx context.Context, tenant string, afterSeq int64) (<-cha
 		s.mu.RLock()
 		defer s.mu.RUnlock()
 		l := s.tenants[tenant]
-		if l == nil || after >= int64(len(l.rows)) {
+		if l == nil || after >= l.head.Seq {
 			return nil, nil
 		}
-		rows := l.rows[after:min(int64(len(l.rows)), after+int64(limit))]
-		res := make([]audit.Stored, len(rows))
-		for i := range rows {
-			res[i] = rows[i].Clone()
+		from := max(after+1, l.first) // evicted rows are skipped
+		to := min(l.head.Seq, from+int64(limit)-1)
+		res := make([]audit.Stored, 0, to-from+1)
+		for seq := from; seq <= to; seq++ {
+			res = append(res, l.at(seq).Clone())
 		}
 		return res, nil
 	}
@@ -254,7 +355,7 @@ func (s *Store) Watch(ctx context.Context, tenant string, afterSeq int64) (<-cha
 	return out, nil
 }
 
-// PendingIntents implements audit.Store.
+// UnresolvedUnknowns implements audit.Store.
 func (s *Store) UnresolvedUnknowns(ctx context.Context, before time.Time, limit int) ([]audit.Stored, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -265,13 +366,9 @@ func (s *Store) UnresolvedUnknowns(ctx context.Context, before time.Time, limit 
 		return nil, audit.ErrClosed
 	}
 	var out []audit.Stored
-	for tenant, l := range s.tenants {
-		for i := range l.rows {
-			row := &l.rows[i]
-			if row.Phase != audit.PhaseOutcome || row.Outcome != audit.OutcomeUnknown || !row.Time.Before(before) {
-				continue
-			}
-			if _, resolved := l.byKey[audit.Key{Tenant: tenant, InvocationID: row.InvocationID, Phase: audit.PhaseResolution}]; !resolved {
+	for _, l := range s.tenants {
+		for _, seq := range l.unknowns {
+			if row := l.row(seq); row.Time.Before(before) {
 				out = append(out, row.Clone())
 			}
 		}
@@ -292,7 +389,7 @@ func (s *Store) PendingIntents(ctx context.Context, before time.Time, limit int)
 	var out []audit.Stored
 	for _, l := range s.tenants {
 		for _, seq := range l.pending {
-			if row := &l.rows[seq-1]; row.Time.Before(before) {
+			if row := l.row(seq); row.Time.Before(before) {
 				out = append(out, row.Clone())
 			}
 		}

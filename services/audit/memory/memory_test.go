@@ -14,7 +14,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
 	audittest.Run(t, func(t *testing.T) audit.Store {
-		s := memory.New()
+		s := memory.New(memory.Options{})
 		t.Cleanup(s.Close)
 		return s
 	})

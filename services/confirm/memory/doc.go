@@ -3,4 +3,9 @@
 // happens under one mutex, which is what makes Decide and Redeem atomic;
 // Watch is woken in-process. Nothing survives a restart, and two Stores
 // share nothing: run several replicas on the Postgres store.
+//
+// The store stays bounded under sustained load: a challenge is dropped once
+// it has been expired for Options.Retain (an hour by default), swept by
+// Create at most once a minute, as spent sign-in tokens and expired sessions
+// are swept by the calls that add them.
 package memory

@@ -11,18 +11,33 @@ import (
 	"github.com/mandate-dev/mandate/services/confirm/internal/follow"
 )
 
+// DefaultRetain is how long a challenge is kept after it expires unless
+// Options.Retain says otherwise.
+const DefaultRetain = time.Hour
+
+// sweepEvery is how often (by the store's clock) Create looks for
+// challenges past their retention.
+const sweepEvery = time.Minute
+
 // Options tunes a Store.
 type Options struct {
 	// Now is the store's clock. Default time.Now. Tests set it to move time
 	// without waiting.
 	Now func() time.Time
+	// Retain is how long a challenge is kept after its expiry, whatever
+	// its state: until then Get reports it (EXPIRED, or as it was decided
+	// or redeemed); after it, it reads as ErrNotFound and its invocation
+	// would open a new one. It bounds the store under sustained load.
+	// Default DefaultRetain.
+	Retain time.Duration
 }
 
 // Store is the in-memory confirm.Store and confirm.SessionStore. The zero
 // value is not usable; call New.
 type Store struct {
-	now func() time.Time
-	hub follow.Hub
+	now    func() time.Time
+	retain time.Duration
+	hub    follow.Hub
 
 	mu           sync.Mutex
 	closed       bool
@@ -31,6 +46,7 @@ type Store struct {
 	byInvocation map[[2]string]string // (tenant, invocation id) → challenge id
 	logins       map[string]time.Time // jti → expiry
 	sessions     map[string]confirm.Session
+	swept        time.Time // the last sweep of challenges past retention
 	wg           sync.WaitGroup
 }
 
@@ -44,8 +60,12 @@ func New(opts Options) *Store {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Retain <= 0 {
+		opts.Retain = DefaultRetain
+	}
 	return &Store{
 		now:          opts.Now,
+		retain:       opts.Retain,
 		done:         make(chan struct{}),
 		byID:         map[string]*confirm.Challenge{},
 		byInvocation: map[[2]string]string{},
@@ -93,6 +113,7 @@ func (s *Store) Create(_ context.Context, c confirm.Challenge, ttl time.Duration
 		return confirm.Challenge{}, false, errClosed
 	}
 	now := s.clock()
+	s.sweep(now)
 	if id, ok := s.byInvocation[[2]string{c.Tenant, c.InvocationID}]; ok {
 		return view(s.byID[id], now), false, nil
 	}
@@ -107,6 +128,21 @@ func (s *Store) Create(_ context.Context, c confirm.Challenge, ttl time.Duration
 	s.byID[c.ID] = &stored
 	s.byInvocation[[2]string{c.Tenant, c.InvocationID}] = c.ID
 	return view(&stored, now), true, nil
+}
+
+// sweep drops the challenges that expired more than retain ago, at most once
+// per sweepEvery. The caller holds mu.
+func (s *Store) sweep(now time.Time) {
+	if now.Sub(s.swept) < sweepEvery {
+		return
+	}
+	s.swept = now
+	for id, c := range s.byID {
+		if now.Sub(c.ExpiresAt) > s.retain {
+			delete(s.byID, id)
+			delete(s.byInvocation, [2]string{c.Tenant, c.InvocationID})
+		}
+	}
 }
 
 // Get implements confirm.Store.

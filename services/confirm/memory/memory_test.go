@@ -1,10 +1,14 @@
 package memory_test
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/mandate-dev/mandate/services/confirm"
 	"github.com/mandate-dev/mandate/services/confirm/confirmtest"
 	"github.com/mandate-dev/mandate/services/confirm/memory"
 )
@@ -17,4 +21,39 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(s.Close)
 		return s
 	})
+}
+
+// TestRetention: a challenge stays readable (EXPIRED) for Retain after its expiry, then the
+// next Create drops it and its invocation may open a new one.
+func TestRetention(t *testing.T) {
+	now := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	s := memory.New(memory.Options{Now: func() time.Time { return now }, Retain: time.Hour})
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	old, _, err := s.Create(ctx, confirmtest.Challenge("acme", "inv-old"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Minute + 59*time.Minute) // expired 59 minutes ago: kept
+	recent, _, err := s.Create(ctx, confirmtest.Challenge("acme", "inv-1"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, "acme", old.ID); err != nil || got.State != confirm.StateExpired {
+		t.Fatalf("Get within retention = %v, %v; want EXPIRED", got.State, err)
+	}
+	now = now.Add(2 * time.Minute) // expired 61 minutes ago: dropped at the next Create
+	if _, _, err := s.Create(ctx, confirmtest.Challenge("acme", "inv-2"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "acme", old.ID); !errors.Is(err, confirm.ErrNotFound) {
+		t.Fatalf("Get past retention = %v, want ErrNotFound", err)
+	}
+	again := confirmtest.Challenge("acme", "inv-old")
+	if _, created, err := s.Create(ctx, again, time.Minute); err != nil || !created {
+		t.Fatalf("Create for the dropped challenge's invocation: created=%v err=%v; want a new one", created, err)
+	}
+	if got, err := s.Get(ctx, "acme", recent.ID); err != nil || got.State != confirm.StateExpired {
+		t.Fatalf("Get(a challenge expired 2 minutes ago) = %v, %v; want it kept, EXPIRED", got.State, err)
+	}
 }

@@ -37,9 +37,8 @@ type Store struct {
 
 	mu     sync.Mutex
 	idem   map[executor.IdemKey]*record
-	runs   map[runKey]struct{}     // for Executed
-	runIDs map[invocation]struct{} // executions already recorded, so a repeated Finish adds none
-	events map[string]*outbox      // by tenant
+	runs   map[runKey]struct{} // for Executed; a set, so a repeated Finish adds nothing
+	events map[string]*outbox  // by tenant
 	spool  []executor.SpooledRow
 	spoolN int64
 }
@@ -54,8 +53,6 @@ type record struct {
 }
 
 type runKey struct{ tenant, user, subject, command string }
-
-type invocation struct{ tenant, id string }
 
 type outbox struct {
 	events    []executor.Event    // kept events, by increasing Seq (purging leaves gaps)
@@ -72,7 +69,6 @@ func New(opts Options) *Store {
 		opts:   opts.withDefaults(),
 		idem:   map[executor.IdemKey]*record{},
 		runs:   map[runKey]struct{}{},
-		runIDs: map[invocation]struct{}{},
 		events: map[string]*outbox{},
 	}
 }
@@ -200,11 +196,7 @@ func (s *Store) Finish(ctx context.Context, f executor.Finish) error {
 		}
 	}
 	if e := f.Execution; e != nil {
-		inv := invocation{e.Tenant, e.InvocationID}
-		if _, done := s.runIDs[inv]; !done {
-			s.runIDs[inv] = struct{}{}
-			s.runs[runKey{e.Tenant, e.User, e.Subject, e.Command}] = struct{}{}
-		}
+		s.runs[runKey{e.Tenant, e.User, e.Subject, e.Command}] = struct{}{}
 	}
 	if e := f.Event; e != nil {
 		ob := s.events[e.Tenant]
