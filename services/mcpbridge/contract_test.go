@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	genmanifest "github.com/mandate-dev/mandate/gen/manifest"
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	genmanifest "github.com/mandate-dev/mandate/gen/manifest"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/internal/tooldesc"

@@ -159,7 +159,8 @@ func (reviewWithoutPrompt) Execute(context.Context, *mandatev1.ExecuteRequest, .
 func TestReviewNarrationNeedsThePrompt(t *testing.T) {
 	e := startBridge(t, start(t), mcpbridge.Config{Executor: reviewWithoutPrompt{}})
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
-		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+		//nolint:staticcheck // sampling is deprecated from 2026-07-28; the bridge narrates through it on 2025-11-25
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*samplingResult, error) {
 			t.Error("the bridge sampled without a prompt")
 			return nil, errors.New("unexpected")
 		},
