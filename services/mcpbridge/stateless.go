@@ -179,7 +179,7 @@ func (b *Bridge) askInput(ctx context.Context, p identity.Principal, call toolCa
 // resume handles the retry of an input_required result: it checks the
 // requestState's seal, that it was issued to this principal for this tool
 // and these arguments, and that it has not expired; then it records the
-// answer (DecideElicited, single use: a challenge is decided once) and
+// answer (decideElicited, single use: a challenge is decided once) and
 // runs the call with the grant, which the executor redeems once. Any
 // failed check refuses with CodeInvalidState and decides nothing.
 func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest, p identity.Principal, call toolCall) (*mcp.CallToolResult, error) {
