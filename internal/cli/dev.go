@@ -237,7 +237,19 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	}
 	// The requestState key of MCP 2026-07-28 confirmations lives as long as
 	// the run, like the service secret.
-	bridge, err := mcpbridge.New(mcpbridge.Config{Catalog: cat, Executor: exec, Confirm: confirmSvc, Manifest: set, Verifier: users,
+	// The bridge calls the catalog, the executor and the confirm service
+	// through the server's in-process channel, as the separate bridge does
+	// over gRPC: with its service token, relaying the caller's.
+	bridgeSrc, err := identity.NewServiceTokenSource(serviceSecret, DefaultIssuer, DefaultAudience, identity.MCPBridgeService, time.Hour)
+	if err != nil {
+		return err
+	}
+	local := srv.InProcess(bridgeSrc)
+	bridge, err := mcpbridge.New(mcpbridge.Config{
+		Catalog:  mandatev1.NewCatalogServiceClient(local),
+		Executor: mandatev1.NewExecutorServiceClient(local),
+		Confirm:  mandatev1.NewConfirmServiceClient(local),
+		Manifest: set, Verifier: users,
 		ResourceURL: base + "/mcp", AuthorizationServers: []string{authServer.Issuer()}, SessionTimeout: time.Hour, Logger: log,
 		StateKey: []byte(randomHex(32))})
 	if err != nil {

@@ -8,12 +8,10 @@ import (
 	"net/url"
 	"time"
 
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
-	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
-	confirmapi "github.com/mandate-dev/mandate/services/confirm/api"
-	execapi "github.com/mandate-dev/mandate/services/executor/api"
 	"github.com/mandate-dev/mandate/services/mcpbridge"
 )
 
@@ -124,16 +122,14 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	catalogClient, err := catalogapi.NewClient(catalogConn, set)
-	if err != nil {
-		return err
-	}
 	executorConn, err := dial(executorAddr)
 	if err != nil {
 		return err
 	}
 	cfg := mcpbridge.Config{
-		Catalog: catalogClient, Executor: execapi.NewClient(executorConn), Manifest: set, Verifier: users,
+		Catalog:  mandatev1.NewCatalogServiceClient(catalogConn),
+		Executor: mandatev1.NewExecutorServiceClient(executorConn),
+		Manifest: set, Verifier: users,
 		ResourceURL: resourceURL, AuthorizationServers: authServers,
 		IdleTimeout: idleTimeout, SessionTimeout: sessionTimeout, Logger: log,
 		StateKey: []byte(stateSecret.Reveal()), AdvertiseURL: advertiseURL,
@@ -146,7 +142,7 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 		if err != nil {
 			return err
 		}
-		cfg.Confirm = confirmapi.NewClient(confirmConn)
+		cfg.Confirm = mandatev1.NewConfirmServiceClient(confirmConn)
 	}
 	bridge, err := mcpbridge.New(cfg)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/telemetry"
 )
 
 // RegisterService implements grpc.ServiceRegistrar: the service is served
@@ -36,9 +37,15 @@ func (s *Server) InProcess(src identity.TokenSource) grpc.ClientConnInterface {
 }
 
 // newLocalChannel is the in-process channel with the gRPC server's chain.
+// Its client side carries the caller's trace context to the service, as
+// the OpenTelemetry handler of a gRPC connection does
+// (telemetry.GRPCClientOption), with Mandate's propagator whichever one
+// the process installed: both ends are in this process.
 func newLocalChannel(unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor) *inprocgrpc.Channel {
+	prop := otelgrpc.WithPropagators(telemetry.Propagator())
 	return new(inprocgrpc.Channel).
-		WithServerStatsHandler(otelgrpc.NewServerHandler()).
+		WithClientStatsHandler(otelgrpc.NewClientHandler(prop)).
+		WithServerStatsHandler(otelgrpc.NewServerHandler(prop)).
 		WithServerUnaryInterceptor(chainUnary(unary)).
 		WithServerStreamInterceptor(chainStream(stream))
 }

@@ -2,6 +2,7 @@ package mcpbridge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,53 +11,22 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
-	"github.com/mandate-dev/mandate/services/catalog"
-	"github.com/mandate-dev/mandate/services/confirm"
-	"github.com/mandate-dev/mandate/services/executor"
+	"github.com/mandate-dev/mandate/internal/tooldesc"
 )
-
-// Executor runs one governed call; *executor.Executor implements it.
-// Errors are *failure.Error values or carry a gRPC status with a
-// mandate.v1.CommandError detail.
-type Executor interface {
-	Execute(ctx context.Context, call executor.Call) (*executor.Result, error)
-}
-
-// Catalog is what the bridge needs of the catalog service: a principal's
-// tools, a stream of changes to them, and the manifest's bytes.
-// *catalog.Catalog implements it in process; catalog/api.Client over gRPC.
-type Catalog interface {
-	Tools(ctx context.Context, p identity.Principal) (catalog.ToolSet, error)
-	Watch(ctx context.Context, p identity.Principal, send func(catalog.Event) error) error
-	Manifest(ctx context.Context, p identity.Principal) ([]byte, error)
-	CommandSlice(ctx context.Context, p identity.Principal, code string) ([]byte, error)
-}
-
-// Confirmer is what the bridge needs of the confirm service to put a
-// challenge to the session's human through elicitation. *confirm.Service
-// implements it in process; confirm/api.Client over gRPC.
-type Confirmer interface {
-	// Get returns the challenge (its prompt above all) to its requester.
-	Get(ctx context.Context, p identity.Principal, id string) (confirm.Challenge, error)
-	// DecideElicited records the answer the session's human gave through
-	// MCP elicitation to a challenge of the session's own call. The confirm
-	// service refuses it where the approver policy needs someone else or
-	// the command is L4.
-	DecideElicited(ctx context.Context, p identity.Principal, id string, approve bool) (confirm.Challenge, error)
-}
 
 // Config wires a Bridge.
 type Config struct {
-	// Catalog lists each principal's tools and serves the manifest. Required.
+	// Catalog lists each principal's tools and serves the manifest; its
+	// tools must come from Manifest. Required.
 	Catalog Catalog
 	// Confirm, when set, lets the bridge ask the client's user to confirm a
 	// call through elicitation. Without it every confirmation goes through
@@ -106,6 +76,9 @@ type Config struct {
 	// sessions. Empty: session ids are random and a request for a session
 	// held elsewhere is answered 404.
 	AdvertiseURL string
+	// Clock reads the time that seals and checks requestState expiry
+	// (default time.Now).
+	Clock func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -146,9 +119,6 @@ type Bridge struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-
-	// skew shifts the clock that seals and checks requestState (tests).
-	skew atomic.Int64
 
 	mu       sync.Mutex
 	servers  map[string]*entry
@@ -216,6 +186,9 @@ func New(cfg Config) (*Bridge, error) {
 	}
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	// RFC 9728 §3.1: the well-known segment goes between host and path.
@@ -303,7 +276,7 @@ func (b *Bridge) MetadataHandler() http.Handler {
 }
 
 // now is the clock of requestState expiry.
-func (b *Bridge) now() time.Time { return time.Now().Add(time.Duration(b.skew.Load())) }
+func (b *Bridge) now() time.Time { return b.cfg.Clock() }
 
 // verifyToken is the SDK's TokenVerifier over identity.Verifier.
 func (b *Bridge) verifyToken(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
@@ -373,7 +346,7 @@ func (b *Bridge) server(r *http.Request) *mcp.Server {
 	if tok != "" {
 		ctx = identity.WithRawToken(ctx, tok)
 	}
-	ts, err := b.cfg.Catalog.Tools(ctx, p)
+	ts, err := b.listTools(ctx)
 	if err != nil {
 		// Keep serving the last known set; the pipeline still decides every call.
 		b.log.WarnContext(r.Context(), "mcpbridge: listing tools", "tenant", p.Tenant, "user", p.UserID, "error", err)
@@ -383,18 +356,19 @@ func (b *Bridge) server(r *http.Request) *mcp.Server {
 	return e.srv
 }
 
-// sync makes the server's tools exactly ts.Tools. AddTool and RemoveTools
+// sync makes the server's tools exactly ts. AddTool and RemoveTools
 // notify the server's open sessions (tools/list_changed). e.mu is held.
-func (e *entry) sync(b *Bridge, ts catalog.ToolSet) {
-	want := make(map[string]bool, len(ts.Tools))
-	for _, t := range ts.Tools {
-		want[t.Name()] = true
-		if !e.tools[t.Name()] {
+func (e *entry) sync(b *Bridge, ts toolSet) {
+	want := make(map[string]bool, len(ts))
+	for _, t := range ts {
+		name := t.GetName()
+		want[name] = true
+		if !e.tools[name] {
 			if err := addTool(e.srv, t, b.callTool); err != nil {
-				b.log.Error("mcpbridge: registering tool", "tool", t.Name(), "error", err)
+				b.log.Error("mcpbridge: registering tool", "tool", name, "error", err)
 				continue
 			}
-			e.tools[t.Name()] = true
+			e.tools[name] = true
 		}
 	}
 	var gone []string
@@ -409,15 +383,22 @@ func (e *entry) sync(b *Bridge, ts catalog.ToolSet) {
 	}
 }
 
-// addTool registers one catalog tool with its raw schemas. The SDK panics
-// on a schema it refuses; that becomes an error here.
-func addTool(s *mcp.Server, t *catalog.Tool, h mcp.ToolHandler) (err error) {
+// addTool registers one catalog tool as its descriptor states it, schemas
+// verbatim. The SDK panics on a schema it refuses; that becomes an error
+// here.
+func addTool(s *mcp.Server, t *mandatev1.Tool, h mcp.ToolHandler) (err error) {
+	var d tooldesc.Tool
+	if err := json.Unmarshal([]byte(t.GetDescriptorJson()), &d); err != nil {
+		return fmt.Errorf("decoding the descriptor: %w", err)
+	}
+	if d.Name != t.GetName() {
+		return fmt.Errorf("the descriptor names %q", d.Name)
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%v", r)
 		}
 	}()
-	d := t.Descriptor
 	tool := &mcp.Tool{
 		Name:        d.Name,
 		Title:       d.Title,

@@ -9,10 +9,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/callattr"
 	"github.com/mandate-dev/mandate/internal/failure"
-	"github.com/mandate-dev/mandate/services/executor"
+	"github.com/mandate-dev/mandate/internal/schema"
 )
 
 // CodeConfirmationRequired is the refusal code that carries an approval URL.
@@ -49,6 +51,74 @@ type Violation struct {
 	Detail  string `json:"detail"`
 }
 
+// toolCall is one tools/call as the bridge relays it to the executor.
+type toolCall struct {
+	// Code is the tool's name, the command code.
+	Code string
+	// Input is the arguments as the client sent them ({} when absent).
+	Input []byte
+	// IdempotencyKey, GrantID and ConversationID come from `_meta`.
+	IdempotencyKey string
+	GrantID        string
+	ConversationID string
+	// MCPSessionID is the session the call came on.
+	MCPSessionID string
+	// Invalid are attributes of the call the bridge found malformed, and
+	// InputError what it found wrong with the input: the executor refuses
+	// such a call, and audits it.
+	Invalid    []callattr.Invalid
+	InputError *schema.InvalidError
+}
+
+// callResult is what the executor answered to a call it ran.
+type callResult struct {
+	InvocationID string
+	Output       []byte
+}
+
+// execute runs c through the executor for the caller in ctx. The input
+// travels as the JSON it is (input_json), which the executor's strict
+// decoder refuses (and audits) unless it is an object; what the bridge
+// found wrong travels in metadata the executor honours only on calls the
+// bridge relays. Refusals are the executor's status errors.
+func (b *Bridge) execute(ctx context.Context, c toolCall) (callResult, error) {
+	input := c.Input
+	if c.InputError != nil {
+		v, err := json.Marshal(c.InputError.Violations)
+		if err != nil {
+			return callResult{}, failure.Internal(stageSchema, err)
+		}
+		ctx = metadata.AppendToOutgoingContext(ctx, metadataInputError, string(v))
+		input = nil
+	}
+	if c.MCPSessionID != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, metadataMCPSession, c.MCPSessionID)
+	}
+	for _, inv := range c.Invalid {
+		v, err := json.Marshal(inv)
+		if err != nil {
+			return callResult{}, failure.Internal(stageRequest, err)
+		}
+		ctx = metadata.AppendToOutgoingContext(ctx, metadataInvalidAttribute, string(v))
+	}
+	resp, err := b.cfg.Executor.Execute(ctx, &mandatev1.ExecuteRequest{
+		Code: c.Code, InputJson: input, IdempotencyKey: c.IdempotencyKey,
+		ApprovalGrantId: c.GrantID, ConversationId: c.ConversationID,
+		ResultAsJson: true,
+	})
+	if err != nil {
+		return callResult{}, err
+	}
+	out := resp.GetResultJson()
+	if out == nil {
+		// An executor that predates result_as_json answers with a Struct.
+		if out, err = json.Marshal(resp.GetResult().AsMap()); err != nil {
+			return callResult{}, failure.Internal(stageDispatch, err)
+		}
+	}
+	return callResult{InvocationID: resp.GetInvocationId(), Output: out}, nil
+}
+
 // callTool runs tools/call for any published command, listed for the
 // caller or not: the executor decides, refuses and audits. It never returns
 // a plain Go error (the SDK would send it with code 0). A W3C traceparent
@@ -78,7 +148,7 @@ func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if s := strings.TrimSpace(string(input)); s == "" || s == "null" {
 		input = []byte("{}")
 	}
-	call := executor.Call{Code: name, Input: input, Channel: "mcp"}
+	call := toolCall{Code: name, Input: input}
 	meta := req.Params.Meta
 	call.IdempotencyKey = metaAttr(meta, MetaIdempotencyKey, callattr.IdempotencyKey, &call)
 	call.GrantID = metaAttr(meta, MetaApproval, callattr.ApprovalGrant, &call)
@@ -99,14 +169,14 @@ func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 		// Not a tool of this server: the executor refuses it at
 		// load_definition, so the attempt is audited, and the client gets
 		// the JSON-RPC error the protocol prescribes.
-		_, _ = b.cfg.Executor.Execute(ctx, call)
+		_, _ = b.execute(ctx, call)
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
 	}
 	if req.Params.RequestState != "" {
 		// The retry of an input_required result (2026-07-28 MRTR).
 		return b.resume(ctx, req, p, call)
 	}
-	res, err := b.cfg.Executor.Execute(ctx, call)
+	res, err := b.execute(ctx, call)
 	if err != nil {
 		return b.confirmation(ctx, req, p, call, err)
 	}
@@ -116,7 +186,7 @@ func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 // result is the tool result of a call the executor ran: its output as
 // structuredContent and a text block, narrated when it is an ops.review
 // that asked for narration (narrate.go).
-func (b *Bridge) result(ctx context.Context, req *mcp.CallToolRequest, call executor.Call, res *executor.Result) *mcp.CallToolResult {
+func (b *Bridge) result(ctx context.Context, req *mcp.CallToolRequest, call toolCall, res callResult) *mcp.CallToolResult {
 	out := json.RawMessage(res.Output)
 	if len(strings.TrimSpace(string(out))) == 0 {
 		out = json.RawMessage("{}")
@@ -194,7 +264,7 @@ func metaString(m mcp.Meta, key string) string {
 // metaAttr reads a string `_meta` value the executor checks. A value of
 // any other JSON type is never ignored: it is added to call.Invalid, so the
 // executor refuses the call (and audits the attempt).
-func metaAttr(m mcp.Meta, key, name string, call *executor.Call) string {
+func metaAttr(m mcp.Meta, key, name string, call *toolCall) string {
 	v, ok := m[key]
 	if !ok || v == nil {
 		return ""

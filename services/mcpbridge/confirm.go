@@ -7,11 +7,11 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc/status"
 
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
-	"github.com/mandate-dev/mandate/services/confirm"
-	"github.com/mandate-dev/mandate/services/executor"
 )
 
 // MetaChallenge is the `_meta` key of a confirmation form that names the
@@ -53,7 +53,7 @@ var approvalSchema = map[string]any{"type": "object", "properties": map[string]a
 // A 2026-07-28 client has no session to elicit on: the form rides in an
 // input_required result with a sealed requestState (askInput, resume), and
 // URL mode is not used (the approval-URL refusal names the page).
-func (b *Bridge) confirmation(ctx context.Context, req *mcp.CallToolRequest, p identity.Principal, call executor.Call, refused error) (*mcp.CallToolResult, error) {
+func (b *Bridge) confirmation(ctx context.Context, req *mcp.CallToolRequest, p identity.Principal, call toolCall, refused error) (*mcp.CallToolResult, error) {
 	prob := failure.Problem(failure.ToStatus(refused), "")
 	if b.cfg.Confirm == nil || req.Session == nil || call.GrantID != "" ||
 		prob.Code != CodeConfirmationRequired || prob.ChallengeID == "" {
@@ -70,29 +70,20 @@ func (b *Bridge) confirmation(ctx context.Context, req *mcp.CallToolRequest, p i
 	if !form && !url {
 		return b.refusal(ctx, call.Code, refused)
 	}
-	c, err := b.cfg.Confirm.Get(ctx, p, prob.ChallengeID)
+	c, err := b.cfg.Confirm.Get(ctx, &mandatev1.ConfirmServiceGetRequest{ChallengeId: prob.ChallengeID})
 	if err != nil {
 		b.log.WarnContext(ctx, "mcpbridge: reading the challenge to elicit; answering with the approval URL",
 			"tool", call.Code, "challenge_id", prob.ChallengeID, "invocation_id", prob.InvocationID, "error", err)
 		return b.refusal(ctx, call.Code, refused)
 	}
-	if cmd, ok := b.cfg.Manifest.ByCode(c.Command); ok {
-		if c.Risk == "" {
-			c.Risk = cmd.Risk
-		}
-		if c.Prompt.Fields == nil {
-			// Over gRPC the prompt arrives without its declared fields.
-			c.Prompt.Fields = confirm.PromptFields(cmd, c.Prompt.ArgumentsJSON, c.Prompt.WithheldFields)
-		}
-	}
-	if form && c.Elicitable {
+	if form && c.GetElicitable() {
 		if stateless {
-			return b.askInput(ctx, p, call, &c, refused)
+			return b.askInput(ctx, p, call, c, refused)
 		}
-		return b.elicitForm(ctx, req, p, call, &c, refused)
+		return b.elicitForm(ctx, req, call, c, refused)
 	}
 	if url && prob.ApprovalURL != "" {
-		b.elicitURL(ctx, req, &c, prob.ApprovalURL)
+		b.elicitURL(ctx, req, c, prob.ApprovalURL)
 	}
 	return b.refusal(ctx, call.Code, refused)
 }
@@ -100,90 +91,115 @@ func (b *Bridge) confirmation(ctx context.Context, req *mcp.CallToolRequest, p i
 // elicitForm asks the session's human with the challenge's prompt, records
 // the answer and runs the call again with the grant: the executor then
 // either runs it (approved) or refuses it with confirmation.refused.
-func (b *Bridge) elicitForm(ctx context.Context, req *mcp.CallToolRequest, p identity.Principal, call executor.Call, c *confirm.Challenge, refused error) (*mcp.CallToolResult, error) {
+func (b *Bridge) elicitForm(ctx context.Context, req *mcp.CallToolRequest, call toolCall, c *mandatev1.Challenge, refused error) (*mcp.CallToolResult, error) {
 	ectx := ctx
-	if !c.ExpiresAt.IsZero() {
+	if exp := c.GetExpiresAt(); exp != nil {
 		var cancel context.CancelFunc
-		ectx, cancel = context.WithDeadline(ctx, c.ExpiresAt)
+		ectx, cancel = context.WithDeadline(ctx, exp.AsTime())
 		defer cancel()
 	}
+	id := c.GetChallengeId()
 	res, err := req.Session.Elicit(ectx, &mcp.ElicitParams{
-		Meta: mcp.Meta{MetaChallenge: c.ID},
-		Mode: "form", Message: FormMessage(c.Prompt), RequestedSchema: approvalSchema,
+		Meta: mcp.Meta{MetaChallenge: id},
+		Mode: "form", Message: FormMessage(c.GetPrompt()), RequestedSchema: approvalSchema,
 	})
 	if err != nil {
 		b.log.WarnContext(ctx, "mcpbridge: confirmation form failed; the challenge stays open at the approval URL",
-			"tool", call.Code, "challenge_id", c.ID, "error", err)
+			"tool", call.Code, "challenge_id", id, "error", err)
 		return b.refusal(ctx, call.Code, refused)
 	}
 	approve := res.Action == "accept"
-	if _, err := b.cfg.Confirm.DecideElicited(ctx, p, c.ID, approve); err != nil && !errors.Is(err, confirm.ErrAlreadyDecided) {
+	if err := b.decideElicited(ctx, id, approve); err != nil && !isCode(err, codeAlreadyDecided) {
 		// Nothing was recorded: the challenge stays open at the approval
 		// URL, which the refusal names.
 		b.log.WarnContext(ctx, "mcpbridge: recording the elicited answer failed",
-			"tool", call.Code, "challenge_id", c.ID, "action", res.Action, "error", err)
+			"tool", call.Code, "challenge_id", id, "action", res.Action, "error", err)
 		return b.refusal(ctx, call.Code, refused)
 	}
 	b.log.InfoContext(ctx, "mcpbridge: confirmation answered through elicitation",
-		"tool", call.Code, "challenge_id", c.ID, "action", res.Action, "approved", approve)
-	return b.runWithGrant(ctx, req, call, c.ID)
+		"tool", call.Code, "challenge_id", id, "action", res.Action, "approved", approve)
+	return b.runWithGrant(ctx, req, call, id)
+}
+
+// decideElicited records the answer the session's human gave through MCP
+// elicitation (a form, or the retry of an input_required result) to a
+// challenge of the session's own call: ConfirmService.Decide on channel
+// mcp_elicitation, relayed for that human.
+func (b *Bridge) decideElicited(ctx context.Context, id string, approve bool) error {
+	d := mandatev1.Decision_DECISION_DECLINE
+	if approve {
+		d = mandatev1.Decision_DECISION_APPROVE
+	}
+	_, err := b.cfg.Confirm.Decide(ctx, &mandatev1.DecideRequest{ChallengeId: id, Decision: d, Channel: channelMCPElicitation})
+	return err
+}
+
+// refusalOf is the Mandate refusal an error of another service carries.
+func refusalOf(err error) (*failure.Error, bool) {
+	var fe *failure.Error
+	if errors.As(err, &fe) {
+		return fe, true
+	}
+	return failure.FromStatus(status.Convert(err))
+}
+
+// isCode reports whether err is a Mandate refusal with code.
+func isCode(err error, code string) bool {
+	fe, ok := refusalOf(err)
+	return ok && fe.Code == code
 }
 
 // elicitURL sends the approval page's URL to the client (URL mode, the
 // challenge id as elicitationId). The answer only says whether the user
 // agreed to open it; the decision happens on the page.
-func (b *Bridge) elicitURL(ctx context.Context, req *mcp.CallToolRequest, c *confirm.Challenge, approvalURL string) {
+func (b *Bridge) elicitURL(ctx context.Context, req *mcp.CallToolRequest, c *mandatev1.Challenge, approvalURL string) {
 	who := "the requesting user"
-	if c.Approver.Kind == confirm.ApproverPermissionHolder {
-		who = "another user holding " + c.Approver.Permission
+	if c.GetApproverKind() == approverPermissionHolder {
+		who = "another user holding " + c.GetApproverPermission()
 	}
+	id, command := c.GetChallengeId(), c.GetCommand()
 	msg := fmt.Sprintf("%s needs the approval of %s. Open the approval page to review the exact call and decide; "+
-		"once it is approved, the agent can call %s again with the grant.", c.Prompt.Title, who, c.Command)
-	res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Mode: "url", Message: msg, URL: approvalURL, ElicitationID: c.ID})
+		"once it is approved, the agent can call %s again with the grant.", c.GetPrompt().GetTitle(), who, command)
+	res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Mode: "url", Message: msg, URL: approvalURL, ElicitationID: id})
 	if err != nil {
-		b.log.WarnContext(ctx, "mcpbridge: URL elicitation failed", "tool", c.Command, "challenge_id", c.ID, "error", err)
+		b.log.WarnContext(ctx, "mcpbridge: URL elicitation failed", "tool", command, "challenge_id", id, "error", err)
 		return
 	}
-	b.log.InfoContext(ctx, "mcpbridge: approval URL sent through elicitation", "tool", c.Command, "challenge_id", c.ID, "action", res.Action)
+	b.log.InfoContext(ctx, "mcpbridge: approval URL sent through elicitation", "tool", command, "challenge_id", id, "action", res.Action)
 }
 
 // FormMessage is the message of a confirmation form: the confirm service's
 // prompt, which is rendered from the declaration and the request with
 // sensitive values withheld, never from model text. The arguments are
-// listed one per line by their declaration (confirm.PromptField.Line):
-// money with its currency, enums and timestamps readable, free text quoted
-// and marked as the agent's, control and bidi characters shown as ⟦U+…⟧
-// markers, so that no value can pass itself off as another. A prompt that
-// came over gRPC carries no fields; they are then rendered from its
-// arguments without a declaration, which marks every string as the agent's.
-func FormMessage(pr confirm.Prompt) string {
-	fields := pr.Fields
-	if fields == nil {
-		fields = confirm.PromptFields(nil, pr.ArgumentsJSON, pr.WithheldFields)
-	}
+// listed one per line as the confirm service rendered them by their
+// declaration (Prompt.argument_lines): money with its currency, enums and
+// timestamps readable, free text quoted and marked as the agent's, control
+// and bidi characters shown as ⟦U+…⟧ markers, so that no value can pass
+// itself off as another.
+func FormMessage(pr *mandatev1.Prompt) string {
 	var b strings.Builder
-	b.WriteString("Confirm: " + pr.Title + "\n\n")
-	b.WriteString(pr.Summary + "\n\n")
-	fmt.Fprintf(&b, "Risk: %s\n", pr.Risk)
-	if len(pr.SideEffects) > 0 {
-		fmt.Fprintf(&b, "Side effects: %s\n", strings.Join(pr.SideEffects, ", "))
+	b.WriteString("Confirm: " + pr.GetTitle() + "\n\n")
+	b.WriteString(pr.GetSummary() + "\n\n")
+	fmt.Fprintf(&b, "Risk: %s\n", pr.GetRisk())
+	if len(pr.GetSideEffects()) > 0 {
+		fmt.Fprintf(&b, "Side effects: %s\n", strings.Join(pr.GetSideEffects(), ", "))
 	}
-	if pr.Reversible && pr.Recall != "" {
-		fmt.Fprintf(&b, "Undo: %s\n", pr.Recall)
+	if pr.GetReversible() && pr.GetRecall() != "" {
+		fmt.Fprintf(&b, "Undo: %s\n", pr.GetRecall())
 	} else {
 		b.WriteString("Undo: not possible\n")
 	}
-	fmt.Fprintf(&b, "Requested by: %s\n", pr.RequestedBy)
-	if len(fields) == 0 {
+	fmt.Fprintf(&b, "Requested by: %s\n", pr.GetRequestedBy())
+	if lines := pr.GetArgumentLines(); len(lines) == 0 {
 		b.WriteString("Arguments: none\n")
 	} else {
 		b.WriteString("Arguments:\n")
-		for _, f := range fields {
-			b.WriteString("- " + f.Line("the agent") + "\n")
+		for _, l := range lines {
+			b.WriteString("- " + l + "\n")
 		}
 	}
-	if len(pr.WithheldFields) > 0 {
-		fmt.Fprintf(&b, "Withheld from this prompt: %s\n", strings.Join(pr.WithheldFields, ", "))
+	if len(pr.GetWithheldFields()) > 0 {
+		fmt.Fprintf(&b, "Withheld from this prompt: %s\n", strings.Join(pr.GetWithheldFields(), ", "))
 	}
 	b.WriteString("\nAccept to run this call once, with exactly these arguments. " +
 		"Decline or cancel, and it does not run.")
@@ -203,9 +219,9 @@ func elicitationModes(caps *mcp.ClientCapabilities) (form, url bool) {
 // runWithGrant runs call again with the challenge the session's human just
 // answered as its grant: the executor redeems it, or refuses (and audits)
 // when the answer was no.
-func (b *Bridge) runWithGrant(ctx context.Context, req *mcp.CallToolRequest, call executor.Call, challengeID string) (*mcp.CallToolResult, error) {
+func (b *Bridge) runWithGrant(ctx context.Context, req *mcp.CallToolRequest, call toolCall, challengeID string) (*mcp.CallToolResult, error) {
 	call.GrantID = challengeID
-	out, err := b.cfg.Executor.Execute(ctx, call)
+	out, err := b.execute(ctx, call)
 	if err != nil {
 		return b.refusal(ctx, call.Code, err)
 	}

@@ -24,31 +24,28 @@ import (
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/compile/compiletest"
 	"github.com/mandate-dev/mandate/internal/directory"
-	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
-	"github.com/mandate-dev/mandate/internal/storage/pgtest"
 	"github.com/mandate-dev/mandate/services/audit"
-	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
 	"github.com/mandate-dev/mandate/services/catalog"
 	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
 	"github.com/mandate-dev/mandate/services/confirm"
 	confirmapi "github.com/mandate-dev/mandate/services/confirm/api"
-	confirmpg "github.com/mandate-dev/mandate/services/confirm/postgres"
 	"github.com/mandate-dev/mandate/services/executor"
-	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
 	"github.com/mandate-dev/mandate/services/mcpbridge"
 )
 
 // stack is the governed topology with the bridge's Confirm set: directory,
-// audit, executor and confirm on a fresh Postgres database, the catalog,
-// and the bridge on an httptest server, over backends the test chooses.
+// audit, executor and confirm on fresh stores (newStores), the catalog,
+// their APIs on one authenticated server, and the bridge on an httptest
+// server calling them through that server's in-process channel, over
+// backends the test chooses.
 type stack struct {
 	url     string
 	set     *manifest.Set
-	audit   *auditpg.Store
+	audit   audit.Store
 	confirm *confirm.Service
 	// gateway counts the helpdesk's refunds (helpdesk stacks).
 	gateway *helpdesk.Gateway
@@ -58,7 +55,18 @@ type stack struct {
 	bridge      *mcpbridge.Bridge
 	// cfg is the bridge's configuration, for more replicas of it.
 	cfg mcpbridge.Config
+	// clock is the bridge's clock of requestState expiry.
+	clock *testClock
 }
+
+// testClock is a clock a test moves.
+type testClock struct{ skew atomic.Int64 }
+
+// Now is the time, moved by what Advance added.
+func (c *testClock) Now() time.Time { return time.Now().Add(time.Duration(c.skew.Load())) }
+
+// Advance moves the clock by d.
+func (c *testClock) Advance(d time.Duration) { c.skew.Add(int64(d)) }
 
 // backends returns the executor's connection per gRPC service of the
 // manifest; it may fill in st.
@@ -70,22 +78,19 @@ var stateKey = []byte("state-key-0123456789abcdef0123456789")
 func newStack(t *testing.T, set *manifest.Set, policy string, be backends) *stack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	pool := pgtest.New(t, dirpg.Migrations, auditpg.Migrations, execpg.Migrations, confirmpg.Migrations)
-	dir := dirpg.New(pool, dirpg.Options{})
+	stores := newStores(t)
+	dir := stores.dir
 	if _, err := directory.Apply(ctx, dir, []byte(policy)); err != nil {
 		t.Fatal(err)
 	}
 	cache := directory.NewCache(dir, directory.CacheOptions{TTL: time.Hour})
-	auditStore := auditpg.New(pool, auditpg.Options{})
-	writer := audit.NewWriter(auditStore, audit.WriterOptions{Attempts: 1})
+	writer := audit.NewWriter(stores.audit, audit.WriterOptions{Attempts: 1})
 	t.Cleanup(func() {
 		_ = writer.Close()
-		auditStore.Close()
 		cache.Close()
-		dir.Close()
 	})
 	confirmSvc, err := confirm.New(confirm.Config{
-		Store: confirmpg.New(pool, confirmpg.Options{}), Directory: cache, Commands: set, ApprovalBaseURL: "http://approve.test",
+		Store: stores.confirm, Directory: cache, Commands: set, ApprovalBaseURL: "http://approve.test",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -107,25 +112,30 @@ func newStack(t *testing.T, set *manifest.Set, policy string, be backends) *stac
 		t.Fatal(err)
 	}
 	t.Cleanup(cat.Close)
-	st := &stack{set: set, audit: auditStore, confirm: confirmSvc}
+	st := &stack{set: set, audit: stores.audit, confirm: confirmSvc, clock: &testClock{}}
 	conns := be(t, ctx, st, authn, cat)
 	t.Cleanup(cancel) // before the backends' cleanups, which wait for their servers to stop
 	exec, err := executor.New(executor.Config{
 		Manifest: set, Directory: cache, Audit: writer, Confirm: executor.LocalConfirmer{Service: confirmSvc},
 		Dispatcher: executor.NewGRPCDispatcher(conns),
-		Store:      execpg.New(pool, execpg.Options{}),
+		Store:      stores.exec,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(exec.Close)
+	local := bridgeChannel(t, serveServices(t, ctx, authn, set, exec, cat, confirmSvc))
+	t.Cleanup(cancel) // before serveServices' cleanup, which waits for its server to stop
 
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(mux)
 	st.cfg = mcpbridge.Config{
-		Catalog: cat, Confirm: confirmSvc, Executor: exec, Manifest: set, Verifier: users,
+		Catalog:  mandatev1.NewCatalogServiceClient(local),
+		Confirm:  mandatev1.NewConfirmServiceClient(local),
+		Executor: mandatev1.NewExecutorServiceClient(local),
+		Manifest: set, Verifier: users,
 		ResourceURL: srv.URL + "/mcp", AuthorizationServers: []string{"https://issuer.test"},
-		StateKey: stateKey,
+		StateKey: stateKey, Clock: st.clock.Now,
 	}
 	b, err := mcpbridge.New(st.cfg)
 	if err != nil {
@@ -139,6 +149,17 @@ func newStack(t *testing.T, set *manifest.Set, policy string, be backends) *stac
 	st.url = srv.URL
 	st.bridge = b
 	return st
+}
+
+// wirePrompt is the prompt of challenge id as the confirm service's API
+// answers p.
+func wirePrompt(t *testing.T, svc *confirm.Service, p identity.Principal, id string) *mandatev1.Prompt {
+	t.Helper()
+	ch, err := confirmapi.New(svc, nil).Get(identity.WithPrincipal(context.Background(), p), &mandatev1.ConfirmServiceGetRequest{ChallengeId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch.GetPrompt()
 }
 
 // helpdeskBackends serves the helpdesk sample, the catalog's Review
@@ -384,7 +405,7 @@ func testConfirmationThroughElicitation(t *testing.T, proto string) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if form.Message != mcpbridge.FormMessage(c.Prompt) || !strings.Contains(form.Message, "Refund a ticket (ticket.refund)") ||
+			if form.Message != mcpbridge.FormMessage(wirePrompt(t, st.confirm, carolFinanceBot, id)) || !strings.Contains(form.Message, "Refund a ticket (ticket.refund)") ||
 				!strings.Contains(form.Message, "[withheld]") || strings.Contains(form.Message, "CH4242424242") {
 				t.Fatalf("form message:\n%s", form.Message)
 			}

@@ -3,6 +3,17 @@
 // 2025-11-25 with sessions, and 2026-07-28 without them when
 // Config.StateKey is set), with the official Go SDK.
 //
+// # The other services
+//
+// The bridge keeps no data and knows the other services only by their API:
+// its ports (Executor, Catalog, Confirmer) are the parts of the generated
+// mandatev1 gRPC clients it calls, bound over the network for the separate
+// bridge and over a server's in-process channel in mandate dev. Each call
+// relays the caller's raw token under the bridge's service credentials, so
+// every service answers for the caller; policy (who may answer a
+// confirmation by form) and rendering (the prompt's argument lines, the
+// review's prompt) are the owning service's.
+//
 // # Authentication
 //
 // Every request carries a bearer token that the identity Verifier checks
@@ -76,8 +87,8 @@
 // an expiry (10 minutes, or the challenge's own expiry if sooner). The
 // client asks its user and calls again, under a new request id, with the
 // answer in inputResponses and the requestState. The bridge checks the
-// seal, the binding and the expiry, records the answer (DecideElicited:
-// a challenge is decided once, so a state is good for one retry) and runs
+// seal, the binding and the expiry, records the answer (ConfirmService
+// Decide on channel mcp_elicitation: a challenge is decided once, so a state is good for one retry) and runs
 // the call with the grant, which the executor redeems once. A state that
 // fails any check, or was used before, is refused with
 // confirmation.invalid_state and nothing is decided. URL mode is not used
@@ -103,7 +114,8 @@
 // ops.review with narrate: true runs through the executor like any
 // command; then, if the client declared sampling, the bridge asks the
 // client's own model (sampling/createMessage) to narrate the review's
-// prompt, catalog.ToPrompt of the manifest, and returns its text and model
+// prompt, which the catalog rendered into the review's output, and returns
+// its text and model
 // in `_meta` `mandate.dev/narration` and a text block. A client without
 // sampling gets the deterministic rendering and a note. Mandate holds no
 // model API key.

@@ -14,19 +14,19 @@ import (
 
 	"github.com/mandate-dev/mandate/examples/helpdesk"
 	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/directory"
-	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
 	"github.com/mandate-dev/mandate/services/audit"
-	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
 	"github.com/mandate-dev/mandate/services/catalog"
+	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
 	"github.com/mandate-dev/mandate/services/confirm"
-	confirmpg "github.com/mandate-dev/mandate/services/confirm/postgres"
+	confirmapi "github.com/mandate-dev/mandate/services/confirm/api"
 	"github.com/mandate-dev/mandate/services/executor"
-	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
+	execapi "github.com/mandate-dev/mandate/services/executor/api"
 	"github.com/mandate-dev/mandate/services/mcpbridge"
 )
 
@@ -65,49 +65,50 @@ tenants:
 `
 
 // env is the governed topology in process: the helpdesk backend behind its
-// own authenticated gRPC server, the executor, confirm, audit and the
-// catalog on a fresh Postgres database, and the bridge on an httptest
-// server.
+// own authenticated gRPC server; the executor, confirm, audit and the
+// catalog on fresh stores (newStores), their APIs on one authenticated
+// server; and the bridge on an httptest server, calling them through that
+// server's in-process channel with its service token, as mandate dev
+// wires it.
 type env struct {
 	url     string
 	set     *manifest.Set
 	catalog *catalog.Catalog
 	gateway *helpdesk.Gateway
-	audit   *auditpg.Store
+	audit   audit.Store
 	confirm *confirm.Service
-	dir     *dirpg.Store
+	dir     directory.Store
 	// helpdeskAddr is the helpdesk backend's own gRPC address.
 	helpdeskAddr string
-	// exec, users and authn serve the gRPC services of startRemote.
-	exec   *executor.Executor
-	users  *identity.Verifier
-	authn  *identity.Authenticator
-	bridge *mcpbridge.Bridge
+	// services serves ExecutorService, CatalogService and ConfirmService;
+	// local is the bridge's in-process connection to it.
+	services *server.Server
+	local    grpc.ClientConnInterface
+	users    *identity.Verifier
+	authn    *identity.Authenticator
+	bridge   *mcpbridge.Bridge
 }
 
 func start(t testing.TB) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	pool := pgtest.New(t, dirpg.Migrations, auditpg.Migrations, execpg.Migrations, confirmpg.Migrations)
+	st := newStores(t)
 	set, err := manifest.Embedded()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := dirpg.New(pool, dirpg.Options{})
+	dir := st.dir
 	if _, err := directory.Apply(ctx, dir, []byte(policy)); err != nil {
 		t.Fatal(err)
 	}
 	cache := directory.NewCache(dir, directory.CacheOptions{TTL: time.Hour})
-	auditStore := auditpg.New(pool, auditpg.Options{})
-	writer := audit.NewWriter(auditStore, audit.WriterOptions{Attempts: 1})
+	writer := audit.NewWriter(st.audit, audit.WriterOptions{Attempts: 1})
 	t.Cleanup(func() {
 		_ = writer.Close()
-		auditStore.Close()
 		cache.Close()
-		dir.Close()
 	})
 	confirmSvc, err := confirm.New(confirm.Config{
-		Store: confirmpg.New(pool, confirmpg.Options{}), Directory: cache, Commands: set,
+		Store: st.confirm, Directory: cache, Commands: set,
 		ApprovalBaseURL: "http://approve.test",
 	})
 	if err != nil {
@@ -155,7 +156,7 @@ func start(t testing.TB) *env {
 	exec, err := executor.New(executor.Config{
 		Manifest: set, Directory: cache, Audit: writer, Confirm: executor.LocalConfirmer{Service: confirmSvc},
 		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{"examples.helpdesk.v1.HelpdeskService": backendConn}),
-		Store:      execpg.New(pool, execpg.Options{}),
+		Store:      st.exec,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -166,12 +167,15 @@ func start(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(cat.Close)
+	svc := serveServices(t, ctx, authn, set, exec, cat, confirmSvc)
+	local := bridgeChannel(t, svc)
 
 	mux := http.NewServeMux()
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Start()
 	b, err := mcpbridge.New(mcpbridge.Config{
-		Catalog: cat, Executor: exec, Manifest: set, Verifier: users,
+		Catalog: mandatev1.NewCatalogServiceClient(local), Executor: mandatev1.NewExecutorServiceClient(local),
+		Manifest: set, Verifier: users,
 		ResourceURL: srv.URL + "/mcp", AuthorizationServers: []string{"https://issuer.test"},
 	})
 	if err != nil {
@@ -185,8 +189,35 @@ func start(t testing.TB) *env {
 		_ = backendConn.Close()
 		cancel()
 	})
-	return &env{url: srv.URL, set: set, catalog: cat, gateway: gw, audit: auditStore, confirm: confirmSvc, dir: dir, helpdeskAddr: hsrv.GRPCAddr(),
-		exec: exec, users: users, authn: authn, bridge: b}
+	return &env{url: srv.URL, set: set, catalog: cat, gateway: gw, audit: st.audit, confirm: confirmSvc, dir: dir, helpdeskAddr: hsrv.GRPCAddr(),
+		services: svc, local: local, users: users, authn: authn, bridge: b}
+}
+
+// serveServices serves the APIs of exec, cat and confirmSvc on one
+// authenticated gRPC server, as mandate dev does, until ctx ends.
+func serveServices(t testing.TB, ctx context.Context, authn *identity.Authenticator, set *manifest.Set, exec *executor.Executor, cat *catalog.Catalog, confirmSvc *confirm.Service) *server.Server {
+	t.Helper()
+	execSvc := execapi.New(exec, set)
+	srv, err := server.New(server.Config{Name: "mandate", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: authn, GRPCOptions: execSvc.ServerOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execSvc.Register(srv)
+	catalogapi.New(cat, nil).Register(srv)
+	confirmapi.New(confirmSvc, nil).Register(srv)
+	serve(t, ctx, srv)
+	return srv
+}
+
+// bridgeChannel is the bridge's in-process connection to srv's services,
+// with its service token (which relays each caller's token).
+func bridgeChannel(t testing.TB, srv *server.Server) grpc.ClientConnInterface {
+	t.Helper()
+	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", identity.MCPBridgeService, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv.InProcess(src)
 }
 
 func serve(t testing.TB, ctx context.Context, srv *server.Server) {
@@ -215,12 +246,18 @@ func serve(t testing.TB, ctx context.Context, srv *server.Server) {
 
 func token(t testing.TB, tenant, user, agent string) string {
 	t.Helper()
+	return tokenTTL(t, tenant, user, agent, time.Hour)
+}
+
+// tokenTTL is a token that expires ttl from now.
+func tokenTTL(t testing.TB, tenant, user, agent string, ttl time.Duration) string {
+	t.Helper()
 	model := ""
 	if agent != "" {
 		model = "test-model"
 	}
 	tok, err := identity.MintDev(devSecret, identity.MintRequest{
-		Issuer: "test", Audience: "mandate", User: user, Tenant: tenant, Agent: agent, Model: model, TTL: time.Hour, Now: time.Now(),
+		Issuer: "test", Audience: "mandate", User: user, Tenant: tenant, Agent: agent, Model: model, TTL: ttl, Now: time.Now(),
 	})
 	if err != nil {
 		t.Fatal(err)

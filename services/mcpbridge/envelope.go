@@ -16,7 +16,6 @@ import (
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/schema"
 	"github.com/mandate-dev/mandate/internal/strictjson"
-	"github.com/mandate-dev/mandate/services/executor"
 )
 
 // checkEnvelope refuses a POSTed JSON-RPC message (or batch) that is not
@@ -96,13 +95,13 @@ func (b *Bridge) auditEnvelope(r *http.Request, body []byte, se *strictjson.Erro
 	if !ok {
 		return ""
 	}
-	call := executor.Call{Code: msg.Params.Name, Input: []byte("{}"), Channel: "mcp"}
+	call := toolCall{Code: msg.Params.Name, Input: []byte("{}")}
 	if isMeta {
 		call.Invalid = []callattr.Invalid{{Name: "_meta", Rule: callattr.RuleFormat, Reason: "repeats the member " + ptr, Value: callattr.Mark(ptr)}}
 	} else {
 		call.InputError = &schema.InvalidError{Violations: []schema.Violation{{Pointer: ptr, Rule: se.Rule, Message: se.Message}}}
 	}
-	_, err := b.cfg.Executor.Execute(ctx, call)
+	_, err := b.execute(ctx, call)
 	if fe, ok := failure.FromStatus(failure.ToStatus(err)); ok {
 		return fe.InvocationID
 	}

@@ -9,8 +9,8 @@ func (b *Bridge) Principals() int {
 	return len(b.servers)
 }
 
-// Advance moves the clock of requestState expiry forward by d.
-func (b *Bridge) Advance(d time.Duration) { b.skew.Add(int64(d)) }
+// Sweep runs one pass of the idle sweep as if the time were now.
+func (b *Bridge) Sweep(now time.Time) { b.dropIdle(now) }
 
 // SealSessionID is a session id as a bridge with state key key and
 // advertised URL owner issues it.
@@ -18,3 +18,11 @@ func SealSessionID(key []byte, owner string) string {
 	b := &Bridge{cfg: Config{StateKey: key}, advertise: owner}
 	return b.newSessionID()
 }
+
+// Metadata the bridge sends with a call, for the test that keeps it equal
+// to what the executor reads.
+const (
+	MetadataMCPSession       = metadataMCPSession
+	MetadataInvalidAttribute = metadataInvalidAttribute
+	MetadataInputError       = metadataInputError
+)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/services/mcpbridge"
 )
 
@@ -40,7 +41,7 @@ func TestIsIssuerURL(t *testing.T) {
 // that is no URL does not start.
 func TestMetadataNamesTheAuthorizationServer(t *testing.T) {
 	e := start(t)
-	cfg := mcpbridge.Config{Catalog: e.catalog, Executor: e.exec, Manifest: e.set, Verifier: e.users, ResourceURL: e.url + "/mcp"}
+	cfg := mcpbridge.Config{Catalog: mandatev1.NewCatalogServiceClient(e.local), Executor: mandatev1.NewExecutorServiceClient(e.local), Manifest: e.set, Verifier: e.users, ResourceURL: e.url + "/mcp"}
 
 	bad := cfg
 	bad.AuthorizationServers = []string{"mandate-dev"}

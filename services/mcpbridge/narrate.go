@@ -5,10 +5,6 @@ import (
 	"encoding/json"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/mandate-dev/mandate/internal/tooldesc"
-	"github.com/mandate-dev/mandate/services/catalog"
-	"github.com/mandate-dev/mandate/services/executor"
 )
 
 // MetaNarration is the `_meta` key of an ops.review result that asked for
@@ -39,6 +35,10 @@ const NarrationNeedsSession = "Narration needs sampling, which protocol revision
 	"connect with 2025-11-25 (or 2025-06-18) and declare sampling to have your model narrate the review. " +
 	"Mandate holds no model API key of its own. Below is the deterministic rendering of the review."
 
+// NarrationNeedsPrompt is the note of a review result that carries no
+// prompt to narrate (a catalog that did not render one).
+const NarrationNeedsPrompt = "The review carries no prompt to narrate: the catalog rendered none."
+
 // Narration is what the bridge adds to an ops.review result that asked for
 // narration.
 type Narration struct {
@@ -54,8 +54,8 @@ type Narration struct {
 
 // wantsNarration reports whether call is an ops.review with narrate: true.
 // The executor ran it, so the input is valid.
-func wantsNarration(call executor.Call) bool {
-	if call.Code != catalog.ReviewCommand {
+func wantsNarration(call toolCall) bool {
+	if call.Code != reviewCommand {
 		return false
 	}
 	var in struct {
@@ -65,12 +65,13 @@ func wantsNarration(call executor.Call) bool {
 }
 
 // narrate adds the narration to the result r of an ops.review that asked
-// for it. The review already ran through the executor (governed, audited);
-// the bridge then asks the calling client's own model, through
-// sampling/createMessage, to narrate the review's prompt (catalog.ToPrompt
-// of the manifest). A client without sampling, or whose sampling fails,
-// gets the deterministic rendering and a note. structuredContent stays the
-// review itself, as its output schema says.
+// for it. The review already ran through the executor (governed, audited),
+// and its output carries the catalog's prompt: the review rendered for a
+// model to narrate. The bridge then asks the calling client's own model,
+// through sampling/createMessage, to narrate that prompt. A client without
+// sampling, or whose sampling fails, gets the deterministic rendering and a
+// note. structuredContent stays the review itself, as its output schema
+// says.
 func (b *Bridge) narrate(ctx context.Context, req *mcp.CallToolRequest, r *mcp.CallToolResult, output json.RawMessage) {
 	var review struct {
 		Prompt string `json:"prompt"`
@@ -78,10 +79,9 @@ func (b *Bridge) narrate(ctx context.Context, req *mcp.CallToolRequest, r *mcp.C
 	_ = json.Unmarshal(output, &review)
 	prompt := review.Prompt
 	if prompt == "" {
-		// ToPrompt is a pure function of the manifest and the deployment
-		// options: the same bytes the catalog would have returned, unless
-		// it runs with --confirm-side-effects, which the bridge cannot know.
-		prompt = catalog.ToPrompt(b.cfg.Manifest.Manifest(), tooldesc.Options{})
+		r.Meta[MetaNarration] = Narration{Status: NarrationUnavailable, Note: NarrationNeedsPrompt}
+		r.Content = append(r.Content, &mcp.TextContent{Text: NarrationNeedsPrompt})
+		return
 	}
 	n := b.sample(ctx, req, prompt)
 	r.Meta[MetaNarration] = n
@@ -108,7 +108,7 @@ func (b *Bridge) sample(ctx context.Context, req *mcp.CallToolRequest, prompt st
 		MaxTokens: narrationMaxTokens,
 	})
 	if err != nil {
-		b.log.WarnContext(ctx, "mcpbridge: sampling the narration failed", "tool", catalog.ReviewCommand, "error", err)
+		b.log.WarnContext(ctx, "mcpbridge: sampling the narration failed", "tool", reviewCommand, "error", err)
 		return Narration{Status: NarrationUnavailable, Note: "The client's model did not narrate the review (sampling failed). Below is the deterministic rendering of the review."}
 	}
 	text, ok := res.Content.(*mcp.TextContent)

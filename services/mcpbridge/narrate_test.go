@@ -1,12 +1,17 @@
 package mcpbridge_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc"
 
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/tooldesc"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/catalog"
@@ -138,4 +143,44 @@ func TestReviewNarration(t *testing.T) {
 			t.Fatalf("a refused review was narrated (%d sampling requests)", samples)
 		}
 	})
+}
+
+// reviewWithoutPrompt answers every call with a review that carries no
+// prompt, as a catalog that rendered none would.
+type reviewWithoutPrompt struct{}
+
+func (reviewWithoutPrompt) Execute(context.Context, *mandatev1.ExecuteRequest, ...grpc.CallOption) (*mandatev1.ExecuteResponse, error) {
+	return &mandatev1.ExecuteResponse{InvocationId: "inv-review", ResultJson: []byte(`{"findings":[]}`)}, nil
+}
+
+// TestReviewNarrationNeedsThePrompt: the bridge narrates the prompt the
+// catalog rendered, never one of its own; a review without one is
+// returned with a note, and the client's model is not asked.
+func TestReviewNarrationNeedsThePrompt(t *testing.T) {
+	e := startBridge(t, start(t), mcpbridge.Config{Executor: reviewWithoutPrompt{}})
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
+		//nolint:staticcheck // sampling is deprecated from 2026-07-28; the bridge narrates through it on 2025-11-25
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*samplingResult, error) {
+			t.Error("the bridge sampled without a prompt")
+			return nil, errors.New("unexpected")
+		},
+	})
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: e.url + "/mcp", HTTPClient: &http.Client{Transport: bearer{token(t, "acme", "olga", "")}}, DisableStandaloneSSE: true,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	res, err := call(t, cs, catalog.ReviewCommand, `{"narrate":true}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := narrationOf(t, res)
+	if res.IsError || n.Status != mcpbridge.NarrationUnavailable || n.Note != mcpbridge.NarrationNeedsPrompt {
+		t.Fatalf("narration %+v (isError %v)", n, res.IsError)
+	}
+	if len(res.Content) != 2 || res.Content[1].(*mcp.TextContent).Text != mcpbridge.NarrationNeedsPrompt {
+		t.Fatalf("content %+v", res.Content)
+	}
 }

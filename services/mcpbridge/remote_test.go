@@ -2,6 +2,7 @@ package mcpbridge_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -15,74 +16,45 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/mandate-dev/mandate/internal/callattr"
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
-	"github.com/mandate-dev/mandate/internal/schema"
-	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/audit"
-	"github.com/mandate-dev/mandate/services/catalog"
-	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
 	"github.com/mandate-dev/mandate/services/confirm"
-	confirmapi "github.com/mandate-dev/mandate/services/confirm/api"
-	"github.com/mandate-dev/mandate/services/executor"
-	execapi "github.com/mandate-dev/mandate/services/executor/api"
 	"github.com/mandate-dev/mandate/services/mcpbridge"
 )
 
-// The gRPC clients are the bridge's Catalog, Executor and Confirmer.
-var (
-	_ mcpbridge.Catalog   = (*catalogapi.Client)(nil)
-	_ mcpbridge.Executor  = (*execapi.Client)(nil)
-	_ mcpbridge.Confirmer = (*confirmapi.Client)(nil)
-	_ mcpbridge.Catalog   = (*catalog.Catalog)(nil)
-)
-
-// startRemote is start with the bridge as its own process would run it:
-// catalog, executor and confirm behind an authenticated gRPC server, and a
-// second bridge that reaches them only through their gRPC clients, over a
+// startRemote is start with the bridge as its own process would run it: a
+// second bridge that reaches the catalog, the executor and the confirm
+// service only through their generated gRPC clients, over a network
 // connection carrying the service token of "mcpbridge" (which relays each
 // caller's token) and the OpenTelemetry client handler. The returned env
 // is start's with url pointing at that bridge; conn is the bridge's
-// connection, for tests that call a client directly.
+// connection, for tests that call a service directly as the bridge.
 func startRemote(t testing.TB) (e *env, conn *grpc.ClientConn) {
 	t.Helper()
 	local := start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	execSvc := execapi.New(local.exec, local.set)
-	srv, err := server.New(server.Config{Name: "mandate", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: local.authn, GRPCOptions: execSvc.ServerOptions()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	execSvc.Register(srv)
-	catalogapi.New(local.catalog, nil).Register(srv)
-	confirmapi.New(local.confirm, nil).Register(srv)
-	serve(t, ctx, srv)
-
 	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", identity.MCPBridgeService, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err = grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn, err = grpc.NewClient(local.services.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)),
 		grpc.WithStreamInterceptor(identity.StreamClientInterceptor(src)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := catalogapi.NewClient(conn, local.set)
-	if err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
 	hs := httptest.NewServer(mux)
 	b, err := mcpbridge.New(mcpbridge.Config{
-		Catalog: cat, Executor: execapi.NewClient(conn), Confirm: confirmapi.NewClient(conn),
+		Catalog:  mandatev1.NewCatalogServiceClient(conn),
+		Executor: mandatev1.NewExecutorServiceClient(conn),
+		Confirm:  mandatev1.NewConfirmServiceClient(conn),
 		Manifest: local.set, Verifier: local.users, ResourceURL: hs.URL + "/mcp",
 	})
 	if err != nil {
@@ -93,7 +65,6 @@ func startRemote(t testing.TB) (e *env, conn *grpc.ClientConn) {
 		b.Close()
 		hs.Close()
 		_ = conn.Close()
-		cancel()
 	})
 	remote := *local
 	remote.url, remote.bridge = hs.URL, b
@@ -236,83 +207,99 @@ func TestRemoteBridge(t *testing.T) {
 		}
 	})
 
-	t.Run("executor client carries the trace", func(t *testing.T) {
+	t.Run("the call's trace reaches the executor", func(t *testing.T) {
 		prev := otel.GetTextMapPropagator()
 		otel.SetTextMapPropagator(propagation.TraceContext{})
 		t.Cleanup(func() { otel.SetTextMapPropagator(prev) })
-		tid := trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36}
-		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{0, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}, TraceFlags: trace.FlagsSampled, Remote: true})
-		cctx := identity.WithRawToken(trace.ContextWithRemoteSpanContext(ctx, sc), token(t, "acme", "alice", "support-bot"))
-		res, err := execapi.NewClient(conn).Execute(cctx, executor.Call{Code: "ticket.search", Input: []byte(`{"query":"charged twice"}`), MCPSessionID: "s-1"})
-		if err != nil {
-			t.Fatal(err)
+		const tid = "4bf92f3577b34da6a3ce929d0e0e4736"
+		res, err := call(t, bot, "ticket.search", `{"query":"charged twice"}`, mcp.Meta{mcpbridge.MetaTraceparent: "00-" + tid + "-00f067aa0ba902b7-01"})
+		if err != nil || res.IsError {
+			t.Fatalf("ticket.search: %v %+v", err, res)
 		}
-		rows := auditRows(t, e, "acme", res.InvocationID)
-		if got := rows[len(rows)-1]; got.TraceID != tid.String() || got.MCPSessionID != "s-1" || got.Channel != audit.ChannelMCP {
-			t.Fatalf("audit row trace %q session %q channel %q, want %s s-1 mcp", got.TraceID, got.MCPSessionID, got.Channel, tid)
+		rows := auditRows(t, e, "acme", invocationOf(t, res))
+		if got := rows[len(rows)-1]; got.TraceID != tid || got.MCPSessionID != bot.ID() || got.Channel != audit.ChannelMCP {
+			t.Fatalf("audit row trace %q session %q channel %q, want %s %s mcp", got.TraceID, got.MCPSessionID, got.Channel, tid, bot.ID())
 		}
 	})
 
-	t.Run("clients keep the services' errors", func(t *testing.T) {
-		botCtx := identity.WithRawToken(ctx, token(t, "acme", "alice", "support-bot"))
-		_, err := execapi.NewClient(conn).Execute(botCtx, executor.Call{Code: "ticket.search", Input: []byte(`["not an object"]`)})
-		if p := failure.Problem(failure.ToStatus(err), ""); p.Code != "schema.invalid" || p.Stage != executor.StageSchema || p.InvocationID == "" {
-			t.Fatalf("array input: %v %+v", err, p)
-		}
-		// What the bridge found wrong with an input, and attributes it could
-		// not read as strings, travel with the call: the executor refuses
-		// and audits them.
-		_, err = execapi.NewClient(conn).Execute(botCtx, executor.Call{Code: "ticket.search", InputError: &schema.InvalidError{
-			Violations: []schema.Violation{{Pointer: "/query", Rule: "schema.duplicate_key", Message: "an object names the same member twice"}}}})
-		if p := failure.Problem(failure.ToStatus(err), ""); p.Code != "schema.invalid" || len(p.Errors) != 1 || p.Errors[0].Pointer != "/query" || p.Errors[0].Rule != "schema.duplicate_key" {
-			t.Fatalf("relayed input error: %v %+v", err, p)
-		}
-		_, err = execapi.NewClient(conn).Execute(botCtx, executor.Call{Code: "ticket.search", Input: []byte(`{}`),
-			Invalid: []callattr.Invalid{*callattr.TypeError(callattr.IdempotencyKey, "42")}})
-		if p := failure.Problem(failure.ToStatus(err), ""); p.Code != "idempotency.invalid_key" || p.InvocationID == "" {
-			t.Fatalf("relayed invalid attribute: %v %+v", err, p)
-		}
-		if rows := auditRows(t, e, "acme", failure.Problem(failure.ToStatus(err), "").InvocationID); len(rows) != 1 || rows[0].Code != "idempotency.invalid_key" {
-			t.Fatalf("rows of the relayed invalid attribute: %+v", rows)
-		}
-
-		financeBot := identity.WithRawToken(ctx, token(t, "acme", "carol", "finance-bot"))
-		// The input travels as its JSON (input_json), not as a Struct: the
-		// executor's strict decoder sees what the client sent.
-		dup := `{"ticket_id":"T-1001","ticket_id":"T-1002"}`
-		_, err = execapi.NewClient(conn).Execute(financeBot, executor.Call{Code: "ticket.get", Input: []byte(dup)})
-		if p := failure.Problem(failure.ToStatus(err), ""); p.Code != "schema.invalid" || p.InvocationID == "" {
-			t.Fatalf("input with a duplicate key: %v %+v", err, p)
-		}
-		res, err := execapi.NewClient(conn).Execute(financeBot, executor.Call{Code: "ticket.refund", Input: []byte(refundInput)})
-		r := failure.Problem(failure.ToStatus(err), "")
-		if res != nil || r.Code != mcpbridge.CodeConfirmationRequired || r.ChallengeID == "" {
-			t.Fatalf("refund as finance-bot: %v %+v", err, r)
-		}
-		cc := confirmapi.NewClient(conn)
-		ch, err := cc.Get(financeBot, identity.Principal{}, r.ChallengeID)
+	t.Run("what the bridge finds wrong travels with the call", func(t *testing.T) {
+		// An attribute the bridge cannot read as a string: the executor
+		// refuses and audits it.
+		res, err := call(t, bot, "ticket.search", `{}`, mcp.Meta{mcpbridge.MetaIdempotencyKey: 42})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ch.ID != r.ChallengeID || ch.Command != "ticket.refund" || ch.State != confirm.StatePending || ch.RequesterAgent != "finance-bot" ||
-			ch.Prompt.Title == "" || ch.Prompt.Risk != ch.Risk || ch.Risk == "" || ch.ExpiresAt.IsZero() ||
-			strings.Contains(ch.Prompt.ArgumentsJSON, "CH4242424242") {
+		r := refusalOf(t, res)
+		if r.Code != "idempotency.invalid_key" || r.InvocationID == "" {
+			t.Fatalf("relayed invalid attribute: %+v", r)
+		}
+		if rows := auditRows(t, e, "acme", r.InvocationID); len(rows) != 1 || rows[0].Code != "idempotency.invalid_key" {
+			t.Fatalf("rows of the relayed invalid attribute: %+v", rows)
+		}
+		// A repeated member of the arguments: the envelope check answers,
+		// and the executor refuses and audits the attempt it relays.
+		body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ticket.search","arguments":{"query":"a","query":"b"}}}`
+		rep := e.post(t, token(t, "acme", "alice", "support-bot"), bot, strings.NewReader(body))
+		var msg struct {
+			Error struct {
+				Data map[string]string `json:"data"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(rep.body), &msg); err != nil {
+			t.Fatalf("%d %s: %v", rep.status, rep.body, err)
+		}
+		rows := auditRows(t, e, "acme", msg.Error.Data["invocation_id"])
+		if last := rows[len(rows)-1]; last.Outcome != audit.OutcomeRefused || last.Stage != "schema_validate" || last.Channel != audit.ChannelMCP {
+			t.Fatalf("audit row of the repeated member %+v", last.Record)
+		}
+	})
+
+	t.Run("the confirm service answers the bridge for the session's human", func(t *testing.T) {
+		financeBot := identity.WithRawToken(ctx, token(t, "acme", "carol", "finance-bot"))
+		botCtx := identity.WithRawToken(ctx, token(t, "acme", "alice", "support-bot"))
+		cs := e.connect(t, token(t, "acme", "carol", "finance-bot"))
+		res, err := call(t, cs, "ticket.refund", refundInput, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := refusalOf(t, res)
+		if r.Code != mcpbridge.CodeConfirmationRequired || r.ChallengeID == "" {
+			t.Fatalf("refund as finance-bot: %+v", r)
+		}
+		cc := mandatev1.NewConfirmServiceClient(conn)
+		ch, err := cc.Get(financeBot, &mandatev1.ConfirmServiceGetRequest{ChallengeId: r.ChallengeID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr := ch.GetPrompt()
+		if ch.GetChallengeId() != r.ChallengeID || ch.GetCommand() != "ticket.refund" || ch.GetState() != mandatev1.ChallengeState_CHALLENGE_STATE_PENDING ||
+			ch.GetRequesterAgentId() != "finance-bot" || pr.GetTitle() == "" || pr.GetRisk() == "" || ch.GetExpiresAt() == nil ||
+			len(pr.GetArgumentLines()) == 0 || strings.Contains(pr.GetArgumentsJson(), "CH4242424242") ||
+			strings.Contains(strings.Join(pr.GetArgumentLines(), "\n"), "CH4242424242") {
 			t.Fatalf("challenge %+v", ch)
 		}
 		// Another user's session can neither read nor answer it.
-		if _, err := cc.Get(botCtx, identity.Principal{}, r.ChallengeID); !errors.Is(err, confirm.ErrNotFound) {
+		if _, err := cc.Get(botCtx, &mandatev1.ConfirmServiceGetRequest{ChallengeId: r.ChallengeID}); codeOf(err) != failure.CodeConfirmationNotFound {
 			t.Fatalf("alice's agent reading carol's challenge: %v", err)
 		}
-		if _, err := cc.DecideElicited(botCtx, identity.Principal{}, r.ChallengeID, true); err == nil {
+		decide := func(ctx context.Context, approve bool) (*mandatev1.Challenge, error) {
+			d := mandatev1.Decision_DECISION_DECLINE
+			if approve {
+				d = mandatev1.Decision_DECISION_APPROVE
+			}
+			return cc.Decide(ctx, &mandatev1.DecideRequest{ChallengeId: r.ChallengeID, Decision: d, Channel: confirm.ChannelMCPElicitation})
+		}
+		if _, err := decide(botCtx, true); err == nil {
 			t.Fatal("alice's agent answered carol's challenge")
 		}
 		// The requester's session answers for its human, carol, through
 		// the mcp_elicitation channel.
-		ch, err = cc.DecideElicited(financeBot, identity.Principal{}, r.ChallengeID, false)
-		if err != nil || ch.State != confirm.StateDeclined || ch.DecisionChannel != confirm.ChannelMCPElicitation || ch.DecidedBy != "carol" {
+		ch, err = decide(financeBot, false)
+		if err != nil || ch.GetState() != mandatev1.ChallengeState_CHALLENGE_STATE_DECLINED ||
+			ch.GetDecisionChannel() != confirm.ChannelMCPElicitation || ch.GetDecidedBy() != "carol" {
 			t.Fatalf("finance-bot's session declining: %v %+v", err, ch)
 		}
-		if _, err := cc.DecideElicited(financeBot, identity.Principal{}, r.ChallengeID, true); !errors.Is(err, confirm.ErrAlreadyDecided) {
+		if _, err := decide(financeBot, true); codeOf(err) != failure.CodeConfirmationAlreadyDecided {
 			t.Fatalf("deciding twice: %v", err)
 		}
 	})
@@ -334,6 +321,11 @@ func TestRemoteBridge(t *testing.T) {
 			t.Fatalf("disabled carol's agent lists %v", got)
 		}
 	})
+}
+
+// codeOf is the Mandate code of a service's status error.
+func codeOf(err error) string {
+	return failure.Problem(failure.ToStatus(err), "").Code
 }
 
 // auditRows waits for an invocation's outcome row (written after the reply).

@@ -3,15 +3,12 @@ package mcpbridge
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/mandate-dev/mandate/internal/failure"
-	"github.com/mandate-dev/mandate/internal/identity"
-	"github.com/mandate-dev/mandate/services/catalog"
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 )
 
 // Resource URIs.
@@ -32,7 +29,7 @@ const CodeForbidden = -32030
 func (b *Bridge) addResources(s *mcp.Server) {
 	s.AddResource(&mcp.Resource{
 		URI: ManifestURI, Name: "manifest", Title: "Mandate manifest", MIMEType: "application/json",
-		Description: "Every command's declaration and schemas, verbatim. Requires " + catalog.OpsReadPermission + ".",
+		Description: "Every command's declaration and schemas, verbatim. Requires " + opsReadPermission + ".",
 	}, b.readManifest)
 	s.AddResourceTemplate(&mcp.ResourceTemplate{
 		URITemplate: CommandURITemplate, Name: "command", Title: "Mandate command", MIMEType: "application/json",
@@ -41,15 +38,15 @@ func (b *Bridge) addResources(s *mcp.Server) {
 }
 
 func (b *Bridge) readManifest(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-	ctx, p, ok := callerOf(ctx, req)
+	ctx, ok := callerOf(ctx, req)
 	if !ok {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "request is not authenticated"}
 	}
-	data, err := b.cfg.Catalog.Manifest(ctx, p)
+	resp, err := b.cfg.Catalog.GetManifest(ctx, &mandatev1.GetManifestRequest{})
 	if err != nil {
 		return nil, b.resourceError(ctx, ManifestURI, err)
 	}
-	return contents(ManifestURI, data), nil
+	return contents(ManifestURI, resp.GetManifest()), nil
 }
 
 func (b *Bridge) readCommand(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
@@ -58,22 +55,25 @@ func (b *Bridge) readCommand(ctx context.Context, req *mcp.ReadResourceRequest) 
 	if !found || code == "" || strings.ContainsAny(code, "/?#") {
 		return nil, mcp.ResourceNotFoundError(uri)
 	}
-	ctx, p, ok := callerOf(ctx, req)
+	ctx, ok := callerOf(ctx, req)
 	if !ok {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "request is not authenticated"}
 	}
-	data, err := b.cfg.Catalog.CommandSlice(ctx, p, code)
+	resp, err := b.cfg.Catalog.GetCommandSlice(ctx, &mandatev1.GetCommandSliceRequest{Code: code})
 	if err != nil {
 		return nil, b.resourceError(ctx, uri, err)
 	}
-	return contents(uri, data), nil
+	return contents(uri, resp.GetCommand()), nil
 }
 
-func callerOf(ctx context.Context, req *mcp.ReadResourceRequest) (context.Context, identity.Principal, bool) {
+// callerOf returns ctx carrying the reader's principal and raw token, which
+// the catalog answers for.
+func callerOf(ctx context.Context, req *mcp.ReadResourceRequest) (context.Context, bool) {
 	if req.Extra == nil {
-		return ctx, identity.Principal{}, false
+		return ctx, false
 	}
-	return withCaller(ctx, req.Extra.TokenInfo)
+	ctx, _, ok := withCaller(ctx, req.Extra.TokenInfo)
+	return ctx, ok
 }
 
 func contents(uri string, data []byte) *mcp.ReadResourceResult {
@@ -84,16 +84,16 @@ func contents(uri string, data []byte) *mcp.ReadResourceResult {
 // found" (-32602), a missing permission is CodeForbidden, a directory
 // failure is an internal error. Data carries the refusal's code.
 func (b *Bridge) resourceError(ctx context.Context, uri string, err error) error {
-	var fe *failure.Error
-	if !errors.As(err, &fe) {
+	fe, ok := refusalOf(err)
+	if !ok {
 		b.log.ErrorContext(ctx, "mcpbridge: reading resource", "uri", uri, "error", err)
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "reading " + uri + " failed"}
 	}
 	data, _ := json.Marshal(Refusal{Code: fe.Code, Stage: fe.Stage, Message: fe.Message, Retriable: fe.Retriable, Remedy: fe.Remedy})
 	switch fe.Code {
-	case catalog.CodeCommandNotFound:
+	case codeCommandNotFound:
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "resource not found: " + uri, Data: data}
-	case catalog.CodeDirectoryUnavailable:
+	case codeDirectoryUnavailable:
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fe.Message, Data: data}
 	default:
 		return &jsonrpc.Error{Code: CodeForbidden, Message: fe.Message, Data: data}

@@ -17,10 +17,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/callattr"
 	"github.com/mandate-dev/mandate/internal/identity"
-	"github.com/mandate-dev/mandate/services/confirm"
-	"github.com/mandate-dev/mandate/services/executor"
 )
 
 // ProtocolStateless is the first MCP revision without sessions: no
@@ -150,27 +149,28 @@ func argsDigest(input []byte) (string, error) {
 // requestState binding the principal, tool, arguments, challenge and an
 // expiry. The client asks its user and calls again, with a new request id,
 // carrying the answer and the state (resume).
-func (b *Bridge) askInput(ctx context.Context, p identity.Principal, call executor.Call, c *confirm.Challenge, refused error) (*mcp.CallToolResult, error) {
+func (b *Bridge) askInput(ctx context.Context, p identity.Principal, call toolCall, c *mandatev1.Challenge, refused error) (*mcp.CallToolResult, error) {
 	digest, err := argsDigest(call.Input)
 	if err != nil {
 		return b.refusal(ctx, call.Code, refused)
 	}
 	exp := b.now().Add(DefaultStateTTL)
-	if !c.ExpiresAt.IsZero() && c.ExpiresAt.Before(exp) {
-		exp = c.ExpiresAt
+	if c.GetExpiresAt() != nil && c.GetExpiresAt().AsTime().Before(exp) {
+		exp = c.GetExpiresAt().AsTime()
 	}
+	id := c.GetChallengeId()
 	state, err := b.seal(requestState{
-		Principal: principalDigest(p), Tool: call.Code, Args: digest, Challenge: c.ID, Expires: exp.Unix(),
+		Principal: principalDigest(p), Tool: call.Code, Args: digest, Challenge: id, Expires: exp.Unix(),
 	})
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "sealing requestState"}
 	}
 	b.log.InfoContext(ctx, "mcpbridge: confirmation asked through an input_required result",
-		"tool", call.Code, "challenge_id", c.ID)
+		"tool", call.Code, "challenge_id", id)
 	return &mcp.CallToolResult{
 		InputRequests: mcp.InputRequestMap{InputConfirm: &mcp.ElicitParams{
-			Meta: mcp.Meta{MetaChallenge: c.ID},
-			Mode: "form", Message: FormMessage(c.Prompt), RequestedSchema: approvalSchema,
+			Meta: mcp.Meta{MetaChallenge: id},
+			Mode: "form", Message: FormMessage(c.GetPrompt()), RequestedSchema: approvalSchema,
 		}},
 		RequestState: state,
 	}, nil
@@ -179,10 +179,10 @@ func (b *Bridge) askInput(ctx context.Context, p identity.Principal, call execut
 // resume handles the retry of an input_required result: it checks the
 // requestState's seal, that it was issued to this principal for this tool
 // and these arguments, and that it has not expired; then it records the
-// answer (DecideElicited, single use: a challenge is decided once) and
+// answer (decideElicited, single use: a challenge is decided once) and
 // runs the call with the grant, which the executor redeems once. Any
 // failed check refuses with CodeInvalidState and decides nothing.
-func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest, p identity.Principal, call executor.Call) (*mcp.CallToolResult, error) {
+func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest, p identity.Principal, call toolCall) (*mcp.CallToolResult, error) {
 	if b.cfg.Confirm == nil || len(b.cfg.StateKey) == 0 {
 		return b.invalidState(ctx, call, "this bridge issues no requestState")
 	}
@@ -206,16 +206,15 @@ func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest, p identit
 		return b.invalidState(ctx, call, fmt.Sprintf("the retry carries no elicitation answer under inputResponses[%q]", InputConfirm))
 	}
 	approve := ans.Action == "accept"
-	if _, err := b.cfg.Confirm.DecideElicited(ctx, p, st.Challenge, approve); err != nil {
-		if errors.Is(err, confirm.ErrAlreadyDecided) {
+	if err := b.decideElicited(ctx, st.Challenge, approve); err != nil {
+		if isCode(err, codeAlreadyDecided) {
 			return b.invalidState(ctx, call, "requestState was used before; call the tool again without it")
 		}
 		b.log.WarnContext(ctx, "mcpbridge: recording the MRTR answer failed",
 			"tool", call.Code, "challenge_id", st.Challenge, "action", ans.Action, "error", err)
-		var ce *confirm.Error
-		if errors.As(err, &ce) {
+		if fe, ok := refusalOf(err); ok && fe.Stage == stageConfirmation {
 			// Nothing was recorded; say why in the confirm service's words.
-			return b.stateRefusal(ctx, call, ce.Code, ce.Message)
+			return b.stateRefusal(ctx, call, fe.Code, fe.Message)
 		}
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "recording the confirmation failed"}
 	}
@@ -225,7 +224,7 @@ func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest, p identit
 }
 
 // invalidState is the CodeInvalidState refusal.
-func (b *Bridge) invalidState(ctx context.Context, call executor.Call, why string) (*mcp.CallToolResult, error) {
+func (b *Bridge) invalidState(ctx context.Context, call toolCall, why string) (*mcp.CallToolResult, error) {
 	b.log.WarnContext(ctx, "mcpbridge: refusing an MRTR retry", "tool", call.Code, "reason", why)
 	return b.stateRefusal(ctx, call, CodeInvalidState, why)
 }
@@ -235,11 +234,11 @@ func (b *Bridge) invalidState(ctx context.Context, call executor.Call, why strin
 // with the problem attached, so that it is refused at confirmation_check
 // with code and message — and audited like every other attempt, forged or
 // replayed states included.
-func (b *Bridge) stateRefusal(ctx context.Context, call executor.Call, code, why string) (*mcp.CallToolResult, error) {
+func (b *Bridge) stateRefusal(ctx context.Context, call toolCall, code, why string) (*mcp.CallToolResult, error) {
 	call.Invalid = append(call.Invalid, callattr.Invalid{
 		Name: callattr.RequestState, Rule: code, Reason: why,
 	})
-	_, err := b.cfg.Executor.Execute(ctx, call)
+	_, err := b.execute(ctx, call)
 	if err == nil {
 		// An executor that ran the call anyway is a bug; never report it
 		// as the answer to a refused retry.

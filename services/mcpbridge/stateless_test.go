@@ -106,11 +106,7 @@ func TestStatelessConfirmationState(t *testing.T) {
 		t.Fatalf("server-initiated elicitation on 2026-07-28: %d forms, %d URLs", forms, urls)
 	}
 	id := challengeOf(t, form)
-	c, err := st.confirm.Get(ctx, carolFinanceBot, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if form.Message != mcpbridge.FormMessage(c.Prompt) || form.Mode != "form" {
+	if form.Message != mcpbridge.FormMessage(wirePrompt(t, st.confirm, carolFinanceBot, id)) || form.Mode != "form" {
 		t.Fatalf("form %+v", form)
 	}
 	accept := &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}
@@ -148,8 +144,8 @@ func TestStatelessConfirmationState(t *testing.T) {
 		refused(t, bot, strings.Replace(refundInput, `"2500"`, `"250000"`, 1), state)
 	})
 	t.Run("expired", func(t *testing.T) {
-		st.bridge.Advance(mcpbridge.DefaultStateTTL)
-		defer st.bridge.Advance(-mcpbridge.DefaultStateTTL)
+		st.clock.Advance(mcpbridge.DefaultStateTTL)
+		defer st.clock.Advance(-mcpbridge.DefaultStateTTL)
 		refused(t, bot, refundInput, state)
 	})
 

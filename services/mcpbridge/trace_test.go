@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/mcpbridge"
@@ -78,10 +79,12 @@ func TestTraceparentFromMeta(t *testing.T) {
 	}
 
 	var toolsCall, execute sdktrace.ReadOnlySpan
+	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
 	for _, s := range rec.Ended() {
 		if s.SpanContext().TraceID().String() != traceID {
 			continue
 		}
+		byID[s.SpanContext().SpanID()] = s
 		switch s.Name() {
 		case "tools/call ticket.search":
 			toolsCall = s
@@ -95,8 +98,19 @@ func TestTraceparentFromMeta(t *testing.T) {
 	if !toolsCall.Parent().IsRemote() || toolsCall.Parent().SpanID().String() != parentID || toolsCall.SpanContext().TraceState().Get("vendor") != "opaque" {
 		t.Fatalf("tools/call span parent %v, tracestate %q", toolsCall.Parent(), toolsCall.SpanContext().TraceState().String())
 	}
-	if execute.Parent().SpanID() != toolsCall.SpanContext().SpanID() {
-		t.Fatalf("mandate.execute's parent %s, want the tools/call span %s", execute.Parent().SpanID(), toolsCall.SpanContext().SpanID())
+	// The bridge calls ExecutorService.Execute: the RPC's client span is
+	// the tools/call span's child, its server span the client span's, and
+	// mandate.execute the server span's.
+	const rpc = "mandate.v1.ExecutorService/Execute"
+	server, client := byID[execute.Parent().SpanID()], sdktrace.ReadOnlySpan(nil)
+	if server != nil {
+		client = byID[server.Parent().SpanID()]
+	}
+	if server == nil || server.Name() != rpc || server.SpanKind() != trace.SpanKindServer ||
+		client == nil || client.Name() != rpc || client.SpanKind() != trace.SpanKindClient ||
+		client.Parent().SpanID() != toolsCall.SpanContext().SpanID() {
+		t.Fatalf("mandate.execute does not descend from the tools/call span %s through the Execute RPC (parent %s)",
+			toolsCall.SpanContext().SpanID(), execute.Parent().SpanID())
 	}
 
 	// A malformed traceparent is refused at request_check, and the

@@ -9,7 +9,6 @@ import (
 
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
-	"github.com/mandate-dev/mandate/services/catalog"
 )
 
 // DefaultIdleTimeout is Config.IdleTimeout's default.
@@ -97,7 +96,7 @@ func (e *entry) watchState() (live bool, gen uint64) {
 
 // syncRead applies a set a request read, unless the watch delivered a set
 // since the read began: that one is newer.
-func (e *entry) syncRead(b *Bridge, ts catalog.ToolSet, gen uint64) {
+func (e *entry) syncRead(b *Bridge, ts toolSet, gen uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.gen != gen {
@@ -107,7 +106,7 @@ func (e *entry) syncRead(b *Bridge, ts catalog.ToolSet, gen uint64) {
 }
 
 // delivered applies a set the watch delivered.
-func (e *entry) delivered(b *Bridge, ts catalog.ToolSet) {
+func (e *entry) delivered(b *Bridge, ts toolSet) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.live = true
@@ -141,10 +140,9 @@ func (b *Bridge) watch(e *entry) {
 	for {
 		p, ctx := b.relayCtx(e)
 		delivered := false
-		err := b.cfg.Catalog.Watch(ctx, p, func(ev catalog.Event) error {
+		err := b.watchTools(ctx, func(ts toolSet) {
 			delivered = true
-			e.delivered(b, ev.Set)
-			return nil
+			e.delivered(b, ts)
 		})
 		e.setLive(false)
 		if e.ctx.Err() != nil {

@@ -166,7 +166,14 @@ type Prompt struct {
 	// JSON pointers of the withheld fields.
 	WithheldFields []string `protobuf:"bytes,9,rep,name=withheld_fields,json=withheldFields,proto3" json:"withheld_fields,omitempty"`
 	// Who asks: "support-bot acting for alice".
-	RequestedBy   string `protobuf:"bytes,10,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	RequestedBy string `protobuf:"bytes,10,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	// The arguments as the approver reads them, one line each, rendered by
+	// the command's declaration: money with its currency, enums and
+	// timestamps readable, free text quoted and said to be written by the
+	// agent, control and bidi characters shown as ⟦U+…⟧ markers, withheld
+	// values as `[withheld]`. No value can start a line of its own. The MCP
+	// bridge lists them in its confirmation form.
+	ArgumentLines []string `protobuf:"bytes,11,rep,name=argument_lines,json=argumentLines,proto3" json:"argument_lines,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -269,6 +276,13 @@ func (x *Prompt) GetRequestedBy() string {
 		return x.RequestedBy
 	}
 	return ""
+}
+
+func (x *Prompt) GetArgumentLines() []string {
+	if x != nil {
+		return x.ArgumentLines
+	}
+	return nil
 }
 
 // Challenge is a pending or decided request for confirmation.
@@ -857,7 +871,7 @@ var File_mandate_v1_confirm_proto protoreflect.FileDescriptor
 const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\n" +
 	"\x18mandate/v1/confirm.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbc\x02\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x02\n" +
 	"\x06Prompt\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12\x12\n" +
@@ -871,7 +885,8 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\x0earguments_json\x18\b \x01(\tR\rargumentsJson\x12'\n" +
 	"\x0fwithheld_fields\x18\t \x03(\tR\x0ewithheldFields\x12!\n" +
 	"\frequested_by\x18\n" +
-	" \x01(\tR\vrequestedBy\"\xfe\x05\n" +
+	" \x01(\tR\vrequestedBy\x12%\n" +
+	"\x0eargument_lines\x18\v \x03(\tR\rargumentLines\"\xfe\x05\n" +
 	"\tChallenge\x12!\n" +
 	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x18\n" +

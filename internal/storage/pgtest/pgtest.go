@@ -99,14 +99,26 @@ func newDB(t testing.TB, sets []migrate.Set) (*pgxpool.Pool, string) {
 	return pool, dsn
 }
 
-func requireServer(t testing.TB) {
-	t.Helper()
+// Available reports whether tests get a database: a server answers at
+// URL(), or EnvRequire is set (and New fails without one). Suites that can
+// also run on in-memory stores use them when it is false, rather than skip.
+func Available() bool {
+	return probe() == nil || os.Getenv(EnvRequire) == "1"
+}
+
+// probe pings the server once per test binary.
+func probe() error {
 	probeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		errProbe = withAdmin(ctx, func(c *pgx.Conn) error { return c.Ping(ctx) })
 	})
-	if errProbe == nil {
+	return errProbe
+}
+
+func requireServer(t testing.TB) {
+	t.Helper()
+	if probe() == nil {
 		return
 	}
 	msg := fmt.Sprintf("pgtest: no PostgreSQL server answers at %s (%v); start one or point %s at it",

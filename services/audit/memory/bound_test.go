@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/audit/audittest"
 	"github.com/mandate-dev/mandate/services/audit/memory"
@@ -25,7 +26,7 @@ func rec(tenant, inv string, phase audit.Phase) audit.Record {
 
 func unknown(tenant, inv string) audit.Record {
 	r := rec(tenant, inv, audit.PhaseOutcome)
-	r.Outcome, r.Stage, r.Code, r.Approval = audit.OutcomeUnknown, audit.StageAudit, audit.CodeOutcomeUnknown, nil
+	r.Outcome, r.Stage, r.Code, r.Approval = audit.OutcomeUnknown, audit.StageAudit, failure.CodeAuditOutcomeUnknown, nil
 	return r
 }
 

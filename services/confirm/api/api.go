@@ -223,6 +223,7 @@ func (s *Service) toProto(c *confirm.Challenge) *mandatev1.Challenge {
 			Title: c.Prompt.Title, Summary: c.Prompt.Summary, Risk: c.Prompt.Risk, SideEffects: c.Prompt.SideEffects,
 			Reversible: c.Prompt.Reversible, Recall: c.Prompt.Recall, Permissions: c.Prompt.Permissions,
 			ArgumentsJson: c.Prompt.ArgumentsJSON, WithheldFields: c.Prompt.WithheldFields, RequestedBy: c.Prompt.RequestedBy,
+			ArgumentLines: s.argumentLines(c),
 		},
 		State:           stateProto(c.State),
 		CreatedAt:       timestamppb.New(c.CreatedAt),
@@ -236,6 +237,21 @@ func (s *Service) toProto(c *confirm.Challenge) *mandatev1.Challenge {
 		out.DecidedAt = timestamppb.New(c.DecidedAt)
 	}
 	return out
+}
+
+// freeTextWriter is who the argument lines of a prompt say wrote its free
+// text: the agent (or client) that made the call, never the approver.
+const freeTextWriter = "the agent"
+
+// argumentLines renders c's arguments by their declaration, one line each
+// (confirm.PromptField.Line).
+func (s *Service) argumentLines(c *confirm.Challenge) []string {
+	fields := s.confirm.Fields(c)
+	lines := make([]string, len(fields))
+	for i, f := range fields {
+		lines[i] = f.Line(freeTextWriter)
+	}
+	return lines
 }
 
 func stateProto(s confirm.State) mandatev1.ChallengeState {

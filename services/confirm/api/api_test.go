@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -580,6 +581,32 @@ func TestREST(t *testing.T) {
 		}
 		if tc.code != "" && (body["code"] != tc.code || body["stage"] != api.Stage) {
 			t.Fatalf("%s: problem %v, want code %s at stage %s", tc.name, body, tc.code, api.Stage)
+		}
+	}
+}
+
+// TestPromptCarriesArgumentLines: the wire prompt lists the arguments as
+// the confirm service renders them by the declaration, one line each, the
+// withheld value marked, so that a client such as the MCP bridge shows
+// them without rendering of its own.
+func TestPromptCarriesArgumentLines(t *testing.T) {
+	e := start(t, memoryStore(t))
+	bot := token(t, "acme", "alice", "support-bot")
+	c := e.open(t, bot, openReq("ticket.refund"))
+	got, err := mandatev1.NewConfirmServiceClient(e.conn).Get(as(bot), &mandatev1.ConfirmServiceGetRequest{ChallengeId: c.GetChallengeId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, _ := confirmtest.Commands().ByCode("ticket.refund")
+	fields := confirm.PromptFields(cmd, c.GetPrompt().GetArgumentsJson(), c.GetPrompt().GetWithheldFields())
+	want := make([]string, len(fields))
+	for i, f := range fields {
+		want[i] = f.Line("the agent")
+	}
+	for _, ch := range []*mandatev1.Challenge{c, got} {
+		lines := ch.GetPrompt().GetArgumentLines()
+		if !slices.Equal(lines, want) || !slices.Contains(lines, "Cardholder reference: [withheld]") {
+			t.Fatalf("argument lines %q, want %q", lines, want)
 		}
 	}
 }

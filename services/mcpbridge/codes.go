@@ -1,0 +1,42 @@
+package mcpbridge
+
+// Names of the other services' contract the bridge relies on: refusal
+// codes and stages it tells apart, and values of their messages.
+const (
+	// stageRequest, stageSchema and stageDispatch are the executor's
+	// stages of a call's attributes, its input and its result.
+	stageRequest  = "request_check"
+	stageSchema   = "schema_validate"
+	stageDispatch = "dispatch"
+	// stageConfirmation is the stage of the confirm service's refusals.
+	stageConfirmation = "confirmation_check"
+
+	// codeAlreadyDecided: the challenge was approved or declined before.
+	codeAlreadyDecided = "confirmation.already_decided"
+	// codeCommandNotFound: the catalog does not show the command to the
+	// caller (or it does not exist).
+	codeCommandNotFound = "command.not_found"
+	// codeDirectoryUnavailable: the catalog cannot read the directory.
+	codeDirectoryUnavailable = "directory.unavailable"
+
+	// channelMCPElicitation is the confirm service's decision channel of an
+	// answer given through MCP elicitation.
+	channelMCPElicitation = "mcp_elicitation"
+	// approverPermissionHolder is the approver kind of a challenge that
+	// someone holding a permission, not the requester, must decide.
+	approverPermissionHolder = "PERMISSION_HOLDER"
+
+	// reviewCommand is the catalog's review, which the bridge narrates.
+	reviewCommand = "ops.review"
+	// opsReadPermission is what reading the manifest resource takes.
+	opsReadPermission = "ops.read"
+)
+
+// Metadata the executor reads on calls the MCP bridge relays (and only on
+// those): the session, and what the bridge found wrong with the call so
+// that the executor refuses it and audits the attempt.
+const (
+	metadataMCPSession       = "x-mandate-mcp-session"
+	metadataInvalidAttribute = "x-mandate-invalid-attribute-bin"
+	metadataInputError       = "x-mandate-input-error-bin"
+)
