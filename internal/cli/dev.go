@@ -181,8 +181,25 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	if err := ef.start(ctx, execStore, log, &cl); err != nil {
 		return err
 	}
+	// The executor reaches audit and confirm through their APIs, in
+	// process, on its own service identity (forwarding the caller), as it
+	// does over the network: their server admits the executor on its own
+	// authority, as the audit service's own process does (the rows it
+	// spooled while the trail was unavailable).
+	internalAuth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services, AllowServiceOnly: true})
+	if err != nil {
+		return err
+	}
+	internalSrv, err := server.New(server.Config{Name: "mandate.internal", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: internalAuth, Logger: log})
+	if err != nil {
+		return err
+	}
+	auditAPI, confirmAPI := auditapi.New(writer, dir, log), confirmapi.New(confirmSvc, log)
+	auditAPI.Register(internalSrv)
+	confirmAPI.Register(internalSrv)
+	internalConn := internalSrv.InProcess(src)
 	exec, err := executor.New(executor.Config{
-		Manifest: set, Directory: dir, Audit: writer, Confirm: executor.LocalConfirmer{Service: confirmSvc},
+		Manifest: set, Directory: dir, Audit: mandatev1.NewAuditServiceClient(internalConn), Confirm: mandatev1.NewConfirmServiceClient(internalConn),
 		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{
 			"examples.helpdesk.v1.HelpdeskService": backendConn,
 			"mandate.v1.CatalogService":            backendConn,
@@ -199,8 +216,8 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		return err
 	}
 	execSvc.Register(srv)
-	auditapi.New(writer, dir, log).Register(srv)
-	confirmapi.New(confirmSvc, log).Register(srv)
+	auditAPI.Register(srv)
+	confirmAPI.Register(srv)
 	catAPI.Register(srv) // tool lists and manifest reads; Review refuses calls not relayed by the executor
 	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 		if err := mandatev1.RegisterExecutorServiceHandler(ctx, mux, conn); err != nil {
@@ -268,6 +285,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() { _ = backendSrv.Run(rctx) }()
+	go func() { _ = internalSrv.Run(rctx) }()
 	go func() { _ = audit.NewReconciler(writer, audit.ReconcilerOptions{Logger: log}).Run(rctx) }()
 
 	fmt.Fprintf(io.Stdout, "Mandate dev: the whole suite in one process on in-memory stores (nothing is kept).\n\n")

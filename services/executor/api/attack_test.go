@@ -379,17 +379,17 @@ func TestDispatchFaultsLeaveTheEffectUnknown(t *testing.T) {
 // stuckOutcomes passes intent rows to the audit trail and never answers
 // an outcome row until its context ends, as a hung audit service would.
 type stuckOutcomes struct {
-	executor.AuditSink
+	executor.AuditClient
 	attempts atomic.Int32
 }
 
-func (s *stuckOutcomes) Append(ctx context.Context, recs ...audit.Record) ([]audit.Stored, error) {
-	if len(recs) == 1 && recs[0].Phase == audit.PhaseOutcome {
+func (s *stuckOutcomes) Append(ctx context.Context, req *mandatev1.AppendRequest, opts ...grpc.CallOption) (*mandatev1.AppendResponse, error) {
+	if recs := req.GetRecords(); len(recs) == 1 && recs[0].GetPhase() == string(audit.PhaseOutcome) {
 		s.attempts.Add(1)
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	return s.AuditSink.Append(ctx, recs...)
+	return s.AuditClient.Append(ctx, req, opts...)
 }
 
 // TestStuckAuditCannotHangShutdown: every attempt to append an outcome row
@@ -399,7 +399,7 @@ func (s *stuckOutcomes) Append(ctx context.Context, recs ...audit.Record) ([]aud
 func TestStuckAuditCannotHangShutdown(t *testing.T) {
 	stuck := &stuckOutcomes{}
 	e := start(t, func(c *executor.Config) {
-		stuck.AuditSink = c.Audit
+		stuck.AuditClient = c.Audit
 		c.Audit = stuck
 		c.OutcomeAttemptTimeout = 50 * time.Millisecond
 	})
@@ -557,15 +557,15 @@ func TestReceiptsDecideUnknownEffects(t *testing.T) {
 
 // flakyAudit is an audit trail that can be taken away and given back.
 type flakyAudit struct {
-	executor.AuditSink
+	executor.AuditClient
 	down atomic.Bool
 }
 
-func (f *flakyAudit) Append(ctx context.Context, recs ...audit.Record) ([]audit.Stored, error) {
+func (f *flakyAudit) Append(ctx context.Context, req *mandatev1.AppendRequest, opts ...grpc.CallOption) (*mandatev1.AppendResponse, error) {
 	if f.down.Load() {
-		return nil, audit.ErrUnavailable
+		return nil, status.Error(codes.Unavailable, "the audit service is down")
 	}
-	return f.AuditSink.Append(ctx, recs...)
+	return f.AuditClient.Append(ctx, req, opts...)
 }
 
 // TestAuditOutageLeavesEveryRow: while the audit trail is unavailable
@@ -577,7 +577,7 @@ func (f *flakyAudit) Append(ctx context.Context, recs ...audit.Record) ([]audit.
 func TestAuditOutageLeavesEveryRow(t *testing.T) {
 	flaky := &flakyAudit{}
 	e := start(t, func(c *executor.Config) {
-		flaky.AuditSink = c.Audit
+		flaky.AuditClient = c.Audit
 		c.Audit = flaky
 		c.SpoolInterval = 50 * time.Millisecond
 	})
@@ -642,7 +642,7 @@ func (s *spoolDown) Spool(ctx context.Context, row executor.SpooledRow) error {
 func TestDatabaseOutageHoldsRowsInMemory(t *testing.T) {
 	flaky, store := &flakyAudit{}, &spoolDown{}
 	e := start(t, func(c *executor.Config) {
-		flaky.AuditSink, store.Store = c.Audit, c.Store
+		flaky.AuditClient, store.Store = c.Audit, c.Store
 		c.Audit, c.Store = flaky, store
 		c.SpoolInterval = 50 * time.Millisecond
 	})

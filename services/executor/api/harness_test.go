@@ -25,6 +25,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/servicetest"
 	"github.com/mandate-dev/mandate/internal/storage/pg"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
 	"github.com/mandate-dev/mandate/services/audit"
@@ -91,7 +92,7 @@ type env struct {
 	pipeline *executor.Executor
 }
 
-func authenticator(t testing.TB, ctx context.Context) *identity.Authenticator {
+func verifiers(t testing.TB, ctx context.Context) (*identity.Verifier, *identity.ServiceVerifier) {
 	t.Helper()
 	users, err := identity.NewVerifier(ctx, identity.Config{Audience: []string{"mandate"}, Issuers: []string{"test"}, DevSecret: devSecret})
 	if err != nil {
@@ -101,6 +102,12 @@ func authenticator(t testing.TB, ctx context.Context) *identity.Authenticator {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return users, services
+}
+
+func authenticator(t testing.TB, ctx context.Context) *identity.Authenticator {
+	t.Helper()
+	users, services := verifiers(t, ctx)
 	auth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services})
 	if err != nil {
 		t.Fatal(err)
@@ -198,8 +205,11 @@ func start(t testing.TB, opts ...func(*executor.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Audit and confirm through their APIs, on the executor's identity.
+	users, services := verifiers(t, ctx)
+	ports := servicetest.Executor(t, users, services, src, writer, cache, confirmSvc)
 	cfg := executor.Config{
-		Manifest: set, Directory: cache, Audit: writer, Confirm: executor.LocalConfirmer{Service: confirmSvc},
+		Manifest: set, Directory: cache, Audit: ports.Audit, Confirm: ports.Confirm,
 		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{"examples.helpdesk.v1.HelpdeskService": backendConn}),
 		Store:      execpg.New(pool, execpg.Options{}),
 	}
