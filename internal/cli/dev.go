@@ -198,8 +198,10 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	auditAPI.Register(internalSrv)
 	confirmAPI.Register(internalSrv)
 	internalConn := internalSrv.InProcess(src)
+	trail := executor.NewAuditStream(mandatev1.NewAuditServiceClient(internalConn))
+	cl.add(trail.Close)
 	exec, err := executor.New(executor.Config{
-		Manifest: set, Directory: dir, Audit: mandatev1.NewAuditServiceClient(internalConn), Confirm: mandatev1.NewConfirmServiceClient(internalConn),
+		Manifest: set, Directory: dir, Audit: trail, Confirm: mandatev1.NewConfirmServiceClient(internalConn),
 		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{
 			"examples.helpdesk.v1.HelpdeskService": backendConn,
 			"mandate.v1.CatalogService":            backendConn,

@@ -130,8 +130,10 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	// The generated clients are the executor's ports: the connections
 	// carry its service credentials, which forward the caller.
 	auditClient := mandatev1.NewAuditServiceClient(auditConn)
+	trail := executor.NewAuditStream(auditClient)
+	cl.add(trail.Close) // closers run last-in first-out: after the executor's
 	exec, err := executor.New(executor.Config{
-		Manifest: set, Directory: f.directory(pool, &cl), Audit: auditClient, Intents: auditClient,
+		Manifest: set, Directory: f.directory(pool, &cl), Audit: trail, Intents: auditClient,
 		ReconcileAfter: reconcileAfter, ReconcileInterval: reconcileEvery,
 		Confirm: mandatev1.NewConfirmServiceClient(confirmConn), Dispatcher: executor.NewGRPCDispatcher(conns),
 		Store: store, ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, LeaseMargin: leaseMargin, Logger: log,

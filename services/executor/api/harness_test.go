@@ -284,8 +284,10 @@ func start(t testing.TB, st stores, opts ...func(*executor.Config)) *env {
 	// Audit and confirm through their APIs, on the executor's identity.
 	users, services := verifiers(t, ctx)
 	ports := servicetest.Executor(t, users, services, src, writer, cache, confirmSvc)
+	trail := executor.NewAuditStream(ports.Audit)
+	t.Cleanup(trail.Close) // after the executor's (below)
 	cfg := executor.Config{
-		Manifest: set, Directory: cache, Audit: ports.Audit, Confirm: ports.Confirm,
+		Manifest: set, Directory: cache, Audit: trail, Confirm: ports.Confirm,
 		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{"examples.helpdesk.v1.HelpdeskService": backendConn}),
 		Store:      b.execStore,
 	}
