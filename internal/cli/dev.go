@@ -182,10 +182,10 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		return err
 	}
 	// The executor reaches audit and confirm through their APIs, in
-	// process, on its own service identity (forwarding the caller), as it
-	// does over the network: their server admits the executor on its own
-	// authority, as the audit service's own process does (the rows it
-	// spooled while the trail was unavailable).
+	// process, on its own service identity, as it does over the network:
+	// confirm for the caller it relays, audit on its own authority (its
+	// append stream), which their server admits as the audit service's
+	// own process does.
 	internalAuth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services, AllowServiceOnly: true})
 	if err != nil {
 		return err

@@ -77,10 +77,12 @@ const (
 )
 
 // AuditClient appends audit rows: the part of the audit service's API
-// the executor's pipeline uses. mandatev1.NewAuditServiceClient over a
-// connection that carries the executor's service credentials (which
-// forward the caller, so rows go to the caller's tenant) is the one
-// implementation, over the network or in process.
+// the executor's pipeline uses. Every row names its tenant.
+// mandatev1.NewAuditServiceClient over a connection that carries the
+// executor's service credentials (which forward the caller) is one
+// implementation, over the network or in process; AuditStream, which
+// carries the appends on one stream on the executor's own authority, is
+// the one Mandate runs.
 type AuditClient interface {
 	Append(ctx context.Context, in *mandatev1.AppendRequest, opts ...grpc.CallOption) (*mandatev1.AppendResponse, error)
 }
