@@ -6,6 +6,8 @@ import (
 	"io"
 	"sync"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -51,7 +53,9 @@ func NewAuditStream(client AuditStreamer) *AuditStream {
 
 // Close ends the stream; appends still waiting fail as unavailable.
 func (a *AuditStream) Close() {
+	a.mu.Lock() // no stream opens after this
 	a.cancel()
+	a.mu.Unlock()
 	a.wg.Wait()
 }
 
@@ -74,8 +78,10 @@ func (a *AuditStream) Append(ctx context.Context, req *mandatev1.AppendRequest, 
 	if err != nil {
 		return nil, err
 	}
+	tc := propagation.MapCarrier{}
+	otel.GetTextMapPropagator().Inject(ctx, tc)
 	select {
-	case s.sendq <- &mandatev1.AppendStreamRequest{Id: id, Records: req.GetRecords()}:
+	case s.sendq <- &mandatev1.AppendStreamRequest{Id: id, Records: req.GetRecords(), TraceContext: tc}:
 	case <-s.done:
 		return nil, s.err
 	case <-ctx.Done():

@@ -32,7 +32,11 @@ type AppendStreamRequest struct {
 	// response carries it back.
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The records, as in AppendRequest; each names its tenant.
-	Records       []*AuditRecord `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	Records []*AuditRecord `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// The trace context of the append (W3C `traceparent`, `tracestate`), as
+	// gRPC metadata carries it for a unary call: the audit service's span of
+	// the append joins the caller's trace.
+	TraceContext  map[string]string `protobuf:"bytes,3,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -77,6 +81,13 @@ func (x *AppendStreamRequest) GetId() uint64 {
 func (x *AppendStreamRequest) GetRecords() []*AuditRecord {
 	if x != nil {
 		return x.Records
+	}
+	return nil
+}
+
+func (x *AppendStreamRequest) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
 	}
 	return nil
 }
@@ -1338,10 +1349,14 @@ var File_mandate_v1_audit_proto protoreflect.FileDescriptor
 const file_mandate_v1_audit_proto_rawDesc = "" +
 	"\n" +
 	"\x16mandate/v1/audit.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17mandate/v1/errors.proto\"e\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17mandate/v1/errors.proto\"\x88\x02\n" +
 	"\x13AppendStreamRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12>\n" +
-	"\arecords\x18\x02 \x03(\v2\x17.mandate.v1.AuditRecordB\v\xbaH\b\x92\x01\x05\b\x01\x10\xf4\x03R\arecords\"\xd1\x01\n" +
+	"\arecords\x18\x02 \x03(\v2\x17.mandate.v1.AuditRecordB\v\xbaH\b\x92\x01\x05\b\x01\x10\xf4\x03R\arecords\x12`\n" +
+	"\rtrace_context\x18\x03 \x03(\v21.mandate.v1.AppendStreamRequest.TraceContextEntryB\b\xbaH\x05\x9a\x01\x02\x10\bR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x01\n" +
 	"\x14AppendStreamResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
 	"\arecords\x18\x02 \x03(\v2\x17.mandate.v1.AuditRecordR\arecords\x12\x1f\n" +
@@ -1473,7 +1488,7 @@ func file_mandate_v1_audit_proto_rawDescGZIP() []byte {
 	return file_mandate_v1_audit_proto_rawDescData
 }
 
-var file_mandate_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_mandate_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_mandate_v1_audit_proto_goTypes = []any{
 	(*AppendStreamRequest)(nil),    // 0: mandate.v1.AppendStreamRequest
 	(*AppendStreamResponse)(nil),   // 1: mandate.v1.AppendStreamResponse
@@ -1491,46 +1506,48 @@ var file_mandate_v1_audit_proto_goTypes = []any{
 	(*VerifyResponse)(nil),         // 13: mandate.v1.VerifyResponse
 	(*BrokenLink)(nil),             // 14: mandate.v1.BrokenLink
 	(*WatchRequest)(nil),           // 15: mandate.v1.WatchRequest
-	(*CommandError)(nil),           // 16: mandate.v1.CommandError
-	(*durationpb.Duration)(nil),    // 17: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
+	nil,                            // 16: mandate.v1.AppendStreamRequest.TraceContextEntry
+	(*CommandError)(nil),           // 17: mandate.v1.CommandError
+	(*durationpb.Duration)(nil),    // 18: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
 }
 var file_mandate_v1_audit_proto_depIdxs = []int32{
 	5,  // 0: mandate.v1.AppendStreamRequest.records:type_name -> mandate.v1.AuditRecord
-	5,  // 1: mandate.v1.AppendStreamResponse.records:type_name -> mandate.v1.AuditRecord
-	16, // 2: mandate.v1.AppendStreamResponse.error:type_name -> mandate.v1.CommandError
-	17, // 3: mandate.v1.PendingIntentsRequest.older_than:type_name -> google.protobuf.Duration
-	5,  // 4: mandate.v1.PendingIntentsResponse.records:type_name -> mandate.v1.AuditRecord
-	18, // 5: mandate.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
-	18, // 6: mandate.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	4,  // 7: mandate.v1.AuditRecord.approval:type_name -> mandate.v1.Approval
-	17, // 8: mandate.v1.AuditRecord.duration:type_name -> google.protobuf.Duration
-	5,  // 9: mandate.v1.AppendRequest.records:type_name -> mandate.v1.AuditRecord
-	5,  // 10: mandate.v1.AppendResponse.records:type_name -> mandate.v1.AuditRecord
-	18, // 11: mandate.v1.QueryRequest.from:type_name -> google.protobuf.Timestamp
-	18, // 12: mandate.v1.QueryRequest.to:type_name -> google.protobuf.Timestamp
-	5,  // 13: mandate.v1.QueryResponse.records:type_name -> mandate.v1.AuditRecord
-	5,  // 14: mandate.v1.GetResponse.records:type_name -> mandate.v1.AuditRecord
-	14, // 15: mandate.v1.VerifyResponse.broken:type_name -> mandate.v1.BrokenLink
-	6,  // 16: mandate.v1.AuditService.Append:input_type -> mandate.v1.AppendRequest
-	8,  // 17: mandate.v1.AuditService.Query:input_type -> mandate.v1.QueryRequest
-	10, // 18: mandate.v1.AuditService.Get:input_type -> mandate.v1.GetRequest
-	12, // 19: mandate.v1.AuditService.Verify:input_type -> mandate.v1.VerifyRequest
-	15, // 20: mandate.v1.AuditService.Watch:input_type -> mandate.v1.WatchRequest
-	2,  // 21: mandate.v1.AuditService.PendingIntents:input_type -> mandate.v1.PendingIntentsRequest
-	0,  // 22: mandate.v1.AuditService.AppendStream:input_type -> mandate.v1.AppendStreamRequest
-	7,  // 23: mandate.v1.AuditService.Append:output_type -> mandate.v1.AppendResponse
-	9,  // 24: mandate.v1.AuditService.Query:output_type -> mandate.v1.QueryResponse
-	11, // 25: mandate.v1.AuditService.Get:output_type -> mandate.v1.GetResponse
-	13, // 26: mandate.v1.AuditService.Verify:output_type -> mandate.v1.VerifyResponse
-	5,  // 27: mandate.v1.AuditService.Watch:output_type -> mandate.v1.AuditRecord
-	3,  // 28: mandate.v1.AuditService.PendingIntents:output_type -> mandate.v1.PendingIntentsResponse
-	1,  // 29: mandate.v1.AuditService.AppendStream:output_type -> mandate.v1.AppendStreamResponse
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	16, // 1: mandate.v1.AppendStreamRequest.trace_context:type_name -> mandate.v1.AppendStreamRequest.TraceContextEntry
+	5,  // 2: mandate.v1.AppendStreamResponse.records:type_name -> mandate.v1.AuditRecord
+	17, // 3: mandate.v1.AppendStreamResponse.error:type_name -> mandate.v1.CommandError
+	18, // 4: mandate.v1.PendingIntentsRequest.older_than:type_name -> google.protobuf.Duration
+	5,  // 5: mandate.v1.PendingIntentsResponse.records:type_name -> mandate.v1.AuditRecord
+	19, // 6: mandate.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	19, // 7: mandate.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	4,  // 8: mandate.v1.AuditRecord.approval:type_name -> mandate.v1.Approval
+	18, // 9: mandate.v1.AuditRecord.duration:type_name -> google.protobuf.Duration
+	5,  // 10: mandate.v1.AppendRequest.records:type_name -> mandate.v1.AuditRecord
+	5,  // 11: mandate.v1.AppendResponse.records:type_name -> mandate.v1.AuditRecord
+	19, // 12: mandate.v1.QueryRequest.from:type_name -> google.protobuf.Timestamp
+	19, // 13: mandate.v1.QueryRequest.to:type_name -> google.protobuf.Timestamp
+	5,  // 14: mandate.v1.QueryResponse.records:type_name -> mandate.v1.AuditRecord
+	5,  // 15: mandate.v1.GetResponse.records:type_name -> mandate.v1.AuditRecord
+	14, // 16: mandate.v1.VerifyResponse.broken:type_name -> mandate.v1.BrokenLink
+	6,  // 17: mandate.v1.AuditService.Append:input_type -> mandate.v1.AppendRequest
+	8,  // 18: mandate.v1.AuditService.Query:input_type -> mandate.v1.QueryRequest
+	10, // 19: mandate.v1.AuditService.Get:input_type -> mandate.v1.GetRequest
+	12, // 20: mandate.v1.AuditService.Verify:input_type -> mandate.v1.VerifyRequest
+	15, // 21: mandate.v1.AuditService.Watch:input_type -> mandate.v1.WatchRequest
+	2,  // 22: mandate.v1.AuditService.PendingIntents:input_type -> mandate.v1.PendingIntentsRequest
+	0,  // 23: mandate.v1.AuditService.AppendStream:input_type -> mandate.v1.AppendStreamRequest
+	7,  // 24: mandate.v1.AuditService.Append:output_type -> mandate.v1.AppendResponse
+	9,  // 25: mandate.v1.AuditService.Query:output_type -> mandate.v1.QueryResponse
+	11, // 26: mandate.v1.AuditService.Get:output_type -> mandate.v1.GetResponse
+	13, // 27: mandate.v1.AuditService.Verify:output_type -> mandate.v1.VerifyResponse
+	5,  // 28: mandate.v1.AuditService.Watch:output_type -> mandate.v1.AuditRecord
+	3,  // 29: mandate.v1.AuditService.PendingIntents:output_type -> mandate.v1.PendingIntentsResponse
+	1,  // 30: mandate.v1.AuditService.AppendStream:output_type -> mandate.v1.AppendStreamResponse
+	24, // [24:31] is the sub-list for method output_type
+	17, // [17:24] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_mandate_v1_audit_proto_init() }
@@ -1546,7 +1563,7 @@ func file_mandate_v1_audit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mandate_v1_audit_proto_rawDesc), len(file_mandate_v1_audit_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

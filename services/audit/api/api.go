@@ -15,6 +15,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -25,6 +29,8 @@ import (
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/services/audit"
 )
+
+var tracer = otel.Tracer("mandate/audit/api")
 
 // ReadPermission is what a principal needs to read its tenant's trail.
 const ReadPermission = "audit.read"
@@ -178,9 +184,13 @@ func (s *Service) AppendStream(stream grpc.BidiStreamingServer[mandatev1.AppendS
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			resp := &mandatev1.AppendStreamResponse{Id: req.GetId()}
-			stored, err := s.append(ctx, "", true, req.GetRecords())
+			actx := otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(req.GetTraceContext()))
+			actx, span := tracer.Start(actx, "mandate.v1.AuditService/AppendStream.Append", trace.WithSpanKind(trace.SpanKindServer))
+			defer span.End()
+			stored, err := s.append(actx, "", true, req.GetRecords())
 			if err != nil {
 				st := failure.ToStatus(err)
+				span.SetStatus(codes.Error, st.Message())
 				resp.StatusCode, resp.StatusMessage = int32(st.Code()), st.Message() //nolint:gosec // gRPC codes are small
 				for _, d := range st.Details() {
 					if ce, ok := d.(*mandatev1.CommandError); ok {
