@@ -110,7 +110,12 @@ func serveAudit(ctx context.Context, f serviceFlags, auth *identity.Authenticato
 	if err != nil {
 		return err
 	}
-	auditapi.New(w, dir, log).Register(srv)
+	api := auditapi.New(w, dir, log)
+	api.Register(srv)
+	// The executor's append stream would hold the graceful stop: end it
+	// as soon as stopping begins (the executor opens a new one).
+	stopDrain := context.AfterFunc(ctx, api.Drain)
+	defer stopDrain()
 	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 		return mandatev1.RegisterAuditServiceHandler(ctx, mux, conn)
 	})

@@ -184,8 +184,27 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	if err := ef.start(ctx, execStore, log, &cl); err != nil {
 		return err
 	}
+	// The executor reaches audit and confirm through their APIs, in
+	// process, on its own service identity, as it does over the network:
+	// confirm for the caller it relays, audit on its own authority (its
+	// append stream), which their server admits as the audit service's
+	// own process does.
+	internalAuth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services, AllowServiceOnly: true})
+	if err != nil {
+		return err
+	}
+	internalSrv, err := server.New(server.Config{Name: "mandate.internal", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: internalAuth, Logger: log})
+	if err != nil {
+		return err
+	}
+	auditAPI, confirmAPI := auditapi.New(writer, dir, log), confirmapi.New(confirmSvc, log)
+	auditAPI.Register(internalSrv)
+	confirmAPI.Register(internalSrv)
+	internalConn := internalSrv.InProcess(src)
+	trail := executor.NewAuditStream(mandatev1.NewAuditServiceClient(internalConn))
+	cl.add(trail.Close)
 	exec, err := executor.New(executor.Config{
-		Manifest: set, Directory: dir, Audit: writer, Confirm: executor.LocalConfirmer{Service: confirmSvc},
+		Manifest: set, Directory: dir, Audit: trail, Confirm: mandatev1.NewConfirmServiceClient(internalConn),
 		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{
 			"examples.helpdesk.v1.HelpdeskService": backendConn,
 			"mandate.v1.CatalogService":            backendConn,
@@ -202,8 +221,8 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		return err
 	}
 	execSvc.Register(srv)
-	auditapi.New(writer, dir, log).Register(srv)
-	confirmapi.New(confirmSvc, log).Register(srv)
+	auditAPI.Register(srv)
+	confirmAPI.Register(srv)
 	catAPI.Register(srv) // tool lists and manifest reads; Review refuses calls not relayed by the executor
 	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 		if err := mandatev1.RegisterExecutorServiceHandler(ctx, mux, conn); err != nil {
@@ -283,6 +302,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() { _ = backendSrv.Run(rctx) }()
+	go func() { _ = internalSrv.Run(rctx) }()
 	go func() { _ = audit.NewReconciler(writer, audit.ReconcilerOptions{Logger: log}).Run(rctx) }()
 
 	fmt.Fprintf(io.Stdout, "Mandate dev: the whole suite in one process on in-memory stores (nothing is kept).\n\n")

@@ -14,7 +14,6 @@ import (
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/server"
-	auditapi "github.com/mandate-dev/mandate/services/audit/api"
 	"github.com/mandate-dev/mandate/services/executor"
 	execapi "github.com/mandate-dev/mandate/services/executor/api"
 	execmem "github.com/mandate-dev/mandate/services/executor/memory"
@@ -128,11 +127,15 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	if err := ef.start(ctx, store, log, &cl); err != nil {
 		return err
 	}
-	auditClient := auditapi.NewClient(auditConn)
+	// The generated clients are the executor's ports: the connections
+	// carry its service credentials, which forward the caller.
+	auditClient := mandatev1.NewAuditServiceClient(auditConn)
+	trail := executor.NewAuditStream(auditClient)
+	cl.add(trail.Close) // closers run last-in first-out: after the executor's
 	exec, err := executor.New(executor.Config{
-		Manifest: set, Directory: f.directory(pool, &cl), Audit: auditClient, Intents: auditClient,
+		Manifest: set, Directory: f.directory(pool, &cl), Audit: trail, Intents: auditClient,
 		ReconcileAfter: reconcileAfter, ReconcileInterval: reconcileEvery,
-		Confirm: executor.NewRemoteConfirmer(confirmConn), Dispatcher: executor.NewGRPCDispatcher(conns),
+		Confirm: mandatev1.NewConfirmServiceClient(confirmConn), Dispatcher: executor.NewGRPCDispatcher(conns),
 		Store: store, ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, LeaseMargin: leaseMargin, Logger: log,
 	})
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/mandate-dev/mandate/internal/contract"
 )
 
 // Phase says where in the pipeline a row was written.
@@ -16,14 +18,14 @@ type Phase string
 // Phases of an invocation.
 const (
 	// PhaseIntent is written before the backend is called; its Outcome is always pending.
-	PhaseIntent Phase = "intent"
+	PhaseIntent Phase = contract.PhaseIntent
 	// PhaseOutcome is written after the call ended, or instead of an intent when the call was
 	// refused before dispatch.
-	PhaseOutcome Phase = "outcome"
+	PhaseOutcome Phase = contract.PhaseOutcome
 	// PhaseResolution is an operator's verdict on an invocation whose outcome row says
 	// unknown (mandate audit resolve): Outcome executed or failed, who (UserID) and why
 	// (Message). The unknown row stays; the resolution is its own link in the chain.
-	PhaseResolution Phase = "resolution"
+	PhaseResolution Phase = contract.PhaseResolution
 )
 
 // Resolution rows carry failure.CodeAuditResolvedExecuted or
@@ -43,9 +45,9 @@ type Channel string
 
 // Channels.
 const (
-	ChannelMCP  Channel = "mcp"
-	ChannelGRPC Channel = "grpc"
-	ChannelREST Channel = "rest"
+	ChannelMCP  Channel = contract.ChannelMCP
+	ChannelGRPC Channel = contract.ChannelGRPC
+	ChannelREST Channel = contract.ChannelREST
 )
 
 // ActorKind says who acted: a person, an agent for a person, or a service.
@@ -53,9 +55,9 @@ type ActorKind string
 
 // Actor kinds; the values match identity.Kind.
 const (
-	ActorUser    ActorKind = "user"
-	ActorAgent   ActorKind = "agent"
-	ActorService ActorKind = "service"
+	ActorUser    ActorKind = contract.ActorUser
+	ActorAgent   ActorKind = contract.ActorAgent
+	ActorService ActorKind = contract.ActorService
 )
 
 // Risk is the declared risk level of the command, L0 (read) to L4 (irreversible, high impact).
@@ -75,34 +77,34 @@ type Outcome string
 
 // Outcomes. Intent rows carry OutcomePending; outcome rows one of the others.
 const (
-	OutcomePending  Outcome = "pending"
-	OutcomeExecuted Outcome = "executed"
-	OutcomeRefused  Outcome = "refused"
-	OutcomeFailed   Outcome = "failed"
+	OutcomePending  Outcome = contract.OutcomePending
+	OutcomeExecuted Outcome = contract.OutcomeExecuted
+	OutcomeRefused  Outcome = contract.OutcomeRefused
+	OutcomeFailed   Outcome = contract.OutcomeFailed
 	// OutcomeUnknown is written by reconciliation for an intent whose outcome never arrived.
-	OutcomeUnknown Outcome = "unknown"
+	OutcomeUnknown Outcome = contract.OutcomeUnknown
 	// OutcomeReplayed records a call that an idempotency key answered with
 	// the response of an earlier invocation: nothing was dispatched.
-	OutcomeReplayed Outcome = "replayed"
+	OutcomeReplayed Outcome = contract.OutcomeReplayed
 )
 
 // StageAudit is the pipeline stage of the audit trail (DESIGN §5). Its codes
 // are failure.CodeAuditUnavailable, which the executor refuses with when the
-// intent cannot be recorded (errors.Is(err, ErrUnavailable)), and
-// failure.CodeAuditOutcomeUnknown, of the outcome rows reconciliation writes.
-const StageAudit = "audit"
+// intent cannot be recorded, and failure.CodeAuditOutcomeUnknown, of the
+// outcome rows reconciliation writes.
+const StageAudit = contract.StageAudit
 
 // Limits enforced by [Record.Validate]. They keep one row well under a database page budget
 // and bound what a misbehaving caller can make the trail store.
 const (
 	// MaxFieldLen bounds every short text field (ids, codes, names, digests), in bytes.
-	MaxFieldLen = 256
+	MaxFieldLen = contract.MaxFieldLen
 	// MaxMessageLen bounds Message, in bytes.
-	MaxMessageLen = 4096
+	MaxMessageLen = contract.MaxMessageLen
 	// MaxArgumentsLen bounds the compacted Arguments JSON, in bytes.
-	MaxArgumentsLen = 64 << 10
+	MaxArgumentsLen = contract.MaxArgumentsLen
 	// MaxSideEffects bounds the number of side effects.
-	MaxSideEffects = 32
+	MaxSideEffects = contract.MaxSideEffects
 )
 
 // Approval records the human decision that let the call through.
@@ -122,16 +124,16 @@ type Approval struct {
 const (
 	// AssuranceSignedIn: the approver signed in on the approval page with
 	// their own credential.
-	AssuranceSignedIn = "signed_in"
+	AssuranceSignedIn = contract.AssuranceSignedIn
 	// AssuranceClientAttested: the user's MCP client, which the directory
 	// says the user operates (an interactive host), answered a
 	// confirmation form; the server cannot see who pressed accept.
-	AssuranceClientAttested = "client_attested"
+	AssuranceClientAttested = contract.AssuranceClientAttested
 	// AssuranceAPICredential: the approver's own credential called the
 	// confirm service's API.
-	AssuranceAPICredential = "api_credential" //nolint:gosec // G101: an assurance level, not a credential
+	AssuranceAPICredential = contract.AssuranceAPICredential
 	// AssuranceUnknown: a channel the trail does not know.
-	AssuranceUnknown = "unknown"
+	AssuranceUnknown = contract.AssuranceUnknown
 )
 
 // MarshalJSON writes the approval with its derived Assurance.

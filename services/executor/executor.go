@@ -30,19 +30,22 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
 	grpccodes "google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/callattr"
+	"github.com/mandate-dev/mandate/internal/contract"
 	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/schema"
-	"github.com/mandate-dev/mandate/services/audit"
 )
 
 var tracer = otel.Tracer("mandate/executor")
@@ -73,40 +76,25 @@ const (
 	outcomeAttemptTimeout = 5 * time.Second
 )
 
-// AuditSink appends audit rows; *audit.Writer is one, a gRPC client to the
-// audit service is another.
-type AuditSink interface {
-	Append(ctx context.Context, recs ...audit.Record) ([]audit.Stored, error)
+// AuditClient appends audit rows: the part of the audit service's API
+// the executor's pipeline uses. Every row names its tenant.
+// mandatev1.NewAuditServiceClient over a connection that carries the
+// executor's service credentials (which forward the caller) is one
+// implementation, over the network or in process; AuditStream, which
+// carries the appends on one stream on the executor's own authority, is
+// the one Mandate runs.
+type AuditClient interface {
+	Append(ctx context.Context, in *mandatev1.AppendRequest, opts ...grpc.CallOption) (*mandatev1.AppendResponse, error)
 }
 
-// Challenge is an opened confirmation.
-type Challenge struct {
-	ID          string
-	ApprovalURL string
-}
-
-// Grant is a redeemed approval.
-type Grant struct {
-	ChallengeID string
-	Approver    string
-	Channel     string
-	DecidedAt   time.Time
-}
-
-// OpenRequest asks the confirm service for a challenge.
-type OpenRequest struct {
-	Command        string
-	Digest         string
-	InvocationID   string
-	ArgumentsJSON  []byte
-	WithheldFields []string
-}
-
-// Confirmer opens and redeems confirmations. Its errors are
-// *failure.Error values with stage confirmation_check.
-type Confirmer interface {
-	Open(ctx context.Context, req OpenRequest) (Challenge, error)
-	Redeem(ctx context.Context, challengeID, digest string) (Grant, error)
+// ConfirmClient opens and redeems confirmations: the part of the confirm
+// service's API the executor uses. mandatev1.NewConfirmServiceClient over
+// a connection that carries the executor's service credentials is the one
+// implementation. The confirm service's refusals are reported at stage
+// confirmation_check with its codes.
+type ConfirmClient interface {
+	Open(ctx context.Context, in *mandatev1.OpenRequest, opts ...grpc.CallOption) (*mandatev1.Challenge, error)
+	Redeem(ctx context.Context, in *mandatev1.RedeemRequest, opts ...grpc.CallOption) (*mandatev1.Grant, error)
 }
 
 // ErrNotSent marks a dispatch error whose call provably never reached the
@@ -133,8 +121,8 @@ type Dispatch struct {
 type Config struct {
 	Manifest   *manifest.Set
 	Directory  directory.Resolver
-	Audit      AuditSink
-	Confirm    Confirmer
+	Audit      AuditClient
+	Confirm    ConfirmClient
 	Dispatcher Dispatcher
 	Store      Store
 	// ConfirmSideEffects makes every command with declared side effects
@@ -189,7 +177,7 @@ type Executor struct {
 	spoolFailures map[int64]int
 	// held are rows neither the trail nor the store would take (spool).
 	heldMu sync.Mutex
-	held   []audit.Record
+	held   []*mandatev1.AuditRecord
 }
 
 // New validates cfg and returns an Executor.
@@ -321,7 +309,7 @@ type invocation struct {
 	argDigest string
 	subject   string
 	idem      *IdemKey
-	approval  *audit.Approval
+	approval  *mandatev1.Approval
 	start     time.Time
 	traceID   string
 	// ending is how the call ended, once a refusal, a fault or an outcome
@@ -475,7 +463,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		case saved != nil:
 			// An attempt like any other: it leaves a row, naming the
 			// invocation whose response it returns.
-			e.outcomeAsync(ctx, inv, audit.OutcomeReplayed, StageIdempotency, "idempotency.replayed",
+			e.outcomeAsync(ctx, inv, contract.OutcomeReplayed, StageIdempotency, "idempotency.replayed",
 				"returned the response of "+saved.InvocationID+"; nothing was dispatched", nil)
 			return replay(saved)
 		}
@@ -513,11 +501,11 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	}
 
 	// audit intent: fail closed.
-	intent := e.record(inv, audit.PhaseIntent, audit.OutcomePending, "", "", "")
-	var intentRows []audit.Stored
+	intent := e.record(inv, contract.PhaseIntent, contract.OutcomePending, "", "", "")
+	var intentRows []*mandatev1.AuditRecord
 	if err := e.stage(ctx, StageAudit, func(ctx context.Context) error {
-		var err error
-		intentRows, err = e.cfg.Audit.Append(ctx, intent)
+		resp, err := e.cfg.Audit.Append(ctx, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{intent}})
+		intentRows = resp.GetRecords()
 		return err
 	}); err != nil {
 		release()
@@ -525,8 +513,8 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		fe := failure.Wrap(StageAudit, "audit.unavailable", "the audit trail is unavailable, so nothing was run", err)
 		fe.Retriable, fe.Remedy, fe.InvocationID = true, "retry later", inv.id
 		// The attempt is still recorded: its refusal waits in the spool.
-		inv.ending = ending{outcome: audit.OutcomeFailed, stage: StageAudit, code: "audit.unavailable"}
-		e.spool(ctx, inv, e.record(inv, audit.PhaseOutcome, audit.OutcomeFailed, StageAudit, "audit.unavailable", fe.Message))
+		inv.ending = ending{outcome: contract.OutcomeFailed, stage: StageAudit, code: "audit.unavailable"}
+		e.spool(ctx, inv, e.record(inv, contract.PhaseOutcome, contract.OutcomeFailed, StageAudit, "audit.unavailable", fe.Message))
 		return nil, fe
 	}
 
@@ -545,10 +533,10 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	if dispatchErr != nil {
 		fe := backendFailure(dispatchErr)
 		fe.InvocationID = inv.id
-		outcome := audit.OutcomeFailed
+		outcome := contract.OutcomeFailed
 		switch {
 		case isRefusalStage(fe.Stage) || clientError(fe.Status):
-			outcome = audit.OutcomeRefused
+			outcome = contract.OutcomeRefused
 		case effectUnknown(fe.Code) && !errors.Is(dispatchErr, ErrNotSent):
 			// The call left for the backend and no answer came back: the
 			// effect may have happened. The backend's receipt says which;
@@ -563,11 +551,11 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 				// with the same key may run.
 				fe.Message = strings.TrimSuffix(fe.Message, "; the effect is unknown") + "; the backend did not execute the call, nothing was done"
 				fe.Retriable, fe.Remedy = true, "retry; the call did not run"
-				e.outcomeAsync(ctx, inv, audit.OutcomeFailed, fe.Stage, fe.Code, fe.Message, nil)
+				e.outcomeAsync(ctx, inv, contract.OutcomeFailed, fe.Stage, fe.Code, fe.Message, nil)
 				release()
 				return nil, fe
 			default:
-				outcome = audit.OutcomeUnknown
+				outcome = contract.OutcomeUnknown
 				fe.Message = strings.TrimSuffix(fe.Message, "; the effect is unknown") + "; the effect is unknown"
 			}
 		}
@@ -586,7 +574,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	if err != nil {
 		return nil, e.fault(ctx, inv, StageDispatch, "handler.failed", err)
 	}
-	e.outcomeAsync(ctx, inv, audit.OutcomeExecuted, "", "", "", output)
+	e.outcomeAsync(ctx, inv, contract.OutcomeExecuted, "", "", "", output)
 	e.finish(ctx, inv, Saved{InvocationID: inv.id, Output: output, AuditID: auditID(intentRows)}, output)
 	return &Result{InvocationID: inv.id, Output: output, Message: out, AuditID: auditID(intentRows)}, nil
 }
@@ -621,7 +609,7 @@ func (e *Executor) recoverKey(ctx context.Context, inv *invocation, k IdemKey, c
 		if serr := e.cfg.Store.Settle(ctx, k, saved); serr != nil {
 			e.logger(ctx, inv).Error("settling an idempotency key from a receipt", "error", serr)
 		}
-		e.outcomeAsync(ctx, inv, audit.OutcomeReplayed, StageIdempotency, "idempotency.replayed",
+		e.outcomeAsync(ctx, inv, contract.OutcomeReplayed, StageIdempotency, "idempotency.replayed",
 			"returned the result of "+previous+", which its backend's receipt says ran; nothing was dispatched", nil)
 		res, err = replay(&saved)
 		return res, false, err
@@ -657,34 +645,35 @@ func unknownEffect(s *Saved) bool {
 func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) error {
 	d := invocationDigest(inv, canon)
 	if inv.call.GrantID == "" {
-		var ch Challenge
+		var ch *mandatev1.Challenge
 		err := e.stage(ctx, StageConfirmation, func(ctx context.Context) error {
 			var err error
-			ch, err = e.cfg.Confirm.Open(ctx, OpenRequest{
-				Command: inv.cmd.Code, Digest: d, InvocationID: inv.id,
-				ArgumentsJSON: inv.args, WithheldFields: withheldOf(inv),
+			// No TTL: the confirm service's default applies.
+			ch, err = e.cfg.Confirm.Open(ctx, &mandatev1.OpenRequest{
+				Command: inv.cmd.Code, InvocationDigest: d, InvocationId: inv.id,
+				ArgumentsJson: string(inv.args), WithheldFields: withheldOf(inv),
 			})
-			return err
+			return confirmError(err)
 		})
 		if err != nil {
 			return e.confirmFailure(ctx, inv, err)
 		}
 		fe := failure.New(StageConfirmation, "confirmation.required", "a human must confirm this call")
-		fe.ChallengeID, fe.ApprovalURL = ch.ID, ch.ApprovalURL
+		fe.ChallengeID, fe.ApprovalURL = ch.GetChallengeId(), ch.GetApprovalUrl()
 		fe.Retriable = true
 		fe.Remedy = "ask the user to approve at the approval URL, then call again with approval_grant_id set to the challenge id and the same arguments"
 		return e.refuseWith(ctx, inv, fe)
 	}
-	var g Grant
+	var g *mandatev1.Grant
 	err := e.stage(ctx, StageConfirmation, func(ctx context.Context) error {
 		var err error
-		g, err = e.cfg.Confirm.Redeem(ctx, inv.call.GrantID, d)
-		return err
+		g, err = e.cfg.Confirm.Redeem(ctx, &mandatev1.RedeemRequest{ChallengeId: inv.call.GrantID, InvocationDigest: d})
+		return confirmError(err)
 	})
 	if err != nil {
 		return e.confirmFailure(ctx, inv, err)
 	}
-	inv.approval = &audit.Approval{ChallengeID: g.ChallengeID, Approver: g.Approver, Channel: g.Channel, DecidedAt: g.DecidedAt}
+	inv.approval = &mandatev1.Approval{ChallengeId: g.GetChallengeId(), Approver: g.GetApprover(), Channel: g.GetChannel(), DecidedAt: g.GetDecidedAt()}
 	return nil
 }
 
@@ -718,11 +707,11 @@ func (e *Executor) refuse(ctx context.Context, inv *invocation, stage, code, msg
 
 func (e *Executor) refuseWith(ctx context.Context, inv *invocation, fe *failure.Error) error {
 	fe.InvocationID = inv.id
-	inv.ending = ending{outcome: audit.OutcomeRefused, stage: fe.Stage, code: fe.Code}
+	inv.ending = ending{outcome: contract.OutcomeRefused, stage: fe.Stage, code: fe.Code}
 	_, span := tracer.Start(ctx, fe.Stage, trace.WithAttributes(attribute.String("mandate.code", fe.Code)))
 	span.SetStatus(codes.Error, fe.Code)
 	span.End()
-	e.outcome(ctx, inv, audit.OutcomeRefused, fe.Stage, fe.Code, fe.Message, nil)
+	e.outcome(ctx, inv, contract.OutcomeRefused, fe.Stage, fe.Code, fe.Message, nil)
 	e.logger(ctx, inv).Info("refused", "stage", fe.Stage, "code", fe.Code)
 	return fe
 }
@@ -732,23 +721,25 @@ func (e *Executor) fault(ctx context.Context, inv *invocation, stage, code strin
 	e.logger(ctx, inv).Error("stage failed", "stage", stage, "error", err)
 	fe := failure.Wrap(stage, code, "the call could not be completed; nothing was run", err)
 	fe.InvocationID = inv.id
-	inv.ending = ending{outcome: audit.OutcomeFailed, stage: stage, code: code}
+	inv.ending = ending{outcome: contract.OutcomeFailed, stage: stage, code: code}
 	if strings.HasSuffix(code, ".unavailable") {
 		fe.Retriable, fe.Remedy = true, "retry later"
 	}
-	e.outcome(ctx, inv, audit.OutcomeFailed, stage, code, fe.Message, nil)
+	e.outcome(ctx, inv, contract.OutcomeFailed, stage, code, fe.Message, nil)
 	return fe
 }
 
 // outcome appends the outcome row, retrying until written (bounded here;
 // the audit reconciler records an unknown outcome for an intent whose
 // outcome never arrives).
-func (e *Executor) outcome(ctx context.Context, inv *invocation, outcome audit.Outcome, stage, code, msg string, result []byte) []audit.Stored {
-	rec := e.record(inv, audit.PhaseOutcome, outcome, stage, code, msg)
+func (e *Executor) outcome(ctx context.Context, inv *invocation, outcome, stage, code, msg string, result []byte) {
+	rec := e.record(inv, contract.PhaseOutcome, outcome, stage, code, msg)
 	if result != nil {
 		rec.ResultDigest = digest("result", result)
 	}
-	rec.Duration = e.cfg.Now().Sub(inv.start)
+	if d := e.cfg.Now().Sub(inv.start); d > 0 {
+		rec.Duration = durationpb.New(d)
+	}
 	ctx = context.WithoutCancel(ctx)
 	ctx, span := tracer.Start(ctx, stageAuditOutcome)
 	defer span.End()
@@ -758,17 +749,15 @@ func (e *Executor) outcome(ctx context.Context, inv *invocation, outcome audit.O
 		// cancellation (the row must outlive the call), so a stuck audit
 		// service would otherwise hold the executor's shutdown forever.
 		actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
-		stored, err := e.cfg.Audit.Append(actx, rec)
+		_, err := e.cfg.Audit.Append(actx, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{rec}})
 		cancel()
 		if err == nil {
-			return stored
+			return
 		}
-		retry := audit.Retryable(err) || errors.Is(err, audit.ErrUnavailable) || isUnavailable(err) ||
-			errors.Is(err, context.DeadlineExceeded) || grpcstatus.Code(err) == grpccodes.DeadlineExceeded
-		if attempt >= maxOutcomeAttempts || !retry {
+		if attempt >= maxOutcomeAttempts || !unavailable(err) {
 			span.SetStatus(codes.Error, "audit.unavailable")
 			e.spool(ctx, inv, rec)
-			return nil
+			return
 		}
 		time.Sleep(backoff)
 		backoff = min(backoff*2, 2*time.Second)
@@ -779,7 +768,7 @@ func (e *Executor) outcome(ctx context.Context, inv *invocation, outcome audit.O
 // the intent row is already durable, the write is retried until it lands,
 // and if the process dies first the audit reconciler records the outcome as
 // unknown. Only the intent commit is on the call's path.
-func (e *Executor) outcomeAsync(ctx context.Context, inv *invocation, outcome audit.Outcome, stage, code, msg string, result []byte) {
+func (e *Executor) outcomeAsync(ctx context.Context, inv *invocation, outcome string, stage, code, msg string, result []byte) {
 	inv.ending = ending{outcome: outcome, stage: stage, code: code}
 	select {
 	case e.pending <- struct{}{}:
@@ -829,35 +818,35 @@ func (e *Executor) finish(ctx context.Context, inv *invocation, saved Saved, out
 	}
 }
 
-func (e *Executor) record(inv *invocation, phase audit.Phase, outcome audit.Outcome, stage, code, msg string) audit.Record {
-	r := audit.Record{
-		InvocationID: inv.id, Phase: phase, Tenant: inv.p.Tenant, Channel: audit.Channel(inv.call.Channel),
-		Command: inv.call.Code, UserID: inv.p.UserID, AgentID: inv.p.AgentID,
-		Model: inv.p.Model, ModelVersion: inv.p.ModelVersion, ConversationID: inv.call.ConversationID,
-		MCPSessionID: inv.call.MCPSessionID, Outcome: outcome, Stage: stage, Code: code, Message: msg,
-		Approval: inv.approval, TraceID: inv.traceID, ManifestDigest: e.cfg.Manifest.Digest(),
+func (e *Executor) record(inv *invocation, phase, outcome, stage, code, msg string) *mandatev1.AuditRecord {
+	r := &mandatev1.AuditRecord{
+		InvocationId: inv.id, Phase: phase, Tenant: inv.p.Tenant, Channel: inv.call.Channel,
+		Command: inv.call.Code, UserId: inv.p.UserID, AgentId: inv.p.AgentID,
+		Model: inv.p.Model, ModelVersion: inv.p.ModelVersion, ConversationId: inv.call.ConversationID,
+		McpSessionId: inv.call.MCPSessionID, Outcome: outcome, Stage: stage, Code: code, Message: msg,
+		Approval: inv.approval, TraceId: inv.traceID, ManifestDigest: e.cfg.Manifest.Digest(),
 		Subject: inv.subject, ArgumentsDigest: inv.argDigest,
 	}
 	switch inv.p.Kind {
 	case identity.KindAgent:
-		r.ActorKind = audit.ActorAgent
+		r.ActorKind = contract.ActorAgent
 	case identity.KindService:
-		r.ActorKind = audit.ActorService
+		r.ActorKind = contract.ActorService
 	case identity.KindUser:
-		r.ActorKind = audit.ActorUser
+		r.ActorKind = contract.ActorUser
 	}
 	if inv.cmd != nil {
-		r.Risk = audit.Risk(inv.cmd.Risk)
+		r.Risk = inv.cmd.Risk
 		r.SideEffects = inv.cmd.SideEffects
 		r.Idempotent, r.Reversible = inv.cmd.Idempotent, inv.cmd.Reversible
 	}
 	if inv.args != nil {
-		r.Arguments = inv.args
+		r.ArgumentsJson = string(inv.args)
 	}
 	if !validCommand(r.Command) {
 		r.Command = "unknown"
 	}
-	safeRecord(&r)
+	safeRecord(r)
 	return r
 }
 
@@ -990,9 +979,9 @@ func sensitiveOutput(inv *invocation) []string {
 	return schema.SensitivePaths(inv.method.Output())
 }
 
-func auditID(stored []audit.Stored) string {
+func auditID(stored []*mandatev1.AuditRecord) string {
 	if len(stored) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%s/%d", stored[0].Tenant, stored[0].Seq)
+	return fmt.Sprintf("%s/%d", stored[0].GetTenant(), stored[0].GetSeq())
 }

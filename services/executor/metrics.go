@@ -9,9 +9,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/mandate-dev/mandate/internal/contract"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/manifest"
-	"github.com/mandate-dev/mandate/services/audit"
 )
 
 // Metrics the executor records, once per Execute, with the meter
@@ -56,7 +56,7 @@ var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 
 // ending is how a call ended, as its metrics report it.
 type ending struct {
-	outcome     audit.Outcome
+	outcome     string
 	stage, code string
 }
 
@@ -105,7 +105,7 @@ func newMetrics(mp metric.MeterProvider, set *manifest.Set) (*metrics, error) {
 	for _, c := range set.Commands() {
 		m.commands[c.Code] = true
 		for _, ch := range channels {
-			k := seriesKey{command: c.Code, channel: ch, ending: ending{outcome: audit.OutcomeExecuted}}
+			k := seriesKey{command: c.Code, channel: ch, ending: ending{outcome: contract.OutcomeExecuted}}
 			m.series[k] = k.build()
 		}
 	}
@@ -184,9 +184,9 @@ func endingOf(inv *invocation, err error) ending {
 		return inv.ending
 	}
 	if err == nil {
-		return ending{outcome: audit.OutcomeExecuted}
+		return ending{outcome: contract.OutcomeExecuted}
 	}
-	end := ending{outcome: audit.OutcomeFailed, code: "internal.error"}
+	end := ending{outcome: contract.OutcomeFailed, code: "internal.error"}
 	var fe *failure.Error
 	if errors.As(err, &fe) {
 		end.stage, end.code = fe.Stage, fe.Code

@@ -10,8 +10,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/mandate-dev/mandate/internal/contract"
 	"github.com/mandate-dev/mandate/internal/manifest"
-	"github.com/mandate-dev/mandate/services/audit"
 )
 
 func newTestMetrics(tb testing.TB) (*metrics, *sdkmetric.ManualReader) {
@@ -36,7 +36,7 @@ func TestCodesBeyondTheSeriesBoundAreOther(t *testing.T) {
 	const calls = 2 * maxSeries
 	for i := range calls {
 		m.record(context.Background(), Call{Code: "ticket.refund", Channel: "mcp"},
-			ending{outcome: audit.OutcomeRefused, stage: "state_check", code: fmt.Sprintf("ticket.state_%d", i)}, time.Millisecond)
+			ending{outcome: contract.OutcomeRefused, stage: "state_check", code: fmt.Sprintf("ticket.state_%d", i)}, time.Millisecond)
 	}
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -76,7 +76,7 @@ func TestCodesBeyondTheSeriesBoundAreOther(t *testing.T) {
 func TestUnknownCommandAndChannel(t *testing.T) {
 	m, reader := newTestMetrics(t)
 	m.record(context.Background(), Call{Code: "drop table", Channel: "carrier-pigeon"},
-		ending{outcome: audit.OutcomeRefused, stage: StageLoad, code: "command.not_found"}, time.Millisecond)
+		ending{outcome: contract.OutcomeRefused, stage: StageLoad, code: "command.not_found"}, time.Millisecond)
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestUnknownCommandAndChannel(t *testing.T) {
 func BenchmarkRecordExecuted(b *testing.B) {
 	m, _ := newTestMetrics(b)
 	call := Call{Code: "ticket.search", Channel: "mcp"}
-	end := ending{outcome: audit.OutcomeExecuted}
+	end := ending{outcome: contract.OutcomeExecuted}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -115,7 +115,7 @@ func BenchmarkRecordExecuted(b *testing.B) {
 func BenchmarkRecordRefused(b *testing.B) {
 	m, _ := newTestMetrics(b)
 	call := Call{Code: "ticket.refund", Channel: "grpc"}
-	end := ending{outcome: audit.OutcomeRefused, stage: StagePermission, code: "authorization.permission_denied"}
+	end := ending{outcome: contract.OutcomeRefused, stage: StagePermission, code: "authorization.permission_denied"}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -4,17 +4,23 @@ import (
 	"context"
 	"time"
 
-	"github.com/mandate-dev/mandate/services/audit"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/contract"
 )
 
-// IntentSource lists the intent rows that have no outcome row: calls whose
-// executor stopped before it recorded how they ended. The audit service's
-// gRPC client is one (AuditService.PendingIntents).
+// IntentSource lists the rows the trail leaves open: intents without an
+// outcome row (calls whose executor stopped before it recorded how they
+// ended) and, with unknown_outcomes, outcome rows that say unknown and that
+// no resolution row answers yet. It is the part of the audit service's API
+// the reconciler uses (AuditService.PendingIntents), called on the
+// executor's own authority.
 type IntentSource interface {
-	PendingIntents(ctx context.Context, olderThan time.Duration, limit int) ([]audit.Stored, error)
-	// UnresolvedUnknowns lists outcome rows that say unknown and that no
-	// resolution row answers yet.
-	UnresolvedUnknowns(ctx context.Context, olderThan time.Duration, limit int) ([]audit.Stored, error)
+	PendingIntents(ctx context.Context, in *mandatev1.PendingIntentsRequest, opts ...grpc.CallOption) (*mandatev1.PendingIntentsResponse, error)
 }
 
 // Defaults of the receipt reconciler.
@@ -39,20 +45,21 @@ func (e *Executor) Reconcile(ctx context.Context) (int, error) {
 	}
 	settled := 0
 	for _, pass := range []struct {
-		list  func(context.Context, time.Duration, int) ([]audit.Stored, error)
-		after time.Duration
-		row   func(in *audit.Stored, r Receipt) (audit.Record, bool)
+		unknown bool
+		after   time.Duration
+		row     func(in *mandatev1.AuditRecord, r Receipt) (*mandatev1.AuditRecord, bool)
 	}{
-		{e.cfg.Intents.PendingIntents, e.cfg.ReconcileAfter, e.outcomeFromReceipt},
-		{e.cfg.Intents.UnresolvedUnknowns, e.cfg.ReconcileInterval, e.resolutionFromReceipt},
+		{false, e.cfg.ReconcileAfter, e.outcomeFromReceipt},
+		{true, e.cfg.ReconcileInterval, e.resolutionFromReceipt},
 	} {
-		rows, err := pass.list(ctx, pass.after, reconcileBatch)
+		resp, err := e.cfg.Intents.PendingIntents(ctx, &mandatev1.PendingIntentsRequest{
+			OlderThan: durationpb.New(pass.after), Limit: reconcileBatch, UnknownOutcomes: pass.unknown,
+		})
 		if err != nil {
 			return settled, err
 		}
-		for i := range rows {
-			in := &rows[i]
-			cmd, ok := e.cfg.Manifest.ByCode(in.Command)
+		for _, in := range resp.GetRecords() {
+			cmd, ok := e.cfg.Manifest.ByCode(in.GetCommand())
 			if !ok {
 				continue
 			}
@@ -60,7 +67,7 @@ func (e *Executor) Reconcile(ctx context.Context) (int, error) {
 			if !ok {
 				continue
 			}
-			r, known := e.resolve(ctx, Dispatch{Command: cmd, Method: method, InvocationID: in.InvocationID, Deadline: e.deadline(cmd)})
+			r, known := e.resolve(ctx, Dispatch{Command: cmd, Method: method, InvocationID: in.GetInvocationId(), Deadline: e.deadline(cmd)})
 			if !known {
 				continue
 			}
@@ -69,56 +76,64 @@ func (e *Executor) Reconcile(ctx context.Context) (int, error) {
 				continue
 			}
 			actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
-			_, err := e.cfg.Audit.Append(actx, rec)
+			_, err := e.append(actx, rec)
 			cancel()
 			if err != nil {
 				return settled, err
 			}
 			settled++
-			e.log.Info("reconcile: settled from the backend's receipt", "tenant", rec.Tenant, "invocation_id", rec.InvocationID,
-				"command", rec.Command, "phase", rec.Phase, "outcome", rec.Outcome)
+			e.log.Info("reconcile: settled from the backend's receipt", "tenant", rec.GetTenant(), "invocation_id", rec.GetInvocationId(),
+				"command", rec.GetCommand(), "phase", rec.GetPhase(), "outcome", rec.GetOutcome())
 		}
 	}
 	return settled, nil
 }
 
+// fromStored is the row to append about the stored row in: its content,
+// without its place in the chain, at time now.
+func fromStored(in *mandatev1.AuditRecord, phase string, now time.Time) *mandatev1.AuditRecord {
+	rec := proto.CloneOf(in)
+	rec.Seq, rec.PrevHash, rec.Hash = 0, "", ""
+	rec.Phase, rec.Time, rec.ArgumentsJson, rec.Duration = phase, timestamppb.New(now), "", nil
+	return rec
+}
+
 // outcomeFromReceipt is the outcome row of an intent its executor left,
 // as the receipt r states it.
-func (e *Executor) outcomeFromReceipt(in *audit.Stored, r Receipt) (audit.Record, bool) {
-	rec := in.Record.Clone()
-	rec.Phase, rec.Time, rec.Arguments, rec.Duration = audit.PhaseOutcome, e.cfg.Now(), nil, 0
+func (e *Executor) outcomeFromReceipt(in *mandatev1.AuditRecord, r Receipt) (*mandatev1.AuditRecord, bool) {
+	rec := fromStored(in, contract.PhaseOutcome, e.cfg.Now())
 	if r.Executed {
 		output, err := marshalOutput(r.Result)
 		if err != nil {
 			return rec, false
 		}
-		rec.Outcome, rec.Stage, rec.Code = audit.OutcomeExecuted, "", ""
+		rec.Outcome, rec.Stage, rec.Code = contract.OutcomeExecuted, "", ""
 		rec.ResultDigest = digest("result", output)
 		rec.Message = "recorded from the backend's receipt: the executor stopped before it recorded the outcome"
 		return rec, true
 	}
-	rec.Outcome, rec.Stage, rec.Code = audit.OutcomeFailed, StageDispatch, "handler.not_executed"
+	rec.Outcome, rec.Stage, rec.Code = contract.OutcomeFailed, StageDispatch, "handler.not_executed"
 	rec.Message = "the executor stopped before it recorded the outcome; the backend's receipt says the call never ran (it is fenced, so it never will)"
 	return rec, true
 }
 
 // resolutionFromReceipt is the resolution row of an unknown outcome, as
 // the receipt r states it.
-func (e *Executor) resolutionFromReceipt(in *audit.Stored, r Receipt) (audit.Record, bool) {
-	rec := in.Record.Clone()
-	rec.Phase, rec.Time, rec.Arguments, rec.Duration, rec.ResultDigest = audit.PhaseResolution, e.cfg.Now(), nil, 0, ""
-	rec.UserID, rec.AgentID, rec.Model, rec.ModelVersion, rec.ActorKind = ServiceName, "", "", "", audit.ActorService
-	rec.Stage = audit.StageAudit
+func (e *Executor) resolutionFromReceipt(in *mandatev1.AuditRecord, r Receipt) (*mandatev1.AuditRecord, bool) {
+	rec := fromStored(in, contract.PhaseResolution, e.cfg.Now())
+	rec.ResultDigest = ""
+	rec.UserId, rec.AgentId, rec.Model, rec.ModelVersion, rec.ActorKind = ServiceName, "", "", "", contract.ActorService
+	rec.Stage = contract.StageAudit
 	if r.Executed {
 		output, err := marshalOutput(r.Result)
 		if err != nil {
 			return rec, false
 		}
-		rec.Outcome, rec.Code, rec.ResultDigest = audit.OutcomeExecuted, audit.CodeResolvedExecuted, digest("result", output)
+		rec.Outcome, rec.Code, rec.ResultDigest = contract.OutcomeExecuted, contract.CodeResolvedExecuted, digest("result", output)
 		rec.Message = "the backend's receipt says the call ran"
 		return rec, true
 	}
-	rec.Outcome, rec.Code = audit.OutcomeFailed, audit.CodeResolvedNotExecuted
+	rec.Outcome, rec.Code = contract.OutcomeFailed, contract.CodeResolvedNotExecuted
 	rec.Message = "the backend's receipt says the call never ran (it is fenced, so it never will)"
 	return rec, true
 }

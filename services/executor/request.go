@@ -7,9 +7,10 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/callattr"
+	"github.com/mandate-dev/mandate/internal/contract"
 	"github.com/mandate-dev/mandate/internal/failure"
-	"github.com/mandate-dev/mandate/services/audit"
 )
 
 // CodeInvalidMetadata refuses a call whose attributes besides its
@@ -109,17 +110,17 @@ func invalidAttributes(stage, code string, bad []callattr.Invalid) *failure.Erro
 // safeRecord is the last line of defence of "every attempt leaves a row":
 // whatever a caller or a backend put into a text field, the row keeps a
 // marked rendering of it rather than being refused by the audit trail.
-func safeRecord(r *audit.Record) {
+func safeRecord(r *mandatev1.AuditRecord) {
 	for _, f := range []*string{
-		&r.ConversationID, &r.MCPSessionID, &r.Subject, &r.UserID, &r.AgentID,
-		&r.Model, &r.ModelVersion, &r.TraceID, &r.Stage, &r.Code,
+		&r.ConversationId, &r.McpSessionId, &r.Subject, &r.UserId, &r.AgentId,
+		&r.Model, &r.ModelVersion, &r.TraceId, &r.Stage, &r.Code,
 	} {
-		*f = callattr.Safe(*f, audit.MaxFieldLen)
+		*f = callattr.Safe(*f, contract.MaxFieldLen)
 	}
 	r.Message = safeMessage(r.Message)
-	if len(r.Arguments) > audit.MaxArgumentsLen {
-		r.Arguments = []byte(`{"mandate.dev/withheld":"arguments longer than ` + strconv.Itoa(audit.MaxArgumentsLen) +
-			` bytes (` + strconv.Itoa(len(r.Arguments)) + `); their digest is recorded"}`)
+	if len(r.ArgumentsJson) > contract.MaxArgumentsLen {
+		r.ArgumentsJson = `{"mandate.dev/withheld":"arguments longer than ` + strconv.Itoa(contract.MaxArgumentsLen) +
+			` bytes (` + strconv.Itoa(len(r.ArgumentsJson)) + `); their digest is recorded"}`
 	}
 }
 
@@ -127,10 +128,10 @@ func safeRecord(r *audit.Record) {
 // free of NUL bytes and within the audit trail's limit.
 func safeMessage(m string) string {
 	m = strings.ReplaceAll(strings.ToValidUTF8(m, "\uFFFD"), "\x00", `\u{0000}`)
-	if len(m) <= audit.MaxMessageLen {
+	if len(m) <= contract.MaxMessageLen {
 		return m
 	}
-	cut := audit.MaxMessageLen - len("…")
+	cut := contract.MaxMessageLen - len("…")
 	for cut > 0 && !utf8.RuneStart(m[cut]) {
 		cut--
 	}

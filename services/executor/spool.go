@@ -2,11 +2,15 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
-	"github.com/mandate-dev/mandate/services/audit"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 // Defaults of the audit spool.
@@ -28,13 +32,13 @@ const (
 // down too (a database outage), the row is held in memory (up to maxHeld)
 // until the trail takes it; only if the process dies first, or the bound
 // is reached, is it lost — and that is logged at error level.
-func (e *Executor) spool(ctx context.Context, inv *invocation, rec audit.Record) {
-	if rec.Time.IsZero() {
-		rec.Time = e.cfg.Now()
+func (e *Executor) spool(ctx context.Context, inv *invocation, rec *mandatev1.AuditRecord) {
+	if rec.Time == nil {
+		rec.Time = timestamppb.New(e.cfg.Now())
 	}
-	b, err := json.Marshal(rec)
+	b, err := encodeSpooled(rec)
 	if err == nil {
-		err = e.cfg.Store.Spool(context.WithoutCancel(ctx), SpooledRow{Tenant: rec.Tenant, InvocationID: rec.InvocationID, Record: b, Time: rec.Time})
+		err = e.cfg.Store.Spool(context.WithoutCancel(ctx), SpooledRow{Tenant: rec.GetTenant(), InvocationID: rec.GetInvocationId(), Record: b, Time: rec.GetTime().AsTime()})
 	}
 	if err != nil {
 		e.heldMu.Lock()
@@ -45,15 +49,15 @@ func (e *Executor) spool(ctx context.Context, inv *invocation, rec audit.Record)
 		e.heldMu.Unlock()
 		if full {
 			e.logger(ctx, inv).Error("audit row lost: the trail, the executor's spool and its memory are all full or down",
-				"phase", rec.Phase, "outcome", rec.Outcome, "code", rec.Code, "error", err)
+				"phase", rec.GetPhase(), "outcome", rec.GetOutcome(), "code", rec.GetCode(), "error", err)
 			return
 		}
 		e.metrics.spooled.Add(ctx, 1)
-		e.logger(ctx, inv).Warn("audit trail and executor store unavailable: row held in memory until the trail is back", "phase", rec.Phase, "error", err)
+		e.logger(ctx, inv).Warn("audit trail and executor store unavailable: row held in memory until the trail is back", "phase", rec.GetPhase(), "error", err)
 		return
 	}
 	e.metrics.spooled.Add(ctx, 1)
-	e.logger(ctx, inv).Warn("audit trail unavailable: row spooled, to be appended when it is back", "phase", rec.Phase, "outcome", rec.Outcome)
+	e.logger(ctx, inv).Warn("audit trail unavailable: row spooled, to be appended when it is back", "phase", rec.GetPhase(), "outcome", rec.GetOutcome())
 }
 
 // every runs fn every interval until stop is closed, logging its failures
@@ -96,7 +100,7 @@ func (e *Executor) flushHeld(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
-	_, err := e.cfg.Audit.Append(actx, recs...)
+	_, err := e.append(actx, recs...)
 	cancel()
 	if err != nil && unavailable(err) {
 		return 0, err
@@ -108,7 +112,7 @@ func (e *Executor) flushHeld(ctx context.Context) (int, error) {
 		appended = 0
 		for i := range recs {
 			actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
-			_, err := e.cfg.Audit.Append(actx, recs[i])
+			_, err := e.append(actx, recs[i])
 			cancel()
 			switch {
 			case err == nil:
@@ -116,8 +120,8 @@ func (e *Executor) flushHeld(ctx context.Context) (int, error) {
 			case unavailable(err):
 				return appended, err // keep them all; the next flush tries again
 			default:
-				e.log.Error("audit spool: the trail refuses a held row; dropped", "tenant", recs[i].Tenant,
-					"invocation_id", recs[i].InvocationID, "error", err)
+				e.log.Error("audit spool: the trail refuses a held row; dropped", "tenant", recs[i].GetTenant(),
+					"invocation_id", recs[i].GetInvocationId(), "error", err)
 			}
 		}
 	}
@@ -133,11 +137,11 @@ func (e *Executor) flushStored(ctx context.Context) (int, error) {
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
-	recs := make([]audit.Record, 0, len(rows))
+	recs := make([]*mandatev1.AuditRecord, 0, len(rows))
 	ids := make([]int64, 0, len(rows))
 	for _, r := range rows {
-		var rec audit.Record
-		if json.Unmarshal(r.Record, &rec) != nil {
+		rec, err := decodeSpooled(r.Record)
+		if err != nil {
 			e.log.Error("audit spool: an unreadable row is dropped", "tenant", r.Tenant, "invocation_id", r.InvocationID)
 			ids = append(ids, r.ID)
 			continue
@@ -145,7 +149,7 @@ func (e *Executor) flushStored(ctx context.Context) (int, error) {
 		recs = append(recs, rec)
 	}
 	actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
-	_, err = e.cfg.Audit.Append(actx, recs...)
+	_, err = e.append(actx, recs...)
 	cancel()
 	if err == nil {
 		for _, r := range rows {
@@ -162,12 +166,12 @@ func (e *Executor) flushStored(ctx context.Context) (int, error) {
 	// Something in the batch is refused: one at a time.
 	appended := 0
 	for _, r := range rows {
-		var rec audit.Record
-		if json.Unmarshal(r.Record, &rec) != nil {
+		rec, err := decodeSpooled(r.Record)
+		if err != nil {
 			continue
 		}
 		actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
-		_, err := e.cfg.Audit.Append(actx, rec)
+		_, err = e.append(actx, rec)
 		cancel()
 		switch {
 		case err == nil:
@@ -187,9 +191,26 @@ func (e *Executor) flushStored(ctx context.Context) (int, error) {
 	return appended, e.cfg.Store.Unspool(ctx, ids)
 }
 
+// append appends recs to the trail in one request.
+func (e *Executor) append(ctx context.Context, recs ...*mandatev1.AuditRecord) ([]*mandatev1.AuditRecord, error) {
+	resp, err := e.cfg.Audit.Append(ctx, &mandatev1.AppendRequest{Records: recs})
+	return resp.GetRecords(), err
+}
+
 // unavailable reports an audit error that says the trail could not be
-// reached, as opposed to a row it refused.
+// reached or did not answer, as opposed to a row it refused: appending the
+// same rows again may succeed (appends are idempotent). The audit service
+// says so with a gRPC code, or with a Mandate code ending in .unavailable
+// (its store is down, or a concurrent writer got in the way).
 func unavailable(err error) bool {
-	return errors.Is(err, audit.ErrUnavailable) || isUnavailable(err) || audit.Retryable(err) ||
-		errors.Is(err, context.DeadlineExceeded)
+	if errors.Is(err, context.DeadlineExceeded) || isUnavailable(err) {
+		return true
+	}
+	st := failure.ToStatus(err)
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted:
+		return true
+	}
+	fe, ok := failure.FromStatus(st)
+	return ok && strings.HasSuffix(fe.Code, ".unavailable")
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/servicetest"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/catalog"
 	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
@@ -115,8 +116,13 @@ func newStack(t *testing.T, set *manifest.Set, policy string, be backends) *stac
 	st := &stack{set: set, audit: stores.audit, confirm: confirmSvc, clock: &testClock{}}
 	conns := be(t, ctx, st, authn, cat)
 	t.Cleanup(cancel) // before the backends' cleanups, which wait for their servers to stop
+	execSrc, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", executor.ServiceName, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := servicetest.Executor(t, users, services, execSrc, writer, cache, confirmSvc)
 	exec, err := executor.New(executor.Config{
-		Manifest: set, Directory: cache, Audit: writer, Confirm: executor.LocalConfirmer{Service: confirmSvc},
+		Manifest: set, Directory: cache, Audit: ports.Audit, Confirm: ports.Confirm,
 		Dispatcher: executor.NewGRPCDispatcher(conns),
 		Store:      stores.exec,
 	})

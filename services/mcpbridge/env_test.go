@@ -19,6 +19,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/servicetest"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/catalog"
@@ -153,8 +154,9 @@ func start(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ports := servicetest.Executor(t, users, services, src, writer, cache, confirmSvc)
 	exec, err := executor.New(executor.Config{
-		Manifest: set, Directory: cache, Audit: writer, Confirm: executor.LocalConfirmer{Service: confirmSvc},
+		Manifest: set, Directory: cache, Audit: ports.Audit, Confirm: ports.Confirm,
 		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{"examples.helpdesk.v1.HelpdeskService": backendConn}),
 		Store:      st.exec,
 	})

@@ -25,6 +25,156 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// AppendStreamRequest is one append on the stream.
+type AppendStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, unique among its requests in flight; the
+	// response carries it back.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The records, as in AppendRequest; each names its tenant.
+	Records []*AuditRecord `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// The trace context of the append (W3C `traceparent`, `tracestate`), as
+	// gRPC metadata carries it for a unary call: the audit service's span of
+	// the append joins the caller's trace.
+	TraceContext  map[string]string `protobuf:"bytes,3,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendStreamRequest) Reset() {
+	*x = AppendStreamRequest{}
+	mi := &file_mandate_v1_audit_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendStreamRequest) ProtoMessage() {}
+
+func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_audit_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendStreamRequest.ProtoReflect.Descriptor instead.
+func (*AppendStreamRequest) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *AppendStreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AppendStreamRequest) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *AppendStreamRequest) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
+}
+
+// AppendStreamResponse answers one AppendStreamRequest.
+type AppendStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request's id.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The stored records, in request order, when the append succeeded.
+	Records []*AuditRecord `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// When it failed: the gRPC code Append would have returned (never 0).
+	StatusCode int32 `protobuf:"varint,3,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"`
+	// When it failed: the status message.
+	StatusMessage string `protobuf:"bytes,4,opt,name=status_message,json=statusMessage,proto3" json:"status_message,omitempty"`
+	// When it failed with a Mandate error: the error, as in the status
+	// details of Append.
+	Error         *CommandError `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendStreamResponse) Reset() {
+	*x = AppendStreamResponse{}
+	mi := &file_mandate_v1_audit_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendStreamResponse) ProtoMessage() {}
+
+func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_audit_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
+func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AppendStreamResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AppendStreamResponse) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *AppendStreamResponse) GetStatusCode() int32 {
+	if x != nil {
+		return x.StatusCode
+	}
+	return 0
+}
+
+func (x *AppendStreamResponse) GetStatusMessage() string {
+	if x != nil {
+		return x.StatusMessage
+	}
+	return ""
+}
+
+func (x *AppendStreamResponse) GetError() *CommandError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 // PendingIntentsRequest bounds the intents to list.
 type PendingIntentsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -41,7 +191,7 @@ type PendingIntentsRequest struct {
 
 func (x *PendingIntentsRequest) Reset() {
 	*x = PendingIntentsRequest{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[0]
+	mi := &file_mandate_v1_audit_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -53,7 +203,7 @@ func (x *PendingIntentsRequest) String() string {
 func (*PendingIntentsRequest) ProtoMessage() {}
 
 func (x *PendingIntentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[0]
+	mi := &file_mandate_v1_audit_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -66,7 +216,7 @@ func (x *PendingIntentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingIntentsRequest.ProtoReflect.Descriptor instead.
 func (*PendingIntentsRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{0}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PendingIntentsRequest) GetOlderThan() *durationpb.Duration {
@@ -101,7 +251,7 @@ type PendingIntentsResponse struct {
 
 func (x *PendingIntentsResponse) Reset() {
 	*x = PendingIntentsResponse{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[1]
+	mi := &file_mandate_v1_audit_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -113,7 +263,7 @@ func (x *PendingIntentsResponse) String() string {
 func (*PendingIntentsResponse) ProtoMessage() {}
 
 func (x *PendingIntentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[1]
+	mi := &file_mandate_v1_audit_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -126,7 +276,7 @@ func (x *PendingIntentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingIntentsResponse.ProtoReflect.Descriptor instead.
 func (*PendingIntentsResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{1}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PendingIntentsResponse) GetRecords() []*AuditRecord {
@@ -159,7 +309,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[2]
+	mi := &file_mandate_v1_audit_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -171,7 +321,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[2]
+	mi := &file_mandate_v1_audit_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -184,7 +334,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{2}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Approval) GetChallengeId() string {
@@ -300,7 +450,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[3]
+	mi := &file_mandate_v1_audit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +462,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[3]
+	mi := &file_mandate_v1_audit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +475,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{3}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AuditRecord) GetInvocationId() string {
@@ -563,7 +713,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[4]
+	mi := &file_mandate_v1_audit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +725,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[4]
+	mi := &file_mandate_v1_audit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +738,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{4}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AppendRequest) GetRecords() []*AuditRecord {
@@ -609,7 +759,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[5]
+	mi := &file_mandate_v1_audit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +771,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[5]
+	mi := &file_mandate_v1_audit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +784,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{5}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AppendResponse) GetRecords() []*AuditRecord {
@@ -686,7 +836,7 @@ type QueryRequest struct {
 
 func (x *QueryRequest) Reset() {
 	*x = QueryRequest{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[6]
+	mi := &file_mandate_v1_audit_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -698,7 +848,7 @@ func (x *QueryRequest) String() string {
 func (*QueryRequest) ProtoMessage() {}
 
 func (x *QueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[6]
+	mi := &file_mandate_v1_audit_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -711,7 +861,7 @@ func (x *QueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryRequest.ProtoReflect.Descriptor instead.
 func (*QueryRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{6}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *QueryRequest) GetFrom() *timestamppb.Timestamp {
@@ -839,7 +989,7 @@ type QueryResponse struct {
 
 func (x *QueryResponse) Reset() {
 	*x = QueryResponse{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[7]
+	mi := &file_mandate_v1_audit_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +1001,7 @@ func (x *QueryResponse) String() string {
 func (*QueryResponse) ProtoMessage() {}
 
 func (x *QueryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[7]
+	mi := &file_mandate_v1_audit_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +1014,7 @@ func (x *QueryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryResponse.ProtoReflect.Descriptor instead.
 func (*QueryResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{7}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *QueryResponse) GetRecords() []*AuditRecord {
@@ -892,7 +1042,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[8]
+	mi := &file_mandate_v1_audit_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +1054,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[8]
+	mi := &file_mandate_v1_audit_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +1067,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{8}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetRequest) GetInvocationId() string {
@@ -938,7 +1088,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[9]
+	mi := &file_mandate_v1_audit_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1100,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[9]
+	mi := &file_mandate_v1_audit_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1113,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{9}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetResponse) GetRecords() []*AuditRecord {
@@ -982,7 +1132,7 @@ type VerifyRequest struct {
 
 func (x *VerifyRequest) Reset() {
 	*x = VerifyRequest{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[10]
+	mi := &file_mandate_v1_audit_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1144,7 @@ func (x *VerifyRequest) String() string {
 func (*VerifyRequest) ProtoMessage() {}
 
 func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[10]
+	mi := &file_mandate_v1_audit_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1157,7 @@ func (x *VerifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{10}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{12}
 }
 
 // VerifyResponse reports the walk.
@@ -1025,7 +1175,7 @@ type VerifyResponse struct {
 
 func (x *VerifyResponse) Reset() {
 	*x = VerifyResponse{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[11]
+	mi := &file_mandate_v1_audit_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1187,7 @@ func (x *VerifyResponse) String() string {
 func (*VerifyResponse) ProtoMessage() {}
 
 func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[11]
+	mi := &file_mandate_v1_audit_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1200,7 @@ func (x *VerifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{11}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *VerifyResponse) GetOk() bool {
@@ -1092,7 +1242,7 @@ type BrokenLink struct {
 
 func (x *BrokenLink) Reset() {
 	*x = BrokenLink{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[12]
+	mi := &file_mandate_v1_audit_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1254,7 @@ func (x *BrokenLink) String() string {
 func (*BrokenLink) ProtoMessage() {}
 
 func (x *BrokenLink) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[12]
+	mi := &file_mandate_v1_audit_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1267,7 @@ func (x *BrokenLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokenLink.ProtoReflect.Descriptor instead.
 func (*BrokenLink) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{12}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BrokenLink) GetSeq() int64 {
@@ -1159,7 +1309,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_mandate_v1_audit_proto_msgTypes[13]
+	mi := &file_mandate_v1_audit_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1321,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_audit_proto_msgTypes[13]
+	mi := &file_mandate_v1_audit_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1334,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{13}
+	return file_mandate_v1_audit_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchRequest) GetAfterSeq() int64 {
@@ -1199,7 +1349,21 @@ var File_mandate_v1_audit_proto protoreflect.FileDescriptor
 const file_mandate_v1_audit_proto_rawDesc = "" +
 	"\n" +
 	"\x16mandate/v1/audit.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x01\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17mandate/v1/errors.proto\"\x88\x02\n" +
+	"\x13AppendStreamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12>\n" +
+	"\arecords\x18\x02 \x03(\v2\x17.mandate.v1.AuditRecordB\v\xbaH\b\x92\x01\x05\b\x01\x10\xf4\x03R\arecords\x12`\n" +
+	"\rtrace_context\x18\x03 \x03(\v21.mandate.v1.AppendStreamRequest.TraceContextEntryB\b\xbaH\x05\x9a\x01\x02\x10\bR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x01\n" +
+	"\x14AppendStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
+	"\arecords\x18\x02 \x03(\v2\x17.mandate.v1.AuditRecordR\arecords\x12\x1f\n" +
+	"\vstatus_code\x18\x03 \x01(\x05R\n" +
+	"statusCode\x12%\n" +
+	"\x0estatus_message\x18\x04 \x01(\tR\rstatusMessage\x12.\n" +
+	"\x05error\x18\x05 \x01(\v2\x18.mandate.v1.CommandErrorR\x05error\"\xa6\x01\n" +
 	"\x15PendingIntentsRequest\x12@\n" +
 	"\n" +
 	"older_than\x18\x01 \x01(\v2\x19.google.protobuf.DurationB\x06\xbaH\x03\xc8\x01\x01R\tolderThan\x12 \n" +
@@ -1302,14 +1466,15 @@ const file_mandate_v1_audit_proto_rawDesc = "" +
 	"\x05phase\x18\x03 \x01(\tR\x05phase\x12\x18\n" +
 	"\aproblem\x18\x04 \x01(\tR\aproblem\"4\n" +
 	"\fWatchRequest\x12$\n" +
-	"\tafter_seq\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\bafterSeq2\xca\x04\n" +
+	"\tafter_seq\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\bafterSeq2\xa1\x05\n" +
 	"\fAuditService\x12d\n" +
 	"\x06Append\x12\x19.mandate.v1.AppendRequest\x1a\x1a.mandate.v1.AppendResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/audit/records:append\x12W\n" +
 	"\x05Query\x12\x18.mandate.v1.QueryRequest\x1a\x19.mandate.v1.QueryResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/audit/records\x12e\n" +
 	"\x03Get\x12\x16.mandate.v1.GetRequest\x1a\x17.mandate.v1.GetResponse\"-\x82\xd3\xe4\x93\x02'\x12%/v1/audit/invocations/{invocation_id}\x12\\\n" +
 	"\x06Verify\x12\x19.mandate.v1.VerifyRequest\x1a\x1a.mandate.v1.VerifyResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/audit:verify\x12]\n" +
 	"\x05Watch\x12\x18.mandate.v1.WatchRequest\x1a\x17.mandate.v1.AuditRecord\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/audit/records:watch0\x01\x12W\n" +
-	"\x0ePendingIntents\x12!.mandate.v1.PendingIntentsRequest\x1a\".mandate.v1.PendingIntentsResponseB9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
+	"\x0ePendingIntents\x12!.mandate.v1.PendingIntentsRequest\x1a\".mandate.v1.PendingIntentsResponse\x12U\n" +
+	"\fAppendStream\x12\x1f.mandate.v1.AppendStreamRequest\x1a .mandate.v1.AppendStreamResponse(\x010\x01B9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
 
 var (
 	file_mandate_v1_audit_proto_rawDescOnce sync.Once
@@ -1323,56 +1488,66 @@ func file_mandate_v1_audit_proto_rawDescGZIP() []byte {
 	return file_mandate_v1_audit_proto_rawDescData
 }
 
-var file_mandate_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_mandate_v1_audit_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_mandate_v1_audit_proto_goTypes = []any{
-	(*PendingIntentsRequest)(nil),  // 0: mandate.v1.PendingIntentsRequest
-	(*PendingIntentsResponse)(nil), // 1: mandate.v1.PendingIntentsResponse
-	(*Approval)(nil),               // 2: mandate.v1.Approval
-	(*AuditRecord)(nil),            // 3: mandate.v1.AuditRecord
-	(*AppendRequest)(nil),          // 4: mandate.v1.AppendRequest
-	(*AppendResponse)(nil),         // 5: mandate.v1.AppendResponse
-	(*QueryRequest)(nil),           // 6: mandate.v1.QueryRequest
-	(*QueryResponse)(nil),          // 7: mandate.v1.QueryResponse
-	(*GetRequest)(nil),             // 8: mandate.v1.GetRequest
-	(*GetResponse)(nil),            // 9: mandate.v1.GetResponse
-	(*VerifyRequest)(nil),          // 10: mandate.v1.VerifyRequest
-	(*VerifyResponse)(nil),         // 11: mandate.v1.VerifyResponse
-	(*BrokenLink)(nil),             // 12: mandate.v1.BrokenLink
-	(*WatchRequest)(nil),           // 13: mandate.v1.WatchRequest
-	(*durationpb.Duration)(nil),    // 14: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
+	(*AppendStreamRequest)(nil),    // 0: mandate.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),   // 1: mandate.v1.AppendStreamResponse
+	(*PendingIntentsRequest)(nil),  // 2: mandate.v1.PendingIntentsRequest
+	(*PendingIntentsResponse)(nil), // 3: mandate.v1.PendingIntentsResponse
+	(*Approval)(nil),               // 4: mandate.v1.Approval
+	(*AuditRecord)(nil),            // 5: mandate.v1.AuditRecord
+	(*AppendRequest)(nil),          // 6: mandate.v1.AppendRequest
+	(*AppendResponse)(nil),         // 7: mandate.v1.AppendResponse
+	(*QueryRequest)(nil),           // 8: mandate.v1.QueryRequest
+	(*QueryResponse)(nil),          // 9: mandate.v1.QueryResponse
+	(*GetRequest)(nil),             // 10: mandate.v1.GetRequest
+	(*GetResponse)(nil),            // 11: mandate.v1.GetResponse
+	(*VerifyRequest)(nil),          // 12: mandate.v1.VerifyRequest
+	(*VerifyResponse)(nil),         // 13: mandate.v1.VerifyResponse
+	(*BrokenLink)(nil),             // 14: mandate.v1.BrokenLink
+	(*WatchRequest)(nil),           // 15: mandate.v1.WatchRequest
+	nil,                            // 16: mandate.v1.AppendStreamRequest.TraceContextEntry
+	(*CommandError)(nil),           // 17: mandate.v1.CommandError
+	(*durationpb.Duration)(nil),    // 18: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
 }
 var file_mandate_v1_audit_proto_depIdxs = []int32{
-	14, // 0: mandate.v1.PendingIntentsRequest.older_than:type_name -> google.protobuf.Duration
-	3,  // 1: mandate.v1.PendingIntentsResponse.records:type_name -> mandate.v1.AuditRecord
-	15, // 2: mandate.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
-	15, // 3: mandate.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
-	2,  // 4: mandate.v1.AuditRecord.approval:type_name -> mandate.v1.Approval
-	14, // 5: mandate.v1.AuditRecord.duration:type_name -> google.protobuf.Duration
-	3,  // 6: mandate.v1.AppendRequest.records:type_name -> mandate.v1.AuditRecord
-	3,  // 7: mandate.v1.AppendResponse.records:type_name -> mandate.v1.AuditRecord
-	15, // 8: mandate.v1.QueryRequest.from:type_name -> google.protobuf.Timestamp
-	15, // 9: mandate.v1.QueryRequest.to:type_name -> google.protobuf.Timestamp
-	3,  // 10: mandate.v1.QueryResponse.records:type_name -> mandate.v1.AuditRecord
-	3,  // 11: mandate.v1.GetResponse.records:type_name -> mandate.v1.AuditRecord
-	12, // 12: mandate.v1.VerifyResponse.broken:type_name -> mandate.v1.BrokenLink
-	4,  // 13: mandate.v1.AuditService.Append:input_type -> mandate.v1.AppendRequest
-	6,  // 14: mandate.v1.AuditService.Query:input_type -> mandate.v1.QueryRequest
-	8,  // 15: mandate.v1.AuditService.Get:input_type -> mandate.v1.GetRequest
-	10, // 16: mandate.v1.AuditService.Verify:input_type -> mandate.v1.VerifyRequest
-	13, // 17: mandate.v1.AuditService.Watch:input_type -> mandate.v1.WatchRequest
-	0,  // 18: mandate.v1.AuditService.PendingIntents:input_type -> mandate.v1.PendingIntentsRequest
-	5,  // 19: mandate.v1.AuditService.Append:output_type -> mandate.v1.AppendResponse
-	7,  // 20: mandate.v1.AuditService.Query:output_type -> mandate.v1.QueryResponse
-	9,  // 21: mandate.v1.AuditService.Get:output_type -> mandate.v1.GetResponse
-	11, // 22: mandate.v1.AuditService.Verify:output_type -> mandate.v1.VerifyResponse
-	3,  // 23: mandate.v1.AuditService.Watch:output_type -> mandate.v1.AuditRecord
-	1,  // 24: mandate.v1.AuditService.PendingIntents:output_type -> mandate.v1.PendingIntentsResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	5,  // 0: mandate.v1.AppendStreamRequest.records:type_name -> mandate.v1.AuditRecord
+	16, // 1: mandate.v1.AppendStreamRequest.trace_context:type_name -> mandate.v1.AppendStreamRequest.TraceContextEntry
+	5,  // 2: mandate.v1.AppendStreamResponse.records:type_name -> mandate.v1.AuditRecord
+	17, // 3: mandate.v1.AppendStreamResponse.error:type_name -> mandate.v1.CommandError
+	18, // 4: mandate.v1.PendingIntentsRequest.older_than:type_name -> google.protobuf.Duration
+	5,  // 5: mandate.v1.PendingIntentsResponse.records:type_name -> mandate.v1.AuditRecord
+	19, // 6: mandate.v1.Approval.decided_at:type_name -> google.protobuf.Timestamp
+	19, // 7: mandate.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	4,  // 8: mandate.v1.AuditRecord.approval:type_name -> mandate.v1.Approval
+	18, // 9: mandate.v1.AuditRecord.duration:type_name -> google.protobuf.Duration
+	5,  // 10: mandate.v1.AppendRequest.records:type_name -> mandate.v1.AuditRecord
+	5,  // 11: mandate.v1.AppendResponse.records:type_name -> mandate.v1.AuditRecord
+	19, // 12: mandate.v1.QueryRequest.from:type_name -> google.protobuf.Timestamp
+	19, // 13: mandate.v1.QueryRequest.to:type_name -> google.protobuf.Timestamp
+	5,  // 14: mandate.v1.QueryResponse.records:type_name -> mandate.v1.AuditRecord
+	5,  // 15: mandate.v1.GetResponse.records:type_name -> mandate.v1.AuditRecord
+	14, // 16: mandate.v1.VerifyResponse.broken:type_name -> mandate.v1.BrokenLink
+	6,  // 17: mandate.v1.AuditService.Append:input_type -> mandate.v1.AppendRequest
+	8,  // 18: mandate.v1.AuditService.Query:input_type -> mandate.v1.QueryRequest
+	10, // 19: mandate.v1.AuditService.Get:input_type -> mandate.v1.GetRequest
+	12, // 20: mandate.v1.AuditService.Verify:input_type -> mandate.v1.VerifyRequest
+	15, // 21: mandate.v1.AuditService.Watch:input_type -> mandate.v1.WatchRequest
+	2,  // 22: mandate.v1.AuditService.PendingIntents:input_type -> mandate.v1.PendingIntentsRequest
+	0,  // 23: mandate.v1.AuditService.AppendStream:input_type -> mandate.v1.AppendStreamRequest
+	7,  // 24: mandate.v1.AuditService.Append:output_type -> mandate.v1.AppendResponse
+	9,  // 25: mandate.v1.AuditService.Query:output_type -> mandate.v1.QueryResponse
+	11, // 26: mandate.v1.AuditService.Get:output_type -> mandate.v1.GetResponse
+	13, // 27: mandate.v1.AuditService.Verify:output_type -> mandate.v1.VerifyResponse
+	5,  // 28: mandate.v1.AuditService.Watch:output_type -> mandate.v1.AuditRecord
+	3,  // 29: mandate.v1.AuditService.PendingIntents:output_type -> mandate.v1.PendingIntentsResponse
+	1,  // 30: mandate.v1.AuditService.AppendStream:output_type -> mandate.v1.AppendStreamResponse
+	24, // [24:31] is the sub-list for method output_type
+	17, // [17:24] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_mandate_v1_audit_proto_init() }
@@ -1380,14 +1555,15 @@ func file_mandate_v1_audit_proto_init() {
 	if File_mandate_v1_audit_proto != nil {
 		return
 	}
-	file_mandate_v1_audit_proto_msgTypes[6].OneofWrappers = []any{}
+	file_mandate_v1_errors_proto_init()
+	file_mandate_v1_audit_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mandate_v1_audit_proto_rawDesc), len(file_mandate_v1_audit_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	AuditService_Verify_FullMethodName         = "/mandate.v1.AuditService/Verify"
 	AuditService_Watch_FullMethodName          = "/mandate.v1.AuditService/Watch"
 	AuditService_PendingIntents_FullMethodName = "/mandate.v1.AuditService/PendingIntents"
+	AuditService_AppendStream_FullMethodName   = "/mandate.v1.AuditService/AppendStream"
 )
 
 // AuditServiceClient is the client API for AuditService service.
@@ -53,6 +54,14 @@ type AuditServiceClient interface {
 	// how they ended. Only the executor, on its own authority, may ask; it
 	// settles them from its backends' receipts. Not on REST.
 	PendingIntents(ctx context.Context, in *PendingIntentsRequest, opts ...grpc.CallOption) (*PendingIntentsResponse, error)
+	// Appends records on one long-lived stream: the executor's audit traffic,
+	// without a call (and its credential checks) per append. Each request is
+	// answered by a response with the same id, in any order; requests that
+	// arrive together are committed together. Only the executor, on its own
+	// authority, may open the stream: each record names its tenant. Errors
+	// of one request are in its response; the stream stays open. Not on
+	// REST.
+	AppendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse], error)
 }
 
 type auditServiceClient struct {
@@ -132,6 +141,19 @@ func (c *auditServiceClient) PendingIntents(ctx context.Context, in *PendingInte
 	return out, nil
 }
 
+func (c *auditServiceClient) AppendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AuditService_ServiceDesc.Streams[1], AuditService_AppendStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AppendStreamRequest, AppendStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AuditService_AppendStreamClient = grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse]
+
 // AuditServiceServer is the server API for AuditService service.
 // All implementations must embed UnimplementedAuditServiceServer
 // for forward compatibility.
@@ -158,6 +180,14 @@ type AuditServiceServer interface {
 	// how they ended. Only the executor, on its own authority, may ask; it
 	// settles them from its backends' receipts. Not on REST.
 	PendingIntents(context.Context, *PendingIntentsRequest) (*PendingIntentsResponse, error)
+	// Appends records on one long-lived stream: the executor's audit traffic,
+	// without a call (and its credential checks) per append. Each request is
+	// answered by a response with the same id, in any order; requests that
+	// arrive together are committed together. Only the executor, on its own
+	// authority, may open the stream: each record names its tenant. Errors
+	// of one request are in its response; the stream stays open. Not on
+	// REST.
+	AppendStream(grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]) error
 	mustEmbedUnimplementedAuditServiceServer()
 }
 
@@ -185,6 +215,9 @@ func (UnimplementedAuditServiceServer) Watch(*WatchRequest, grpc.ServerStreaming
 }
 func (UnimplementedAuditServiceServer) PendingIntents(context.Context, *PendingIntentsRequest) (*PendingIntentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PendingIntents not implemented")
+}
+func (UnimplementedAuditServiceServer) AppendStream(grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method AppendStream not implemented")
 }
 func (UnimplementedAuditServiceServer) mustEmbedUnimplementedAuditServiceServer() {}
 func (UnimplementedAuditServiceServer) testEmbeddedByValue()                      {}
@@ -308,6 +341,13 @@ func _AuditService_PendingIntents_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AuditService_AppendStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AuditServiceServer).AppendStream(&grpc.GenericServerStream[AppendStreamRequest, AppendStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AuditService_AppendStreamServer = grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]
+
 // AuditService_ServiceDesc is the grpc.ServiceDesc for AuditService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -341,6 +381,12 @@ var AuditService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Watch",
 			Handler:       _AuditService_Watch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "AppendStream",
+			Handler:       _AuditService_AppendStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "mandate/v1/audit.proto",

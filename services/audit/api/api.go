@@ -10,9 +10,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -24,6 +30,8 @@ import (
 	"github.com/mandate-dev/mandate/services/audit"
 )
 
+var tracer = otel.Tracer("mandate/audit/api")
+
 // ReadPermission is what a principal needs to read its tenant's trail.
 const ReadPermission = "audit.read"
 
@@ -33,6 +41,9 @@ type Service struct {
 	writer    *audit.Writer
 	directory directory.Resolver
 	log       *slog.Logger
+	// draining is closed by Drain.
+	draining  chan struct{}
+	drainOnce sync.Once
 }
 
 // New returns the service. The writer owns the store; directory answers
@@ -41,8 +52,15 @@ func New(w *audit.Writer, dir directory.Resolver, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{writer: w, directory: dir, log: log}
+	return &Service{writer: w, directory: dir, log: log, draining: make(chan struct{})}
 }
+
+// Drain ends the append streams (AppendStream) once the appends they
+// carry are answered, and refuses new ones: call it when the server begins
+// to stop, so that its graceful stop does not wait for the executor's
+// long-lived stream. The executor then opens a new stream (and retries or
+// spools what it could not append meanwhile).
+func (s *Service) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 
 // Register adds the service to a gRPC server.
 func (s *Service) Register(g grpc.ServiceRegistrar) { mandatev1.RegisterAuditServiceServer(g, s) }
@@ -65,33 +83,129 @@ func (s *Service) Append(ctx context.Context, req *mandatev1.AppendRequest) (*ma
 	if ownAuthority && p.ServiceName != identity.ExecutorService {
 		return nil, failure.New("permission_check", failure.CodeAuthorizationPermissionDenied, "a service appends for the caller it relays; only the executor appends on its own authority")
 	}
-	recs := make([]audit.Record, 0, len(req.GetRecords()))
-	for i, r := range req.GetRecords() {
-		tenant := p.Tenant
+	stored, err := s.append(ctx, p.Tenant, ownAuthority, req.GetRecords())
+	if err != nil {
+		return nil, err
+	}
+	return &mandatev1.AppendResponse{Records: stored}, nil
+}
+
+// append stores records: for tenant, or, on the executor's own authority,
+// each for the tenant it names.
+func (s *Service) append(ctx context.Context, tenant string, ownAuthority bool, records []*mandatev1.AuditRecord) ([]*mandatev1.AuditRecord, error) {
+	recs := make([]audit.Record, 0, len(records))
+	for i, r := range records {
+		t := tenant
 		switch {
 		case ownAuthority && r.GetTenant() == "":
 			return nil, failure.New("schema_validate", failure.CodeSchemaInvalid, fmt.Sprintf("record %d names no tenant", i))
 		case ownAuthority:
-			tenant = r.GetTenant()
-		case r.GetTenant() != "" && r.GetTenant() != p.Tenant:
+			t = r.GetTenant()
+		case r.GetTenant() != "" && r.GetTenant() != tenant:
 			return nil, failure.New("scope_check", failure.CodeScopeTenantMismatch, fmt.Sprintf("record %d names another tenant", i))
 		}
 		rec, err := fromProto(r)
 		if err != nil {
 			return nil, failure.New("schema_validate", failure.CodeSchemaInvalid, fmt.Sprintf("record %d: %v", i, err))
 		}
-		rec.Tenant = tenant
+		rec.Tenant = t
 		recs = append(recs, rec)
 	}
 	stored, err := s.writer.Append(ctx, recs...)
 	if err != nil {
 		return nil, s.mapErr(ctx, "append", err)
 	}
-	out := &mandatev1.AppendResponse{}
+	out := make([]*mandatev1.AuditRecord, 0, len(stored))
 	for i := range stored {
-		out.Records = append(out.Records, toProto(&stored[i]))
+		out = append(out, toProto(&stored[i]))
 	}
 	return out, nil
+}
+
+// maxStreamInFlight bounds the appends of one stream under way at once;
+// the stream's flow control holds further requests back.
+const maxStreamInFlight = 256
+
+// AppendStream appends the executor's records as they arrive on one
+// stream, on its own authority: each record names its tenant. Requests are
+// appended concurrently, so the writer commits those that arrive together
+// in one transaction; each is answered, in the order its append ends, with
+// its id and its rows or its error, and the stream stays open.
+func (s *Service) AppendStream(stream grpc.BidiStreamingServer[mandatev1.AppendStreamRequest, mandatev1.AppendStreamResponse]) error {
+	ctx := stream.Context()
+	p, ok := identity.FromContext(ctx)
+	if !ok {
+		return failure.New("authenticate", identity.CodeMissingCredentials, "no principal")
+	}
+	if p.Kind != identity.KindService || p.Via != "" || p.Tenant != "" || p.ServiceName != identity.ExecutorService {
+		return failure.New("permission_check", "authorization.permission_denied", "only the executor, on its own authority, appends on a stream")
+	}
+	var (
+		sendMu sync.Mutex
+		wg     sync.WaitGroup
+	)
+	defer wg.Wait()
+	reqs, recvErr := make(chan *mandatev1.AppendStreamRequest), make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	slots := make(chan struct{}, maxStreamInFlight)
+	for {
+		var req *mandatev1.AppendStreamRequest
+		select {
+		case req = <-reqs:
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-s.draining:
+			return failure.New("audit", "audit.unavailable", "the audit service is stopping; open a new stream")
+		case <-ctx.Done():
+			return nil
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			resp := &mandatev1.AppendStreamResponse{Id: req.GetId()}
+			actx := otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(req.GetTraceContext()))
+			actx, span := tracer.Start(actx, "mandate.v1.AuditService/AppendStream.Append", trace.WithSpanKind(trace.SpanKindServer))
+			defer span.End()
+			stored, err := s.append(actx, "", true, req.GetRecords())
+			if err != nil {
+				st := failure.ToStatus(err)
+				span.SetStatus(codes.Error, st.Message())
+				resp.StatusCode, resp.StatusMessage = int32(st.Code()), st.Message() //nolint:gosec // gRPC codes are small
+				for _, d := range st.Details() {
+					if ce, ok := d.(*mandatev1.CommandError); ok {
+						resp.Error = ce
+					}
+				}
+			} else {
+				resp.Records = stored
+			}
+			sendMu.Lock()
+			defer sendMu.Unlock()
+			// A failed send means the stream is gone: Recv says so next.
+			_ = stream.Send(resp)
+		}()
+	}
 }
 
 // PendingIntents lists intents without outcome of every tenant, for the

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -64,6 +65,7 @@ type env struct {
 	svc   *grpc.ClientConn // as the executor: service token + on-behalf-of
 	dir   *dirpg.Store
 	store *auditpg.Store
+	api   *api.Service
 }
 
 func start(t *testing.T) *env {
@@ -96,7 +98,8 @@ func start(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api.New(w, cache, nil).Register(srv)
+	svcAPI := api.New(w, cache, nil)
+	svcAPI.Register(srv)
 	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 		return mandatev1.RegisterAuditServiceHandler(ctx, mux, conn)
 	})
@@ -112,7 +115,7 @@ func start(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	svc, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)))
+		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)), grpc.WithStreamInterceptor(identity.StreamClientInterceptor(src)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +132,7 @@ func start(t *testing.T) *env {
 		dir.Close()
 	})
 	waitServing(t, conn)
-	return &env{srv: srv, conn: conn, svc: svc, dir: dir, store: store}
+	return &env{srv: srv, conn: conn, svc: svc, dir: dir, store: store, api: svcAPI}
 }
 
 func waitServing(t *testing.T, conn *grpc.ClientConn) {
@@ -439,5 +442,86 @@ func TestExecutorAppendsOnItsOwnAuthority(t *testing.T) {
 		if err := c.call(); reason(err) != "authorization.permission_denied" {
 			t.Fatalf("%s listing pending intents: %v", c.name, err)
 		}
+	}
+}
+
+// TestAppendStream: the executor appends on one stream, on its own
+// authority. Each request is answered with its id, its rows filed under
+// the tenant each names; a refused request is answered with its error and
+// the stream goes on. No other caller may open the stream. Drain ends it
+// as unavailable once the appends under way are answered.
+func TestAppendStream(t *testing.T) {
+	e := start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := mandatev1.NewAuditServiceClient(e.svc).AppendStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(id uint64, rec *mandatev1.AuditRecord) {
+		t.Helper()
+		if err := stream.Send(&mandatev1.AppendStreamRequest{Id: id, Records: []*mandatev1.AuditRecord{rec}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, tenant := range []string{"acme", "globex", ""} {
+		rec := record(fmt.Sprintf("inv-st%d", i), "intent", "pending")
+		rec.Tenant = tenant
+		send(uint64(i+1), rec) //nolint:gosec // small
+	}
+	got := map[uint64]*mandatev1.AppendStreamResponse{}
+	for range 3 {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[resp.GetId()] = resp
+	}
+	for id, tenant := range map[uint64]string{1: "acme", 2: "globex"} {
+		if r := got[id]; r.GetStatusCode() != 0 || len(r.GetRecords()) != 1 || r.GetRecords()[0].GetTenant() != tenant || r.GetRecords()[0].GetSeq() == 0 {
+			t.Fatalf("request %d: %v", id, r)
+		}
+	}
+	if r := got[3]; r.GetStatusCode() != int32(codes.InvalidArgument) || r.GetError().GetCode() != "schema.invalid" || len(r.GetRecords()) != 0 {
+		t.Fatalf("a record naming no tenant: %v", r)
+	}
+	rec := record("inv-st4", "intent", "pending")
+	rec.Tenant = "acme"
+	send(4, rec)
+	if resp, err := stream.Recv(); err != nil || resp.GetId() != 4 || resp.GetStatusCode() != 0 {
+		t.Fatalf("after a refusal: %v %v", resp, err)
+	}
+
+	// Another service, or the executor relaying a user, may not.
+	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", "confirm", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := grpc.NewClient(e.srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStreamInterceptor(identity.StreamClientInterceptor(src)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Close() }()
+	for name, open := range map[string]func() (grpc.BidiStreamingClient[mandatev1.AppendStreamRequest, mandatev1.AppendStreamResponse], error){
+		"another service": func() (grpc.BidiStreamingClient[mandatev1.AppendStreamRequest, mandatev1.AppendStreamResponse], error) {
+			return mandatev1.NewAuditServiceClient(other).AppendStream(ctx)
+		},
+		"the executor relaying a user": func() (grpc.BidiStreamingClient[mandatev1.AppendStreamRequest, mandatev1.AppendStreamResponse], error) {
+			return mandatev1.NewAuditServiceClient(e.svc).AppendStream(identity.WithRawToken(ctx, token(t, "acme", "alice", "")))
+		},
+	} {
+		s, err := open()
+		if err == nil {
+			_, err = s.Recv()
+		}
+		if reason(err) != "authorization.permission_denied" {
+			t.Fatalf("%s opening the stream: %v", name, err)
+		}
+	}
+
+	e.api.Drain()
+	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable || reason(err) != "audit.unavailable" {
+		t.Fatalf("a drained stream: %v", err)
 	}
 }

@@ -75,7 +75,11 @@ func (e *env) rowCount(t *testing.T, tenant string) int {
 // refused row holding the offending value truncated and marked. Nothing
 // reaches the backend; no challenge is opened.
 func TestAttackMetadataIsValidatedAndAudited(t *testing.T) {
-	e := start(t)
+	eachStore(t, testAttackMetadataIsValidatedAndAudited)
+}
+
+func testAttackMetadataIsValidatedAndAudited(t *testing.T, st stores) {
+	e := start(t, st)
 	bot := token(t, "acme", "carol", "finance-bot")
 	long := strings.Repeat("c", 300)
 	cases := []struct {
@@ -177,7 +181,11 @@ func problemCode(httpStatus int) codes.Code {
 // the outcome row says refused; a retry with the same key replays the
 // same refusal; the gateway moved nothing.
 func TestAttackBackendDomainRefusalIsNoServerError(t *testing.T) {
-	e := start(t)
+	eachStore(t, testAttackBackendDomainRefusalIsNoServerError)
+}
+
+func testAttackBackendDomainRefusalIsNoServerError(t *testing.T, st stores) {
+	e := start(t, st)
 	bot := as(token(t, "acme", "carol", "finance-bot"))
 	tooMuch := strings.Replace(refundInput, `"2500"`, `"999999"`, 1)
 	_, err := e.execute(t, bot, "ticket.refund", tooMuch, withKey("too-much-1"))
@@ -219,7 +227,11 @@ func TestAttackBackendDomainRefusalIsNoServerError(t *testing.T) {
 // metadata) and REST (headers), the trail gains exactly one refused (or
 // replayed) row, or an intent and an outcome row, and never anything else.
 func TestAttackEveryAttemptLeavesOneRow(t *testing.T) {
-	e := start(t)
+	eachStore(t, testAttackEveryAttemptLeavesOneRow)
+}
+
+func testAttackEveryAttemptLeavesOneRow(t *testing.T, st stores) {
+	e := start(t, st)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 42))
@@ -311,6 +323,10 @@ func invocationOf(resp *mandatev1.ExecuteResponse, err error) string {
 // unknown, never failed, since the backend may have acted. A call that was
 // never sent (no backend configured) failed, and says so.
 func TestDispatchFaultsLeaveTheEffectUnknown(t *testing.T) {
+	eachStore(t, testDispatchFaultsLeaveTheEffectUnknown)
+}
+
+func testDispatchFaultsLeaveTheEffectUnknown(t *testing.T, st stores) {
 	stalled := make(chan struct{})
 	release := make(chan struct{})
 	bsrv := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
@@ -335,7 +351,7 @@ func TestDispatchFaultsLeaveTheEffectUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	e := start(t, func(c *executor.Config) {
+	e := start(t, st, func(c *executor.Config) {
 		c.Dispatcher = executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{"examples.helpdesk.v1.HelpdeskService": conn})
 		c.DefaultDeadline = 300 * time.Millisecond
 	})
@@ -365,7 +381,7 @@ func TestDispatchFaultsLeaveTheEffectUnknown(t *testing.T) {
 	}
 
 	// No backend for the service: never sent, so failed.
-	e2 := start(t, func(c *executor.Config) {
+	e2 := start(t, st, func(c *executor.Config) {
 		c.Dispatcher = executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{})
 	})
 	_, err = e2.execute(t, alice, "ticket.search", `{"query":"nowhere"}`)
@@ -379,27 +395,29 @@ func TestDispatchFaultsLeaveTheEffectUnknown(t *testing.T) {
 // stuckOutcomes passes intent rows to the audit trail and never answers
 // an outcome row until its context ends, as a hung audit service would.
 type stuckOutcomes struct {
-	executor.AuditSink
+	executor.AuditClient
 	attempts atomic.Int32
 }
 
-func (s *stuckOutcomes) Append(ctx context.Context, recs ...audit.Record) ([]audit.Stored, error) {
-	if len(recs) == 1 && recs[0].Phase == audit.PhaseOutcome {
+func (s *stuckOutcomes) Append(ctx context.Context, req *mandatev1.AppendRequest, opts ...grpc.CallOption) (*mandatev1.AppendResponse, error) {
+	if recs := req.GetRecords(); len(recs) == 1 && recs[0].GetPhase() == string(audit.PhaseOutcome) {
 		s.attempts.Add(1)
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	return s.AuditSink.Append(ctx, recs...)
+	return s.AuditClient.Append(ctx, req, opts...)
 }
 
 // TestStuckAuditCannotHangShutdown: every attempt to append an outcome row
 // has its own deadline, so an audit service that accepts the connection
 // and never answers cannot keep the executor from closing: Close returns
 // once the bounded attempts are spent.
-func TestStuckAuditCannotHangShutdown(t *testing.T) {
+func TestStuckAuditCannotHangShutdown(t *testing.T) { eachStore(t, testStuckAuditCannotHangShutdown) }
+
+func testStuckAuditCannotHangShutdown(t *testing.T, st stores) {
 	stuck := &stuckOutcomes{}
-	e := start(t, func(c *executor.Config) {
-		stuck.AuditSink = c.Audit
+	e := start(t, st, func(c *executor.Config) {
+		stuck.AuditClient = c.Audit
 		c.Audit = stuck
 		c.OutcomeAttemptTimeout = 50 * time.Millisecond
 	})
@@ -463,9 +481,11 @@ func (l *lossyDispatcher) Receipt(ctx context.Context, d executor.Dispatch) (exe
 //     idempotency.outcome_unknown (not a replayed 503, not a second
 //     refund) until the receipt answers; then the retry replays the
 //     first call's result.
-func TestReceiptsDecideUnknownEffects(t *testing.T) {
+func TestReceiptsDecideUnknownEffects(t *testing.T) { eachStore(t, testReceiptsDecideUnknownEffects) }
+
+func testReceiptsDecideUnknownEffects(t *testing.T, st stores) {
 	lossy := &lossyDispatcher{}
-	e := start(t, func(c *executor.Config) {
+	e := start(t, st, func(c *executor.Config) {
 		lossy.inner = c.Dispatcher.(*executor.GRPCDispatcher)
 		c.Dispatcher = lossy
 	})
@@ -557,15 +577,15 @@ func TestReceiptsDecideUnknownEffects(t *testing.T) {
 
 // flakyAudit is an audit trail that can be taken away and given back.
 type flakyAudit struct {
-	executor.AuditSink
+	executor.AuditClient
 	down atomic.Bool
 }
 
-func (f *flakyAudit) Append(ctx context.Context, recs ...audit.Record) ([]audit.Stored, error) {
+func (f *flakyAudit) Append(ctx context.Context, req *mandatev1.AppendRequest, opts ...grpc.CallOption) (*mandatev1.AppendResponse, error) {
 	if f.down.Load() {
-		return nil, audit.ErrUnavailable
+		return nil, status.Error(codes.Unavailable, "the audit service is down")
 	}
-	return f.AuditSink.Append(ctx, recs...)
+	return f.AuditClient.Append(ctx, req, opts...)
 }
 
 // TestAuditOutageLeavesEveryRow: while the audit trail is unavailable
@@ -574,10 +594,12 @@ func (f *flakyAudit) Append(ctx context.Context, recs ...audit.Record) ([]audit.
 // answered as usual, and their rows wait in the executor's durable spool;
 // once the trail is back, both rows reach it — every attempt, however long
 // the outage.
-func TestAuditOutageLeavesEveryRow(t *testing.T) {
+func TestAuditOutageLeavesEveryRow(t *testing.T) { eachStore(t, testAuditOutageLeavesEveryRow) }
+
+func testAuditOutageLeavesEveryRow(t *testing.T, st stores) {
 	flaky := &flakyAudit{}
-	e := start(t, func(c *executor.Config) {
-		flaky.AuditSink = c.Audit
+	e := start(t, st, func(c *executor.Config) {
+		flaky.AuditClient = c.Audit
 		c.Audit = flaky
 		c.SpoolInterval = 50 * time.Millisecond
 	})
@@ -640,9 +662,13 @@ func (s *spoolDown) Spool(ctx context.Context, row executor.SpooledRow) error {
 // executor's own store takes a row, the executor holds it in memory and
 // appends it once the trail is back.
 func TestDatabaseOutageHoldsRowsInMemory(t *testing.T) {
+	eachStore(t, testDatabaseOutageHoldsRowsInMemory)
+}
+
+func testDatabaseOutageHoldsRowsInMemory(t *testing.T, st stores) {
 	flaky, store := &flakyAudit{}, &spoolDown{}
-	e := start(t, func(c *executor.Config) {
-		flaky.AuditSink, store.Store = c.Audit, c.Store
+	e := start(t, st, func(c *executor.Config) {
+		flaky.AuditClient, store.Store = c.Audit, c.Store
 		c.Audit, c.Store = flaky, store
 		c.SpoolInterval = 50 * time.Millisecond
 	})

@@ -26,7 +26,7 @@ import (
 //
 //	go test ./services/executor/api -run '^$' -bench GovernedVsDirect -benchtime 2000x
 func BenchmarkGovernedVsDirect(b *testing.B) {
-	e := start(b)
+	e := start(b, postgresStores)
 	tok := token(b, "acme", "alice", "support-bot")
 	req := &helpdeskv1.GetTicketRequest{TicketId: "T-1001"}
 	governed := helpdeskv1.NewHelpdeskServiceClient(e.conn)

@@ -3,11 +3,12 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -21,18 +22,23 @@ import (
 	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/directory"
+	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
 	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/servicetest"
 	"github.com/mandate-dev/mandate/internal/storage/pg"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
 	"github.com/mandate-dev/mandate/services/audit"
+	auditmem "github.com/mandate-dev/mandate/services/audit/memory"
 	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
 	"github.com/mandate-dev/mandate/services/confirm"
+	confirmmem "github.com/mandate-dev/mandate/services/confirm/memory"
 	confirmpg "github.com/mandate-dev/mandate/services/confirm/postgres"
 	"github.com/mandate-dev/mandate/services/executor"
 	"github.com/mandate-dev/mandate/services/executor/api"
+	execmem "github.com/mandate-dev/mandate/services/executor/memory"
 	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
 )
 
@@ -75,14 +81,14 @@ tenants:
 // its own authenticated server, the executor with its proxy, and confirm
 // and audit in process, all on a fresh Postgres database.
 type env struct {
-	exec      *server.Server
-	conn      *grpc.ClientConn
-	gateway   *helpdesk.Gateway
-	helpdesk  *helpmem.Store
-	audit     *auditpg.Store
-	auditPool *pgxpool.Pool
-	confirm   *confirm.Service
-	dir       *dirpg.Store
+	exec     *server.Server
+	conn     *grpc.ClientConn
+	gateway  *helpdesk.Gateway
+	helpdesk *helpmem.Store
+	audit    audit.Store
+	confirm  *confirm.Service
+	// takeAuditAway makes the audit store unreachable.
+	takeAuditAway func()
 	// backend is the executor's own connection to the helpdesk backend
 	// (service token, forwarding the caller's token from the context).
 	backend *grpc.ClientConn
@@ -91,7 +97,7 @@ type env struct {
 	pipeline *executor.Executor
 }
 
-func authenticator(t testing.TB, ctx context.Context) *identity.Authenticator {
+func verifiers(t testing.TB, ctx context.Context) (*identity.Verifier, *identity.ServiceVerifier) {
 	t.Helper()
 	users, err := identity.NewVerifier(ctx, identity.Config{Audience: []string{"mandate"}, Issuers: []string{"test"}, DevSecret: devSecret})
 	if err != nil {
@@ -101,6 +107,12 @@ func authenticator(t testing.TB, ctx context.Context) *identity.Authenticator {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return users, services
+}
+
+func authenticator(t testing.TB, ctx context.Context) *identity.Authenticator {
+	t.Helper()
+	users, services := verifiers(t, ctx)
 	auth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services})
 	if err != nil {
 		t.Fatal(err)
@@ -132,40 +144,111 @@ func serve(t testing.TB, ctx context.Context, srv *server.Server) {
 	t.Fatal("server never became SERVING")
 }
 
-// start builds the topology; opts adjust the executor's configuration.
-func start(t testing.TB, opts ...func(*executor.Config)) *env {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pool, url := pgtest.NewURL(t, dirpg.Migrations, auditpg.Migrations, execpg.Migrations, confirmpg.Migrations)
-	set, err := manifest.Embedded()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := dirpg.New(pool, dirpg.Options{})
-	if _, err := directory.Apply(ctx, dir, []byte(policy)); err != nil {
-		t.Fatal(err)
-	}
-	cache := directory.NewCache(dir, directory.CacheOptions{TTL: time.Hour})
+// stores names the stores a topology runs on.
+type stores string
 
-	// The audit trail has its own pool, so a test can take it away.
+const (
+	postgresStores stores = "postgres"
+	memoryStores   stores = "memory"
+)
+
+// eachStore runs test over the Postgres stores (skipped when no server
+// answers) and over the memory stores, so that the pipeline is exercised
+// on a machine without Postgres too.
+func eachStore(t *testing.T, test func(t *testing.T, st stores)) {
+	t.Helper()
+	for _, st := range []stores{postgresStores, memoryStores} {
+		t.Run(string(st), func(t *testing.T) { test(t, st) })
+	}
+}
+
+// backing is the stores of one topology.
+type backing struct {
+	dir        directory.Store
+	auditStore audit.Store
+	execStore  executor.Store
+	confirm    confirm.Store
+	// takeAuditAway makes the audit store unreachable.
+	takeAuditAway func()
+}
+
+// postgresBacking puts every store on a fresh Postgres database; the
+// audit trail has its own pool, so that a test can take it away.
+func postgresBacking(t testing.TB, ctx context.Context) backing {
+	t.Helper()
+	pool, url := pgtest.NewURL(t, dirpg.Migrations, auditpg.Migrations, execpg.Migrations, confirmpg.Migrations)
+	dir := dirpg.New(pool, dirpg.Options{})
 	auditPool, err := pg.Open(ctx, url, pg.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	auditStore := auditpg.New(auditPool, auditpg.Options{})
-	writer := audit.NewWriter(auditStore, audit.WriterOptions{Attempts: 1})
+	t.Cleanup(func() {
+		auditStore.Close()
+		auditPool.Close()
+		dir.Close()
+	})
+	return backing{dir: dir, auditStore: auditStore, execStore: execpg.New(pool, execpg.Options{}),
+		confirm: confirmpg.New(pool, confirmpg.Options{}), takeAuditAway: auditPool.Close}
+}
+
+// memoryBacking puts every store in memory.
+func memoryBacking(t testing.TB) backing {
+	t.Helper()
+	auditStore := &unplugged{Store: auditmem.New(auditmem.Options{})}
+	confirmStore := confirmmem.New(confirmmem.Options{})
+	t.Cleanup(func() {
+		auditStore.Close()
+		confirmStore.Close()
+	})
+	return backing{dir: dirmem.New(), auditStore: auditStore, execStore: execmem.New(execmem.Options{}),
+		confirm: confirmStore, takeAuditAway: func() { auditStore.down.Store(true) }}
+}
+
+// unplugged is a memory audit store that can be taken away, as closing
+// its pool takes the Postgres one away: appends then fail as a store that
+// cannot be reached does.
+type unplugged struct {
+	*auditmem.Store
+	down atomic.Bool
+}
+
+func (u *unplugged) AppendBatch(ctx context.Context, recs []audit.Record) ([]audit.Stored, error) {
+	if u.down.Load() {
+		return nil, fmt.Errorf("%w: unplugged", audit.ErrUnavailable)
+	}
+	return u.Store.AppendBatch(ctx, recs)
+}
+
+// start builds the topology on the stores st; opts adjust the executor's
+// configuration.
+func start(t testing.TB, st stores, opts ...func(*executor.Config)) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	set, err := manifest.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b backing
+	if st == postgresStores {
+		b = postgresBacking(t, ctx)
+	} else {
+		b = memoryBacking(t)
+	}
+	if _, err := directory.Apply(ctx, b.dir, []byte(policy)); err != nil {
+		t.Fatal(err)
+	}
+	cache := directory.NewCache(b.dir, directory.CacheOptions{TTL: time.Hour})
+	writer := audit.NewWriter(b.auditStore, audit.WriterOptions{Attempts: 1})
 	// Cleanups run last-in first-out: the stores close after the servers
 	// (registered below) have stopped.
 	t.Cleanup(func() {
 		_ = writer.Close()
-		auditStore.Close()
-		auditPool.Close()
 		cache.Close()
-		dir.Close()
 	})
 
 	confirmSvc, err := confirm.New(confirm.Config{
-		Store: confirmpg.New(pool, confirmpg.Options{}), Directory: cache, Commands: set,
+		Store: b.confirm, Directory: cache, Commands: set,
 		ApprovalBaseURL: "http://approve.test",
 	})
 	if err != nil {
@@ -198,10 +281,15 @@ func start(t testing.TB, opts ...func(*executor.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Audit and confirm through their APIs, on the executor's identity.
+	users, services := verifiers(t, ctx)
+	ports := servicetest.Executor(t, users, services, src, writer, cache, confirmSvc)
+	trail := executor.NewAuditStream(ports.Audit)
+	t.Cleanup(trail.Close) // after the executor's (below)
 	cfg := executor.Config{
-		Manifest: set, Directory: cache, Audit: writer, Confirm: executor.LocalConfirmer{Service: confirmSvc},
+		Manifest: set, Directory: cache, Audit: trail, Confirm: ports.Confirm,
 		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{"examples.helpdesk.v1.HelpdeskService": backendConn}),
-		Store:      execpg.New(pool, execpg.Options{}),
+		Store:      b.execStore,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -231,7 +319,8 @@ func start(t testing.TB, opts ...func(*executor.Config)) *env {
 		_ = backendConn.Close()
 		cancel()
 	})
-	return &env{exec: esrv, conn: conn, gateway: gw, helpdesk: hstore, audit: auditStore, auditPool: auditPool, confirm: confirmSvc, dir: dir, backend: backendConn, writer: writer, pipeline: exec}
+	return &env{exec: esrv, conn: conn, gateway: gw, helpdesk: hstore, audit: b.auditStore, takeAuditAway: b.takeAuditAway,
+		confirm: confirmSvc, backend: backendConn, writer: writer, pipeline: exec}
 }
 
 func token(t testing.TB, tenant, user, agent string) string {

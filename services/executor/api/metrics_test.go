@@ -17,12 +17,12 @@ import (
 // meteredStart starts the topology with the executor's metrics going to a
 // manual reader, so the test reads them without touching the global
 // provider.
-func meteredStart(t *testing.T) (*env, *sdkmetric.ManualReader) {
+func meteredStart(t *testing.T, st stores) (*env, *sdkmetric.ManualReader) {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	e := start(t, func(c *executor.Config) { c.MeterProvider = mp })
+	e := start(t, st, func(c *executor.Config) { c.MeterProvider = mp })
 	return e, reader
 }
 
@@ -102,8 +102,10 @@ func key(set attribute.Set, keys ...string) string {
 // mandate.executor.calls once, in the series of how it ended — executed,
 // refused (with the refusing stage and code), replayed, failed — and
 // records its duration by command and outcome.
-func TestExecutorCountsEveryCallOnce(t *testing.T) {
-	e, reader := meteredStart(t)
+func TestExecutorCountsEveryCallOnce(t *testing.T) { eachStore(t, testExecutorCountsEveryCallOnce) }
+
+func testExecutorCountsEveryCallOnce(t *testing.T, st stores) {
+	e, reader := meteredStart(t, st)
 	alice := as(token(t, "acme", "alice", ""))
 
 	// executed, over gRPC and over REST.
@@ -148,7 +150,7 @@ func TestExecutorCountsEveryCallOnce(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// failed: the audit trail goes away, so nothing is dispatched.
-	e.auditPool.Close()
+	e.takeAuditAway()
 	if _, err = e.execute(t, alice, "ticket.search", `{}`); refusal(err).GetCode() != "audit.unavailable" {
 		t.Fatalf("search without an audit trail: %v", err)
 	}

@@ -31,8 +31,10 @@ var (
 // TestEveryStageRefuses: each stage refuses the case it exists for, with
 // its code; a refusal before dispatch writes one outcome row, a dispatched
 // call an intent and an outcome row; no money moves.
-func TestEveryStageRefuses(t *testing.T) {
-	e := start(t)
+func TestEveryStageRefuses(t *testing.T) { eachStore(t, testEveryStageRefuses) }
+
+func testEveryStageRefuses(t *testing.T, st stores) {
+	e := start(t, st)
 	alice := token(t, "acme", "alice", "")
 	lena := token(t, "acme", "lena", "")
 
@@ -137,8 +139,10 @@ func errOf(_ any, err error) error { return err }
 
 // TestConfirmationFlow: a human confirms, the approved call executes
 // exactly once, and no grant is reusable.
-func TestConfirmationFlow(t *testing.T) {
-	e := start(t)
+func TestConfirmationFlow(t *testing.T) { eachStore(t, testConfirmationFlow) }
+
+func testConfirmationFlow(t *testing.T, st stores) {
+	e := start(t, st)
 	bot := as(token(t, "acme", "carol", "finance-bot"))
 	ctx := context.Background()
 
@@ -216,8 +220,10 @@ func isCode(err error, code string) bool {
 
 // TestConcurrentSameKey: 64 concurrent calls with one idempotency key give
 // exactly one backend effect; every answer is that effect or in_flight.
-func TestConcurrentSameKey(t *testing.T) {
-	e := start(t)
+func TestConcurrentSameKey(t *testing.T) { eachStore(t, testConcurrentSameKey) }
+
+func testConcurrentSameKey(t *testing.T, st stores) {
+	e := start(t, st)
 	alice := as(token(t, "acme", "alice", ""))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -299,15 +305,17 @@ func TestConcurrentSameKey(t *testing.T) {
 
 // TestAuditUnavailableFailsClosed: without an intent row nothing is
 // dispatched.
-func TestAuditUnavailableFailsClosed(t *testing.T) {
-	e := start(t)
+func TestAuditUnavailableFailsClosed(t *testing.T) { eachStore(t, testAuditUnavailableFailsClosed) }
+
+func testAuditUnavailableFailsClosed(t *testing.T, st stores) {
+	e := start(t, st)
 	bot := as(token(t, "acme", "carol", "finance-bot"))
 	_, err := e.execute(t, bot, "ticket.refund", refundInput)
 	challenge := refusal(err).GetChallengeId()
 	if _, err := e.confirm.Decide(context.Background(), carol, challenge, true, "api"); err != nil {
 		t.Fatal(err)
 	}
-	e.auditPool.Close() // the audit database goes away
+	e.takeAuditAway() // the audit database goes away
 	_, err = e.execute(t, bot, "ticket.refund", refundInput, withGrant(challenge))
 	ce := refusal(err)
 	if ce.GetStage() != "audit" || ce.GetCode() != "audit.unavailable" || !ce.GetRetriable() || status.Code(err) != codes.Unavailable {
@@ -320,8 +328,10 @@ func TestAuditUnavailableFailsClosed(t *testing.T) {
 
 // TestGovernedProxy: a service points its generated helpdesk client at the
 // executor and gets the same pipeline.
-func TestGovernedProxy(t *testing.T) {
-	e := start(t)
+func TestGovernedProxy(t *testing.T) { eachStore(t, testGovernedProxy) }
+
+func testGovernedProxy(t *testing.T, st stores) {
+	e := start(t, st)
 	client := helpdeskv1.NewHelpdeskServiceClient(e.conn)
 	res, err := client.SearchTickets(as(token(t, "acme", "alice", "support-bot")), &helpdeskv1.SearchTicketsRequest{Query: "charged twice"})
 	if err != nil {
@@ -353,8 +363,10 @@ func TestGovernedProxy(t *testing.T) {
 }
 
 // TestREST: the same pipeline over REST, errors as problem+json.
-func TestREST(t *testing.T) {
-	e := start(t)
+func TestREST(t *testing.T) { eachStore(t, testREST) }
+
+func testREST(t *testing.T, st stores) {
+	e := start(t, st)
 	post := func(path, tok, body string, hdr ...string) (int, map[string]any, string) {
 		t.Helper()
 		return e.restPostCT(t, path, tok, body, hdr...)

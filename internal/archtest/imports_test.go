@@ -1,0 +1,81 @@
+// Package archtest holds tests of the code's architecture.
+package archtest
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const (
+	module   = "github.com/mandate-dev/mandate"
+	services = module + "/services/"
+)
+
+// knownViolations lists, per service, the other services it still imports
+// while its ports are moved onto the mandatev1 messages. It shrinks to
+// nothing: an entry here is a debt, and an entry that is no longer needed
+// fails the test so that it is removed.
+var knownViolations = map[string][]string{}
+
+// TestServicesImportNoOtherService: the proto is the contract between
+// services. No non-test file of a service (services/X and its
+// subpackages) imports another service's packages (services/Y/...); tests
+// may, to assemble a topology.
+func TestServicesImportNoOtherService(t *testing.T) {
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports", module+"/services/...")
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	found := map[string][]string{}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		owner := serviceOf(p.ImportPath)
+		for _, imp := range p.Imports {
+			other := serviceOf(imp)
+			if other == "" || other == owner {
+				continue
+			}
+			if slices.Contains(knownViolations[owner], other) {
+				found[owner] = append(found[owner], other)
+				continue
+			}
+			t.Errorf("%s imports %s: services share the mandatev1 messages and internal/contract, never each other's packages", p.ImportPath, imp)
+		}
+	}
+	for owner, others := range knownViolations {
+		for _, other := range others {
+			if !slices.Contains(found[owner], other) {
+				t.Errorf("services/%s no longer imports services/%s: remove it from knownViolations", owner, other)
+			}
+		}
+	}
+}
+
+// serviceOf returns the service a package belongs to ("" if none).
+func serviceOf(pkg string) string {
+	rest, ok := strings.CutPrefix(pkg, services)
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, "/")
+	return name
+}

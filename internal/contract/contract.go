@@ -1,0 +1,76 @@
+// Package contract is the vocabulary services share on the wire: plain
+// constants, no logic. The values are the strings of mandatev1.AuditRecord
+// fields (phase, outcome, channel, actor_kind, approval.assurance) and the
+// limits the audit trail enforces on a row, so that a service writing rows
+// and the service keeping them agree without sharing Go types.
+package contract
+
+// Phases of an invocation's rows (AuditRecord.phase).
+const (
+	// PhaseIntent is written before the backend is called; its outcome is
+	// always pending.
+	PhaseIntent = "intent"
+	// PhaseOutcome is written after the call ended, or instead of an
+	// intent when the call was refused before dispatch.
+	PhaseOutcome = "outcome"
+	// PhaseResolution settles an invocation whose outcome row says unknown.
+	PhaseResolution = "resolution"
+)
+
+// Outcomes (AuditRecord.outcome). Intent rows carry OutcomePending.
+const (
+	OutcomePending  = "pending"
+	OutcomeExecuted = "executed"
+	OutcomeRefused  = "refused"
+	OutcomeFailed   = "failed"
+	OutcomeUnknown  = "unknown"
+	OutcomeReplayed = "replayed"
+)
+
+// Channels a call comes in on (AuditRecord.channel).
+const (
+	ChannelMCP  = "mcp"
+	ChannelGRPC = "grpc"
+	ChannelREST = "rest"
+)
+
+// Actor kinds (AuditRecord.actor_kind); the values match identity.Kind.
+const (
+	ActorUser    = "user"
+	ActorAgent   = "agent"
+	ActorService = "service"
+)
+
+// Assurances of an approval (Approval.assurance): how sure the trail is
+// that the approver, not someone holding their agent's credentials, decided.
+const (
+	// AssuranceSignedIn: the approver signed in on the approval page.
+	AssuranceSignedIn = "signed_in"
+	// AssuranceClientAttested: the user's own MCP client answered a
+	// confirmation form; the server cannot see who pressed accept.
+	AssuranceClientAttested = "client_attested"
+	// AssuranceAPICredential: the approver's own credential called the
+	// confirm service's API.
+	AssuranceAPICredential = "api_credential" //nolint:gosec // G101: an assurance level, not a credential
+	// AssuranceUnknown: a channel the trail does not know.
+	AssuranceUnknown = "unknown"
+)
+
+// The audit stage and the codes of resolution rows (AuditRecord.stage, code).
+const (
+	StageAudit              = "audit"
+	CodeResolvedExecuted    = "audit.resolved_executed"
+	CodeResolvedNotExecuted = "audit.resolved_not_executed"
+)
+
+// Limits of one audit row, in bytes.
+const (
+	// MaxFieldLen bounds every short text field (ids, codes, names, digests).
+	MaxFieldLen = 256
+	// MaxMessageLen bounds the message.
+	MaxMessageLen = 4096
+	// MaxArgumentsLen bounds the compacted arguments JSON.
+	MaxArgumentsLen = 64 << 10
+	// MaxSideEffects bounds the number of side effects.
+	MaxSideEffects = 32
+)

@@ -1,0 +1,8 @@
+package executor
+
+// EncodeSpooled and DecodeSpooled expose the spool's encoding to the
+// external tests.
+var (
+	EncodeSpooled = encodeSpooled
+	DecodeSpooled = decodeSpooled
+)
