@@ -202,6 +202,7 @@ func TestInvalidSets(t *testing.T) {
 		want string
 	}{
 		{"bad service", migrate.Set{Service: "Bad-Name", FS: fstest.MapFS{}}, "service name"},
+		{"service name too long", migrate.Set{Service: strings.Repeat("s", 58), FS: fstest.MapFS{}}, "service name"},
 		{"nil fs", migrate.Set{Service: "svc"}, "no file system"},
 		{"bad file name", migrate.Set{Service: "svc", FS: fstest.MapFS{"1_init.sql": {Data: ok}}}, "1_init.sql"},
 		{"zero version", migrate.Set{Service: "svc", FS: fstest.MapFS{"0000_init.sql": {Data: ok}}}, "positive version"},
