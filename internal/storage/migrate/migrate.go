@@ -164,6 +164,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, sets ...Set) error {
 // migration that runs the file as one simple-protocol statement (so a file may hold several
 // statements and needs no goose annotations), in its service schema.
 func up(ctx context.Context, db *sql.DB, locker lock.SessionLocker, service string, migs []Migration) error {
+	if len(migs) == 0 {
+		return nil // goose refuses a provider without migrations; there is nothing to do
+	}
 	gms := make([]*goose.Migration, 0, len(migs))
 	for _, m := range migs {
 		gms = append(gms, goose.NewGoMigration(int64(m.Version), &goose.GoFunc{

@@ -194,6 +194,17 @@ func TestRunSeveralServices(t *testing.T) {
 	}
 }
 
+func TestRunSetWithoutMigrations(t *testing.T) {
+	pool := pgtest.New(t)
+	empty := migrate.Set{Service: "empty", FS: fstest.MapFS{"README.md": {Data: []byte("no migrations yet")}}}
+	if err := migrate.Run(context.Background(), pool, empty, migrate.Set{Service: "shop", FS: shopSet()}); err != nil {
+		t.Fatal(err)
+	}
+	if got := versions(status(t, pool)); got != "shop:1:init shop:2:seed" {
+		t.Fatalf("applied = %q", got)
+	}
+}
+
 func TestInvalidSets(t *testing.T) {
 	ok := []byte("SELECT 1;")
 	tests := []struct {
