@@ -148,7 +148,7 @@ func TestKeyRefreshDropsCache(t *testing.T) {
 	k := getKeys(t)
 	iss := newFakeIssuer(t, publicJWKS(t, jose.JSONWebKey{Key: k.rsa, KeyID: k.rsaKid, Use: "sig"}))
 	clk := &clock{now: testNow}
-	v, err := NewVerifier(context.Background(), iss.config(clk.Now))
+	v, err := NewVerifier(t.Context(), iss.config(clk.Now))
 	must(t, err)
 	claims := func() map[string]any { return with(userClaims(), "iss", iss.srv.URL) }
 	rsaTok := sign(t, jose.RS256, k.rsa, k.rsaKid, claims())

@@ -1,7 +1,9 @@
 package identity
 
 import (
+	"bytes"
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -14,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,8 +28,15 @@ import (
 const (
 	// minRefreshInterval limits JWKS refetches on unknown kids, so a stream
 	// of tokens with made-up kids cannot turn us into a load generator
-	// against the identity provider.
+	// against the identity provider. It is also the shortest interval of
+	// the background refresh, and its retry interval after a failed fetch.
 	minRefreshInterval = time.Minute
+	// defaultRefreshInterval is the background refresh interval when the
+	// issuer's JWKS response has no Cache-Control max-age.
+	defaultRefreshInterval = 15 * time.Minute
+	// maxRefreshInterval bounds a long max-age, so a rotation is picked up
+	// within the hour whatever the issuer says.
+	maxRefreshInterval = time.Hour
 	// maxDocumentBytes bounds discovery and JWKS responses.
 	maxDocumentBytes = 1 << 20
 	// minRSABits refuses keys too weak to trust (NIST SP 800-131A).
@@ -37,11 +47,15 @@ const (
 )
 
 // keyStore holds the asymmetric verification keys: the static ones from a
-// JWKS file and the cached ones from an OIDC issuer.
+// JWKS file and the cached ones from an OIDC issuer. The issuer's keys are
+// refetched in the background, so a rotated-in key is usually known before
+// the first token signed with it arrives, and, rate-limited, when a token
+// names a kid we do not know.
 type keyStore struct {
 	static []jose.JSONWebKey
 	oidc   *oidcSource // nil without an OIDC issuer
 	now    func() time.Time
+	after  func(time.Duration) <-chan time.Time // time.After; tests replace it
 
 	remote atomic.Pointer[[]jose.JSONWebKey]
 	// onRefresh, when set, runs after a refetch replaced the remote keys.
@@ -56,8 +70,15 @@ type oidcSource struct {
 	jwksURI string
 }
 
-func newKeyStore(ctx context.Context, file, issuerURL string, client *http.Client, now func() time.Time) (*keyStore, error) {
-	ks := &keyStore{now: now}
+// newKeyStore loads the keys. With an OIDC issuer it fetches them now and
+// keeps them fresh in the background until ctx ends.
+func newKeyStore(ctx context.Context, file, issuerURL string, client *http.Client, now func() time.Time,
+	after func(time.Duration) <-chan time.Time,
+) (*keyStore, error) {
+	if after == nil {
+		after = time.After
+	}
+	ks := &keyStore{now: now, after: after}
 	if file != "" {
 		b, err := os.ReadFile(file) //nolint:gosec // G304: the path is operator configuration, not request input.
 		if err != nil {
@@ -77,19 +98,78 @@ func newKeyStore(ctx context.Context, file, issuerURL string, client *http.Clien
 			return nil, err
 		}
 		ks.oidc = &oidcSource{client: client, jwksURI: jwksURI}
-		keys, err := ks.oidc.fetchKeys(ctx)
+		keys, next, err := ks.oidc.fetchKeys(ctx)
 		if err != nil {
 			return nil, err
 		}
 		ks.remote.Store(&keys)
 		ks.lastRefresh = now()
+		go ks.keepFresh(ctx, next)
 	}
 	return ks, nil
 }
 
+// keepFresh refetches the issuer's keys every interval until ctx ends; each
+// fetch sets the next interval.
+func (ks *keyStore) keepFresh(ctx context.Context, interval time.Duration) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ks.after(interval):
+		}
+		interval = ks.refresh(ctx)
+	}
+}
+
+// refresh refetches the issuer's keys and returns when to do so next. A
+// failed fetch keeps the keys we have and is retried soon.
+func (ks *keyStore) refresh(ctx context.Context) time.Duration {
+	ks.refreshMu.Lock()
+	defer ks.refreshMu.Unlock()
+	ks.lastRefresh = ks.now()
+	keys, next, err := ks.oidc.fetchKeys(ctx)
+	if err != nil {
+		return minRefreshInterval
+	}
+	ks.replace(keys)
+	return next
+}
+
+// replace installs a refetched key set; onRefresh runs when it differs
+// from the one it replaces. Callers hold refreshMu.
+func (ks *keyStore) replace(keys []jose.JSONWebKey) {
+	old := ks.remote.Swap(&keys)
+	if old != nil && sameKeys(*old, keys) {
+		return
+	}
+	if ks.onRefresh != nil {
+		ks.onRefresh()
+	}
+}
+
+// sameKeys reports whether two key sets hold the same keys, in order, under
+// the same ids and algorithms.
+func sameKeys(a, b []jose.JSONWebKey) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].KeyID != b[i].KeyID || a[i].Algorithm != b[i].Algorithm {
+			return false
+		}
+		ta, errA := a[i].Thumbprint(crypto.SHA256)
+		tb, errB := b[i].Thumbprint(crypto.SHA256)
+		if errA != nil || errB != nil || !bytes.Equal(ta, tb) {
+			return false
+		}
+	}
+	return true
+}
+
 // lookup returns the public key for kid that can verify alg. Without a kid
 // the key must be unambiguous. A miss triggers one rate-limited refetch from
-// the OIDC issuer, which is how key rotation reaches us.
+// the OIDC issuer, for a rotation the background refresh has not seen yet.
 func (ks *keyStore) lookup(ctx context.Context, kid string, alg jose.SignatureAlgorithm) (any, error) {
 	key, err := ks.find(kid, alg)
 	if err == nil || ks.oidc == nil || ErrorCode(err) != failure.CodeAuthenticationUnknownKey {
@@ -106,16 +186,13 @@ func (ks *keyStore) lookup(ctx context.Context, kid string, alg jose.SignatureAl
 		return nil, err
 	}
 	ks.lastRefresh = now
-	keys, ferr := ks.oidc.fetchKeys(ctx)
+	keys, _, ferr := ks.oidc.fetchKeys(ctx)
 	if ferr != nil {
 		// Keep serving with the keys we have; the identity provider being
 		// down must not invalidate tokens we can still check.
 		return nil, newError(failure.CodeAuthenticationUnknownKey, "signing key is unknown", ferr)
 	}
-	ks.remote.Store(&keys)
-	if ks.onRefresh != nil {
-		ks.onRefresh()
-	}
+	ks.replace(keys)
 	return ks.find(kid, alg)
 }
 
@@ -234,7 +311,7 @@ func discover(ctx context.Context, client *http.Client, issuerURL string) (strin
 		Issuer  string `json:"issuer"`
 		JWKSURI string `json:"jwks_uri"`
 	}
-	if err := getJSON(ctx, client, strings.TrimSuffix(issuerURL, "/")+"/.well-known/openid-configuration", &doc); err != nil {
+	if _, err := getJSON(ctx, client, strings.TrimSuffix(issuerURL, "/")+"/.well-known/openid-configuration", &doc); err != nil {
 		return "", fmt.Errorf("identity: OIDC discovery: %w", err)
 	}
 	if strings.TrimSuffix(doc.Issuer, "/") != strings.TrimSuffix(issuerURL, "/") {
@@ -251,19 +328,45 @@ func discover(ctx context.Context, client *http.Client, issuerURL string) (strin
 	return doc.JWKSURI, nil
 }
 
-func (o *oidcSource) fetchKeys(ctx context.Context) ([]jose.JSONWebKey, error) {
+// fetchKeys fetches the issuer's key set and returns it with when to fetch
+// it again.
+func (o *oidcSource) fetchKeys(ctx context.Context) ([]jose.JSONWebKey, time.Duration, error) {
 	var raw json.RawMessage
-	if err := getJSON(ctx, o.client, o.jwksURI, &raw); err != nil {
-		return nil, fmt.Errorf("identity: fetch JWKS: %w", err)
+	h, err := getJSON(ctx, o.client, o.jwksURI, &raw)
+	if err != nil {
+		return nil, 0, fmt.Errorf("identity: fetch JWKS: %w", err)
 	}
 	keys, err := parseJWKS(raw)
 	if err != nil {
-		return nil, fmt.Errorf("identity: JWKS from issuer: %w", err)
+		return nil, 0, fmt.Errorf("identity: JWKS from issuer: %w", err)
 	}
-	return keys, nil
+	return keys, refreshInterval(h.Get("Cache-Control")), nil
 }
 
-func getJSON(ctx context.Context, client *http.Client, u string, dst any) error {
+// refreshInterval is how long the issuer lets us cache its key set: the
+// max-age of its Cache-Control header bounded to [minRefreshInterval,
+// maxRefreshInterval], or defaultRefreshInterval without a usable one.
+func refreshInterval(cacheControl string) time.Duration {
+	for d := range strings.SplitSeq(cacheControl, ",") {
+		name, value, ok := strings.Cut(strings.TrimSpace(d), "=")
+		if !ok || !strings.EqualFold(name, "max-age") {
+			continue
+		}
+		// Out of range, ParseUint returns the largest value, which the bound
+		// below takes care of.
+		secs, err := strconv.ParseUint(strings.Trim(value, `"`), 10, 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			break
+		}
+		secs = min(secs, uint64(maxRefreshInterval/time.Second))
+		return max(time.Duration(secs)*time.Second, minRefreshInterval)
+	}
+	return defaultRefreshInterval
+}
+
+// getJSON GETs u, decodes the JSON body into dst and returns the response
+// headers.
+func getJSON(ctx context.Context, client *http.Client, u string, dst any) (http.Header, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, fetchTimeout)
@@ -271,23 +374,23 @@ func getJSON(ctx context.Context, client *http.Client, u string, dst any) error 
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: status %d", u, resp.StatusCode)
+		return nil, fmt.Errorf("GET %s: status %d", u, resp.StatusCode)
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxDocumentBytes+1))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(b) > maxDocumentBytes {
-		return fmt.Errorf("GET %s: response larger than %d bytes", u, maxDocumentBytes)
+		return nil, fmt.Errorf("GET %s: response larger than %d bytes", u, maxDocumentBytes)
 	}
-	return json.Unmarshal(b, dst)
+	return resp.Header, json.Unmarshal(b, dst)
 }

@@ -21,7 +21,9 @@ type fakeIssuer struct {
 	jwks       []byte
 	discovery  func(base string) map[string]any
 	jwksStatus int
-	fetches    atomic.Int32
+	// cacheControl, when set, is the Cache-Control header of the JWKS.
+	cacheControl string
+	fetches      atomic.Int32
 }
 
 func newFakeIssuer(t *testing.T, jwks []byte) *fakeIssuer {
@@ -42,8 +44,11 @@ func newFakeIssuer(t *testing.T, jwks []byte) *fakeIssuer {
 	mux.HandleFunc("GET /keys", func(w http.ResponseWriter, r *http.Request) {
 		f.fetches.Add(1)
 		f.mu.Lock()
-		status, body := f.jwksStatus, f.jwks
+		status, body, cc := f.jwksStatus, f.jwks, f.cacheControl
 		f.mu.Unlock()
+		if cc != "" {
+			w.Header().Set("Cache-Control", cc)
+		}
 		w.WriteHeader(status)
 		_, _ = w.Write(body)
 	})
@@ -80,7 +85,7 @@ func TestOIDCDiscoveryAndKeyRotation(t *testing.T) {
 	var clockMu sync.Mutex
 	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
 
-	v, err := NewVerifier(context.Background(), iss.config(clock))
+	v, err := NewVerifier(t.Context(), iss.config(clock))
 	must(t, err)
 
 	claims := func() map[string]any { return with(userClaims(), "iss", iss.srv.URL) }
@@ -133,7 +138,7 @@ func TestOIDCRefreshIsSingleFlight(t *testing.T) {
 	now := testNow
 	var clockMu sync.Mutex
 	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
-	v, err := NewVerifier(context.Background(), iss.config(clock))
+	v, err := NewVerifier(t.Context(), iss.config(clock))
 	must(t, err)
 	clockMu.Lock()
 	now = now.Add(2 * time.Minute)
@@ -193,4 +198,158 @@ func TestOIDCDiscoveryFailures(t *testing.T) {
 			t.Fatal("NewVerifier accepted a relative issuer URL")
 		}
 	})
+}
+
+// manualRefresh drives the background key refresh of a Verifier: the
+// refresh loop reports each interval it waits for on asked, and waits until
+// the test fires.
+type manualRefresh struct {
+	asked chan time.Duration
+	fire  chan time.Time
+}
+
+func newManualRefresh() *manualRefresh {
+	return &manualRefresh{asked: make(chan time.Duration), fire: make(chan time.Time)}
+}
+
+func (m *manualRefresh) after(d time.Duration) <-chan time.Time {
+	m.asked <- d
+	return m.fire
+}
+
+// next waits until the refresh loop waits again, which it does once the
+// refresh before has finished, and returns the interval it asked for.
+func (m *manualRefresh) next(t *testing.T) time.Duration {
+	t.Helper()
+	select {
+	case d := <-m.asked:
+		return d
+	case <-time.After(10 * time.Second):
+		t.Fatal("the key refresh loop did not wait for its next refresh")
+		return 0
+	}
+}
+
+func TestOIDCBackgroundRefreshPicksUpRotation(t *testing.T) {
+	k := getKeys(t)
+	rsaOnly := publicJWKS(t, jose.JSONWebKey{Key: k.rsa, KeyID: k.rsaKid, Use: "sig"})
+	rotated := publicJWKS(t,
+		jose.JSONWebKey{Key: k.rsa, KeyID: k.rsaKid, Use: "sig"},
+		jose.JSONWebKey{Key: k.ed, KeyID: k.edKid, Use: "sig"},
+	)
+	iss := newFakeIssuer(t, rsaOnly)
+	now := testNow
+	var clockMu sync.Mutex
+	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
+	refresh := newManualRefresh()
+	cfg := iss.config(clock)
+	cfg.refreshAfter = refresh.after
+	v, err := NewVerifier(t.Context(), cfg)
+	must(t, err)
+	if d := refresh.next(t); d != defaultRefreshInterval {
+		t.Fatalf("first refresh in %v, want the default %v without Cache-Control", d, defaultRefreshInterval)
+	}
+
+	claims := func() map[string]any { return with(userClaims(), "iss", iss.srv.URL) }
+	rsaTok := sign(t, jose.RS256, k.rsa, k.rsaKid, claims())
+	edTok := sign(t, jose.EdDSA, k.ed, k.edKid, claims())
+	unknownTok := sign(t, jose.RS256, k.rsaOther, "rsa-unknown", claims())
+	verify := func(tok, code string, fetches int32) {
+		t.Helper()
+		if _, err := v.Verify(context.Background(), tok); ErrorCode(err) != code {
+			t.Fatalf("code = %q (err %v), want %q", ErrorCode(err), err, code)
+		}
+		if got := iss.fetches.Load(); got != fetches {
+			t.Fatalf("JWKS fetches = %d, want %d", got, fetches)
+		}
+	}
+	verify(rsaTok, "", 1)
+
+	// The issuer rotates a key in; the background refresh sees it before any
+	// token signed with it arrives.
+	iss.set(rotated, http.StatusOK)
+	refresh.fire <- time.Time{}
+	refresh.next(t)
+	verify(edTok, "", 2) // no unknown-kid round trip
+
+	// A refresh that fails keeps the keys and retries after the minimum
+	// interval.
+	iss.set([]byte("down"), http.StatusServiceUnavailable)
+	refresh.fire <- time.Time{}
+	if d := refresh.next(t); d != minRefreshInterval {
+		t.Fatalf("after a failed refresh, next in %v, want %v", d, minRefreshInterval)
+	}
+	verify(edTok, "", 3)
+	verify(rsaTok, "", 3)
+
+	// The unknown-kid refetch stays rate-limited, and a background refresh
+	// counts as the last refetch.
+	iss.set(rotated, http.StatusOK)
+	verify(unknownTok, CodeUnknownKey, 3)
+	clockMu.Lock()
+	now = now.Add(61 * time.Second)
+	clockMu.Unlock()
+	verify(unknownTok, CodeUnknownKey, 4)
+	verify(unknownTok, CodeUnknownKey, 4)
+}
+
+func TestOIDCRefreshIntervalFollowsCacheControl(t *testing.T) {
+	k := getKeys(t)
+	tests := []struct {
+		cacheControl string
+		want         time.Duration
+	}{
+		{"", defaultRefreshInterval},
+		{"max-age=300", 5 * time.Minute},
+		{"public, max-age=600, must-revalidate", 10 * time.Minute},
+		{"Max-Age=\"120\"", 2 * time.Minute},
+		{"max-age=5", minRefreshInterval},
+		{"max-age=0", minRefreshInterval},
+		{"max-age=86400", maxRefreshInterval},
+		{"max-age=99999999999999999999", maxRefreshInterval},
+		{"no-cache", defaultRefreshInterval},
+		{"max-age=soon", defaultRefreshInterval},
+	}
+	for _, tc := range tests {
+		t.Run(tc.cacheControl, func(t *testing.T) {
+			iss := newFakeIssuer(t, publicJWKS(t, jose.JSONWebKey{Key: k.rsa, KeyID: k.rsaKid, Use: "sig"}))
+			iss.cacheControl = tc.cacheControl
+			refresh := newManualRefresh()
+			cfg := iss.config(fixedNow)
+			cfg.refreshAfter = refresh.after
+			if _, err := NewVerifier(t.Context(), cfg); err != nil {
+				t.Fatal(err)
+			}
+			if d := refresh.next(t); d != tc.want {
+				t.Fatalf("refresh in %v, want %v", d, tc.want)
+			}
+		})
+	}
+}
+
+func TestOIDCRefreshOfAnUnchangedSetKeepsVerdicts(t *testing.T) {
+	k := getKeys(t)
+	jwks := publicJWKS(t, jose.JSONWebKey{Key: k.rsa, KeyID: k.rsaKid, Use: "sig"})
+	iss := newFakeIssuer(t, jwks)
+	refresh := newManualRefresh()
+	cfg := iss.config(fixedNow)
+	cfg.refreshAfter = refresh.after
+	v, err := NewVerifier(t.Context(), cfg)
+	must(t, err)
+	refresh.next(t)
+	resets := 0
+	v.keys.onRefresh = func() { resets++ }
+
+	refresh.fire <- time.Time{}
+	refresh.next(t)
+	if resets != 0 {
+		t.Fatalf("an unchanged key set dropped the token cache %d times", resets)
+	}
+	iss.set(publicJWKS(t, jose.JSONWebKey{Key: k.rsa, KeyID: k.rsaKid, Use: "sig"},
+		jose.JSONWebKey{Key: k.ed, KeyID: k.edKid, Use: "sig"}), http.StatusOK)
+	refresh.fire <- time.Time{}
+	refresh.next(t)
+	if resets != 1 {
+		t.Fatalf("a changed key set dropped the token cache %d times, want 1", resets)
+	}
 }

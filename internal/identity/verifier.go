@@ -48,8 +48,12 @@ type Config struct {
 	// keys, read once by NewVerifier. Optional.
 	JWKSFile string
 	// OIDCIssuerURL is an OpenID Connect issuer whose discovery document
-	// names the JWKS to fetch. Keys are cached and refetched when a token
-	// names an unknown `kid`, at most once per minute. Optional.
+	// names the JWKS to fetch. Keys are cached and refetched in the
+	// background until the context given to NewVerifier ends: as often as
+	// the JWKS response's Cache-Control max-age says, within [1m, 1h], and
+	// every 15 minutes without one, so that a rotated-in key is known before
+	// tokens signed with it arrive. A token naming an unknown `kid` also
+	// triggers a refetch, at most once per minute. Optional.
 	OIDCIssuerURL string
 	// HTTPClient fetches OIDC documents; nil means a client with a 10s
 	// timeout.
@@ -64,6 +68,10 @@ type Config struct {
 	// `exp`, so a token is verified once per process rather than on every
 	// call. Zero means DefaultCacheSize; negative turns the cache off.
 	CacheSize int
+
+	// refreshAfter replaces time.After for the background key refresh in
+	// tests.
+	refreshAfter func(time.Duration) <-chan time.Time
 }
 
 // Verifier checks user and agent bearer tokens. It is safe for concurrent
@@ -77,7 +85,8 @@ type Verifier struct {
 
 // NewVerifier validates cfg and loads its keys. With an OIDC issuer it
 // fetches the discovery document and the key set now, so a misconfigured
-// issuer fails at startup instead of on the first request.
+// issuer fails at startup instead of on the first request, and refreshes the
+// key set in the background until ctx ends.
 func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 	chk, err := newChecker(cfg.Audience, cfg.Issuers, cfg.MaxTokenBytes, cfg.Leeway, cfg.Now)
 	if err != nil {
@@ -91,7 +100,7 @@ func NewVerifier(ctx context.Context, cfg Config) (*Verifier, error) {
 	}
 	v := &Verifier{check: chk, devSecret: slices.Clone(cfg.DevSecret), cache: newTokenCache(cfg.CacheSize)}
 	if cfg.JWKSFile != "" || cfg.OIDCIssuerURL != "" {
-		v.keys, err = newKeyStore(ctx, cfg.JWKSFile, cfg.OIDCIssuerURL, cfg.HTTPClient, chk.now)
+		v.keys, err = newKeyStore(ctx, cfg.JWKSFile, cfg.OIDCIssuerURL, cfg.HTTPClient, chk.now, cfg.refreshAfter)
 		if err != nil {
 			return nil, err
 		}

@@ -2,13 +2,12 @@ package postgres
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mandate-dev/mandate/internal/directory"
-	"github.com/mandate-dev/mandate/internal/storage/pg"
+	"github.com/mandate-dev/mandate/internal/storage/pglisten"
 )
 
 // ListenerApplicationName is the application_name of the listener's connection, so that it can
@@ -144,6 +143,10 @@ func (s *Store) unwatch() {
 	}
 }
 
+// listen runs the listener until ctx ends. Each time LISTEN is in place it resets the echo
+// bookkeeping and, after a reconnect or when a Watch stopped waiting for the first connection,
+// announces a change to all tenants; when the connection is lost it announces one too, since
+// whatever was cached may be stale until the listener is back.
 func (s *Store) listen(ctx context.Context, run *listenerRun) {
 	defer s.wg.Done()
 	defer func() {
@@ -154,76 +157,41 @@ func (s *Store) listen(ctx context.Context, run *listenerRun) {
 		}
 		s.mu.Unlock()
 	}()
-	backoff := s.opts.ReconnectMin
-	for {
-		err := s.listenOnce(ctx, run, func() { backoff = s.opts.ReconnectMin })
-		if ctx.Err() != nil {
-			return
-		}
-		s.mu.Lock()
-		wasListening := run.listening
-		run.listening, run.pending = false, nil
-		s.mu.Unlock()
-		if wasListening {
+	_ = pglisten.Run(ctx, pglisten.Config{
+		Conn:            s.pool.Config().ConnConfig,
+		ApplicationName: ListenerApplicationName,
+		Channels:        []string{Channel},
+		ReconnectMin:    s.opts.ReconnectMin,
+		ReconnectMax:    s.opts.ReconnectMax,
+		Logger:          s.opts.Logger,
+		Name:            "directory change listener",
+		Connected: func(ctx context.Context, resync bool) {
+			s.mu.Lock()
+			// Entries cached while nobody listened may predate a change we never heard about:
+			// after a reconnect, or when a Watch stopped waiting for the first connection.
+			flush := resync || run.early
+			run.connected, run.listening = true, true
+			run.conn++
+			run.pending = map[echoKey]int{}
+			if !resync {
+				close(run.ready)
+			}
+			s.mu.Unlock()
+			if flush {
+				s.notifier.Publish(ctx, "")
+			}
+		},
+		Notify: func(ctx context.Context, n *pgconn.Notification) {
+			if !s.isEcho(run, n.PID, n.Payload) {
+				s.notifier.Publish(ctx, n.Payload)
+			}
+		},
+		Lost: func(ctx context.Context, _ error) {
+			s.mu.Lock()
+			run.listening, run.pending = false, nil
+			s.mu.Unlock()
 			// Whatever was cached may be stale now and stays so until we are back.
 			s.notifier.Publish(ctx, "")
-		}
-		s.opts.Logger.WarnContext(ctx, "directory change listener lost its connection; reconnecting",
-			"error_kind", pg.Classify(err).String(), "error", err, "retry_in", backoff)
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1)) //nolint:gosec // jitter needs no cryptographic randomness
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, s.opts.ReconnectMax)
-	}
-}
-
-// listenOnce connects, listens and forwards notifications until the connection fails or ctx
-// ends. connected is called once LISTEN is in place.
-func (s *Store) listenOnce(ctx context.Context, run *listenerRun, connected func()) error {
-	cfg := s.pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["application_name"] = ListenerApplicationName
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
-		return err
-	}
-	connected()
-
-	s.mu.Lock()
-	first := !run.connected
-	// Entries cached while nobody listened may predate a change we never heard about: after a
-	// reconnect, or when a Watch stopped waiting for the first connection.
-	flush := !first || run.early
-	run.connected, run.listening = true, true
-	run.conn++
-	run.pending = map[echoKey]int{}
-	if first {
-		close(run.ready)
-	}
-	s.mu.Unlock()
-	if flush {
-		s.notifier.Publish(ctx, "")
-	}
-
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		if n.Channel != Channel || s.isEcho(run, n.PID, n.Payload) {
-			continue
-		}
-		s.notifier.Publish(ctx, n.Payload)
-	}
+		},
+	})
 }

@@ -1,8 +1,13 @@
-// Package migrate applies the embedded, numbered SQL migrations of Mandate's services. Each
-// service owns one Postgres schema named after it and ships its migrations as a [Set]: files
-// named NNNN_description.sql at the root of an fs.FS, applied in version order, each in its own
-// transaction with search_path set to the service schema. The public.mandate_migrations table
-// records every applied version with a SHA-256 checksum; [Run] skips what is recorded, refuses to
-// continue when an applied file has changed, and holds a session advisory lock for the whole run
-// so that several processes starting at once apply every migration exactly once.
+// Package migrate applies the embedded, numbered SQL migrations of Mandate's services with goose
+// (github.com/pressly/goose/v3). Each service owns one Postgres schema named after it and ships
+// its migrations as a [Set]: files named NNNN_description.sql at the root of an fs.FS, applied in
+// version order, each in its own transaction with search_path set to the service schema. Each
+// service has its own goose version table, public.goose_<service>, which also records every
+// applied file's name and SHA-256 checksum: [Run] skips what is recorded, refuses to continue
+// when an applied file has changed (goose has no such guard), and holds goose's session advisory
+// lock so that several processes starting at once apply every migration exactly once.
+//
+// Databases migrated by the hand-written runner that came before goose recorded their versions in
+// public.mandate_migrations; when goose first creates a service's version table it carries that
+// service's records over, so such databases upgrade without re-applying anything.
 package migrate

@@ -194,6 +194,17 @@ func TestRunSeveralServices(t *testing.T) {
 	}
 }
 
+func TestRunSetWithoutMigrations(t *testing.T) {
+	pool := pgtest.New(t)
+	empty := migrate.Set{Service: "empty", FS: fstest.MapFS{"README.md": {Data: []byte("no migrations yet")}}}
+	if err := migrate.Run(context.Background(), pool, empty, migrate.Set{Service: "shop", FS: shopSet()}); err != nil {
+		t.Fatal(err)
+	}
+	if got := versions(status(t, pool)); got != "shop:1:init shop:2:seed" {
+		t.Fatalf("applied = %q", got)
+	}
+}
+
 func TestInvalidSets(t *testing.T) {
 	ok := []byte("SELECT 1;")
 	tests := []struct {
@@ -202,6 +213,7 @@ func TestInvalidSets(t *testing.T) {
 		want string
 	}{
 		{"bad service", migrate.Set{Service: "Bad-Name", FS: fstest.MapFS{}}, "service name"},
+		{"service name too long", migrate.Set{Service: strings.Repeat("s", 58), FS: fstest.MapFS{}}, "service name"},
 		{"nil fs", migrate.Set{Service: "svc"}, "no file system"},
 		{"bad file name", migrate.Set{Service: "svc", FS: fstest.MapFS{"1_init.sql": {Data: ok}}}, "1_init.sql"},
 		{"zero version", migrate.Set{Service: "svc", FS: fstest.MapFS{"0000_init.sql": {Data: ok}}}, "positive version"},

@@ -2,12 +2,13 @@ package postgres
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mandate-dev/mandate/internal/storage/pg"
+	"github.com/mandate-dev/mandate/internal/storage/pglisten"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/audit/internal/feed"
 )
@@ -82,60 +83,24 @@ func (s *Store) unwatch() {
 // notifications into wake-ups.
 func (s *Store) listen(ctx context.Context, ready chan struct{}) {
 	defer s.wg.Done()
-	backoff := s.opts.ReconnectMin
-	first := true
-	for {
-		err := s.listenOnce(ctx, func() {
-			backoff = s.opts.ReconnectMin
-			if first {
+	_ = pglisten.Run(ctx, pglisten.Config{
+		Conn:            s.pool.Config().ConnConfig,
+		ApplicationName: ListenerApplicationName,
+		Channels:        []string{Channel},
+		ReconnectMin:    s.opts.ReconnectMin,
+		ReconnectMax:    s.opts.ReconnectMax,
+		Logger:          s.opts.Logger,
+		Name:            "audit listener",
+		Connected: func(_ context.Context, resync bool) {
+			if !resync {
 				close(ready)
-				first = false
-			} else {
-				// Notifications sent while we were away are lost: everyone re-reads.
-				s.hub.NotifyAll()
+				return
 			}
-		})
-		if ctx.Err() != nil {
-			return
-		}
-		s.opts.Logger.WarnContext(ctx, "audit listener lost its connection; reconnecting",
-			"error_kind", pg.Classify(err).String(), "retry_in", backoff)
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1)) //nolint:gosec // reconnect jitter, not a secret
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, s.opts.ReconnectMax)
-	}
-}
-
-func (s *Store) listenOnce(ctx context.Context, connected func()) error {
-	cfg := s.pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["application_name"] = ListenerApplicationName
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
-		return err
-	}
-	connected()
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		if n.Channel == Channel {
-			s.hub.Notify(n.Payload)
-		}
-	}
+			// Notifications sent while we were away are lost: everyone re-reads.
+			s.hub.NotifyAll()
+		},
+		Notify: func(_ context.Context, n *pgconn.Notification) { s.hub.Notify(n.Payload) },
+	})
 }
 
 // announce queues a NOTIFY for tenants that got rows. It is sent after the commit, by one

@@ -2,12 +2,11 @@ package postgres
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/mandate-dev/mandate/internal/storage/pg"
+	"github.com/mandate-dev/mandate/internal/storage/pglisten"
 	"github.com/mandate-dev/mandate/services/confirm"
 	"github.com/mandate-dev/mandate/services/confirm/internal/follow"
 )
@@ -81,62 +80,26 @@ func (s *Store) unwatch() {
 	}
 }
 
-// listen keeps a LISTEN connection open until ctx ends, reconnecting with
-// backoff, and turns notifications into wake-ups.
+// listen keeps a LISTEN connection open until ctx ends, reconnecting with backoff, and turns
+// notifications into wake-ups.
 func (s *Store) listen(ctx context.Context, ready chan struct{}) {
 	defer s.wg.Done()
-	backoff := s.opts.ReconnectMin
-	first := true
-	for {
-		err := s.listenOnce(ctx, func() {
-			backoff = s.opts.ReconnectMin
-			if first {
+	_ = pglisten.Run(ctx, pglisten.Config{
+		Conn:            s.pool.Config().ConnConfig,
+		ApplicationName: ListenerApplicationName,
+		Channels:        []string{Channel},
+		ReconnectMin:    s.opts.ReconnectMin,
+		ReconnectMax:    s.opts.ReconnectMax,
+		Logger:          s.opts.Logger,
+		Name:            "confirm listener",
+		Connected: func(_ context.Context, resync bool) {
+			if !resync {
 				close(ready)
-				first = false
-			} else {
-				// Notifications sent while we were away are lost: everyone re-reads.
-				s.hub.NotifyAll()
+				return
 			}
-		})
-		if ctx.Err() != nil {
-			return
-		}
-		s.opts.Logger.WarnContext(ctx, "confirm listener lost its connection; reconnecting",
-			"error_kind", pg.Classify(err).String(), "retry_in", backoff)
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1)) //nolint:gosec // jitter needs no cryptographic randomness
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, s.opts.ReconnectMax)
-	}
-}
-
-func (s *Store) listenOnce(ctx context.Context, connected func()) error {
-	cfg := s.pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["application_name"] = ListenerApplicationName
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
-		return err
-	}
-	connected()
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		if n.Channel == Channel {
-			s.hub.Notify(n.Payload)
-		}
-	}
+			// Notifications sent while we were away are lost: everyone re-reads.
+			s.hub.NotifyAll()
+		},
+		Notify: func(_ context.Context, n *pgconn.Notification) { s.hub.Notify(n.Payload) },
+	})
 }
