@@ -2,7 +2,6 @@ package identity
 
 import (
 	"context"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 // fakeIssuer is an OIDC provider on a loopback TLS server whose key set
@@ -285,12 +286,12 @@ func TestOIDCBackgroundRefreshPicksUpRotation(t *testing.T) {
 	// The unknown-kid refetch stays rate-limited, and a background refresh
 	// counts as the last refetch.
 	iss.set(rotated, http.StatusOK)
-	verify(unknownTok, CodeUnknownKey, 3)
+	verify(unknownTok, failure.CodeAuthenticationUnknownKey, 3)
 	clockMu.Lock()
 	now = now.Add(61 * time.Second)
 	clockMu.Unlock()
-	verify(unknownTok, CodeUnknownKey, 4)
-	verify(unknownTok, CodeUnknownKey, 4)
+	verify(unknownTok, failure.CodeAuthenticationUnknownKey, 4)
+	verify(unknownTok, failure.CodeAuthenticationUnknownKey, 4)
 }
 
 func TestOIDCRefreshIntervalFollowsCacheControl(t *testing.T) {
