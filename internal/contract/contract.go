@@ -56,12 +56,10 @@ const (
 	AssuranceUnknown = "unknown"
 )
 
-// The audit stage and the codes of resolution rows (AuditRecord.stage, code).
-const (
-	StageAudit              = "audit"
-	CodeResolvedExecuted    = "audit.resolved_executed"
-	CodeResolvedNotExecuted = "audit.resolved_not_executed"
-)
+// StageAudit is the stage of audit rows: a resolution row, an outcome the
+// audit service records as unknown (AuditRecord.stage). Their codes are the
+// table's (failure.CodeAudit*).
+const StageAudit = "audit"
 
 // Limits of one audit row, in bytes.
 const (

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,11 +29,6 @@ var notCodes = map[string]string{
 	"service.name": "attribute", "service.version": "attribute",
 }
 
-// switchedInTheFollowUp are the directories whose non-test files still
-// spell codes as strings: they are being rewritten elsewhere, and switch to
-// the table's constants in the follow-up.
-var switchedInTheFollowUp = []string{"services/executor", "services/mcpbridge"}
-
 var literalShape = regexp.MustCompile(`^[a-z]+\.[a-z_0-9]+$`)
 
 // TestCodesComeFromTheTable fails on a string literal in a code's namespace
@@ -47,7 +41,6 @@ func TestCodesComeFromTheTable(t *testing.T) {
 	}
 	root := filepath.Join("..", "..")
 	var bad []string
-	followUp := map[string][]string{}
 	for _, dir := range []string{"cmd", "examples", "internal", "pkg", "services", "tests"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -68,17 +61,14 @@ func TestCodesComeFromTheTable(t *testing.T) {
 				return nil
 			}
 			for _, lit := range codeLiterals(t, path, namespaces) {
-				switch {
-				case notCodes[lit.value] != "":
-				case isFollowUp(rel):
-					followUp[rel] = append(followUp[rel], lit.value)
-				default:
-					what := "use its failure.Code constant"
-					if _, ok := failure.Lookup(lit.value); !ok {
-						what = "not in the table: add it to internal/failure, or to notCodes if it is no code"
-					}
-					bad = append(bad, rel+":"+strconv.Itoa(lit.line)+": "+strconv.Quote(lit.value)+": "+what)
+				if notCodes[lit.value] != "" {
+					continue
 				}
+				what := "use its failure.Code constant"
+				if _, ok := failure.Lookup(lit.value); !ok {
+					what = "not in the table: add it to internal/failure, or to notCodes if it is no code"
+				}
+				bad = append(bad, rel+":"+strconv.Itoa(lit.line)+": "+strconv.Quote(lit.value)+": "+what)
 			}
 			return nil
 		})
@@ -90,19 +80,6 @@ func TestCodesComeFromTheTable(t *testing.T) {
 	for _, b := range bad {
 		t.Error(b)
 	}
-	for _, dir := range switchedInTheFollowUp {
-		var n int
-		for f, lits := range followUp {
-			if strings.HasPrefix(f, dir+"/") {
-				n += len(lits)
-			}
-		}
-		t.Logf("%s: %d code literals left for the follow-up", dir, n)
-	}
-}
-
-func isFollowUp(rel string) bool {
-	return slices.Contains(switchedInTheFollowUp, filepath.ToSlash(filepath.Dir(rel)))
 }
 
 type literal struct {

@@ -19,29 +19,6 @@ const Stage = "authenticate"
 // refusals; reason alone is only unique within it.
 const ErrorDomain = "mandate.dev"
 
-// Identity's refusal codes are failure.CodeAuthentication*. These names
-// remain for the executor and the MCP bridge until they switch.
-const (
-	// CodeMissingCredentials is failure.CodeAuthenticationMissingCredentials: use that; this name remains only
-	// for the executor and the MCP bridge.
-	CodeMissingCredentials = failure.CodeAuthenticationMissingCredentials
-	// CodeInvalidToken is failure.CodeAuthenticationInvalidToken: use that; this name remains only
-	// for the executor and the MCP bridge.
-	CodeInvalidToken = failure.CodeAuthenticationInvalidToken
-	// CodeTokenExpired is failure.CodeAuthenticationTokenExpired: use that; this name remains only
-	// for the executor and the MCP bridge.
-	CodeTokenExpired = failure.CodeAuthenticationTokenExpired
-	// CodeTokenNotYetValid is failure.CodeAuthenticationTokenNotYetValid: use that; this name remains only
-	// for the executor and the MCP bridge.
-	CodeTokenNotYetValid = failure.CodeAuthenticationTokenNotYetValid
-	// CodeWrongAudience is failure.CodeAuthenticationWrongAudience: use that; this name remains only
-	// for the executor and the MCP bridge.
-	CodeWrongAudience = failure.CodeAuthenticationWrongAudience
-	// CodeWrongIssuer is failure.CodeAuthenticationWrongIssuer: use that; this name remains only
-	// for the executor and the MCP bridge.
-	CodeWrongIssuer = failure.CodeAuthenticationWrongIssuer
-)
-
 // Error is an authentication refusal. Code is stable and machine-readable;
 // Reason is a short human explanation that never contains the token, a
 // claim value or key material, so it is safe to return to the caller.

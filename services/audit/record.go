@@ -3,7 +3,6 @@ package audit
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"slices"
 	"strings"
 	"time"
@@ -26,18 +25,6 @@ const (
 	// unknown (mandate audit resolve): Outcome executed or failed, who (UserID) and why
 	// (Message). The unknown row stays; the resolution is its own link in the chain.
 	PhaseResolution Phase = contract.PhaseResolution
-)
-
-// Resolution rows carry failure.CodeAuditResolvedExecuted or
-// failure.CodeAuditResolvedNotExecuted. These names remain for the executor
-// until it switches.
-const (
-	// CodeResolvedExecuted is failure.CodeAuditResolvedExecuted: use that; this name remains only
-	// for the executor.
-	CodeResolvedExecuted = failure.CodeAuditResolvedExecuted
-	// CodeResolvedNotExecuted is failure.CodeAuditResolvedNotExecuted: use that; this name remains only
-	// for the executor.
-	CodeResolvedNotExecuted = failure.CodeAuditResolvedNotExecuted
 )
 
 // Channel is the transport the call came in on.

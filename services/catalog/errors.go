@@ -19,16 +19,7 @@ const (
 
 // The catalog refuses with failure.CodeCommandNotFound,
 // CodeAuthorizationPermissionDenied, CodeAuthorizationPrincipalInactive,
-// CodeScopeNotViaExecutor and CodeDirectoryUnavailable. These names remain
-// for the MCP bridge until it switches.
-const (
-	// CodeCommandNotFound is failure.CodeCommandNotFound: use that; this name remains only
-	// for the MCP bridge.
-	CodeCommandNotFound = failure.CodeCommandNotFound
-	// CodeDirectoryUnavailable is failure.CodeDirectoryUnavailable: use that; this name remains only
-	// for the MCP bridge.
-	CodeDirectoryUnavailable = failure.CodeDirectoryUnavailable
-)
+// CodeScopeNotViaExecutor and CodeDirectoryUnavailable.
 
 func notFound() *failure.Error {
 	e := failure.New(StageLoad, failure.CodeCommandNotFound, "no published command with this code is visible to the caller")

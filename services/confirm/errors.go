@@ -6,28 +6,14 @@ import (
 	"github.com/mandate-dev/mandate/internal/failure"
 )
 
-// The confirm service refuses with the failure.CodeConfirmation* codes and
-// failure.CodeSchemaInvalid, CodeAuthorizationPermissionDenied,
-// CodeAuthorizationPrincipalInactive, CodeCommandNotFound and
-// CodeAuthenticationLoginTokenUsed. These names remain for the MCP bridge
-// until it switches.
-const (
-	// CodeApproverNotAllowed is failure.CodeConfirmationApproverNotAllowed: use that; this name remains only
-	// for the MCP bridge's tests.
-	CodeApproverNotAllowed = failure.CodeConfirmationApproverNotAllowed
-	// CodeRefused is failure.CodeConfirmationRefused: use that; this name remains only
-	// for the MCP bridge's tests.
-	CodeRefused = failure.CodeConfirmationRefused
-	// CodePending is failure.CodeConfirmationPending: use that; this name remains only
-	// for the MCP bridge's tests.
-	CodePending = failure.CodeConfirmationPending
-)
-
 // Error is a refusal with a stable code and a client-safe message. Two
 // errors match (errors.Is) when their codes are equal, so callers compare
 // against the sentinels below whatever the message says.
 type Error struct {
-	// Code is one of the codes listed above.
+	// Code is one of the failure.CodeConfirmation* codes, or
+	// failure.CodeSchemaInvalid, CodeAuthorizationPermissionDenied,
+	// CodeAuthorizationPrincipalInactive, CodeCommandNotFound or
+	// CodeAuthenticationLoginTokenUsed.
 	Code string
 	// Message explains the refusal to a human; it never carries driver text,
 	// argument values or secrets.

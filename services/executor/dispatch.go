@@ -35,7 +35,7 @@ func NewGRPCDispatcher(conns map[string]grpc.ClientConnInterface) *GRPCDispatche
 func (g *GRPCDispatcher) Dispatch(ctx context.Context, d Dispatch) (proto.Message, error) {
 	conn, ok := g.conns[d.Command.RPC.Service]
 	if !ok {
-		return nil, failure.Wrap(StageDispatch, "handler.unavailable", fmt.Sprintf("no backend is configured for %s", d.Command.RPC.Service), ErrNotSent)
+		return nil, failure.Wrap(StageDispatch, failure.CodeHandlerUnavailable, fmt.Sprintf("no backend is configured for %s", d.Command.RPC.Service), ErrNotSent)
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.Deadline)
 	defer cancel()

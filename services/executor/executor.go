@@ -344,7 +344,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	// whether the principal is still active.
 	p, ok := identity.FromContext(ctx)
 	if !ok || p.UserID == "" || p.Tenant == "" {
-		return nil, e.refuse(ctx, inv, StageAuthenticate, identity.CodeMissingCredentials, "a user or an agent acting for a user must call", "authenticate")
+		return nil, e.refuse(ctx, inv, StageAuthenticate, failure.CodeAuthenticationMissingCredentials, "a user or an agent acting for a user must call", "authenticate")
 	}
 	inv.p = p
 	var res directory.Resolution
@@ -353,10 +353,10 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		res, err = e.cfg.Directory.Resolve(ctx, p.Tenant, p.UserID, p.AgentID)
 		return err
 	}); err != nil {
-		return nil, e.fault(ctx, inv, StageAuthenticate, "directory.unavailable", err)
+		return nil, e.fault(ctx, inv, StageAuthenticate, failure.CodeDirectoryUnavailable, err)
 	}
 	if !res.Active {
-		return nil, e.refuse(ctx, inv, StageAuthenticate, "authorization.principal_inactive", "the principal is not active ("+res.Reason+")", "ask an administrator")
+		return nil, e.refuse(ctx, inv, StageAuthenticate, failure.CodeAuthorizationPrincipalInactive, "the principal is not active ("+res.Reason+")", "ask an administrator")
 	}
 
 	// request_check: the attributes the caller sent besides the arguments.
@@ -367,14 +367,14 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	// load_definition
 	cmd, ok := e.cfg.Manifest.ByCode(inv.call.Code)
 	if !ok || !cmd.Published() {
-		return nil, e.refuse(ctx, inv, StageLoad, "command.not_found", "no published command has this code", "pick another tool")
+		return nil, e.refuse(ctx, inv, StageLoad, failure.CodeCommandNotFound, "no published command has this code", "pick another tool")
 	}
 	inv.cmd = cmd
 	inv.method, _ = e.cfg.Manifest.Method(cmd.Code)
 
 	// entitlement_check
 	if cmd.RequiredFeature != "" && !res.HasFeature(cmd.RequiredFeature) {
-		return nil, e.refuse(ctx, inv, StageEntitlement, "entitlement.missing", "the tenant is not entitled to "+cmd.RequiredFeature, "this command is not available to the tenant")
+		return nil, e.refuse(ctx, inv, StageEntitlement, failure.CodeEntitlementMissing, "the tenant is not entitled to "+cmd.RequiredFeature, "this command is not available to the tenant")
 	}
 	// permission_check, before parsing and before any human is asked.
 	var missing []string
@@ -384,7 +384,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, e.refuse(ctx, inv, StagePermission, "authorization.permission_denied",
+		return nil, e.refuse(ctx, inv, StagePermission, failure.CodeAuthorizationPermissionDenied,
 			"the caller lacks "+strings.Join(missing, ", "), "escalate to a user who holds "+strings.Join(missing, ", "))
 	}
 
@@ -399,19 +399,19 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	if err != nil {
 		var inv2 *schema.InvalidError
 		if errors.As(err, &inv2) {
-			fe := failure.New(StageSchema, "schema.invalid", "the arguments break the command's schema")
+			fe := failure.New(StageSchema, failure.CodeSchemaInvalid, "the arguments break the command's schema")
 			fe.Remedy = "fix the arguments listed in violations"
 			for _, v := range inv2.Violations {
 				fe.Violations = append(fe.Violations, failure.Violation{Pointer: v.Pointer, Rule: v.Rule, Message: v.Message})
 			}
 			return nil, e.refuseWith(ctx, inv, fe)
 		}
-		return nil, e.fault(ctx, inv, StageSchema, "internal.error", err)
+		return nil, e.fault(ctx, inv, StageSchema, failure.CodeInternalError, err)
 	}
 	inv.req = msg
 	canon, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
 	if err != nil {
-		return nil, e.fault(ctx, inv, StageSchema, "internal.error", err)
+		return nil, e.fault(ctx, inv, StageSchema, failure.CodeInternalError, err)
 	}
 	inv.argDigest = digest(cmd.Code, canon)
 	inv.args, _ = schema.Redact(inv.call.Input, cmd.SensitiveFields)
@@ -419,7 +419,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 
 	// scope_check: the call is bound to the principal's tenant.
 	if inv.call.Tenant != "" && inv.call.Tenant != p.Tenant {
-		return nil, e.refuse(ctx, inv, StageScope, "scope.tenant_mismatch", "the call names another tenant", "not retriable")
+		return nil, e.refuse(ctx, inv, StageScope, failure.CodeScopeTenantMismatch, "the call names another tenant", "not retriable")
 	}
 
 	// idempotency_check: a malformed key is refused before anyone is asked
@@ -453,17 +453,17 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		}
 		switch {
 		case errors.Is(err, ErrInFlight):
-			fe := failure.New(StageIdempotency, "idempotency.in_flight", "a call with this idempotency key is still running")
+			fe := failure.New(StageIdempotency, failure.CodeIdempotencyInFlight, "a call with this idempotency key is still running")
 			fe.Retriable, fe.Remedy = true, "wait, then retry with the same key to read its result"
 			return nil, e.refuseWith(ctx, inv, fe)
 		case errors.Is(err, ErrKeyReused):
-			return nil, e.refuse(ctx, inv, StageIdempotency, "idempotency.key_reused", "this idempotency key was used with different arguments", "use a new key for a new call")
+			return nil, e.refuse(ctx, inv, StageIdempotency, failure.CodeIdempotencyKeyReused, "this idempotency key was used with different arguments", "use a new key for a new call")
 		case err != nil:
-			return nil, e.fault(ctx, inv, StageIdempotency, "idempotency.unavailable", err)
+			return nil, e.fault(ctx, inv, StageIdempotency, failure.CodeIdempotencyUnavailable, err)
 		case saved != nil:
 			// An attempt like any other: it leaves a row, naming the
 			// invocation whose response it returns.
-			e.outcomeAsync(ctx, inv, contract.OutcomeReplayed, StageIdempotency, "idempotency.replayed",
+			e.outcomeAsync(ctx, inv, contract.OutcomeReplayed, StageIdempotency, failure.CodeIdempotencyReplayed,
 				"returned the response of "+saved.InvocationID+"; nothing was dispatched", nil)
 			return replay(saved)
 		}
@@ -483,11 +483,11 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		done, err := e.cfg.Store.Executed(ctx, p.Tenant, p.UserID, sod.ConflictsWith, subject)
 		if err != nil {
 			release()
-			return nil, e.fault(ctx, inv, StageSoD, "sod.unavailable", err)
+			return nil, e.fault(ctx, inv, StageSoD, failure.CodeSoDUnavailable, err)
 		}
 		if done {
 			release()
-			return nil, e.refuse(ctx, inv, StageSoD, "sod.conflict",
+			return nil, e.refuse(ctx, inv, StageSoD, failure.CodeSoDConflict,
 				"the same user may not also run "+strings.Join(sod.ConflictsWith, ", ")+" on this "+sod.Field, "escalate to a different user")
 		}
 	}
@@ -510,11 +510,11 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	}); err != nil {
 		release()
 		e.logger(ctx, inv).Error("audit intent failed; not dispatching", "error", err)
-		fe := failure.Wrap(StageAudit, "audit.unavailable", "the audit trail is unavailable, so nothing was run", err)
+		fe := failure.Wrap(StageAudit, failure.CodeAuditUnavailable, "the audit trail is unavailable, so nothing was run", err)
 		fe.Retriable, fe.Remedy, fe.InvocationID = true, "retry later", inv.id
 		// The attempt is still recorded: its refusal waits in the spool.
-		inv.ending = ending{outcome: contract.OutcomeFailed, stage: StageAudit, code: "audit.unavailable"}
-		e.spool(ctx, inv, e.record(inv, contract.PhaseOutcome, contract.OutcomeFailed, StageAudit, "audit.unavailable", fe.Message))
+		inv.ending = ending{outcome: contract.OutcomeFailed, stage: StageAudit, code: failure.CodeAuditUnavailable}
+		e.spool(ctx, inv, e.record(inv, contract.PhaseOutcome, contract.OutcomeFailed, StageAudit, failure.CodeAuditUnavailable, fe.Message))
 		return nil, fe
 	}
 
@@ -572,7 +572,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	}
 	output, err := marshalOutput(out)
 	if err != nil {
-		return nil, e.fault(ctx, inv, StageDispatch, "handler.failed", err)
+		return nil, e.fault(ctx, inv, StageDispatch, failure.CodeHandlerFailed, err)
 	}
 	e.outcomeAsync(ctx, inv, contract.OutcomeExecuted, "", "", "", output)
 	e.finish(ctx, inv, Saved{InvocationID: inv.id, Output: output, AuditID: auditID(intentRows)}, output)
@@ -603,27 +603,26 @@ func (e *Executor) recoverKey(ctx context.Context, inv *invocation, k IdemKey, c
 	case known && r.Executed:
 		output, merr := marshalOutput(r.Result)
 		if merr != nil {
-			return nil, false, e.fault(ctx, inv, StageIdempotency, "internal.error", merr)
+			return nil, false, e.fault(ctx, inv, StageIdempotency, failure.CodeInternalError, merr)
 		}
 		saved := Saved{InvocationID: previous, Output: output}
 		if serr := e.cfg.Store.Settle(ctx, k, saved); serr != nil {
 			e.logger(ctx, inv).Error("settling an idempotency key from a receipt", "error", serr)
 		}
-		e.outcomeAsync(ctx, inv, contract.OutcomeReplayed, StageIdempotency, "idempotency.replayed",
+		e.outcomeAsync(ctx, inv, contract.OutcomeReplayed, StageIdempotency, failure.CodeIdempotencyReplayed,
 			"returned the result of "+previous+", which its backend's receipt says ran; nothing was dispatched", nil)
 		res, err = replay(&saved)
 		return res, false, err
 	case known:
 		ok, cerr := e.cfg.Store.Reclaim(ctx, k, previous, claim)
 		if cerr != nil {
-			return nil, false, e.fault(ctx, inv, StageIdempotency, "idempotency.unavailable", cerr)
+			return nil, false, e.fault(ctx, inv, StageIdempotency, failure.CodeIdempotencyUnavailable, cerr)
 		}
 		return nil, ok, nil
 	}
-	fe := failure.New(StageIdempotency, CodeOutcomeUnknown,
+	fe := failure.New(StageIdempotency, failure.CodeIdempotencyOutcomeUnknown,
 		"the call that holds this idempotency key ("+previous+") has an unknown outcome, and its backend cannot say yet whether it ran")
 	fe.Retriable, fe.Remedy = true, "retry later with the same key; the backend's receipt decides whether it ran"
-	fe.Status = grpccodes.Aborted
 	return nil, false, e.refuseWith(ctx, inv, fe)
 }
 
@@ -658,7 +657,7 @@ func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) e
 		if err != nil {
 			return e.confirmFailure(ctx, inv, err)
 		}
-		fe := failure.New(StageConfirmation, "confirmation.required", "a human must confirm this call")
+		fe := failure.New(StageConfirmation, failure.CodeConfirmationRequired, "a human must confirm this call")
 		fe.ChallengeID, fe.ApprovalURL = ch.GetChallengeId(), ch.GetApprovalUrl()
 		fe.Retriable = true
 		fe.Remedy = "ask the user to approve at the approval URL, then call again with approval_grant_id set to the challenge id and the same arguments"
@@ -684,7 +683,7 @@ func (e *Executor) confirmFailure(ctx context.Context, inv *invocation, err erro
 		c.Stage = StageConfirmation
 		return e.refuseWith(ctx, inv, &c)
 	}
-	return e.fault(ctx, inv, StageConfirmation, "confirmation.unavailable", err)
+	return e.fault(ctx, inv, StageConfirmation, failure.CodeConfirmationUnavailable, err)
 }
 
 // stage runs fn in a span named after the stage.
@@ -717,13 +716,15 @@ func (e *Executor) refuseWith(ctx context.Context, inv *invocation, fe *failure.
 }
 
 // fault records an internal failure before dispatch and hides its detail.
+// A code the table of codes marks retriable (a store or service that could
+// not be reached) carries the table's remedy.
 func (e *Executor) fault(ctx context.Context, inv *invocation, stage, code string, err error) error {
 	e.logger(ctx, inv).Error("stage failed", "stage", stage, "error", err)
 	fe := failure.Wrap(stage, code, "the call could not be completed; nothing was run", err)
 	fe.InvocationID = inv.id
 	inv.ending = ending{outcome: contract.OutcomeFailed, stage: stage, code: code}
-	if strings.HasSuffix(code, ".unavailable") {
-		fe.Retriable, fe.Remedy = true, "retry later"
+	if spec, _ := failure.Lookup(code); spec.Retriable {
+		fe.Retriable, fe.Remedy = true, spec.Remedy
 	}
 	e.outcome(ctx, inv, contract.OutcomeFailed, stage, code, fe.Message, nil)
 	return fe
@@ -755,7 +756,7 @@ func (e *Executor) outcome(ctx context.Context, inv *invocation, outcome, stage,
 			return
 		}
 		if attempt >= maxOutcomeAttempts || !unavailable(err) {
-			span.SetStatus(codes.Error, "audit.unavailable")
+			span.SetStatus(codes.Error, failure.CodeAuditUnavailable)
 			e.spool(ctx, inv, rec)
 			return
 		}
@@ -873,8 +874,8 @@ func backendFailure(err error) *failure.Error {
 	p := failure.Problem(st, "")
 	switch {
 	case st.Code() == grpccodes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded):
-		return failure.New(StageDispatch, "handler.deadline_exceeded", "the backend did not answer in time; the effect is unknown")
-	case p.Code != "" && !strings.HasPrefix(p.Code, "grpc.") && clientError(st.Code()):
+		return failure.New(StageDispatch, failure.CodeHandlerDeadlineExceeded, "the backend did not answer in time; the effect is unknown")
+	case p.Code != "" && failure.CarriesCode(st) && clientError(st.Code()):
 		stage := p.Stage
 		if !isRefusalStage(stage) {
 			stage = StageDispatch
@@ -890,17 +891,17 @@ func backendFailure(err error) *failure.Error {
 		fe.Remedy = p.Remedy
 		return fe
 	case st.Code() == grpccodes.Unavailable:
-		fe := failure.New(StageDispatch, "handler.unavailable", "the backend is unavailable")
+		fe := failure.New(StageDispatch, failure.CodeHandlerUnavailable, "the backend is unavailable")
 		fe.Retriable, fe.Remedy = true, "retry later with the same idempotency key"
 		return fe
 	}
-	return failure.New(StageDispatch, "handler.failed", "the backend failed")
+	return failure.New(StageDispatch, failure.CodeHandlerFailed, "the backend failed")
 }
 
 // effectUnknown reports the dispatch faults after which a call's effect is
 // unknown: the backend went away or did not answer in time.
 func effectUnknown(code string) bool {
-	return code == "handler.unavailable" || code == "handler.deadline_exceeded"
+	return code == failure.CodeHandlerUnavailable || code == failure.CodeHandlerDeadlineExceeded
 }
 
 // clientError reports the gRPC codes by which a backend says the request,
@@ -929,10 +930,6 @@ func failureCode(err error) string {
 		return fe.Code
 	}
 	return "error"
-}
-
-func isUnavailable(err error) bool {
-	return strings.Contains(failureCode(err), "unavailable")
 }
 
 func validCommand(code string) bool {

@@ -186,7 +186,7 @@ func endingOf(inv *invocation, err error) ending {
 	if err == nil {
 		return ending{outcome: contract.OutcomeExecuted}
 	}
-	end := ending{outcome: contract.OutcomeFailed, code: "internal.error"}
+	end := ending{outcome: contract.OutcomeFailed, code: failure.CodeInternalError}
 	var fe *failure.Error
 	if errors.As(err, &fe) {
 		end.stage, end.code = fe.Stage, fe.Code

@@ -11,6 +11,7 @@ import (
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/contract"
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 // IntentSource lists the rows the trail leaves open: intents without an
@@ -112,7 +113,7 @@ func (e *Executor) outcomeFromReceipt(in *mandatev1.AuditRecord, r Receipt) (*ma
 		rec.Message = "recorded from the backend's receipt: the executor stopped before it recorded the outcome"
 		return rec, true
 	}
-	rec.Outcome, rec.Stage, rec.Code = contract.OutcomeFailed, StageDispatch, "handler.not_executed"
+	rec.Outcome, rec.Stage, rec.Code = contract.OutcomeFailed, StageDispatch, failure.CodeHandlerNotExecuted
 	rec.Message = "the executor stopped before it recorded the outcome; the backend's receipt says the call never ran (it is fenced, so it never will)"
 	return rec, true
 }
@@ -129,11 +130,11 @@ func (e *Executor) resolutionFromReceipt(in *mandatev1.AuditRecord, r Receipt) (
 		if err != nil {
 			return rec, false
 		}
-		rec.Outcome, rec.Code, rec.ResultDigest = contract.OutcomeExecuted, contract.CodeResolvedExecuted, digest("result", output)
+		rec.Outcome, rec.Code, rec.ResultDigest = contract.OutcomeExecuted, failure.CodeAuditResolvedExecuted, digest("result", output)
 		rec.Message = "the backend's receipt says the call ran"
 		return rec, true
 	}
-	rec.Outcome, rec.Code = contract.OutcomeFailed, contract.CodeResolvedNotExecuted
+	rec.Outcome, rec.Code = contract.OutcomeFailed, failure.CodeAuditResolvedNotExecuted
 	rec.Message = "the backend's receipt says the call never ran (it is fenced, so it never will)"
 	return rec, true
 }

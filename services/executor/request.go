@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -11,22 +12,6 @@ import (
 	"github.com/mandate-dev/mandate/internal/callattr"
 	"github.com/mandate-dev/mandate/internal/contract"
 	"github.com/mandate-dev/mandate/internal/failure"
-)
-
-// CodeInvalidMetadata refuses a call whose attributes besides its
-// arguments (conversation, MCP session, approval grant id, trace context)
-// break their rules; CodeInvalidIdempotencyKey one whose idempotency key
-// does.
-const (
-	CodeInvalidMetadata       = "request.invalid_metadata"
-	CodeInvalidIdempotencyKey = "idempotency.invalid_key"
-	// CodeInvalidState refuses an MCP retry whose requestState is forged,
-	// tampered with, moved to another call, expired or reused.
-	CodeInvalidState = "confirmation.invalid_state"
-	// CodeOutcomeUnknown refuses a retry whose idempotency key is held by a
-	// call whose outcome is unknown and not yet resolved by its backend's
-	// receipt.
-	CodeOutcomeUnknown = "idempotency.outcome_unknown"
 )
 
 // checkAttributes is request_check: every attribute a caller sent with the
@@ -56,12 +41,14 @@ func checkAttributes(inv *invocation) *failure.Error {
 		case callattr.RequestState:
 			// The bridge refused an MCP retry's requestState or answer:
 			// the refusal is the confirmation's, in the bridge's words.
-			code := p.Rule
-			if !strings.HasPrefix(code, "confirmation.") {
-				code = CodeInvalidState
+			spec, ok := failure.Lookup(p.Rule)
+			if !ok || !slices.Equal(spec.Stages, []string{StageConfirmation}) {
+				// Not a code of the confirmation's own (one the table
+				// reports at confirmation_check alone).
+				spec, _ = failure.Lookup(failure.CodeConfirmationInvalidState)
 			}
-			fe := failure.New(StageConfirmation, code, callattr.Safe(p.Reason, 512))
-			fe.Retriable = strings.HasSuffix(code, ".unavailable")
+			fe := failure.New(StageConfirmation, spec.Code, callattr.Safe(p.Reason, 512))
+			fe.Retriable = spec.GRPC == codes.Unavailable
 			fe.Remedy = "call the tool again without requestState to get a fresh confirmation"
 			return fe
 		default:
@@ -71,7 +58,7 @@ func checkAttributes(inv *invocation) *failure.Error {
 	if len(bad) == 0 {
 		return nil
 	}
-	return invalidAttributes(StageRequest, CodeInvalidMetadata, bad)
+	return invalidAttributes(StageRequest, failure.CodeRequestInvalidMetadata, bad)
 }
 
 // checkIdempotencyKey refuses a key that breaks its rules, at
@@ -91,13 +78,12 @@ func checkIdempotencyKey(inv *invocation) *failure.Error {
 		return nil
 	}
 	inv.call.IdempotencyKey = ""
-	return invalidAttributes(StageIdempotency, CodeInvalidIdempotencyKey, bad)
+	return invalidAttributes(StageIdempotency, failure.CodeIdempotencyInvalidKey, bad)
 }
 
 func invalidAttributes(stage, code string, bad []callattr.Invalid) *failure.Error {
 	msgs := make([]string, 0, len(bad))
 	fe := failure.New(stage, code, "")
-	fe.Status = codes.InvalidArgument
 	for _, p := range bad {
 		msgs = append(msgs, p.Describe()+": "+strconv.Quote(p.Value))
 		fe.Violations = append(fe.Violations, failure.Violation{Pointer: "/" + p.Name, Rule: p.Rule, Message: p.Name + " " + p.Reason})
@@ -138,16 +124,13 @@ func safeMessage(m string) string {
 	return m[:cut] + "…"
 }
 
-// CodeResolvedExecuted is what a retry replays for a key whose first call
-// an operator resolved as executed (mandate audit resolve): it ran, and its
-// result was never recorded.
-const CodeResolvedExecuted = "idempotency.resolved_executed"
-
 // ResolvedExecuted is the saved response of a key whose call invocation
-// an operator resolved as executed, by whom and why.
+// an operator resolved as executed (mandate audit resolve), by whom and
+// why: a retry replays failure.CodeIdempotencyResolvedExecuted, since the
+// call ran and its result was never recorded.
 func ResolvedExecuted(invocation, by, reason string) Saved {
-	fe := failure.New(StageIdempotency, CodeResolvedExecuted,
+	fe := failure.New(StageIdempotency, failure.CodeIdempotencyResolvedExecuted,
 		"the call with this idempotency key ("+invocation+") ran, as "+by+" resolved ("+reason+"); its result was never recorded")
-	fe.Status, fe.Remedy, fe.InvocationID = codes.FailedPrecondition, "read the effect from the system of record; do not retry", invocation
+	fe.Remedy, fe.InvocationID = "read the effect from the system of record; do not retry", invocation
 	return Saved{InvocationID: invocation, Status: statusBytes(fe)}
 }

@@ -3,7 +3,6 @@ package executor
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -200,10 +199,11 @@ func (e *Executor) append(ctx context.Context, recs ...*mandatev1.AuditRecord) (
 // unavailable reports an audit error that says the trail could not be
 // reached or did not answer, as opposed to a row it refused: appending the
 // same rows again may succeed (appends are idempotent). The audit service
-// says so with a gRPC code, or with a Mandate code ending in .unavailable
-// (its store is down, or a concurrent writer got in the way).
+// says so with a gRPC code, or with a Mandate code whose gRPC code in the
+// table of codes is Unavailable (its store is down, or a concurrent writer
+// got in the way).
 func unavailable(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || isUnavailable(err) {
+	if errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
 	st := failure.ToStatus(err)
@@ -212,5 +212,5 @@ func unavailable(err error) bool {
 		return true
 	}
 	fe, ok := failure.FromStatus(st)
-	return ok && strings.HasSuffix(fe.Code, ".unavailable")
+	return ok && failure.GRPCCode(fe.Code) == codes.Unavailable
 }

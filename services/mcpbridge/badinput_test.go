@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/services/audit"
 )
@@ -383,11 +384,11 @@ func TestBadTokens(t *testing.T) {
 		{"missing", "", "no bearer token"},
 		{"not bearer", "Basic YWxpY2U6cGFzcw==", "no bearer token"},
 		{"empty bearer", "Bearer ", "no bearer token"},
-		{"garbage", "Bearer not-a-token", identity.CodeInvalidToken},
-		{"expired", "Bearer " + mint(devSecret, with(func(r *identity.MintRequest) { r.Now = now.Add(-2 * time.Hour) })), identity.CodeTokenExpired},
-		{"not yet valid", "Bearer " + mint(devSecret, with(func(r *identity.MintRequest) { r.Now = now.Add(time.Hour) })), identity.CodeTokenNotYetValid},
-		{"other audience", "Bearer " + mint(devSecret, with(func(r *identity.MintRequest) { r.Audience = "billing-api" })), identity.CodeWrongAudience},
-		{"other issuer", "Bearer " + mint(devSecret, with(func(r *identity.MintRequest) { r.Issuer = "evil" })), identity.CodeWrongIssuer},
+		{"garbage", "Bearer not-a-token", failure.CodeAuthenticationInvalidToken},
+		{"expired", "Bearer " + mint(devSecret, with(func(r *identity.MintRequest) { r.Now = now.Add(-2 * time.Hour) })), failure.CodeAuthenticationTokenExpired},
+		{"not yet valid", "Bearer " + mint(devSecret, with(func(r *identity.MintRequest) { r.Now = now.Add(time.Hour) })), failure.CodeAuthenticationTokenNotYetValid},
+		{"other audience", "Bearer " + mint(devSecret, with(func(r *identity.MintRequest) { r.Audience = "billing-api" })), failure.CodeAuthenticationWrongAudience},
+		{"other issuer", "Bearer " + mint(devSecret, with(func(r *identity.MintRequest) { r.Issuer = "evil" })), failure.CodeAuthenticationWrongIssuer},
 		{"other key", "Bearer " + mint([]byte("another-secret-0123456789abcdef01234"), valid), "authentication."},
 		{"service token", "Bearer " + svcTok, "authentication."},
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/tooldesc"
@@ -284,7 +285,7 @@ func (b *Bridge) verifyToken(ctx context.Context, token string, _ *http.Request)
 	if err != nil {
 		code := identity.ErrorCode(err)
 		if code == "" {
-			code = "authentication.invalid_token"
+			code = failure.CodeAuthenticationInvalidToken
 		}
 		return nil, fmt.Errorf("%w: %s", auth.ErrInvalidToken, code)
 	}

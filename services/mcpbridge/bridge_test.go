@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/services/mcpbridge"
 )
@@ -187,7 +188,7 @@ func TestConfirmationThroughApprovalURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := refusalOf(t, res)
-	if r.Code != mcpbridge.CodeConfirmationRequired || r.ChallengeID == "" || !strings.HasPrefix(r.ApprovalURL, "http://approve.test/approve/") {
+	if r.Code != failure.CodeConfirmationRequired || r.ChallengeID == "" || !strings.HasPrefix(r.ApprovalURL, "http://approve.test/approve/") {
 		t.Fatalf("refusal %+v", r)
 	}
 	text := res.Content[0].(*mcp.TextContent).Text

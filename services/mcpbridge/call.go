@@ -17,9 +17,6 @@ import (
 	"github.com/mandate-dev/mandate/internal/schema"
 )
 
-// CodeConfirmationRequired is the refusal code that carries an approval URL.
-const CodeConfirmationRequired = "confirmation.required"
-
 // MetaRefusal is the `_meta` key of an isError tool result that holds its
 // Refusal; MetaInvocation names the invocation of every tool result.
 const (
@@ -232,7 +229,7 @@ func (b *Bridge) refusal(ctx context.Context, name string, err error) (*mcp.Call
 	if r.Remedy != "" {
 		text += " Remedy: " + r.Remedy + "."
 	}
-	if r.Code == CodeConfirmationRequired && r.ApprovalURL != "" {
+	if r.Code == failure.CodeConfirmationRequired && r.ApprovalURL != "" {
 		text = fmt.Sprintf("%s needs a human's approval before it runs. Ask your user to open %s and approve it, "+
 			"then call %s again with the same arguments and _meta {%q: %q}.",
 			name, r.ApprovalURL, name, MetaApproval, r.ChallengeID)

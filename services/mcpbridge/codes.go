@@ -1,7 +1,8 @@
 package mcpbridge
 
-// Names of the other services' contract the bridge relies on: refusal
-// codes and stages it tells apart, and values of their messages.
+// Names of the other services' contract the bridge relies on: stages it
+// tells apart and values of their messages. Refusal codes are the table's
+// (failure.Code*).
 const (
 	// stageRequest, stageSchema and stageDispatch are the executor's
 	// stages of a call's attributes, its input and its result.
@@ -10,14 +11,6 @@ const (
 	stageDispatch = "dispatch"
 	// stageConfirmation is the stage of the confirm service's refusals.
 	stageConfirmation = "confirmation_check"
-
-	// codeAlreadyDecided: the challenge was approved or declined before.
-	codeAlreadyDecided = "confirmation.already_decided"
-	// codeCommandNotFound: the catalog does not show the command to the
-	// caller (or it does not exist).
-	codeCommandNotFound = "command.not_found"
-	// codeDirectoryUnavailable: the catalog cannot read the directory.
-	codeDirectoryUnavailable = "directory.unavailable"
 
 	// channelMCPElicitation is the confirm service's decision channel of an
 	// answer given through MCP elicitation.

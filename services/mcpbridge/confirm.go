@@ -56,7 +56,7 @@ var approvalSchema = map[string]any{"type": "object", "properties": map[string]a
 func (b *Bridge) confirmation(ctx context.Context, req *mcp.CallToolRequest, p identity.Principal, call toolCall, refused error) (*mcp.CallToolResult, error) {
 	prob := failure.Problem(failure.ToStatus(refused), "")
 	if b.cfg.Confirm == nil || req.Session == nil || call.GrantID != "" ||
-		prob.Code != CodeConfirmationRequired || prob.ChallengeID == "" {
+		prob.Code != failure.CodeConfirmationRequired || prob.ChallengeID == "" {
 		return b.refusal(ctx, call.Code, refused)
 	}
 	form, url := elicitationModes(req.ClientCapabilities())
@@ -109,7 +109,7 @@ func (b *Bridge) elicitForm(ctx context.Context, req *mcp.CallToolRequest, call 
 		return b.refusal(ctx, call.Code, refused)
 	}
 	approve := res.Action == "accept"
-	if err := b.decideElicited(ctx, id, approve); err != nil && !isCode(err, codeAlreadyDecided) {
+	if err := b.decideElicited(ctx, id, approve); err != nil && !isCode(err, failure.CodeConfirmationAlreadyDecided) {
 		// Nothing was recorded: the challenge stays open at the approval
 		// URL, which the refusal names.
 		b.log.WarnContext(ctx, "mcpbridge: recording the elicited answer failed",

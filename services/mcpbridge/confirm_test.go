@@ -427,12 +427,12 @@ func testConfirmationThroughElicitation(t *testing.T, proto string) {
 			}
 			if tc.refunds == 0 {
 				r := refusalOf(t, res)
-				if r.Code != confirm.CodeRefused || r.Stage != "confirmation_check" || r.InvocationID == "" {
+				if r.Code != failure.CodeConfirmationRefused || r.Stage != "confirmation_check" || r.InvocationID == "" {
 					t.Fatalf("refusal %+v", r)
 				}
 				// The executor's own refusal, audited.
 				out := st.outcome(t, "acme", r.InvocationID)
-				if out.Outcome != audit.OutcomeRefused || out.Code != confirm.CodeRefused || out.Stage != "confirmation_check" || out.ConversationID != "conv-elicit" {
+				if out.Outcome != audit.OutcomeRefused || out.Code != failure.CodeConfirmationRefused || out.Stage != "confirmation_check" || out.ConversationID != "conv-elicit" {
 					t.Fatalf("audit outcome %+v", out.Record)
 				}
 				return
@@ -492,7 +492,7 @@ func TestHeadlessAgentCannotApproveItself(t *testing.T) {
 				t.Fatalf("elicitations: %d forms, %d URLs; want %d and %d", forms, urls, c.forms, c.urls)
 			}
 			r := refusalOf(t, res)
-			if r.Code != mcpbridge.CodeConfirmationRequired || r.ChallengeID == "" || r.ApprovalURL == "" {
+			if r.Code != failure.CodeConfirmationRequired || r.ChallengeID == "" || r.ApprovalURL == "" {
 				t.Fatalf("refusal %+v", r)
 			}
 			if n := st.gateway.Refunds(); n != 0 {
@@ -509,7 +509,7 @@ func TestHeadlessAgentCannotApproveItself(t *testing.T) {
 				t.Fatalf("headless DecideElicited: %v", err)
 			}
 			out := st.outcome(t, "acme", r.InvocationID)
-			if out.Outcome != audit.OutcomeRefused || out.Code != mcpbridge.CodeConfirmationRequired {
+			if out.Outcome != audit.OutcomeRefused || out.Code != failure.CodeConfirmationRequired {
 				t.Fatalf("audit outcome %+v", out.Record)
 			}
 			if _, err := st.confirm.Decide(context.Background(), carolUser, r.ChallengeID, true, confirm.ChannelApprovalPage); err != nil {
@@ -541,7 +541,7 @@ func TestConfirmationWithoutElicitation(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := refusalOf(t, res)
-	if r.Code != mcpbridge.CodeConfirmationRequired || r.Stage != "confirmation_check" || r.ChallengeID == "" ||
+	if r.Code != failure.CodeConfirmationRequired || r.Stage != "confirmation_check" || r.ChallengeID == "" ||
 		r.ApprovalURL != "http://approve.test/approve/"+r.ChallengeID {
 		t.Fatalf("refusal %+v", r)
 	}
@@ -550,7 +550,7 @@ func TestConfirmationWithoutElicitation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if early := refusalOf(t, res); early.Code != confirm.CodePending || early.Stage != "confirmation_check" {
+	if early := refusalOf(t, res); early.Code != failure.CodeConfirmationPending || early.Stage != "confirmation_check" {
 		t.Fatalf("retry before approval: %+v", early)
 	}
 	if n := st.gateway.Refunds(); n != 0 {
@@ -600,7 +600,7 @@ func TestAgentApprovingItsOwnChallenge(t *testing.T) {
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+botToken)
 	for _, ch := range []string{"", confirm.ChannelMCPElicitation} {
 		_, err := mandatev1.NewConfirmServiceClient(conn).Decide(ctx, &mandatev1.DecideRequest{ChallengeId: id, Decision: mandatev1.Decision_DECISION_APPROVE, Channel: ch})
-		if status.Code(err) != codes.PermissionDenied || failure.Problem(status.Convert(err), "").Code != confirm.CodeApproverNotAllowed {
+		if status.Code(err) != codes.PermissionDenied || failure.Problem(status.Convert(err), "").Code != failure.CodeConfirmationApproverNotAllowed {
 			t.Fatalf("finance-bot over ConfirmService on %q: %v", ch, err)
 		}
 	}
@@ -608,7 +608,7 @@ func TestAgentApprovingItsOwnChallenge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := refusalOf(t, res); r.Code != confirm.CodePending {
+	if r := refusalOf(t, res); r.Code != failure.CodeConfirmationPending {
 		t.Fatalf("retry after the agent's attempts: %+v", r)
 	}
 	if n := st.gateway.Refunds(); n != 0 {
@@ -670,7 +670,7 @@ func TestL4NeedsASecondHuman(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := refusalOf(t, res)
-	if r.Code != mcpbridge.CodeConfirmationRequired || r.ChallengeID == "" || r.ApprovalURL == "" {
+	if r.Code != failure.CodeConfirmationRequired || r.ChallengeID == "" || r.ApprovalURL == "" {
 		t.Fatalf("refusal %+v", r)
 	}
 	if forms, urls, _ := rec.counts(); forms != 0 || urls != 1 {
@@ -686,7 +686,7 @@ func TestL4NeedsASecondHuman(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r2 := refusalOf(t, res); r2.Code != mcpbridge.CodeConfirmationRequired || r2.ApprovalURL == "" {
+	if r2 := refusalOf(t, res); r2.Code != failure.CodeConfirmationRequired || r2.ApprovalURL == "" {
 		t.Fatalf("forms-only client: %+v", r2)
 	}
 	if forms, urls, _ := rec2.counts(); forms != 0 || urls != 0 {
@@ -700,7 +700,7 @@ func TestL4NeedsASecondHuman(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r3 := refusalOf(t, res); r3.Code != mcpbridge.CodeConfirmationRequired || r3.ApprovalURL == "" || res.NeedsInput() || res.RequestState != "" {
+	if r3 := refusalOf(t, res); r3.Code != failure.CodeConfirmationRequired || r3.ApprovalURL == "" || res.NeedsInput() || res.RequestState != "" {
 		t.Fatalf("2026-07-28 client: %+v", res)
 	}
 	if forms, urls, _ := rec3.counts(); forms != 0 || urls != 0 {
@@ -723,7 +723,7 @@ func TestL4NeedsASecondHuman(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if early := refusalOf(t, res); early.Code != confirm.CodePending {
+	if early := refusalOf(t, res); early.Code != failure.CodeConfirmationPending {
 		t.Fatalf("retry before a second human approved: %+v", early)
 	}
 	if n := fake.calls.Load(); n != 0 {
@@ -774,7 +774,7 @@ func TestOlderProtocolRevisions(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := refusalOf(t, res)
-			if r.Code != mcpbridge.CodeConfirmationRequired || r.ApprovalURL == "" {
+			if r.Code != failure.CodeConfirmationRequired || r.ApprovalURL == "" {
 				t.Fatalf("refund at %s: %+v", proto, r)
 			}
 			if forms, urls, _ := rec.counts(); forms+urls != 0 {

@@ -163,7 +163,7 @@ func TestRemoteBridge(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := refusalOf(t, res)
-		if r.Code != mcpbridge.CodeConfirmationRequired || r.Stage == "" || r.ChallengeID == "" || r.ApprovalURL == "" {
+		if r.Code != failure.CodeConfirmationRequired || r.Stage == "" || r.ChallengeID == "" || r.ApprovalURL == "" {
 			t.Fatalf("refusal %+v", r)
 		}
 		if _, err := e.confirm.Decide(ctx, carol, r.ChallengeID, true, "api"); err != nil {
@@ -263,7 +263,7 @@ func TestRemoteBridge(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := refusalOf(t, res)
-		if r.Code != mcpbridge.CodeConfirmationRequired || r.ChallengeID == "" {
+		if r.Code != failure.CodeConfirmationRequired || r.ChallengeID == "" {
 			t.Fatalf("refund as finance-bot: %+v", r)
 		}
 		cc := mandatev1.NewConfirmServiceClient(conn)

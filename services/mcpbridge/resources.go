@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 // Resource URIs.
@@ -91,9 +92,9 @@ func (b *Bridge) resourceError(ctx context.Context, uri string, err error) error
 	}
 	data, _ := json.Marshal(Refusal{Code: fe.Code, Stage: fe.Stage, Message: fe.Message, Retriable: fe.Retriable, Remedy: fe.Remedy})
 	switch fe.Code {
-	case codeCommandNotFound:
+	case failure.CodeCommandNotFound:
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "resource not found: " + uri, Data: data}
-	case codeDirectoryUnavailable:
+	case failure.CodeDirectoryUnavailable:
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fe.Message, Data: data}
 	default:
 		return &jsonrpc.Error{Code: CodeForbidden, Message: fe.Message, Data: data}

@@ -19,6 +19,7 @@ import (
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/callattr"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 )
 
@@ -27,11 +28,6 @@ import (
 // requests (MRTR) in place of server-initiated elicitation. The bridge
 // serves it on a stateless transport when Config.StateKey is set.
 const ProtocolStateless = "2026-07-28"
-
-// CodeInvalidState refuses an MRTR retry whose requestState is not one the
-// bridge sealed for this principal, tool and arguments, has expired, or was
-// used before. Nothing is decided or run.
-const CodeInvalidState = "confirmation.invalid_state"
 
 // InputConfirm is the key of the confirmation form in an input_required
 // result's inputRequests, and of its answer in the retry's inputResponses.
@@ -181,7 +177,7 @@ func (b *Bridge) askInput(ctx context.Context, p identity.Principal, call toolCa
 // and these arguments, and that it has not expired; then it records the
 // answer (decideElicited, single use: a challenge is decided once) and
 // runs the call with the grant, which the executor redeems once. Any
-// failed check refuses with CodeInvalidState and decides nothing.
+// failed check refuses with failure.CodeConfirmationInvalidState and decides nothing.
 func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest, p identity.Principal, call toolCall) (*mcp.CallToolResult, error) {
 	if b.cfg.Confirm == nil || len(b.cfg.StateKey) == 0 {
 		return b.invalidState(ctx, call, "this bridge issues no requestState")
@@ -207,7 +203,7 @@ func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest, p identit
 	}
 	approve := ans.Action == "accept"
 	if err := b.decideElicited(ctx, st.Challenge, approve); err != nil {
-		if isCode(err, codeAlreadyDecided) {
+		if isCode(err, failure.CodeConfirmationAlreadyDecided) {
 			return b.invalidState(ctx, call, "requestState was used before; call the tool again without it")
 		}
 		b.log.WarnContext(ctx, "mcpbridge: recording the MRTR answer failed",
@@ -223,10 +219,13 @@ func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest, p identit
 	return b.runWithGrant(ctx, req, call, st.Challenge)
 }
 
-// invalidState is the CodeInvalidState refusal.
+// invalidState refuses an MRTR retry whose requestState is not one the
+// bridge sealed for this principal, tool and arguments, has expired, or was
+// used before, with failure.CodeConfirmationInvalidState. Nothing is
+// decided or run.
 func (b *Bridge) invalidState(ctx context.Context, call toolCall, why string) (*mcp.CallToolResult, error) {
 	b.log.WarnContext(ctx, "mcpbridge: refusing an MRTR retry", "tool", call.Code, "reason", why)
-	return b.stateRefusal(ctx, call, CodeInvalidState, why)
+	return b.stateRefusal(ctx, call, failure.CodeConfirmationInvalidState, why)
 }
 
 // stateRefusal refuses an MRTR retry whose requestState or answer the

@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/confirm"
 	"github.com/mandate-dev/mandate/services/mcpbridge"
@@ -118,7 +119,7 @@ func TestStatelessConfirmationState(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := refusalOf(t, res); r.Code != mcpbridge.CodeInvalidState || r.Stage != "confirmation_check" {
+		if r := refusalOf(t, res); r.Code != failure.CodeConfirmationInvalidState || r.Stage != "confirmation_check" {
 			t.Fatalf("refusal %+v", r)
 		}
 		if c, err := st.confirm.Get(ctx, carolFinanceBot, id); err != nil || c.State != confirm.StatePending {
@@ -176,7 +177,7 @@ func TestStatelessConfirmationState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := refusalOf(t, again); r.Code != mcpbridge.CodeInvalidState {
+	if r := refusalOf(t, again); r.Code != failure.CodeConfirmationInvalidState {
 		t.Fatalf("replayed state: %+v", r)
 	}
 	if n := st.gateway.Refunds(); n != 1 {
@@ -195,7 +196,7 @@ func TestStatelessConfirmationWithoutElicitation(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := refusalOf(t, res)
-	if r.Code != mcpbridge.CodeConfirmationRequired || r.ApprovalURL != "http://approve.test/approve/"+r.ChallengeID || res.NeedsInput() {
+	if r.Code != failure.CodeConfirmationRequired || r.ApprovalURL != "http://approve.test/approve/"+r.ChallengeID || res.NeedsInput() {
 		t.Fatalf("result %+v", res)
 	}
 	if _, err := st.confirm.Decide(context.Background(), carolUser, r.ChallengeID, true, confirm.ChannelApprovalPage); err != nil {

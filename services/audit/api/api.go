@@ -135,10 +135,10 @@ func (s *Service) AppendStream(stream grpc.BidiStreamingServer[mandatev1.AppendS
 	ctx := stream.Context()
 	p, ok := identity.FromContext(ctx)
 	if !ok {
-		return failure.New("authenticate", identity.CodeMissingCredentials, "no principal")
+		return failure.New("authenticate", failure.CodeAuthenticationMissingCredentials, "no principal")
 	}
 	if p.Kind != identity.KindService || p.Via != "" || p.Tenant != "" || p.ServiceName != identity.ExecutorService {
-		return failure.New("permission_check", "authorization.permission_denied", "only the executor, on its own authority, appends on a stream")
+		return failure.New("permission_check", failure.CodeAuthorizationPermissionDenied, "only the executor, on its own authority, appends on a stream")
 	}
 	var (
 		sendMu sync.Mutex
@@ -171,7 +171,7 @@ func (s *Service) AppendStream(stream grpc.BidiStreamingServer[mandatev1.AppendS
 			}
 			return err
 		case <-s.draining:
-			return failure.New("audit", "audit.unavailable", "the audit service is stopping; open a new stream")
+			return failure.New("audit", failure.CodeAuditUnavailable, "the audit service is stopping; open a new stream")
 		case <-ctx.Done():
 			return nil
 		}

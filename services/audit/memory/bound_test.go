@@ -32,7 +32,7 @@ func unknown(tenant, inv string) audit.Record {
 
 func resolution(tenant, inv string) audit.Record {
 	r := rec(tenant, inv, audit.PhaseResolution)
-	r.Outcome, r.Stage, r.Code, r.Message = audit.OutcomeFailed, audit.StageAudit, audit.CodeResolvedNotExecuted, "the receipt says it never ran"
+	r.Outcome, r.Stage, r.Code, r.Message = audit.OutcomeFailed, audit.StageAudit, failure.CodeAuditResolvedNotExecuted, "the receipt says it never ran"
 	r.Approval = nil
 	return r
 }
