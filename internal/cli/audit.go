@@ -5,23 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc"
-
-	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/config"
-	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/failure"
-	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/audit"
-	auditapi "github.com/mandate-dev/mandate/services/audit/api"
 	auditmem "github.com/mandate-dev/mandate/services/audit/memory"
 	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
 	"github.com/mandate-dev/mandate/services/executor"
@@ -76,22 +67,34 @@ func runAuditService(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
+	pool, err := f.pool(ctx, &cl)
+	if err != nil {
+		return err
+	}
 	var store audit.Store
-	if f.storeKind == "postgres" {
-		pool, err := openPool(ctx, f.databaseURL)
-		if err != nil {
-			return err
-		}
-		cl.add(pool.Close)
+	if pool != nil {
 		ps := auditpg.New(pool, auditpg.Options{Logger: log})
 		cl.add(ps.Close)
 		store = ps
-		dir := f.directory(pool, &cl)
-		return serveAudit(ctx, f, auth, store, dir, reconcile, intentsAge, metrics, log, &cl)
+	} else {
+		ms := auditmem.New(auditmem.Options{MaxRows: retain})
+		cl.add(ms.Close)
+		store = ms
 	}
-	ms := auditmem.New(auditmem.Options{MaxRows: retain})
-	cl.add(ms.Close)
-	return serveAudit(ctx, f, auth, ms, f.directory(nil, &cl), reconcile, intentsAge, metrics, log, &cl)
+	svc := buildAudit(auditDeps{Store: store, Directory: f.directory(pool, &cl),
+		ReconcileInterval: reconcile, ReconcileAfter: intentsAge, Logger: log}, &cl)
+	srv, err := server.New(server.Config{Name: "mandate.v1.AuditService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log, Metrics: metrics})
+	if err != nil {
+		return err
+	}
+	svc.register(srv)
+	var p processGroup
+	svc.start(&p)
+	// The executor's append stream would hold the graceful stop: end it
+	// as soon as stopping begins (the executor opens a new one).
+	p.onStopping(svc.api.Drain)
+	p.serve(srv.Run)
+	return p.run(ctx)
 }
 
 // checkRetain refuses a negative --audit-retain.
@@ -100,31 +103,6 @@ func checkRetain(s *config.Set, retain int) error {
 		return s.Errorf("audit-retain", "must be 0 (keep every row) or more")
 	}
 	return nil
-}
-
-func serveAudit(ctx context.Context, f serviceFlags, auth *identity.Authenticator, store audit.Store, dir directory.Resolver,
-	reconcile, intentsAge time.Duration, metrics http.Handler, log *slog.Logger, cl *closers) error {
-	w := audit.NewWriter(store, audit.WriterOptions{Logger: log})
-	cl.add(func() { _ = w.Close() })
-	srv, err := server.New(server.Config{Name: "mandate.v1.AuditService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log, Metrics: metrics})
-	if err != nil {
-		return err
-	}
-	api := auditapi.New(w, dir, log)
-	api.Register(srv)
-	// The executor's append stream would hold the graceful stop: end it
-	// as soon as stopping begins (the executor opens a new one).
-	stopDrain := context.AfterFunc(ctx, api.Drain)
-	defer stopDrain()
-	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-		return mandatev1.RegisterAuditServiceHandler(ctx, mux, conn)
-	})
-	rec := audit.NewReconciler(w, audit.ReconcilerOptions{Interval: reconcile, OlderThan: intentsAge, Logger: log})
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = rec.Run(rctx) }()
-	defer func() { stop(); <-done }()
-	return srv.Run(ctx)
 }
 
 // auditDB opens the audit store directly, for operator tools.

@@ -8,9 +8,6 @@ import (
 	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
 	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
 	"github.com/mandate-dev/mandate/internal/server"
-	"github.com/mandate-dev/mandate/services/catalog"
-	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
-	"github.com/mandate-dev/mandate/services/executor"
 )
 
 // runCatalog runs the catalog: per-principal tool lists, manifest reads,
@@ -55,17 +52,16 @@ func runCatalog(ctx context.Context, args []string, io IO) error {
 		cl.add(ps.Close)
 		store = ps
 	}
-	cat, err := catalog.New(catalog.Config{Manifest: set, Directory: store, ConfirmSideEffects: confirmSideEffects,
-		TrustedServices: []string{executor.ServiceName}, Logger: log})
+	svc, err := buildCatalog(catalogDeps{Manifest: set, Directory: store, ConfirmSideEffects: confirmSideEffects, Logger: log}, &cl)
 	if err != nil {
 		return err
 	}
-	cl.add(cat.Close)
 	srv, err := server.New(server.Config{Name: "mandate.v1.CatalogService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log, Metrics: metrics})
 	if err != nil {
 		return err
 	}
-	catalogapi.New(cat, log).Register(srv)
-	srv.HandleGateway(catalogapi.Gateway)
-	return srv.Run(ctx)
+	svc.register(srv)
+	var p processGroup
+	p.serve(srv.Run)
+	return p.run(ctx)
 }

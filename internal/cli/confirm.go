@@ -4,15 +4,10 @@ import (
 	"context"
 	"time"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc"
-
-	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/confirm"
-	confirmapi "github.com/mandate-dev/mandate/services/confirm/api"
 	confirmmem "github.com/mandate-dev/mandate/services/confirm/memory"
 	"github.com/mandate-dev/mandate/services/confirm/page"
 	confirmpg "github.com/mandate-dev/mandate/services/confirm/postgres"
@@ -95,15 +90,8 @@ func runConfirm(ctx context.Context, args []string, io IO) error {
 		cl.add(ms.Close)
 		store, sessions = ms, ms
 	}
-	dir := f.directory(pool, &cl)
-	svc, err := confirm.New(confirm.Config{Store: store, Directory: dir, Commands: set, ApprovalBaseURL: baseURL, Logger: log})
-	if err != nil {
-		return err
-	}
-	handler, err := page.New(page.Config{
-		Confirm: svc, Sessions: sessions, Directory: dir, LoginSecret: []byte(f.devSecret.Reveal()),
-		Issuers: f.issuers, BaseURL: baseURL, Logger: log,
-	})
+	svc, err := buildConfirm(confirmDeps{Store: store, Sessions: sessions, Directory: f.directory(pool, &cl), Manifest: set,
+		BaseURL: baseURL, LoginSecret: []byte(f.devSecret.Reveal()), Issuers: f.issuers, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -111,12 +99,10 @@ func runConfirm(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	confirmapi.New(svc, log).Register(srv)
-	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-		return mandatev1.RegisterConfirmServiceHandler(ctx, mux, conn)
-	})
-	srv.Handle(page.Pattern, handler)
-	return srv.Run(ctx)
+	svc.register(srv)
+	var p processGroup
+	p.serve(srv.Run)
+	return p.run(ctx)
 }
 
 // loginURL prints a one-time sign-in link to the approval pages.

@@ -12,15 +12,10 @@ import (
 	"sort"
 	"time"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/mandate-dev/mandate/examples/helpdesk"
 	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
 	"github.com/mandate-dev/mandate/examples/policy"
-	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
-	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	genopenapi "github.com/mandate-dev/mandate/gen/openapi"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/directory"
@@ -29,20 +24,11 @@ import (
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/oauth"
 	"github.com/mandate-dev/mandate/internal/server"
-	"github.com/mandate-dev/mandate/internal/telemetry"
-	"github.com/mandate-dev/mandate/services/audit"
-	auditapi "github.com/mandate-dev/mandate/services/audit/api"
 	auditmem "github.com/mandate-dev/mandate/services/audit/memory"
-	"github.com/mandate-dev/mandate/services/catalog"
-	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
-	"github.com/mandate-dev/mandate/services/confirm"
-	confirmapi "github.com/mandate-dev/mandate/services/confirm/api"
 	confirmmem "github.com/mandate-dev/mandate/services/confirm/memory"
 	"github.com/mandate-dev/mandate/services/confirm/page"
 	"github.com/mandate-dev/mandate/services/executor"
-	execapi "github.com/mandate-dev/mandate/services/executor/api"
 	execmem "github.com/mandate-dev/mandate/services/executor/memory"
-	"github.com/mandate-dev/mandate/services/mcpbridge"
 )
 
 // devPrincipals are the users and agents `mandate dev` writes tokens for.
@@ -58,30 +44,36 @@ var devPrincipals = []struct{ name, tenant, org, user, agent, model string }{
 	{"payout-bot@carol", "acme", "finance", "carol", "payout-bot", "dev-model"},
 }
 
+// devSettings are the flags of `mandate dev`.
+type devSettings struct {
+	httpAddr, grpcAddr, tokensFile string
+	otlpEndpoint                   string
+	devSecret                      config.Secret
+	confirmSideEffects, metrics    bool
+	auditRetain                    int
+	events                         eventsFlags
+}
+
 // runDev runs the whole suite in one process on in-memory stores with the
 // helpdesk sample and the demo directory.
 func runDev(ctx context.Context, args []string, io IO) error {
 	var (
-		httpAddr, grpcAddr, tokensFile, logLevel string
-		otlpEndpoint                             string
-		devSecret                                config.Secret
-		confirmSideEffects, metricsOn            bool
-		auditRetain                              int
-		ef                                       eventsFlags
+		d        devSettings
+		logLevel string
 	)
 	s := config.New("dev", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
-	s.String(&httpAddr, "http-addr", "127.0.0.1:8080", "HTTP: REST, approval pages, /openapi.json, /healthz")
-	s.String(&grpcAddr, "grpc-addr", "127.0.0.1:9090", "gRPC: every service and the governed proxy")
-	s.String(&tokensFile, "tokens-file", "", "write the dev tokens (JSON object: name → token) to this file")
+	s.String(&d.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP: REST, approval pages, /openapi.json, /healthz")
+	s.String(&d.grpcAddr, "grpc-addr", "127.0.0.1:9090", "gRPC: every service and the governed proxy")
+	s.String(&d.tokensFile, "tokens-file", "", "write the dev tokens (JSON object: name → token) to this file")
 	s.String(&logLevel, "log-level", "warn", "debug, info, warn or error")
-	s.SecretVar(&devSecret, "dev-secret", "HS256 secret for dev tokens (default: random per run)")
-	s.Bool(&confirmSideEffects, "confirm-side-effects", false, "require confirmation for every command that declares side effects (the executor enforces it, the catalog's tools state it)")
-	s.Int(&auditRetain, "audit-retain", auditmem.DefaultMaxRows, "audit rows kept per tenant; older ones are evicted (0 keeps every row)")
-	s.Check(func() error { return checkRetain(s, auditRetain) })
-	otlpFlag(s, &otlpEndpoint)
-	metricsFlag(s, &metricsOn)
-	ef.declare(s)
+	s.SecretVar(&d.devSecret, "dev-secret", "HS256 secret for dev tokens (default: random per run)")
+	s.Bool(&d.confirmSideEffects, "confirm-side-effects", false, "require confirmation for every command that declares side effects (the executor enforces it, the catalog's tools state it)")
+	s.Int(&d.auditRetain, "audit-retain", auditmem.DefaultMaxRows, "audit rows kept per tenant; older ones are evicted (0 keeps every row)")
+	s.Check(func() error { return checkRetain(s, d.auditRetain) })
+	otlpFlag(s, &d.otlpEndpoint)
+	metricsFlag(s, &d.metrics)
+	d.events.declare(s)
 	if err := s.Parse(args); err != nil {
 		return err
 	}
@@ -90,100 +82,87 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		return s.Errorf("log-level", "%v", err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Stderr, &slog.HandlerOptions{Level: lvl}))
+	var cl closers
+	defer cl.close()
+	p, err := startDev(ctx, d, log, io, &cl)
+	if err != nil {
+		return err
+	}
+	return p.run(ctx)
+}
+
+// startDev builds the suite, each service with the builder its own command
+// uses, connected through the in-process channels of the servers, and
+// prints how to reach it. The returned group runs it; what it opened is
+// released by cl.
+func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *closers) (*processGroup, error) {
+	devSecret := d.devSecret
 	if !devSecret.Set() {
 		devSecret = config.NewSecret(randomHex(32))
 	}
 	serviceSecret := []byte(randomHex(32))
-	var cl closers
-	defer cl.close()
-	metrics, err := startTracing(ctx, io, "dev", otlpEndpoint, metricsOn, log, &cl)
+	metrics, err := startTracing(ctx, io, "dev", d.otlpEndpoint, d.metrics, log, cl)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	set, err := manifest.Embedded()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	users, err := identity.NewVerifier(ctx, identity.Config{Audience: []string{DefaultAudience}, Issuers: []string{DefaultIssuer}, DevSecret: []byte(devSecret.Reveal())})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	services, err := identity.NewServiceVerifier(identity.ServiceConfig{Secret: serviceSecret, Audience: []string{DefaultAudience}, Issuers: []string{DefaultIssuer}})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	auth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services})
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	dirStore := dirmem.New()
 	if _, err := directory.Apply(ctx, dirStore, policy.Demo, directory.FileName("examples/policy/demo.yaml")); err != nil {
-		return err
+		return nil, err
 	}
 	dir := directory.NewCache(dirStore, directory.CacheOptions{TTL: time.Minute})
 	cl.add(dir.Close)
 
-	auditStore := auditmem.New(auditmem.Options{MaxRows: auditRetain})
+	auditStore := auditmem.New(auditmem.Options{MaxRows: d.auditRetain})
 	cl.add(auditStore.Close)
-	writer := audit.NewWriter(auditStore, audit.WriterOptions{Logger: log})
-	cl.add(func() { _ = writer.Close() })
+	auditSvc := buildAudit(auditDeps{Store: auditStore, Directory: dir, Logger: log}, cl)
 
 	confirmStore := confirmmem.New(confirmmem.Options{})
 	cl.add(confirmStore.Close)
-	base := "http://" + httpAddr
-	confirmSvc, err := confirm.New(confirm.Config{Store: confirmStore, Directory: dir, Commands: set, ApprovalBaseURL: base, Logger: log})
+	base := "http://" + d.httpAddr
+	confirmSvc, err := buildConfirm(confirmDeps{Store: confirmStore, Sessions: confirmStore, Directory: dir, Manifest: set,
+		BaseURL: base, LoginSecret: []byte(devSecret.Reveal()), Issuers: []string{DefaultIssuer}, Logger: log})
 	if err != nil {
-		return err
-	}
-	approvals, err := page.New(page.Config{Confirm: confirmSvc, Sessions: confirmStore, Directory: dir,
-		LoginSecret: []byte(devSecret.Reveal()), Issuers: []string{DefaultIssuer}, BaseURL: base, Logger: log})
-	if err != nil {
-		return err
+		return nil, err
 	}
 
-	// The helpdesk backend listens on its own loopback port: were it on
-	// the public gRPC server, its RPCs would bypass the governed proxy.
-	hstore := helpmem.New()
-	if err := helpdesk.Seed(ctx, hstore); err != nil {
-		return err
-	}
-	backend, err := helpdesk.New(helpdesk.Config{Store: hstore, Gateway: helpdesk.NewGateway(), TrustedServices: []string{executor.ServiceName}, Logger: log})
+	// The helpdesk backend has a server of its own: were it on the public
+	// gRPC server, its RPCs would bypass the governed proxy. The executor
+	// reaches it through that server's in-process channel.
+	helpdeskSvc, err := buildHelpdesk(ctx, helpdeskDeps{Store: helpmem.New(), Seed: true, Logger: log})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	backendSrv, err := server.New(server.Config{Name: "examples.helpdesk.v1.HelpdeskService", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: auth, Logger: log})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	backend.Register(backendSrv)
-	cat, err := catalog.New(catalog.Config{Manifest: set, Directory: dirStore, ConfirmSideEffects: confirmSideEffects,
-		TrustedServices: []string{executor.ServiceName}, Logger: log})
+	helpdeskSvc.register(backendSrv)
+	catalogSvc, err := buildCatalog(catalogDeps{Manifest: set, Directory: dirStore, ConfirmSideEffects: d.confirmSideEffects, Logger: log}, cl)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	cl.add(cat.Close)
-	catAPI := catalogapi.New(cat, log)
 	// ops.review is a command: the executor dispatches it to the catalog on
-	// the internal port, like any backend.
-	catAPI.Register(backendSrv)
-	src, err := identity.NewServiceTokenSource(serviceSecret, DefaultIssuer, DefaultAudience, executor.ServiceName, time.Hour)
-	if err != nil {
-		return err
-	}
-	backendConn, err := grpc.NewClient(backendSrv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), telemetry.GRPCClientOption(),
-		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)))
-	if err != nil {
-		return err
-	}
-	cl.add(func() { _ = backendConn.Close() })
+	// the internal server, like any backend.
+	catalogSvc.api.Register(backendSrv)
 
-	// No embedded broker: events are relayed to --events-url when given.
-	execStore := execmem.New(execmem.Options{})
-	if err := ef.start(ctx, execStore, log, &cl); err != nil {
-		return err
-	}
 	// The executor reaches audit and confirm through their APIs, in
 	// process, on its own service identity, as it does over the network:
 	// confirm for the caller it relays, audit on its own authority (its
@@ -191,57 +170,40 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	// own process does.
 	internalAuth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services, AllowServiceOnly: true})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	internalSrv, err := server.New(server.Config{Name: "mandate.internal", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: internalAuth, Logger: log})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	auditAPI, confirmAPI := auditapi.New(writer, dir, log), confirmapi.New(confirmSvc, log)
-	auditAPI.Register(internalSrv)
-	confirmAPI.Register(internalSrv)
-	internalConn := internalSrv.InProcess(src)
-	trail := executor.NewAuditStream(mandatev1.NewAuditServiceClient(internalConn))
-	cl.add(trail.Close)
-	exec, err := executor.New(executor.Config{
-		Manifest: set, Directory: dir, Audit: trail, Confirm: mandatev1.NewConfirmServiceClient(internalConn),
-		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{
+	auditSvc.api.Register(internalSrv)
+	confirmSvc.api.Register(internalSrv)
+	src, err := identity.NewServiceTokenSource(serviceSecret, DefaultIssuer, DefaultAudience, executor.ServiceName, time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	internalConn, backendConn := internalSrv.InProcess(src), backendSrv.InProcess(src)
+	// No embedded broker: events are relayed to --events-url when given.
+	execSvc, err := buildExecutor(executorDeps{
+		Manifest: set, Directory: dir, Store: execmem.New(execmem.Options{}),
+		Audit: internalConn, Confirm: internalConn,
+		Backends: map[string]grpc.ClientConnInterface{
 			"examples.helpdesk.v1.HelpdeskService": backendConn,
 			"mandate.v1.CatalogService":            backendConn,
-		}),
-		Store: execStore, ConfirmSideEffects: confirmSideEffects, Logger: log,
-	})
+		},
+		ConfirmSideEffects: d.confirmSideEffects, Events: d.events, Logger: log,
+	}, cl)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	cl.add(exec.Close)
-	execSvc := execapi.New(exec, set)
-	srv, err := server.New(server.Config{Name: "mandate", GRPCAddr: grpcAddr, HTTPAddr: httpAddr, Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: execSvc.ServerOptions()})
+	srv, err := server.New(server.Config{Name: "mandate", GRPCAddr: d.grpcAddr, HTTPAddr: d.httpAddr, Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: execSvc.serverOptions()})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	execSvc.Register(srv)
-	auditAPI.Register(srv)
-	confirmAPI.Register(srv)
-	catAPI.Register(srv) // tool lists and manifest reads; Review refuses calls not relayed by the executor
-	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-		if err := mandatev1.RegisterExecutorServiceHandler(ctx, mux, conn); err != nil {
-			return err
-		}
-		if err := mandatev1.RegisterAuditServiceHandler(ctx, mux, conn); err != nil {
-			return err
-		}
-		if err := mandatev1.RegisterConfirmServiceHandler(ctx, mux, conn); err != nil {
-			return err
-		}
-		if err := catalogapi.Gateway(ctx, mux, conn); err != nil {
-			return err
-		}
-		// The sample's own REST routes (google.api.http) go through the
-		// governed proxy like every other call.
-		return helpdeskv1.RegisterHelpdeskServiceHandler(ctx, mux, conn)
-	})
-	srv.Handle(page.Pattern, approvals)
+	execSvc.register(srv)
+	auditSvc.register(srv)
+	confirmSvc.register(srv)
+	catalogSvc.register(srv) // tool lists and manifest reads; Review refuses calls not relayed by the executor
 	// MCP hosts connect by OAuth: discovery, registration, the dev sign-in
 	// and consent in the browser; an approved client becomes an
 	// interactive agent of its user, with the dev tokens' kind of JWT.
@@ -249,38 +211,30 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		TokenSecret: []byte(devSecret.Reveal()), TokenIssuer: DefaultIssuer, TokenAudience: DefaultAudience, Verifier: users,
 		LoopbackClientIDs: true, Logger: log})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, p := range authServer.Paths() {
 		srv.Handle(p, authServer.Handler())
 	}
-	// The requestState key of MCP 2026-07-28 confirmations lives as long as
-	// the run, like the service secret.
 	// The bridge calls the catalog, the executor and the confirm service
 	// through the server's in-process channel, as the separate bridge does
-	// over gRPC: with its service token, relaying the caller's.
+	// over gRPC: with its service token, relaying the caller's. The
+	// requestState key of MCP 2026-07-28 confirmations lives as long as
+	// the run, like the service secret.
 	bridgeSrc, err := identity.NewServiceTokenSource(serviceSecret, DefaultIssuer, DefaultAudience, identity.MCPBridgeService, time.Hour)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	local := srv.InProcess(bridgeSrc)
-	bridge, err := mcpbridge.New(mcpbridge.Config{
-		Catalog:  mandatev1.NewCatalogServiceClient(local),
-		Executor: mandatev1.NewExecutorServiceClient(local),
-		Confirm:  mandatev1.NewConfirmServiceClient(local),
+	bridgeSvc, err := buildBridge(bridgeDeps{
+		Catalog: local, Executor: local, Confirm: local,
 		Manifest: set, Verifier: users,
 		ResourceURL: base + "/mcp", AuthorizationServers: []string{authServer.Issuer()}, SessionTimeout: time.Hour, Logger: log,
-		StateKey: []byte(randomHex(32))})
+		StateKey: []byte(randomHex(32))}, cl)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	cl.add(bridge.Close)
-	// Open sessions' SSE streams would hold the HTTP shutdown until its
-	// timeout: end them as soon as stopping begins.
-	stopBridge := context.AfterFunc(ctx, bridge.Close)
-	defer stopBridge()
-	srv.Handle("/mcp", bridge.Handler())
-	srv.Handle(bridge.MetadataPath(), bridge.MetadataHandler())
+	bridgeSvc.register(srv)
 	srv.Handle("GET /openapi.json", openAPIHandler())
 
 	tokens := map[string]string{}
@@ -288,22 +242,24 @@ func runDev(ctx context.Context, args []string, io IO) error {
 		tok, err := identity.MintDev([]byte(devSecret.Reveal()), identity.MintRequest{Issuer: DefaultIssuer, Audience: DefaultAudience,
 			User: p.user, Tenant: p.tenant, Org: p.org, Agent: p.agent, Model: p.model, TTL: 24 * time.Hour, Now: time.Now()})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		tokens[p.name] = tok
 	}
-	if tokensFile != "" {
+	if d.tokensFile != "" {
 		b, _ := json.MarshalIndent(tokens, "", "  ")
-		if err := os.WriteFile(tokensFile, append(b, '\n'), 0o600); err != nil {
-			return fmt.Errorf("--tokens-file: %w", err)
+		if err := os.WriteFile(d.tokensFile, append(b, '\n'), 0o600); err != nil {
+			return nil, fmt.Errorf("--tokens-file: %w", err)
 		}
 	}
 
-	rctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() { _ = backendSrv.Run(rctx) }()
-	go func() { _ = internalSrv.Run(rctx) }()
-	go func() { _ = audit.NewReconciler(writer, audit.ReconcilerOptions{Logger: log}).Run(rctx) }()
+	var p processGroup
+	auditSvc.start(&p)
+	execSvc.start(&p)
+	bridgeSvc.start(&p)
+	p.serve(backendSrv.Run)
+	p.serve(internalSrv.Run)
+	p.serve(srv.Run)
 
 	fmt.Fprintf(io.Stdout, "Mandate dev: the whole suite in one process on in-memory stores (nothing is kept).\n\n")
 	fmt.Fprintf(io.Stdout, "  MCP       http://%s/mcp   (Streamable HTTP, bearer token)\n", srv.HTTPAddr())
@@ -312,28 +268,28 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	fmt.Fprintf(io.Stdout, "  approvals http://%s/approve/{challenge}\n", srv.HTTPAddr())
 	fmt.Fprintf(io.Stdout, "  OAuth     %s   (MCP hosts: browser sign-in and consent; no token to copy)\n", authServer.Issuer()+"/.well-known/oauth-authorization-server")
 	fmt.Fprintf(io.Stdout, "  OpenAPI   http://%s/openapi.json   health http://%s/healthz\n\n", srv.HTTPAddr(), srv.HTTPAddr())
-	if tokensFile != "" {
-		fmt.Fprintf(io.Stdout, "Dev tokens (24h) for %s written to %s\n\n", tokenNames(tokens), tokensFile)
+	if d.tokensFile != "" {
+		fmt.Fprintf(io.Stdout, "Dev tokens (24h) for %s written to %s\n\n", tokenNames(tokens), d.tokensFile)
 	} else {
 		fmt.Fprintf(io.Stdout, "Dev tokens: pass --tokens-file FILE to have them written out.\n\n")
 	}
 	fmt.Fprintf(io.Stdout, "One-time sign-in links to the approval pages (15 min):\n")
-	for _, p := range devPrincipals {
-		if p.agent != "" {
+	for _, pr := range devPrincipals {
+		if pr.agent != "" {
 			continue
 		}
-		link, err := page.LoginURL(base, []byte(devSecret.Reveal()), DefaultIssuer, p.user, p.tenant, 15*time.Minute)
+		link, err := page.LoginURL(base, []byte(devSecret.Reveal()), DefaultIssuer, pr.user, pr.tenant, 15*time.Minute)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		fmt.Fprintf(io.Stdout, "  %-6s %s\n", p.user, link)
+		fmt.Fprintf(io.Stdout, "  %-6s %s\n", pr.user, link)
 	}
-	tf := tokensFile
+	tf := d.tokensFile
 	if tf == "" {
 		tf = "TOKENS_FILE"
 	}
 	fmt.Fprintf(io.Stdout, "\nTry:\n  curl -s -X POST http://%s/v1/commands/ticket.search:execute \\\n    -H \"Authorization: Bearer $(jq -r .alice %s)\" -d '{\"input\":{\"query\":\"charged twice\"}}'\n\nCtrl-C stops it.\n", srv.HTTPAddr(), tf)
-	return srv.Run(ctx)
+	return &p, nil
 }
 
 // devUsers are the demo users the OAuth consent page offers to sign in as.

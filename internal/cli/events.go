@@ -38,37 +38,21 @@ func (f *eventsFlags) declare(s *config.Set) {
 	})
 }
 
-// start runs the outbox relay (with --events-url) and the purger in the background until the
-// closers run. Without a relay, the purger also drops old undelivered events: nobody would
-// ever deliver them.
-func (f *eventsFlags) start(ctx context.Context, store executor.Store, log *slog.Logger, cl *closers) error {
-	ctx, cancel := context.WithCancel(ctx)
+// loops returns the outbox relay (with --events-url) and the purger, for the process to run
+// in the background. Without a relay, the purger also drops old undelivered events: nobody
+// would ever deliver them. The relay's broker connection is closed with cl.
+func (f *eventsFlags) loops(store executor.Store, log *slog.Logger, cl *closers) ([]func(context.Context) error, error) {
 	var runs []func(context.Context) error
 	if f.url.Set() {
 		r, err := outbox.New(outbox.Config{Store: store, URL: f.url.Reveal(), Stream: f.stream, Prefix: f.prefix, Logger: log})
 		if err != nil {
-			cancel()
-			return fmt.Errorf("--events-url: %w", err)
+			return nil, fmt.Errorf("--events-url: %w", err)
 		}
 		cl.add(r.Close)
 		runs = append(runs, r.Run)
 	}
 	p := outbox.Purger{Store: store, Every: f.purgeInterval, KeepEvents: f.keep, Undelivered: !f.url.Set(), Logger: log}
-	runs = append(runs, p.Run)
-	done := make(chan struct{}, len(runs))
-	for _, run := range runs {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			_ = run(ctx)
-		}()
-	}
-	cl.add(func() {
-		cancel()
-		for range runs {
-			<-done
-		}
-	})
-	return nil
+	return append(runs, p.Run), nil
 }
 
 // runEvents dispatches `mandate events <sub>`.

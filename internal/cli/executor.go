@@ -7,15 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 
-	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
-	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/executor"
-	execapi "github.com/mandate-dev/mandate/services/executor/api"
 	execmem "github.com/mandate-dev/mandate/services/executor/memory"
 	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
 )
@@ -124,38 +120,24 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	} else {
 		store = execmem.New(execmem.Options{})
 	}
-	if err := ef.start(ctx, store, log, &cl); err != nil {
-		return err
-	}
-	// The generated clients are the executor's ports: the connections
-	// carry its service credentials, which forward the caller.
-	auditClient := mandatev1.NewAuditServiceClient(auditConn)
-	trail := executor.NewAuditStream(auditClient)
-	cl.add(trail.Close) // closers run last-in first-out: after the executor's
-	exec, err := executor.New(executor.Config{
-		Manifest: set, Directory: f.directory(pool, &cl), Audit: trail, Intents: auditClient,
-		ReconcileAfter: reconcileAfter, ReconcileInterval: reconcileEvery,
-		Confirm: mandatev1.NewConfirmServiceClient(confirmConn), Dispatcher: executor.NewGRPCDispatcher(conns),
-		Store: store, ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, LeaseMargin: leaseMargin, Logger: log,
-	})
+	svc, err := buildExecutor(executorDeps{
+		Manifest: set, Directory: f.directory(pool, &cl), Store: store,
+		Audit: auditConn, Confirm: confirmConn, Backends: conns,
+		SettleIntents: true, ReconcileAfter: reconcileAfter, ReconcileInterval: reconcileEvery,
+		ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, LeaseMargin: leaseMargin,
+		Events: ef, Logger: log,
+	}, &cl)
 	if err != nil {
 		return err
 	}
-	cl.add(exec.Close)
-	api := execapi.New(exec, set)
 	srv, err := server.New(server.Config{Name: "mandate.v1.ExecutorService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr,
-		Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: api.ServerOptions()})
+		Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: svc.serverOptions()})
 	if err != nil {
 		return err
 	}
-	api.Register(srv)
-	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-		if err := mandatev1.RegisterExecutorServiceHandler(ctx, mux, conn); err != nil {
-			return err
-		}
-		// The sample's own REST routes (google.api.http) go through the
-		// governed proxy like every other call.
-		return helpdeskv1.RegisterHelpdeskServiceHandler(ctx, mux, conn)
-	})
-	return srv.Run(ctx)
+	svc.register(srv)
+	var p processGroup
+	svc.start(&p)
+	p.serve(srv.Run)
+	return p.run(ctx)
 }

@@ -8,7 +8,6 @@ import (
 	helppg "github.com/mandate-dev/mandate/examples/helpdesk/postgres"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/server"
-	"github.com/mandate-dev/mandate/services/executor"
 )
 
 // runHelpdesk runs the sample backend. It serves only calls relayed by the
@@ -44,14 +43,7 @@ func runHelpdesk(ctx context.Context, args []string, io IO) error {
 	if pool != nil {
 		store = helppg.New(pool)
 	}
-	if seed {
-		if err := helpdesk.Seed(ctx, store); err != nil {
-			return err
-		}
-	}
-	gateway := helpdesk.NewGateway()
-	backend, err := helpdesk.New(helpdesk.Config{Store: store, Gateway: gateway,
-		TrustedServices: []string{executor.ServiceName}, Logger: log})
+	svc, err := buildHelpdesk(ctx, helpdeskDeps{Store: store, Seed: seed, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -59,8 +51,8 @@ func runHelpdesk(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	backend.Register(srv) // HelpdeskService and its ReceiptService (pkg/receipt)
-	// The fake gateway's counters, read-only, for end-to-end tests.
-	srv.Handle("GET /gateway/counters", gateway.CountersHandler())
-	return srv.Run(ctx)
+	svc.register(srv)
+	var p processGroup
+	p.serve(srv.Run)
+	return p.run(ctx)
 }

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"time"
 
-	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
@@ -126,49 +125,37 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	cfg := mcpbridge.Config{
-		Catalog:  mandatev1.NewCatalogServiceClient(catalogConn),
-		Executor: mandatev1.NewExecutorServiceClient(executorConn),
+	deps := bridgeDeps{
+		Catalog: catalogConn, Executor: executorConn,
 		Manifest: set, Verifier: users,
-		ResourceURL: resourceURL, AuthorizationServers: authServers,
-		IdleTimeout: idleTimeout, SessionTimeout: sessionTimeout, Logger: log,
-		StateKey: []byte(stateSecret.Reveal()), AdvertiseURL: advertiseURL,
+		ResourceURL: resourceURL, AuthorizationServers: authServers, AdvertiseURL: advertiseURL,
+		IdleTimeout: idleTimeout, SessionTimeout: sessionTimeout, StateKey: []byte(stateSecret.Reveal()), Logger: log,
 	}
 	if !stateSecret.Set() {
-		cfg.StateKey = deriveStateKey([]byte(f.serviceSecret.Reveal()))
+		deps.StateKey = deriveStateKey([]byte(f.serviceSecret.Reveal()))
 	}
 	if confirm != "" {
-		confirmConn, err := dial(confirm)
-		if err != nil {
+		if deps.Confirm, err = dial(confirm); err != nil {
 			return err
 		}
-		cfg.Confirm = mandatev1.NewConfirmServiceClient(confirmConn)
 	}
-	bridge, err := mcpbridge.New(cfg)
+	svc, err := buildBridge(deps, &cl)
 	if err != nil {
 		return err
 	}
-	cl.add(bridge.Close)
-	// Open sessions' SSE streams would hold the HTTP shutdown until its
-	// timeout: end them as soon as stopping begins.
-	stop := context.AfterFunc(ctx, bridge.Close)
-	defer stop()
 	srv, err := server.New(server.Config{Name: "mcpbridge", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log, Metrics: metrics})
 	if err != nil {
 		return err
 	}
-	u, _ := url.Parse(resourceURL) // checked above
-	path := u.Path
-	if path == "" {
-		path = "/"
-	}
-	srv.Handle(path, bridge.Handler())
-	srv.Handle(bridge.MetadataPath(), bridge.MetadataHandler())
+	svc.register(srv)
 	if au, err := url.Parse(advertiseURL); err == nil && (au.Hostname() == "" || net.ParseIP(au.Hostname()).IsUnspecified()) {
 		log.Warn("the advertise URL names no address the other replicas can reach: set --advertise-url when running more than one replica", "advertise", advertiseURL)
 	}
 	log.Info("MCP endpoint", "resource", resourceURL, "advertise", advertiseURL, "catalog", catalogAddr, "executor", executorAddr, "confirm", confirm)
-	return srv.Run(ctx)
+	var p processGroup
+	svc.start(&p)
+	p.serve(srv.Run)
+	return p.run(ctx)
 }
 
 // defaultAuthorizationServers is what the bridge's protected-resource

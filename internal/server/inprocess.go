@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/fullstorydev/grpchan"
 	"github.com/fullstorydev/grpchan/inprocgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/telemetry"
@@ -47,7 +49,45 @@ func newLocalChannel(unary []grpc.UnaryServerInterceptor, stream []grpc.StreamSe
 		WithClientStatsHandler(otelgrpc.NewClientHandler(prop)).
 		WithServerStatsHandler(otelgrpc.NewServerHandler(prop)).
 		WithServerUnaryInterceptor(chainUnary(unary)).
-		WithServerStreamInterceptor(chainStream(stream))
+		WithServerStreamInterceptor(chainStream(stream)).
+		WithCloner(wireCloner{})
+}
+
+// wireCloner copies messages between the two ends of the in-process
+// channel. Messages of one type are cloned; a caller's message of another
+// Go type for the same proto message — the executor's dispatcher sends
+// dynamic messages (dynamicpb) to services serving their generated types —
+// goes through the wire format, as over a gRPC connection.
+type wireCloner struct{}
+
+func (wireCloner) Copy(out, in any) error {
+	o, oOK := out.(proto.Message)
+	i, iOK := in.(proto.Message)
+	if !oOK || !iOK {
+		return inprocgrpc.ProtoCloner{}.Copy(out, in)
+	}
+	od, id := o.ProtoReflect().Descriptor(), i.ProtoReflect().Descriptor()
+	if od == id {
+		proto.Reset(o)
+		proto.Merge(o, i)
+		return nil
+	}
+	if od.FullName() != id.FullName() {
+		return fmt.Errorf("in-process call: a %s where a %s is expected", id.FullName(), od.FullName())
+	}
+	b, err := proto.Marshal(i)
+	if err != nil {
+		return err
+	}
+	return proto.Unmarshal(b, o)
+}
+
+func (wireCloner) Clone(in any) (any, error) {
+	m, ok := in.(proto.Message)
+	if !ok {
+		return inprocgrpc.ProtoCloner{}.Clone(in)
+	}
+	return proto.Clone(m), nil
 }
 
 // chainUnary runs interceptors in order, as grpc.ChainUnaryInterceptor does.
