@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -75,21 +74,6 @@ func NewTool(cmd *manifest.Command, o tooldesc.Options) (*Tool, error) {
 		return nil, fmt.Errorf("catalog: tool descriptor of %s: %w", cmd.Code, err)
 	}
 	return &Tool{Command: cmd, Descriptor: desc, JSON: js}, nil
-}
-
-// DecodeTool is the tool of cmd as a catalog described it in descriptor
-// JSON: a client that cannot know the catalog's deployment options (the
-// MCP bridge) lists the catalog's descriptor as it is, so that an agent is
-// told what the catalog, and the executor, hold.
-func DecodeTool(cmd *manifest.Command, js []byte) (*Tool, error) {
-	var desc tooldesc.Tool
-	if err := json.Unmarshal(js, &desc); err != nil {
-		return nil, fmt.Errorf("catalog: tool descriptor of %s: %w", cmd.Code, err)
-	}
-	if desc.Name != cmd.Code {
-		return nil, fmt.Errorf("catalog: tool descriptor of %s names %q", cmd.Code, desc.Name)
-	}
-	return &Tool{Command: cmd, Descriptor: desc, JSON: slices.Clone(js)}, nil
 }
 
 // Name is the tool name, which is the command code.

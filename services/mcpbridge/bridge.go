@@ -252,10 +252,6 @@ func (b *Bridge) Handler() http.Handler {
 // path of ResourceURL, e.g. /.well-known/oauth-protected-resource/mcp.
 func (b *Bridge) MetadataPath() string { return b.metadataPth }
 
-// MetadataURL is the absolute URL of the protected-resource metadata, as
-// 401 answers name it in WWW-Authenticate.
-func (b *Bridge) MetadataURL() string { return b.metadataURL }
-
 // IsIssuerURL reports whether s can name an authorization server in the
 // protected-resource metadata: an RFC 8414 issuer, i.e. an absolute http(s)
 // URL without query, fragment or user info.
