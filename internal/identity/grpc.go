@@ -31,8 +31,9 @@ func isPublicMethod(fullMethod string) bool {
 }
 
 func (a *Authenticator) authenticateIncoming(ctx context.Context) (context.Context, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	ctx, err := a.Authenticate(ctx, md.Get("authorization"), md.Get(OnBehalfOfHeader))
+	// ValueFromIncomingContext copies the two values, not the whole map.
+	ctx, err := a.Authenticate(ctx, metadata.ValueFromIncomingContext(ctx, "authorization"),
+		metadata.ValueFromIncomingContext(ctx, OnBehalfOfHeader))
 	if err != nil {
 		// GRPCStatus carries Unauthenticated and the ErrorInfo detail.
 		return ctx, asError(err).GRPCStatus().Err()

@@ -31,15 +31,11 @@ func newNonce() string {
 }
 
 func (s *Server) markGateway(ctx context.Context) context.Context {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return ctx
-	}
-	vals, input := md.Get(gatewayHeader), md.Get(gatewayInputHeader)
+	vals, input := metadata.ValueFromIncomingContext(ctx, gatewayHeader), metadata.ValueFromIncomingContext(ctx, gatewayInputHeader)
 	if len(vals) == 0 && len(input) == 0 {
 		return ctx
 	}
-	md = md.Copy()
+	md, _ := metadata.FromIncomingContext(ctx)
 	md.Delete(gatewayHeader)
 	md.Delete(gatewayInputHeader)
 	ctx = metadata.NewIncomingContext(ctx, md)

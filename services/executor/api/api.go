@@ -130,9 +130,8 @@ func (s *Service) Execute(ctx context.Context, req *mandatev1.ExecuteRequest) (*
 
 // call reads the channel and the optional metadata of a call.
 func (s *Service) call(ctx context.Context, code string, input []byte) executor.Call {
-	md, _ := metadata.FromIncomingContext(ctx)
 	first := func(k string) string {
-		if v := md.Get(k); len(v) > 0 {
+		if v := metadata.ValueFromIncomingContext(ctx, k); len(v) > 0 {
 			return v[0]
 		}
 		return ""
@@ -155,14 +154,14 @@ func (s *Service) call(ctx context.Context, code string, input []byte) executor.
 				{Rule: "schema.type", Message: "input must be a JSON object"},
 			}}
 		}
-		for _, raw := range md.Get(MetadataInputError) {
+		for _, raw := range metadata.ValueFromIncomingContext(ctx, MetadataInputError) {
 			var vs []schema.Violation
 			if json.Unmarshal([]byte(raw), &vs) != nil || len(vs) == 0 {
 				vs = []schema.Violation{{Rule: "schema.decode", Message: "the input could not be read"}}
 			}
 			call.InputError = &schema.InvalidError{Violations: vs}
 		}
-		for _, raw := range md.Get(MetadataInvalidAttribute) {
+		for _, raw := range metadata.ValueFromIncomingContext(ctx, MetadataInvalidAttribute) {
 			var inv callattr.Invalid
 			if json.Unmarshal([]byte(raw), &inv) != nil || inv.Name == "" {
 				inv = callattr.Invalid{Name: "metadata", Rule: callattr.RuleFormat, Reason: "was relayed unreadably", Value: callattr.Mark(raw)}
