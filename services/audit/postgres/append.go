@@ -16,12 +16,13 @@ import (
 //
 // The fast path is the common case: every tenant of the batch has a predicted chain head — the
 // head as this Store last committed it, advanced by its batches still in flight. The new rows
-// are chained onto the predictions in Go. The transaction's first statement, move_heads, locks
-// the batch's head rows FOR UPDATE (in tenant order) and advances them, failing with 40001
-// unless each is exactly (seq and hash) where the rows were chained onto; then the rows are
-// written with COPY and the transaction commits. A stale prediction (another replica appended)
-// or a key that is already stored (a retried append: unique index) makes the transaction fail
-// and nothing is written; the batch then takes the locking path.
+// are chained onto the predictions in Go, and the whole transaction is sent in one round trip
+// (see appendFast). Its first statement, move_heads, locks the batch's head rows FOR UPDATE (in
+// tenant order) and advances them, failing with 40001 unless each is exactly (seq and hash)
+// where the rows were chained onto; then the rows are inserted, the pending bookkeeping done,
+// and the transaction commits. A stale prediction (another replica appended) or a key that is
+// already stored (a retried append: unique index) makes the transaction fail and nothing is
+// written; the batch then takes the locking path.
 //
 // The locking path is the general one: in a pg.InTx transaction it creates missing heads, locks
 // the heads FOR UPDATE in tenant order, reads the rows that the batch's keys already have,
@@ -375,7 +376,9 @@ const maxCachedHeads = 100_000
 // appendFast writes a batch chained by chainFast in one round trip: move_heads, the rows and
 // the pending bookkeeping are pipelined behind a single Sync and, with no BEGIN, run as one
 // implicit transaction that commits at the Sync or, when any statement fails, rolls back
-// entirely. move_heads comes first, so the head locks are taken before any row is written.
+// entirely (pgx ends a batch with one Sync in every query exec mode; the simple protocol joins
+// the statements into one query, which is an implicit transaction too). move_heads comes first,
+// so the head locks are taken before any row is written.
 //
 // A batch chained onto batches still in flight is sent once they have ended: sent earlier, its
 // move_heads could take the head locks first and find the heads not yet advanced.
