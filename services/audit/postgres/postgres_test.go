@@ -360,9 +360,10 @@ func TestStoreClosed(t *testing.T) {
 	}
 }
 
-// TestAppendIsAllOrNothing makes the last statement of a fast-path append fail (a constraint on
-// the pending bookkeeping that only the test adds): the rows and the head moves queued before it
-// in the same round trip must be gone with it, and the chain must continue where it was.
+// TestAppendIsAllOrNothing makes the last statement of a fast-path append fail (a trigger on the
+// pending bookkeeping that only the test adds refuses to clear one entry): the head moves, rows
+// and pending entries written before it in the same round trip must be gone with it, and the
+// chains must continue where they were.
 func TestAppendIsAllOrNothing(t *testing.T) {
 	pool := pgtest.New(t, postgres.Migrations)
 	st := newStore(t, pool)
@@ -373,31 +374,44 @@ func TestAppendIsAllOrNothing(t *testing.T) {
 		}
 		return recs
 	}
+	count := func(sql string) int64 {
+		t.Helper()
+		var n int64
+		if err := pool.QueryRow(ctx, sql).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	// The first append of a tenant takes the locking path; the next ones the fast path.
-	if _, err := st.AppendBatch(ctx, batch(audittest.Rec("acme", "inv-1", audit.PhaseIntent), audittest.Rec("globex", "inv-1", audit.PhaseIntent))); err != nil {
+	if _, err := st.AppendBatch(ctx, batch(audittest.Rec("acme", "inv-1", audit.PhaseIntent), audittest.Rec("globex", "poison", audit.PhaseIntent))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, "ALTER TABLE audit.pending ADD CONSTRAINT no_poison CHECK (invocation_id <> 'poison')"); err != nil {
-		t.Fatal(err)
+	for _, sql := range []string{
+		`CREATE FUNCTION audit.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF OLD.invocation_id = 'poison' THEN RAISE EXCEPTION 'poison'; END IF;
+			RETURN OLD;
+		END $$`,
+		"CREATE TRIGGER refuse_poison BEFORE DELETE ON audit.pending FOR EACH ROW EXECUTE FUNCTION audit.refuse_poison()",
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
 	}
 	_, err := st.AppendBatch(ctx, batch(
 		audittest.Rec("acme", "inv-1", audit.PhaseOutcome), audittest.Rec("acme", "inv-2", audit.PhaseIntent),
-		audittest.Rec("globex", "poison", audit.PhaseIntent)))
+		audittest.Rec("globex", "inv-3", audit.PhaseIntent), audittest.Rec("globex", "poison", audit.PhaseOutcome)))
 	if err == nil {
 		t.Fatal("the append succeeded despite the failing pending bookkeeping")
 	}
-	var rows int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM audit.records").Scan(&rows); err != nil || rows != 2 {
-		t.Fatalf("after the failed append: %d rows (%v), want the 2 from before", rows, err)
+	if rows, heads, pending := count("SELECT count(*) FROM audit.records"), count("SELECT sum(seq) FROM audit.heads"),
+		count("SELECT count(*) FROM audit.pending"); rows != 2 || heads != 2 || pending != 2 {
+		t.Fatalf("after the failed append: %d rows, heads sum to %d, %d pending; want 2, 2, 2 as before", rows, heads, pending)
 	}
-	var heads int64
-	if err := pool.QueryRow(ctx, "SELECT sum(seq) FROM audit.heads").Scan(&heads); err != nil || heads != 2 {
-		t.Fatalf("after the failed append: heads sum to %d (%v), want 2", heads, err)
-	}
-	if _, err := pool.Exec(ctx, "ALTER TABLE audit.pending DROP CONSTRAINT no_poison"); err != nil {
+	if _, err := pool.Exec(ctx, "DROP TRIGGER refuse_poison ON audit.pending"); err != nil {
 		t.Fatal(err)
 	}
-	out, err := st.AppendBatch(ctx, batch(audittest.Rec("acme", "inv-1", audit.PhaseOutcome), audittest.Rec("globex", "poison", audit.PhaseIntent)))
+	out, err := st.AppendBatch(ctx, batch(audittest.Rec("acme", "inv-1", audit.PhaseOutcome), audittest.Rec("globex", "poison", audit.PhaseOutcome)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,6 +422,9 @@ func TestAppendIsAllOrNothing(t *testing.T) {
 		if rep, err := st.Verify(ctx, tenant); err != nil || !rep.OK || rep.Rows != 2 {
 			t.Fatalf("Verify(%s) = %+v, %v", tenant, rep, err)
 		}
+	}
+	if pending := count("SELECT count(*) FROM audit.pending"); pending != 0 {
+		t.Fatalf("%d pending entries after both outcomes, want 0", pending)
 	}
 }
 
