@@ -27,8 +27,8 @@ type WriterOptions struct {
 	// MaxInFlight is how many batches may be committing at once. Default 1: the next batch
 	// collects everything that arrives during a commit, which gives the largest batches. With
 	// 2 or more, batches of different tenants commit in parallel, and a batch of a tenant that
-	// is still committing is already sent and queues on the store's per-tenant lock (the store
-	// keeps each tenant's commits in order itself).
+	// is still committing is handed to the store, which keeps each tenant's commits in order
+	// itself.
 	MaxInFlight int
 	// Unbatched disables group commit: every Append runs its own transaction on the caller's
 	// goroutine. For benchmarks and comparison; production wants batching.

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mandate-dev/mandate/internal/storage/pg"
 	"github.com/mandate-dev/mandate/services/audit"
@@ -18,12 +16,13 @@ import (
 //
 // The fast path is the common case: every tenant of the batch has a predicted chain head — the
 // head as this Store last committed it, advanced by its batches still in flight. The new rows
-// are chained onto the predictions in Go. The transaction's first statement, move_heads, locks
-// the batch's head rows FOR UPDATE (in tenant order) and advances them, failing with 40001
-// unless each is exactly (seq and hash) where the rows were chained onto; then the rows are
-// written with COPY and the transaction commits. A stale prediction (another replica appended)
-// or a key that is already stored (a retried append: unique index) makes the transaction fail
-// and nothing is written; the batch then takes the locking path.
+// are chained onto the predictions in Go, and the whole transaction is sent in one round trip
+// (see appendFast). Its first statement, move_heads, locks the batch's head rows FOR UPDATE (in
+// tenant order) and advances them, failing with 40001 unless each is exactly (seq and hash)
+// where the rows were chained onto; then the rows are inserted, the pending bookkeeping done,
+// and the transaction commits. A stale prediction (another replica appended) or a key that is
+// already stored (a retried append: unique index) makes the transaction fail and nothing is
+// written; the batch then takes the locking path.
 //
 // The locking path is the general one: in a pg.InTx transaction it creates missing heads, locks
 // the heads FOR UPDATE in tenant order, reads the rows that the batch's keys already have,
@@ -54,6 +53,11 @@ const (
 		USING unnest($1::text[], $2::text[]) AS d(tenant, invocation_id)
 		WHERE p.tenant = d.tenant AND p.invocation_id = d.invocation_id`
 	sqlNotify = `SELECT pg_notify('` + Channel + `', t) FROM unnest($1::text[]) AS t`
+	// sqlAsyncCommit lets the NOTIFY's transaction commit without waiting for its WAL flush:
+	// NOTIFY assigns a transaction id, so its commit would otherwise wait for an fsync of its
+	// own, competing with the appends' commits for the WAL. It carries no data; a crash that
+	// loses it costs remote watchers one poll, as when the process dies before sending it.
+	sqlAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
 )
 
 // sqlExistingRows reads the stored rows of a batch's keys, one index probe per key.
@@ -63,32 +67,6 @@ var sqlExistingRows = `SELECT ` + rColumnList + `
 		SELECT * FROM audit.records
 		WHERE tenant = k.tenant AND invocation_id = k.invocation_id AND phase = k.phase
 	) r`
-
-// copyRow returns a row's values in the order of columns, for COPY.
-func copyRow(r *audit.Stored) []any {
-	var challenge, approver, approvalChannel, decided any
-	if a := r.Approval; a != nil {
-		challenge, approver, approvalChannel = a.ChallengeID, a.Approver, a.Channel
-		if !a.DecidedAt.IsZero() {
-			decided = a.DecidedAt
-		}
-	}
-	sideEffects := r.SideEffects
-	if sideEffects == nil {
-		sideEffects = []string{} // NOT NULL column
-	}
-	var args any
-	if len(r.Arguments) > 0 {
-		args = []byte(r.Arguments) // json: sent and stored byte for byte
-	}
-	return []any{
-		r.Tenant, r.Seq, r.InvocationID, string(r.Phase), r.Time, string(r.Channel), r.Command, string(r.Risk), sideEffects,
-		r.Idempotent, r.Reversible, r.Subject, r.UserID, string(r.ActorKind), r.AgentID, r.Model, r.ModelVersion,
-		r.ConversationID, r.MCPSessionID, challenge, approver, approvalChannel,
-		decided, string(r.Outcome), r.Stage, r.Code, r.Message, args, r.ArgumentsDigest,
-		r.ResultDigest, int64(r.Duration), r.TraceID, r.ManifestDigest, r.PrevHash, r.Hash,
-	}
-}
 
 // batchPlan is what both paths need to know about a batch.
 type batchPlan struct {
@@ -115,9 +93,8 @@ type chained struct {
 	heads map[string]audit.Head // heads after the batch (tenants with fresh rows)
 
 	// Fast path only:
-	after   []*chained    // batches in flight that this one was chained onto
-	started chan struct{} // closed once this batch holds its head locks, or failed
-	once    sync.Once
+	after []*chained    // batches in flight that this one was chained onto
+	ended chan struct{} // closed when this batch has committed or failed
 }
 
 // chain assigns Seq, PrevHash and Hash to the records whose key is not in stored, in batch
@@ -194,12 +171,6 @@ func (c *chained) queuePending(b *pgx.Batch) {
 	}
 	if len(cT) > 0 {
 		b.Queue(sqlClearPending, cT, cInv)
-	}
-}
-
-func (c *chained) markStarted() {
-	if c.started != nil {
-		c.once.Do(func() { close(c.started) })
 	}
 }
 
@@ -303,7 +274,7 @@ func (s *Store) chainFast(p *batchPlan) *chained {
 		s.keys[p.recs[i].Key()]++
 	}
 	c := p.chain(heads, nil)
-	c.started = make(chan struct{})
+	c.ended = make(chan struct{})
 	seen := map[*chained]bool{}
 	for _, t := range p.tenants {
 		if prev := s.last[t]; prev != nil && !seen[prev] {
@@ -323,7 +294,7 @@ func (s *Store) chainFast(p *batchPlan) *chained {
 // batches chained onto them fail too (move_heads), and the next append reads the heads under
 // lock.
 func (s *Store) doneFast(c *chained, ok bool) {
-	c.markStarted()
+	close(c.ended)
 	s.headMu.Lock()
 	defer s.headMu.Unlock()
 	for _, t := range c.plan.tenants {
@@ -402,90 +373,29 @@ func (s *Store) doneLocked(tenants []string, after map[string]audit.Head) {
 // maxCachedHeads bounds the head cache.
 const maxCachedHeads = 100_000
 
-// copyRows COPYs c's new rows into audit.records.
-func copyRows(ctx context.Context, tx interface {
-	CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error)
-}, c *chained) error {
-	if len(c.fresh) == 0 {
-		return nil
-	}
-	n, err := tx.CopyFrom(ctx, pgx.Identifier{"audit", "records"}, columns,
-		pgx.CopyFromSlice(len(c.fresh), func(i int) ([]any, error) { return copyRow(c.fresh[i]), nil }))
-	if err != nil {
-		return err
-	}
-	if n != int64(len(c.fresh)) {
-		return errors.New("audit: COPY wrote fewer rows than sent") // cannot happen
-	}
-	return nil
-}
-
-// appendFast writes a batch chained by chainFast in three round trips:
+// appendFast writes a batch chained by chainFast in one round trip: move_heads, the rows and
+// the pending bookkeeping are pipelined behind a single Sync and, with no BEGIN, run as one
+// implicit transaction that commits at the Sync or, when any statement fails, rolls back
+// entirely (pgx ends a batch with one Sync in every query exec mode; the simple protocol joins
+// the statements into one query, which is an implicit transaction too). move_heads comes first,
+// so the head locks are taken before any row is written.
 //
-//  1. BEGIN and move_heads, which waits for the head locks — that is, for the batch this one
-//     was chained onto to commit — and checks the heads. Batches chained onto this one may
-//     start once it holds the locks (markStarted); they queue on the same locks.
-//  2. COPY the rows.
-//  3. The pending bookkeeping and COMMIT, pipelined.
-//
-// This path manages its transaction by hand: pg.InTx would cost two more round trips (a lone
-// BEGIN and a lone COMMIT) while the tenant's head is locked. Every error path rolls back or
-// discards the connection.
-func (s *Store) appendFast(ctx context.Context, c *chained) (err error) {
+// A batch chained onto batches still in flight is sent once they have ended: sent earlier, its
+// move_heads could take the head locks first and find the heads not yet advanced.
+func (s *Store) appendFast(ctx context.Context, c *chained) error {
 	for _, prev := range c.after {
-		// Sent before its predecessor holds the locks, move_heads could take them first and
-		// find the heads not yet advanced.
 		select {
-		case <-prev.started:
+		case <-prev.ended:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	inTx := false
-	defer func() {
-		if err == nil || !inTx {
-			return
-		}
-		rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, rbErr := conn.Exec(rbCtx, "ROLLBACK"); rbErr != nil {
-			// Never hand a connection in an unknown transaction state back to the pool.
-			_ = conn.Conn().Close(rbCtx)
-		}
-	}()
-
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
 	b.Queue(sqlCustomPlans)
 	c.queueMoveHeads(b)
-	inTx = true
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return err
-	}
-	c.markStarted() // this batch holds its head locks; the batches chained onto it queue behind
-
-	if err := copyRows(ctx, conn, c); err != nil {
-		return err
-	}
-
-	b = &pgx.Batch{}
+	queueInsert(b, c.fresh)
 	c.queuePending(b)
-	commit := b.Queue("COMMIT")
-	var tag pgconn.CommandTag
-	commit.Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return err
-	}
-	inTx = false
-	if tag.String() != "COMMIT" {
-		return errors.New("audit: the append transaction did not commit") // cannot happen: errors surface above
-	}
-	return nil
+	return s.pool.SendBatch(ctx, b).Close()
 }
 
 // appendLocked runs the batch in a transaction that locks the heads and looks up existing
@@ -550,10 +460,8 @@ func (s *Store) appendLocked(ctx context.Context, p *batchPlan) (*chained, map[s
 			stored[existing[i].Key()] = &existing[i]
 		}
 		c = p.chain(heads, stored)
-		if err := copyRows(ctx, tx, c); err != nil {
-			return err
-		}
 		b = &pgx.Batch{}
+		queueInsert(b, c.fresh)
 		c.queuePending(b)
 		c.queueMoveHeads(b)
 		if b.Len() > 0 {

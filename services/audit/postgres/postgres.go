@@ -148,7 +148,7 @@ func (s *Store) isClosed() bool {
 	return s.closed
 }
 
-// columns of audit.records in the order scanRow and copyRow use.
+// columns of audit.records in the order scanRow and queueInsert use.
 var columns = []string{
 	"tenant", "seq", "invocation_id", "phase", "time", "channel", "command", "risk", "side_effects",
 	"idempotent", "reversible", "subject", "user_id", "actor_kind", "agent_id", "model", "model_version",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -357,4 +358,104 @@ func TestStoreClosed(t *testing.T) {
 	if _, err := st.Query(ctx, audit.Filter{Tenant: "acme"}); !errors.Is(err, audit.ErrClosed) {
 		t.Fatalf("Query after Close: %v", err)
 	}
+}
+
+// TestAppendIsAllOrNothing makes the last statement of a fast-path append fail (a trigger on the
+// pending bookkeeping that only the test adds refuses to clear one entry): the head moves, rows
+// and pending entries written before it in the same round trip must be gone with it, and the
+// chains must continue where they were.
+func TestAppendIsAllOrNothing(t *testing.T) {
+	pool := pgtest.New(t, postgres.Migrations)
+	st := newStore(t, pool)
+	ctx := ctxFor(t)
+	batch := func(recs ...audit.Record) []audit.Record {
+		for i := range recs {
+			recs[i] = recs[i].Normalize(audittest.Base)
+		}
+		return recs
+	}
+	count := func(sql string) int64 {
+		t.Helper()
+		var n int64
+		if err := pool.QueryRow(ctx, sql).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// The first append of a tenant takes the locking path; the next ones the fast path.
+	if _, err := st.AppendBatch(ctx, batch(audittest.Rec("acme", "inv-1", audit.PhaseIntent), audittest.Rec("globex", "poison", audit.PhaseIntent))); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		`CREATE FUNCTION audit.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF OLD.invocation_id = 'poison' THEN RAISE EXCEPTION 'poison'; END IF;
+			RETURN OLD;
+		END $$`,
+		"CREATE TRIGGER refuse_poison BEFORE DELETE ON audit.pending FOR EACH ROW EXECUTE FUNCTION audit.refuse_poison()",
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := st.AppendBatch(ctx, batch(
+		audittest.Rec("acme", "inv-1", audit.PhaseOutcome), audittest.Rec("acme", "inv-2", audit.PhaseIntent),
+		audittest.Rec("globex", "inv-3", audit.PhaseIntent), audittest.Rec("globex", "poison", audit.PhaseOutcome)))
+	if err == nil {
+		t.Fatal("the append succeeded despite the failing pending bookkeeping")
+	}
+	if rows, heads, pending := count("SELECT count(*) FROM audit.records"), count("SELECT sum(seq) FROM audit.heads"),
+		count("SELECT count(*) FROM audit.pending"); rows != 2 || heads != 2 || pending != 2 {
+		t.Fatalf("after the failed append: %d rows, heads sum to %d, %d pending; want 2, 2, 2 as before", rows, heads, pending)
+	}
+	if _, err := pool.Exec(ctx, "DROP TRIGGER refuse_poison ON audit.pending"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := st.AppendBatch(ctx, batch(audittest.Rec("acme", "inv-1", audit.PhaseOutcome), audittest.Rec("globex", "poison", audit.PhaseOutcome)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Seq != 2 || out[1].Seq != 2 {
+		t.Fatalf("seqs after the failed append = %d, %d; want 2, 2", out[0].Seq, out[1].Seq)
+	}
+	for _, tenant := range []string{"acme", "globex"} {
+		if rep, err := st.Verify(ctx, tenant); err != nil || !rep.OK || rep.Rows != 2 {
+			t.Fatalf("Verify(%s) = %+v, %v", tenant, rep, err)
+		}
+	}
+	if pending := count("SELECT count(*) FROM audit.pending"); pending != 0 {
+		t.Fatalf("%d pending entries after both outcomes, want 0", pending)
+	}
+}
+
+// TestSideEffectsRoundTrip stores side effects with the characters that the array literal they
+// travel in must escape.
+func TestSideEffectsRoundTrip(t *testing.T) {
+	st := newStore(t, pgtest.New(t, postgres.Migrations))
+	w := newWriter(t, st, audit.WriterOptions{})
+	odd := []string{`a"b`, `c\d`, `e,f`, `{g}`, `NULL`, ` h `, `i\"`}
+	for i, inv := range []string{"first", "second"} { // the locking path, then the fast path
+		rec := audittest.Rec("acme", inv, audit.PhaseIntent)
+		rec.SideEffects = odd
+		stored := mustAppendOne(t, w, rec)
+		rows, err := st.Get(ctxFor(t), "acme", inv)
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("Get(%s) = %d rows, %v", inv, len(rows), err)
+		}
+		if !slices.Equal(rows[0].SideEffects, stored.SideEffects) || len(rows[0].SideEffects) != len(odd) {
+			t.Fatalf("side effects = %q, want %q", rows[0].SideEffects, stored.SideEffects)
+		}
+		if rep, err := st.Verify(ctxFor(t), "acme"); err != nil || !rep.OK || rep.Rows != int64(i+1) {
+			t.Fatalf("Verify = %+v, %v", rep, err)
+		}
+	}
+}
+
+func mustAppendOne(t *testing.T, w *audit.Writer, rec audit.Record) audit.Stored {
+	t.Helper()
+	out, err := w.Append(ctxFor(t), rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out[0]
 }

@@ -154,7 +154,11 @@ func (s *Store) announcer() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-		if _, err := s.pool.Exec(ctx, sqlNotify, tenants); err != nil && s.ctx.Err() == nil {
+		b := &pgx.Batch{}
+		b.Queue(sqlAsyncCommit)
+		b.Queue(sqlNotify, tenants)
+		// Without BEGIN the two statements run as one implicit transaction.
+		if err := s.pool.SendBatch(ctx, b).Close(); err != nil && s.ctx.Err() == nil {
 			s.opts.Logger.Warn("audit: NOTIFY after commit failed; remote watchers catch up at their next poll",
 				"error_kind", pg.Classify(err).String(), "tenants", len(tenants))
 		}
