@@ -559,9 +559,12 @@ func TestReplicasIdempotencyRaceOverTwoExecutors(t *testing.T) {
 
 // TestReplicasAuditChainOverTwoReplicas: calls through nginx use both
 // executors, which append through nginx to both audit replicas for one
-// tenant: the chain verifies and each tenant's seqs run gap-free.
+// tenant: the chain verifies and each tenant's seqs run gap-free. Each
+// executor appends on one stream at a time, renewed every 100ms here
+// (--audit-stream-max-age), so that nginx spreads the streams (and logs
+// each once it closed).
 func TestReplicasAuditChainOverTwoReplicas(t *testing.T) {
-	rt := newReplicaTopology(t)
+	rt := newReplicaTopology(t, "--audit-stream-max-age", "100ms")
 	l := startChaosLoad(rt.topology, 8, 6)
 	time.Sleep(time.Second)
 	keys, _ := l.finish(t) // audit verify --tenant acme: intact

@@ -39,6 +39,7 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 		confirmSideEffects     bool
 		idemTTL, deadline      time.Duration
 		leaseMargin            time.Duration
+		streamMaxAge           time.Duration
 		reconcileAfter         time.Duration
 		reconcileEvery         time.Duration
 	)
@@ -55,6 +56,7 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 	s.Duration(&deadline, "default-deadline", 30*time.Second, "backend deadline for commands that declare none")
 	s.Duration(&reconcileAfter, "reconcile-after", 2*time.Minute, "age after which an intent without outcome (its executor died) is settled from the backend's receipt; must exceed the longest call")
 	s.Duration(&reconcileEvery, "reconcile-interval", 30*time.Second, "how often intents without outcome are settled from receipts")
+	s.Duration(&streamMaxAge, "audit-stream-max-age", executor.DefaultAuditStreamMaxAge, "how long the executor appends on one stream to the audit service before it opens the next, so that a balancer spreads the streams over the audit replicas")
 	s.Duration(&leaseMargin, "lease-margin", time.Minute, "how long past its deadline an idempotency key stays claimed by a call that gave no outcome (its executor died) before a retry asks the backend's receipt")
 	var backendMap map[string]string
 	s.Check(func() error {
@@ -124,7 +126,7 @@ func runExecutor(ctx context.Context, args []string, io IO) error {
 		Manifest: set, Directory: f.directory(pool, &cl), Store: store,
 		Audit: auditConn, Confirm: confirmConn, Backends: conns,
 		SettleIntents: true, ReconcileAfter: reconcileAfter, ReconcileInterval: reconcileEvery,
-		ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, LeaseMargin: leaseMargin,
+		ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, LeaseMargin: leaseMargin, AuditStreamMaxAge: streamMaxAge,
 		Events: ef, Logger: log,
 	}, &cl)
 	if err != nil {

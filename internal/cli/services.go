@@ -215,6 +215,9 @@ type executorDeps struct {
 	ConfirmSideEffects                bool
 	// Zero values take the executor's defaults.
 	IdempotencyTTL, DefaultDeadline, LeaseMargin time.Duration
+	// AuditStreamMaxAge is how long the executor keeps one append stream
+	// to the audit service before it opens the next (zero: the default).
+	AuditStreamMaxAge time.Duration
 	// Events configure the relay and purger of the event outbox.
 	Events eventsFlags
 	Logger *slog.Logger
@@ -236,7 +239,7 @@ func buildExecutor(d executorDeps, cl *closers) (*executorService, error) {
 	}
 	// The generated clients are the executor's ports.
 	auditClient := mandatev1.NewAuditServiceClient(d.Audit)
-	trail := executor.NewAuditStream(auditClient)
+	trail := executor.NewAuditStream(auditClient, d.AuditStreamMaxAge)
 	cl.add(trail.Close) // closers run last-in first-out: after the executor's
 	cfg := executor.Config{
 		Manifest: d.Manifest, Directory: d.Directory, Audit: trail,

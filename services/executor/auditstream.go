@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -33,8 +34,14 @@ type AuditStreamer interface {
 // with its error — Unavailable unless the audit service said otherwise —
 // so the pipeline retries or spools them as it does any append the trail
 // did not take; the next Append opens a new stream.
+//
+// A stream lives at most MaxAge: the next Append after that opens a new
+// one, and the old stream is closed once its last acknowledgement came. A
+// balancer in front of several audit replicas thus spreads the executors'
+// streams again as replicas come and go, as it would unary calls.
 type AuditStream struct {
 	client AuditStreamer
+	maxAge time.Duration
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -44,11 +51,20 @@ type AuditStream struct {
 	nextID uint64
 }
 
+// DefaultAuditStreamMaxAge is how long an AuditStream keeps one stream
+// unless told otherwise.
+const DefaultAuditStreamMaxAge = time.Minute
+
 // NewAuditStream returns an AuditStream over client, whose connection must
-// carry the executor's service credentials. Close it after the executor.
-func NewAuditStream(client AuditStreamer) *AuditStream {
+// carry the executor's service credentials, that opens a new stream once
+// one is maxAge old (DefaultAuditStreamMaxAge when zero or negative).
+// Close it after the executor.
+func NewAuditStream(client AuditStreamer, maxAge time.Duration) *AuditStream {
+	if maxAge <= 0 {
+		maxAge = DefaultAuditStreamMaxAge
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &AuditStream{client: client, ctx: ctx, cancel: cancel}
+	return &AuditStream{client: client, maxAge: maxAge, ctx: ctx, cancel: cancel}
 }
 
 // Close ends the stream; appends still waiting fail as unavailable.
@@ -67,9 +83,17 @@ type appendStream struct {
 	// done is closed when the stream broke; err says why.
 	done chan struct{}
 	err  error
+	// opened is when the stream was opened; closeSend is closed to have
+	// the sender end a retired stream's sending side.
+	opened    time.Time
+	closeSend chan struct{}
 
 	mu      sync.Mutex
 	waiting map[uint64]chan *mandatev1.AppendStreamResponse
+	// retired: no append is registered on the stream any more; it ends
+	// once waiting is empty.
+	retired bool
+	closing sync.Once
 }
 
 // Append appends req's records and returns the stored rows.
@@ -116,6 +140,10 @@ func (a *AuditStream) register() (*appendStream, uint64, chan *mandatev1.AppendS
 		case <-s.done:
 			s = nil
 		default:
+			if time.Since(s.opened) >= a.maxAge {
+				s.retire()
+				s = nil
+			}
 		}
 	}
 	if s == nil {
@@ -142,7 +170,8 @@ func (a *AuditStream) open() (*appendStream, error) {
 		return nil, streamError(err)
 	}
 	s := &appendStream{stream: stream, cancel: cancel, sendq: make(chan *mandatev1.AppendStreamRequest, 256),
-		done: make(chan struct{}), waiting: map[uint64]chan *mandatev1.AppendStreamResponse{}}
+		done: make(chan struct{}), waiting: map[uint64]chan *mandatev1.AppendStreamResponse{},
+		opened: time.Now(), closeSend: make(chan struct{})}
 	var once sync.Once
 	fail := func(err error) {
 		once.Do(func() {
@@ -162,6 +191,12 @@ func (a *AuditStream) open() (*appendStream, error) {
 					<-s.done
 					return
 				}
+			case <-s.closeSend:
+				// Retired and every append acknowledged: the audit
+				// service ends the stream, and Recv sees io.EOF.
+				_ = stream.CloseSend()
+				<-s.done
+				return
 			case <-s.done:
 				return
 			}
@@ -178,6 +213,7 @@ func (a *AuditStream) open() (*appendStream, error) {
 			s.mu.Lock()
 			ack, ok := s.waiting[resp.GetId()]
 			delete(s.waiting, resp.GetId())
+			s.endIfIdle()
 			s.mu.Unlock()
 			if ok {
 				ack <- resp
@@ -191,7 +227,25 @@ func (a *AuditStream) open() (*appendStream, error) {
 func (s *appendStream) forget(id uint64) {
 	s.mu.Lock()
 	delete(s.waiting, id)
+	s.endIfIdle()
 	s.mu.Unlock()
+}
+
+// retire stops registering appends on the stream (the AuditStream's mu
+// held, so none is being registered) and ends it once the appends already
+// registered are acknowledged.
+func (s *appendStream) retire() {
+	s.mu.Lock()
+	s.retired = true
+	s.endIfIdle()
+	s.mu.Unlock()
+}
+
+// endIfIdle ends a retired stream that waits for nothing (s.mu held).
+func (s *appendStream) endIfIdle() {
+	if s.retired && len(s.waiting) == 0 {
+		s.closing.Do(func() { close(s.closeSend) })
+	}
 }
 
 // streamError is the error of a broken stream: the audit service's own

@@ -77,7 +77,7 @@ func intent(tenant, inv string) *mandatev1.AuditRecord {
 // gets its own rows back, filed under the tenant each record names.
 func TestAuditStreamAppends(t *testing.T) {
 	client, store := auditPorts(t, executor.ServiceName)
-	s := executor.NewAuditStream(client)
+	s := executor.NewAuditStream(client, 0)
 	defer s.Close()
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
@@ -111,7 +111,7 @@ func TestAuditStreamAppends(t *testing.T) {
 // error, as the unary Append would, and the stream goes on.
 func TestAuditStreamRefusal(t *testing.T) {
 	client, _ := auditPorts(t, executor.ServiceName)
-	s := executor.NewAuditStream(client)
+	s := executor.NewAuditStream(client, 0)
 	defer s.Close()
 	ctx := context.Background()
 	_, err := s.Append(ctx, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{intent("", "inv_1")}})
@@ -127,7 +127,7 @@ func TestAuditStreamRefusal(t *testing.T) {
 // TestAuditStreamOnlyTheExecutor: another service cannot open the stream.
 func TestAuditStreamOnlyTheExecutor(t *testing.T) {
 	client, _ := auditPorts(t, identity.MCPBridgeService)
-	s := executor.NewAuditStream(client)
+	s := executor.NewAuditStream(client, 0)
 	defer s.Close()
 	_, err := s.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{intent("acme", "inv_1")}})
 	if status.Code(err) != codes.PermissionDenied {
@@ -139,7 +139,7 @@ func TestAuditStreamOnlyTheExecutor(t *testing.T) {
 // unavailable, and the next append opens a new stream.
 func TestAuditStreamBreaks(t *testing.T) {
 	f := &fakeStreamer{}
-	s := executor.NewAuditStream(f)
+	s := executor.NewAuditStream(f, 0)
 	defer s.Close()
 	ctx := context.Background()
 	req := &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{intent("acme", "inv_1")}}
@@ -214,5 +214,68 @@ func (s *fakeStream) Recv() (*mandatev1.AppendStreamResponse, error) {
 		return nil, err
 	case <-s.ctx.Done():
 		return nil, s.ctx.Err()
+	}
+}
+
+// countingStreamer counts the streams opened and the sending sides closed.
+type countingStreamer struct {
+	executor.AuditStreamer
+	opened, closed atomic.Int32
+}
+
+func (c *countingStreamer) AppendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[mandatev1.AppendStreamRequest, mandatev1.AppendStreamResponse], error) {
+	s, err := c.AuditStreamer.AppendStream(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	c.opened.Add(1)
+	return &closeCounting{BidiStreamingClient: s, closed: &c.closed}, nil
+}
+
+type closeCounting struct {
+	grpc.BidiStreamingClient[mandatev1.AppendStreamRequest, mandatev1.AppendStreamResponse]
+	closed *atomic.Int32
+}
+
+func (c *closeCounting) CloseSend() error {
+	c.closed.Add(1)
+	return c.BidiStreamingClient.CloseSend()
+}
+
+// TestAuditStreamRotates: once a stream is MaxAge old the next append opens
+// a new one, and the old stream is closed once its appends are
+// acknowledged — none of them fails, and the chain holds every row.
+func TestAuditStreamRotates(t *testing.T) {
+	client, store := auditPorts(t, executor.ServiceName)
+	c := &countingStreamer{AuditStreamer: client}
+	s := executor.NewAuditStream(c, time.Nanosecond) // every append finds its stream too old
+	defer s.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 48)
+	for i := range 48 {
+		wg.Go(func() {
+			if _, err := s.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{intent("acme", fmt.Sprintf("inv_%d", i))}}); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("append across a rotation: %v", err)
+	}
+	rep, err := store.Verify(context.Background(), "acme")
+	if err != nil || !rep.OK || rep.Rows != 48 {
+		t.Fatalf("%+v, %v; want 48 rows in an intact chain", rep, err)
+	}
+	opened := c.opened.Load()
+	if opened < 2 {
+		t.Fatalf("%d streams opened; want a new one after MaxAge", opened)
+	}
+	// Every stream but the current one is closed once its acks came.
+	for deadline := time.Now().Add(10 * time.Second); c.closed.Load() != opened-1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d retired streams closed", c.closed.Load(), opened-1)
+		}
 	}
 }

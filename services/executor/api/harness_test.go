@@ -284,7 +284,7 @@ func start(t testing.TB, st stores, opts ...func(*executor.Config)) *env {
 	// Audit and confirm through their APIs, on the executor's identity.
 	users, services := verifiers(t, ctx)
 	ports := servicetest.Executor(t, users, services, src, writer, cache, confirmSvc)
-	trail := executor.NewAuditStream(ports.Audit)
+	trail := executor.NewAuditStream(ports.Audit, 0)
 	t.Cleanup(trail.Close) // after the executor's (below)
 	cfg := executor.Config{
 		Manifest: set, Directory: cache, Audit: trail, Confirm: ports.Confirm,
