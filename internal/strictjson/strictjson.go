@@ -64,8 +64,81 @@ var ErrEmpty = &Error{Rule: RuleSyntax, Message: "the document holds no JSON val
 // Check reports the first rule data breaks, as an *Error, or nil when data
 // is exactly one strict JSON value. maxDepth <= 0 means DefaultMaxDepth.
 func Check(data []byte, maxDepth int) error {
+	if maxDepth <= 0 {
+		maxDepth = DefaultMaxDepth
+	}
+	if sound(data, maxDepth) {
+		return nil
+	}
 	return CheckReader(bytes.NewReader(data), maxDepth)
 }
+
+// maxQuickMembers bounds the members of one object that sound compares
+// pairwise; a larger object is left to the token checker.
+const maxQuickMembers = 64
+
+// sound reports, without allocating for a typical document, that data is
+// one strict JSON value within maxDepth. False means "not shown here": the
+// caller runs the token checker, which names the broken rule (or accepts a
+// document sound declines, such as one with escaped member names).
+func sound(data []byte, maxDepth int) bool {
+	if !utf8.Valid(data) || !json.Valid(data) {
+		return false
+	}
+	// data is valid JSON: a string is a member name exactly when a colon
+	// follows it, and belongs to the innermost open container, an object.
+	var (
+		frameBuf [32]int    // per open container, where its names start in names
+		nameBuf  [64][]byte // the names of the open objects' members so far
+		frames   = frameBuf[:0]
+		names    = nameBuf[:0]
+	)
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '{', '[':
+			if len(frames) >= maxDepth {
+				return false
+			}
+			frames = append(frames, len(names))
+		case '}', ']':
+			names = names[:frames[len(frames)-1]]
+			frames = frames[:len(frames)-1]
+		case '"':
+			start := i + 1
+			escaped := false
+			for i++; data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					escaped = true
+					i++
+				}
+			}
+			name := data[start:i]
+			j := i + 1
+			for j < len(data) && isSpace(data[j]) {
+				j++
+			}
+			if j == len(data) || data[j] != ':' {
+				continue // a string value
+			}
+			if escaped {
+				return false // compared after unescaping, by the token checker
+			}
+			members := names[frames[len(frames)-1]:]
+			if len(members) >= maxQuickMembers {
+				return false
+			}
+			for _, m := range members {
+				if bytes.Equal(m, name) {
+					return false
+				}
+			}
+			names = append(names, name)
+		}
+	}
+	return true
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // CheckReader is Check over a stream. It stops reading at the first
 // broken rule, so a deep or malformed document costs no more than its

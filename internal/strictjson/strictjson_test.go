@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -29,6 +30,13 @@ func TestCheck(t *testing.T) {
 		{"unicode", `{"é":"日本語 🎉"}`, "", ""},
 		{"escaped surrogate pair", `"\ud83c\udf89"`, "", ""},
 		{"exactly the limit", deep(strictjson.DefaultMaxDepth), "", ""},
+		{"escaped names that differ", `{"a":1,"\u0062":2,"a\"":3}`, "", ""},
+		{"string values that repeat a name", `{"a":"a","b":["a","b"],"c":"c"}`, "", ""},
+		{"whitespace before the colon", "{\"a\" :1,\"b\"\n:{\"a\"\t:2}}", "", ""},
+		{"many members", manyMembers(100, false), "", ""},
+		{"many members, the last repeated", manyMembers(100, true), strictjson.RuleDuplicateKey, "/m0"},
+		{"duplicate after a closed sibling", `{"a":{"b":1},"b":2,"a":3}`, strictjson.RuleDuplicateKey, "/a"},
+		{"duplicate spaced", `{"a" : 1 , "a" : 2}`, strictjson.RuleDuplicateKey, "/a"},
 
 		{"empty", ``, strictjson.RuleSyntax, ""},
 		{"whitespace", "  \n", strictjson.RuleSyntax, ""},
@@ -80,6 +88,34 @@ func TestCheck(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// manyMembers is an object with n members m0, m1, …, and when repeat is
+// set one more that repeats m0.
+func manyMembers(n int, repeat bool) string {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range n {
+		fmt.Fprintf(&b, `"m%d":%d,`, i, i)
+	}
+	if repeat {
+		b.WriteString(`"m0":0,`)
+	}
+	return strings.TrimSuffix(b.String(), ",") + "}"
+}
+
+// TestCheckAllocations: accepting a typical JSON-RPC message, which every
+// governed MCP call pays, allocates nothing.
+func TestCheckAllocations(t *testing.T) {
+	msg := []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ticket.search",` +
+		`"arguments":{"query":"charged twice","tags":["a","b"],"limit":10},"_meta":{"progressToken":3}}}`)
+	if n := testing.AllocsPerRun(100, func() {
+		if err := strictjson.Check(msg, 0); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("Check allocates %v times per message, want 0", n)
 	}
 }
 

@@ -49,10 +49,26 @@ func (b *Bridge) checkEnvelope(next http.Handler) http.Handler {
 			return
 		}
 		var buf bytes.Buffer
-		err := strictjson.CheckReader(io.TeeReader(io.LimitReader(r.Body, limit+1), &buf), 0)
+		if r.ContentLength > 0 && r.ContentLength <= limit {
+			buf.Grow(int(r.ContentLength) + bytes.MinRead)
+		}
+		_, readErr := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+		var (
+			err  error
+			read = buf.Len() // of the body, by the checker
+		)
+		if readErr == nil && read <= limit {
+			err = strictjson.Check(buf.Bytes(), 0)
+		} else {
+			// Too large or cut short: the checker reads the prefix it
+			// needs, and refuses only what it finds within the limit.
+			cr := &countingReader{r: bytes.NewReader(buf.Bytes()), end: readErr}
+			err = strictjson.CheckReader(cr, 0)
+			read = cr.n
+		}
 		var se *strictjson.Error
-		if err != nil && buf.Len() <= limit && !errors.Is(err, strictjson.ErrEmpty) && errors.As(err, &se) {
-			writeEnvelopeError(w, se, b.auditEnvelope(r, buf.Bytes(), se))
+		if err != nil && read <= limit && !errors.Is(err, strictjson.ErrEmpty) && errors.As(err, &se) {
+			writeEnvelopeError(w, se, b.auditEnvelope(r, buf.Bytes()[:read], se))
 			return
 		}
 		// Accepted, empty, too large or unreadable: the SDK reads the same
@@ -63,6 +79,23 @@ func (b *Bridge) checkEnvelope(next http.Handler) http.Handler {
 		}{io.MultiReader(bytes.NewReader(buf.Bytes()), r.Body), r.Body}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// countingReader counts the bytes read through it and, when end is set,
+// fails with end where r ends: the body's own read error, in its place.
+type countingReader struct {
+	r   io.Reader
+	end error
+	n   int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	if errors.Is(err, io.EOF) && c.end != nil {
+		err = c.end
+	}
+	return n, err
 }
 
 // auditEnvelope runs a tools/call refused for a duplicate member in its

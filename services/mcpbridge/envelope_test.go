@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/mandate-dev/mandate/services/audit"
 )
@@ -123,5 +124,24 @@ func TestEnvelopeAuthenticatedFirst(t *testing.T) {
 	r := e.post(t, "", nil, strings.NewReader(`{"jsonrpc":"2.0","id":1,"id":2,"method":"initialize","params":{}}`))
 	if r.status != http.StatusUnauthorized {
 		t.Fatalf("HTTP %d %q, want 401", r.status, r.body)
+	}
+}
+
+// TestEnvelopeOverLimit: a body over the SDK's size limit is refused for a
+// rule it breaks within the limit (400, as for any body), and otherwise
+// left to the SDK, which answers 413.
+func TestEnvelopeOverLimit(t *testing.T) {
+	e := start(t)
+	tok := token(t, "acme", "carol", "finance-bot")
+	cs := e.connect(t, tok)
+	pad := strings.Repeat("x", mcp.DefaultMaxRequestBodyBytes)
+
+	r := e.post(t, tok, cs, strings.NewReader(`{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list","params":{"pad":"`+pad+`"}}`))
+	if r.status != http.StatusBadRequest || !strings.Contains(r.body, `"pointer":"/id"`) {
+		t.Fatalf("duplicate within the limit: HTTP %d %.300q, want 400 naming /id", r.status, r.body)
+	}
+	r = e.post(t, tok, cs, strings.NewReader(`{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"pad":"`+pad+`"}}`))
+	if r.status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("well-formed over the limit: HTTP %d %.300q, want 413", r.status, r.body)
 	}
 }
