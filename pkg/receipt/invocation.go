@@ -108,11 +108,11 @@ func (t Trust) FromContext(ctx context.Context) (Invocation, error) {
 	return inv, err
 }
 
-// fromMetadata reads the executor's metadata from an incoming gRPC context.
+// fromMetadata reads the executor's metadata from an incoming gRPC context,
+// copying only the two values it needs, not the whole metadata.
 func fromMetadata(ctx context.Context) (Invocation, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
 	var inv Invocation
-	switch ids := md.Get(InvocationIDHeader); {
+	switch ids := metadata.ValueFromIncomingContext(ctx, InvocationIDHeader); {
 	case len(ids) > 1:
 		return inv, invalidMetadata("more than one invocation id")
 	case len(ids) == 1 && len(ids[0]) > MaxInvocationIDLen:
@@ -120,7 +120,7 @@ func fromMetadata(ctx context.Context) (Invocation, error) {
 	case len(ids) == 1:
 		inv.ID = ids[0]
 	}
-	switch keys := md.Get(IdempotencyKeyHeader); {
+	switch keys := metadata.ValueFromIncomingContext(ctx, IdempotencyKeyHeader); {
 	case len(keys) > 1:
 		return inv, failure.New(StageIdempotencyCheck, CodeInvalidKey, "more than one idempotency key")
 	case len(keys) == 1 && len(keys[0]) > MaxIdempotencyKeyLen:

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -327,9 +328,8 @@ func (e *Executor) Execute(ctx context.Context, call Call) (*Result, error) {
 		attribute.String("mandate.command", call.Code),
 		attribute.String("mandate.channel", call.Channel)))
 	defer span.End()
-	inv.traceID = span.SpanContext().TraceID().String()
-	if !span.SpanContext().TraceID().IsValid() {
-		inv.traceID = ""
+	if tid := span.SpanContext().TraceID(); tid.IsValid() {
+		inv.traceID = tid.String()
 	}
 	res, err := e.run(ctx, inv)
 	if err != nil {
@@ -575,8 +575,9 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		return nil, e.fault(ctx, inv, StageDispatch, failure.CodeHandlerFailed, err)
 	}
 	e.outcomeAsync(ctx, inv, contract.OutcomeExecuted, "", "", "", output)
-	e.finish(ctx, inv, Saved{InvocationID: inv.id, Output: output, AuditID: auditID(intentRows)}, output)
-	return &Result{InvocationID: inv.id, Output: output, Message: out, AuditID: auditID(intentRows)}, nil
+	aid := auditID(intentRows)
+	e.finish(ctx, inv, Saved{InvocationID: inv.id, Output: output, AuditID: aid}, output)
+	return &Result{InvocationID: inv.id, Output: output, Message: out, AuditID: aid}, nil
 }
 
 // deadline is how long a dispatch of cmd may take.
@@ -980,5 +981,5 @@ func auditID(stored []*mandatev1.AuditRecord) string {
 	if len(stored) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%s/%d", stored[0].GetTenant(), stored[0].GetSeq())
+	return stored[0].GetTenant() + "/" + strconv.FormatInt(stored[0].GetSeq(), 10)
 }
