@@ -101,7 +101,9 @@ type chained struct {
 // order, and fills out. A key seen earlier in the batch gets that earlier row. The rows share
 // slices with the records (the Writer hands over copies it owns).
 func (p *batchPlan) chain(heads map[string]audit.Head, stored map[audit.Key]*audit.Stored) *chained {
-	c := &chained{plan: p, out: make([]audit.Stored, len(p.recs)), old: map[string]audit.Head{}, heads: map[string]audit.Head{}}
+	c := &chained{plan: p, out: make([]audit.Stored, len(p.recs)), old: map[string]audit.Head{}, heads: map[string]audit.Head{},
+		fresh: make([]*audit.Stored, 0, len(p.recs))}
+	rows := make([]audit.Stored, 0, len(p.recs)) // the fresh rows, never grown past the records
 	if stored == nil {
 		stored = map[audit.Key]*audit.Stored{}
 	}
@@ -116,7 +118,8 @@ func (p *batchPlan) chain(heads map[string]audit.Head, stored map[audit.Key]*aud
 			h = heads[k.Tenant]
 			c.old[k.Tenant] = h
 		}
-		row := &audit.Stored{Record: p.recs[i], Seq: h.Seq + 1, PrevHash: h.Hash}
+		rows = append(rows, audit.Stored{Record: p.recs[i], Seq: h.Seq + 1, PrevHash: h.Hash})
+		row := &rows[len(rows)-1]
 		row.Hash = audit.ComputeHash(row.PrevHash, row.Seq, &row.Record)
 		c.heads[k.Tenant] = audit.Head{Seq: row.Seq, Hash: row.Hash}
 		stored[k] = row

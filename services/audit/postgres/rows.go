@@ -56,12 +56,17 @@ func queueInsert(b *pgx.Batch, rows []*audit.Stored) {
 	if n == 0 {
 		return
 	}
+	// The text columns share one backing array, as do the nullable ones:
+	// two allocations for a batch instead of one a column.
+	strs, ptrs := make([]string, 23*n), make([]*string, 4*n)
+	col := func(k int) []string { return strs[k*n : (k+1)*n : (k+1)*n] }
+	ptrCol := func(k int) []*string { return ptrs[k*n : (k+1)*n : (k+1)*n] }
 	var (
-		tenant, inv, phase, channel, command, risk, sideEffects = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		subject, user, actor, agent, model, modelVersion        = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		conversation, session, outcome, stage, code, message    = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		argsDigest, resultDigest, traceID, manifestDigest       = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		challenge, approver, approvalChannel, args              = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+		tenant, inv, phase, channel, command, risk, sideEffects = col(0), col(1), col(2), col(3), col(4), col(5), col(6)
+		subject, user, actor, agent, model, modelVersion        = col(7), col(8), col(9), col(10), col(11), col(12)
+		conversation, session, outcome, stage, code, message    = col(13), col(14), col(15), col(16), col(17), col(18)
+		argsDigest, resultDigest, traceID, manifestDigest       = col(19), col(20), col(21), col(22)
+		challenge, approver, approvalChannel, args              = ptrCol(0), ptrCol(1), ptrCol(2), ptrCol(3)
 		seq, duration                                           = make([]int64, n), make([]int64, n)
 		at, decided                                             = make([]time.Time, n), make([]*time.Time, n)
 		idempotent, reversible                                  = make([]bool, n), make([]bool, n)
