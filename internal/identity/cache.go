@@ -67,7 +67,15 @@ func (c *tokenCache) verify(ctx context.Context, token string, chk *checker, ful
 	return p, nil
 }
 
-func tokenDigest(token string) [sha256.Size]byte { return sha256.Sum256([]byte(token)) }
+// tokenDigest hashes token, copying a token of usual size through a stack
+// buffer rather than a heap allocation.
+func tokenDigest(token string) [sha256.Size]byte {
+	var buf [2048]byte
+	if len(token) <= len(buf) {
+		return sha256.Sum256(append(buf[:0], token...))
+	}
+	return sha256.Sum256([]byte(token))
+}
 
 // get returns the principal of a token verified before, if its `exp` is
 // still ahead of now, and the generation to pass to put otherwise.

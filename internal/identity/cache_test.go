@@ -2,9 +2,11 @@ package identity
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -233,5 +235,20 @@ func TestServiceVerifierCaches(t *testing.T) {
 	clk.set(testNow.Add(time.Hour + DefaultLeeway + time.Second))
 	if _, err := v.Verify(ctx, tok); ErrorCode(err) != failure.CodeAuthenticationTokenExpired {
 		t.Errorf("expired service token: code %q, want %q", ErrorCode(err), failure.CodeAuthenticationTokenExpired)
+	}
+}
+
+// TestTokenDigest: the cache key is the SHA-256 of the whole token, at any
+// length, and a token of usual size is hashed without allocating.
+func TestTokenDigest(t *testing.T) {
+	for _, n := range []int{0, 1, 600, 2048, 2049, 10000} {
+		tok := strings.Repeat("t", n)
+		if got, want := tokenDigest(tok), sha256.Sum256([]byte(tok)); got != want {
+			t.Fatalf("length %d: digest %x, want %x", n, got, want)
+		}
+	}
+	tok := strings.Repeat("t", 600)
+	if n := testing.AllocsPerRun(100, func() { _ = tokenDigest(tok) }); n != 0 {
+		t.Fatalf("tokenDigest allocates %v times, want 0", n)
 	}
 }
