@@ -943,7 +943,10 @@ func digest(label string, b []byte) string {
 	h.Write([]byte(label))
 	h.Write([]byte{0})
 	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil))
+	var sum [sha256.Size]byte
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], h.Sum(sum[:0]))
+	return string(out[:])
 }
 
 // invocationDigest binds a confirmation to one exact call: command,

@@ -7,6 +7,7 @@ package api
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -435,7 +436,7 @@ func toProto(s *audit.Stored) *mandatev1.AuditRecord {
 		ConversationId: s.ConversationID, McpSessionId: s.MCPSessionID, Outcome: string(s.Outcome),
 		Stage: s.Stage, Code: s.Code, Message: s.Message, ArgumentsJson: string(s.Arguments),
 		ArgumentsDigest: s.ArgumentsDigest, ResultDigest: s.ResultDigest, TraceId: s.TraceID,
-		ManifestDigest: s.ManifestDigest, Seq: s.Seq, PrevHash: fmt.Sprintf("%x", s.PrevHash), Hash: fmt.Sprintf("%x", s.Hash),
+		ManifestDigest: s.ManifestDigest, Seq: s.Seq, PrevHash: hex.EncodeToString(s.PrevHash), Hash: hex.EncodeToString(s.Hash),
 	}
 	if s.Duration > 0 {
 		r.Duration = durationpb.New(s.Duration)
