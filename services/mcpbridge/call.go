@@ -1,10 +1,10 @@
 package mcpbridge
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -142,7 +142,7 @@ func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	defer span.End()
 
 	input := []byte(req.Params.Arguments)
-	if s := strings.TrimSpace(string(input)); s == "" || s == "null" {
+	if s := bytes.TrimSpace(input); len(s) == 0 || string(s) == "null" {
 		input = []byte("{}")
 	}
 	call := toolCall{Code: name, Input: input}
@@ -185,7 +185,7 @@ func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 // that asked for narration (narrate.go).
 func (b *Bridge) result(ctx context.Context, req *mcp.CallToolRequest, call toolCall, res callResult) *mcp.CallToolResult {
 	out := json.RawMessage(res.Output)
-	if len(strings.TrimSpace(string(out))) == 0 {
+	if len(bytes.TrimSpace(out)) == 0 {
 		out = json.RawMessage("{}")
 	}
 	r := &mcp.CallToolResult{

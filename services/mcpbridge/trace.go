@@ -26,14 +26,14 @@ const (
 // traceparent (and tracestate) name, read with the W3C TraceContext
 // propagator. A missing or malformed traceparent leaves ctx as it is.
 func traceContext(ctx context.Context, meta mcp.Meta) context.Context {
+	if metaString(meta, MetaTraceparent) == "" {
+		return ctx
+	}
 	carrier := propagation.MapCarrier{}
 	for _, k := range []string{MetaTraceparent, MetaTracestate} {
 		if v := metaString(meta, k); v != "" {
 			carrier[k] = v
 		}
-	}
-	if carrier[MetaTraceparent] == "" {
-		return ctx
 	}
 	return propagation.TraceContext{}.Extract(ctx, carrier)
 }
