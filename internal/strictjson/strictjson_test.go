@@ -108,6 +108,9 @@ func manyMembers(n int, repeat bool) string {
 // TestCheckAllocations: accepting a typical JSON-RPC message, which every
 // governed MCP call pays, allocates nothing.
 func TestCheckAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
 	msg := []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ticket.search",` +
 		`"arguments":{"query":"charged twice","tags":["a","b"],"limit":10},"_meta":{"progressToken":3}}}`)
 	if n := testing.AllocsPerRun(100, func() {

@@ -49,7 +49,10 @@ func (b *Bridge) checkEnvelope(next http.Handler) http.Handler {
 			return
 		}
 		var buf bytes.Buffer
-		if r.ContentLength > 0 && r.ContentLength <= limit {
+		// Room for the declared length, up to a size no idle connection
+		// should hold before sending it; larger bodies grow as they arrive.
+		const pregrow = 64 << 10
+		if r.ContentLength > 0 && r.ContentLength <= pregrow {
 			buf.Grow(int(r.ContentLength) + bytes.MinRead)
 		}
 		_, readErr := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
