@@ -3,6 +3,7 @@ package identity
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -84,14 +85,14 @@ func (s *authenticatedStream) Context() context.Context { return s.ctx }
 // while serving an end user, that user's original token. Existing values of
 // both keys are replaced, never appended, so metadata copied from an
 // incoming call cannot smuggle the caller's credentials through.
-func outgoingContext(ctx context.Context, src TokenSource) (context.Context, error) {
-	tok, err := src.Token(ctx)
+func outgoingContext(ctx context.Context, src *bearerSource) (context.Context, error) {
+	header, err := src.header(ctx)
 	if err != nil {
 		return ctx, err
 	}
 	md, _ := metadata.FromOutgoingContext(ctx)
 	md = md.Copy()
-	md.Set("authorization", "Bearer "+tok)
+	md.Set("authorization", header)
 	md.Delete(OnBehalfOfHeader)
 	if raw, ok := RawTokenFromContext(ctx); ok {
 		md.Set(OnBehalfOfHeader, "Bearer "+raw)
@@ -99,12 +100,33 @@ func outgoingContext(ctx context.Context, src TokenSource) (context.Context, err
 	return metadata.NewOutgoingContext(ctx, md), nil
 }
 
+// bearerSource is a TokenSource's token as an authorization header value,
+// built once per token rather than once per call.
+type bearerSource struct {
+	src  TokenSource
+	last atomic.Pointer[[2]string] // the last token and its header
+}
+
+func (b *bearerSource) header(ctx context.Context) (string, error) {
+	tok, err := b.src.Token(ctx)
+	if err != nil {
+		return "", err
+	}
+	if last := b.last.Load(); last != nil && last[0] == tok {
+		return last[1], nil
+	}
+	h := "Bearer " + tok
+	b.last.Store(&[2]string{tok, h})
+	return h, nil
+}
+
 // UnaryClientInterceptor makes a service's outgoing unary calls carry its
 // own service token and forward the end user's token from ctx (see
 // WithRawToken), so the callee authorises the end user, not the service.
 func UnaryClientInterceptor(src TokenSource) grpc.UnaryClientInterceptor {
+	bs := &bearerSource{src: src}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		ctx, err := outgoingContext(ctx, src)
+		ctx, err := outgoingContext(ctx, bs)
 		if err != nil {
 			return err
 		}
@@ -114,8 +136,9 @@ func UnaryClientInterceptor(src TokenSource) grpc.UnaryClientInterceptor {
 
 // StreamClientInterceptor is UnaryClientInterceptor for streams.
 func StreamClientInterceptor(src TokenSource) grpc.StreamClientInterceptor {
+	bs := &bearerSource{src: src}
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		ctx, err := outgoingContext(ctx, src)
+		ctx, err := outgoingContext(ctx, bs)
 		if err != nil {
 			return nil, err
 		}

@@ -410,3 +410,35 @@ func TestClientInterceptorFailsWithoutToken(t *testing.T) {
 		}
 	}
 }
+
+// rotatingSource hands out whichever token it was last set to.
+type rotatingSource struct{ tok string }
+
+func (s *rotatingSource) Token(context.Context) (string, error) { return s.tok, nil }
+
+// TestClientInterceptorFollowsTokenRotation: the authorization header an
+// outgoing call carries is the source's current token, also after the
+// source moves to a new one.
+func TestClientInterceptorFollowsTokenRotation(t *testing.T) {
+	src := &rotatingSource{tok: "first"}
+	icpt := UnaryClientInterceptor(src)
+	sent := func() []string {
+		var got []string
+		err := icpt(context.Background(), "/x.Y/Z", nil, nil, nil,
+			func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+				md, _ := metadata.FromOutgoingContext(ctx)
+				got = md.Get("authorization")
+				return nil
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for _, tok := range []string{"first", "first", "second", "first"} {
+		src.tok = tok
+		if got := sent(); len(got) != 1 || got[0] != "Bearer "+tok {
+			t.Fatalf("token %q: authorization %q", tok, got)
+		}
+	}
+}
