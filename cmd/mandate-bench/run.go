@@ -37,6 +37,7 @@ type config struct {
 	auditWindow     time.Duration
 	profileDir      string
 	keep            bool
+	auditOnly       bool
 }
 
 func parseFlags(args []string) (config, error) {
@@ -51,6 +52,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.auditWindow, "audit", 5*time.Second, "run audit appends against pgbench for this long each (0: skip); needs the database")
 	fs.StringVar(&c.profileDir, "profile", "", "write a CPU profile of every server for every measured run into this directory (go tool pprof)")
 	fs.BoolVar(&c.keep, "keep-logs", false, "keep the servers' logs (their directory is printed)")
+	fs.BoolVar(&c.auditOnly, "audit-only", false, "run only the audit comparison (-audit long each), no MCP load")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -105,6 +107,9 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	}
 	f := &fleet{dir: dir, env: append(os.Environ(), "MANDATE_LOG_LEVEL=error", profileDirEnv+"="+cfg.profileDir)}
 	defer func() { err = errors.Join(err, f.stop()) }()
+	if cfg.auditOnly {
+		return runAuditOnly(ctx, cfg, f, out)
+	}
 
 	ref, err := f.reference(ctx)
 	if err != nil {
@@ -171,6 +176,24 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 		}
 		printAudit(out, r, cfg.auditWindow)
 	}
+	return nil
+}
+
+// runAuditOnly runs the audit comparison alone, on a fresh database.
+func runAuditOnly(ctx context.Context, cfg config, f *fleet, out io.Writer) error {
+	if cfg.auditWindow <= 0 {
+		return errors.New("-audit-only needs -audit > 0")
+	}
+	cfg.topology = "on"
+	store, _, err := database(ctx, cfg, f)
+	if err != nil {
+		return err
+	}
+	r, err := compareAudit(ctx, store.url, f.dir, cfg.auditWindow)
+	if err != nil {
+		return err
+	}
+	printAudit(out, r, cfg.auditWindow)
 	return nil
 }
 

@@ -39,6 +39,11 @@ const (
 	// arguments and the tables' current size. The statements are prepared once per connection;
 	// a generic plan cached while the trail was small (a hash join over a sequential scan of
 	// records) would otherwise stay in use as it grows, turning every append into a full scan.
+	//
+	// The fast path needs it only for sqlClearPending, whose join with pending is the one plan
+	// there that depends on a table's size; it sets it right before that statement, so that
+	// move_heads (probes by key), the INSERTs (no plan to choose) and the pending INSERT keep
+	// their cached generic plans instead of being planned on every append.
 	sqlCustomPlans = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
 	sqlEnsureHeads = `INSERT INTO audit.heads (tenant, seq, hash)
 		SELECT t, 0, $2 FROM unnest($1::text[]) AS t ORDER BY t
@@ -153,8 +158,9 @@ func (c *chained) queueMoveHeads(b *pgx.Batch) {
 
 // queuePending queues the pending bookkeeping: new intents are pending; outcomes clear their
 // intent's entry, also when the outcome was already stored (that is how a reconciliation that
-// lost to the real outcome cleans up).
-func (c *chained) queuePending(b *pgx.Batch) {
+// lost to the real outcome cleans up). With customPlans, the DELETE is preceded by
+// sqlCustomPlans (see there).
+func (c *chained) queuePending(b *pgx.Batch, customPlans bool) {
 	var pT, pInv []string
 	var pSeq []int64
 	var pTime []time.Time
@@ -173,6 +179,9 @@ func (c *chained) queuePending(b *pgx.Batch) {
 		}
 	}
 	if len(cT) > 0 {
+		if customPlans {
+			b.Queue(sqlCustomPlans)
+		}
 		b.Queue(sqlClearPending, cT, cInv)
 	}
 }
@@ -394,10 +403,9 @@ func (s *Store) appendFast(ctx context.Context, c *chained) error {
 		}
 	}
 	b := &pgx.Batch{}
-	b.Queue(sqlCustomPlans)
 	c.queueMoveHeads(b)
 	queueInsert(b, c.fresh)
-	c.queuePending(b)
+	c.queuePending(b, true)
 	return s.pool.SendBatch(ctx, b).Close()
 }
 
@@ -465,7 +473,7 @@ func (s *Store) appendLocked(ctx context.Context, p *batchPlan) (*chained, map[s
 		c = p.chain(heads, stored)
 		b = &pgx.Batch{}
 		queueInsert(b, c.fresh)
-		c.queuePending(b)
+		c.queuePending(b, false) // the transaction plans custom from its start
 		c.queueMoveHeads(b)
 		if b.Len() > 0 {
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {
