@@ -141,4 +141,3 @@ func printAudit(out io.Writer, r auditResult, window time.Duration) {
 	fmt.Fprintf(out, "| one transaction per append | %.0f | %.2f |\n", r.perAppend, r.perAppend/r.pgbench)
 	fmt.Fprintf(out, "| pgbench (INSERT of one row per transaction) | %.0f | 1.00 |\n", r.pgbench)
 }
-
