@@ -39,11 +39,10 @@ const (
 	// arguments and the tables' current size. The statements are prepared once per connection;
 	// a generic plan cached while the trail was small (a hash join over a sequential scan of
 	// records) would otherwise stay in use as it grows, turning every append into a full scan.
-	//
-	// The fast path needs it only for sqlClearPending, whose join with pending is the one plan
-	// there that depends on a table's size; it sets it right before that statement, so that
-	// move_heads (probes by key), the INSERTs (no plan to choose) and the pending INSERT keep
-	// their cached generic plans instead of being planned on every append.
+	// Only the locking path needs it (sqlExistingRows). The fast path's statements have no plan
+	// that depends on a table's size — move_heads and clear_pending probe by key, the INSERTs
+	// have no plan to choose — so they keep their cached plans instead of being planned on
+	// every append, which cost more than running them.
 	sqlCustomPlans = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
 	sqlEnsureHeads = `INSERT INTO audit.heads (tenant, seq, hash)
 		SELECT t, 0, $2 FROM unnest($1::text[]) AS t ORDER BY t
@@ -54,9 +53,7 @@ const (
 	sqlAddPending = `INSERT INTO audit.pending (tenant, invocation_id, seq, time)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[])
 		ON CONFLICT DO NOTHING`
-	sqlClearPending = `DELETE FROM audit.pending p
-		USING unnest($1::text[], $2::text[]) AS d(tenant, invocation_id)
-		WHERE p.tenant = d.tenant AND p.invocation_id = d.invocation_id`
+	sqlClearPending = `SELECT audit.clear_pending($1::text[], $2::text[])`
 	sqlNotify = `SELECT pg_notify('` + Channel + `', t) FROM unnest($1::text[]) AS t`
 	// sqlAsyncCommit lets the NOTIFY's transaction commit without waiting for its WAL flush:
 	// NOTIFY assigns a transaction id, so its commit would otherwise wait for an fsync of its
@@ -158,9 +155,8 @@ func (c *chained) queueMoveHeads(b *pgx.Batch) {
 
 // queuePending queues the pending bookkeeping: new intents are pending; outcomes clear their
 // intent's entry, also when the outcome was already stored (that is how a reconciliation that
-// lost to the real outcome cleans up). With customPlans, the DELETE is preceded by
-// sqlCustomPlans (see there).
-func (c *chained) queuePending(b *pgx.Batch, customPlans bool) {
+// lost to the real outcome cleans up).
+func (c *chained) queuePending(b *pgx.Batch) {
 	var pT, pInv []string
 	var pSeq []int64
 	var pTime []time.Time
@@ -179,9 +175,6 @@ func (c *chained) queuePending(b *pgx.Batch, customPlans bool) {
 		}
 	}
 	if len(cT) > 0 {
-		if customPlans {
-			b.Queue(sqlCustomPlans)
-		}
 		b.Queue(sqlClearPending, cT, cInv)
 	}
 }
@@ -405,7 +398,7 @@ func (s *Store) appendFast(ctx context.Context, c *chained) error {
 	b := &pgx.Batch{}
 	c.queueMoveHeads(b)
 	queueInsert(b, c.fresh)
-	c.queuePending(b, true)
+	c.queuePending(b)
 	return s.pool.SendBatch(ctx, b).Close()
 }
 
@@ -473,7 +466,7 @@ func (s *Store) appendLocked(ctx context.Context, p *batchPlan) (*chained, map[s
 		c = p.chain(heads, stored)
 		b = &pgx.Batch{}
 		queueInsert(b, c.fresh)
-		c.queuePending(b, false) // the transaction plans custom from its start
+		c.queuePending(b)
 		c.queueMoveHeads(b)
 		if b.Len() > 0 {
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {

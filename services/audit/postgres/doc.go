@@ -14,11 +14,11 @@
 // already stored key (a retried append, caught by the unique index) aborts the transaction, and
 // the batch is redone on the locking path, which locks the heads first, reads the stored rows of
 // the batch's keys and chains only what is new. Both paths lock a tenant's head before writing its
-// rows, in tenant order, so replicas never deadlock. Statements whose plan depends on a table's
-// size (the locking path's reads, the fast path's DELETE from pending) run with plan_cache_mode =
-// force_custom_plan: a generic plan cached while the trail is small would otherwise survive its
-// growth. move_heads probes the heads by key and the INSERTs have no plan to choose, so they keep
-// their cached plans. The common append is one round trip: its statements are pipelined
+// rows, in tenant order, so replicas never deadlock. The locking path's reads, whose plan depends on
+// the trail's size, run with plan_cache_mode = force_custom_plan: a generic plan cached while the
+// trail is small would otherwise survive its growth. The fast path's statements keep their cached
+// plans: move_heads and clear_pending (small SQL functions) probe heads and pending by key, and
+// the INSERTs have no plan to choose. The common append is one round trip: its statements are pipelined
 // behind a single Sync, which without BEGIN makes them one implicit transaction.
 //
 // Watch tails a tenant by Seq: it reads new rows whenever a notification for the tenant

@@ -1,3 +1,5 @@
+-- Appends whose statements keep their cached plans.
+--
 -- move_heads, rewritten so that it needs no custom plan: one primary-key probe per tenant, in
 -- tenant order, instead of a join of the heads with the arrays. A join's plan depends on the
 -- size of heads, so appends planned it afresh on every call (plan_cache_mode =
@@ -27,6 +29,19 @@ BEGIN
 			RAISE EXCEPTION 'audit chain head moved concurrently' USING ERRCODE = 'serialization_failure';
 		END IF;
 		UPDATE audit.heads SET seq = u.new_seq, hash = u.new_hash WHERE heads.tenant = u.tenant;
+	END LOOP;
+END
+$$;
+
+-- clear_pending removes the pending entries of the given (tenant, invocation_id) pairs, one
+-- primary-key probe each, for the same reason: a DELETE joining pending with the arrays had to be
+-- planned on every append (its plan depends on the size of pending), and planning it cost
+-- several times more than running it.
+CREATE FUNCTION clear_pending(tenants text[], invocation_ids text[])
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+	FOR i IN 1 .. coalesce(cardinality(tenants), 0) LOOP
+		DELETE FROM audit.pending WHERE pending.tenant = tenants[i] AND pending.invocation_id = invocation_ids[i];
 	END LOOP;
 END
 $$;
