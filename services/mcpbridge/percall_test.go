@@ -132,7 +132,8 @@ func newPerCall(tb testing.TB) perCall {
 	// wait until the watch delivered the tools, as in a warm bridge.
 	pc.call(tb)
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		e := b.entry(mustPrincipal(tb, users, tok), tok)
+		p := mustPrincipal(tb, users, tok)
+		e := b.entry(principalKey(p), p, tok)
 		if live, _ := e.watchState(); live {
 			break
 		}

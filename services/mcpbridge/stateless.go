@@ -272,14 +272,23 @@ func (t *typedResult) SetMeta(m map[string]any) { t.res.SetMeta(m) }
 
 // MarshalJSON is the wrapped result's JSON with resultType spliced in as
 // its first member (the result's own encoding never has one), rather than
-// decoded and encoded again.
+// decoded and encoded again. The result of a call that ran, as result()
+// builds it, is encoded in one pass (encodeRan).
 func (t *typedResult) MarshalJSON() ([]byte, error) {
-	body, err := json.Marshal(t.res)
+	if body, ok := encodeRan(t.res); ok {
+		return body, nil
+	}
+	return spliceResultType(t.res)
+}
+
+// spliceResultType encodes any result with resultType spliced in.
+func spliceResultType(res *mcp.CallToolResult) ([]byte, error) {
+	body, err := res.MarshalJSON() // what json.Marshal(t.res) returns, without a second copy
 	if err != nil {
 		return nil, err
 	}
 	rt := `{"resultType":"complete"`
-	if t.res.InputRequests != nil {
+	if res.InputRequests != nil {
 		rt = `{"resultType":"input_required"`
 	}
 	if len(body) < 2 || body[0] != '{' {
@@ -294,4 +303,50 @@ func (t *typedResult) MarshalJSON() ([]byte, error) {
 		out = append(out, '}')
 	}
 	return out, nil
+}
+
+// ranWire is the JSON of a complete result with one text block, an
+// invocation id in _meta (and the server's info, which the SDK adds for a
+// sessionless client), and structuredContent: the members in the order
+// CallToolResult encodes them, after resultType, and _meta's in the
+// order of their keys, as a map's.
+type ranWire struct {
+	ResultType string `json:"resultType"`
+	Meta       struct {
+		ServerInfo   *mcp.Implementation `json:"io.modelcontextprotocol/serverInfo,omitempty"`
+		InvocationID string              `json:"mandate.dev/invocation_id"`
+	} `json:"_meta"`
+	Content [1]struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content"`
+	// A pointer: encoding a RawMessage value would box it.
+	StructuredContent *json.RawMessage `json:"structuredContent"`
+}
+
+// encodeRan encodes res in one json.Marshal, without the SDK's nested
+// encoders, when res has exactly ranWire's shape; the bytes are those of
+// the general path. ok is false for any other result, and for one whose
+// encoding fails, which the general path then reports in its words.
+func encodeRan(res *mcp.CallToolResult) (body []byte, ok bool) {
+	if res.IsError || res.InputRequests != nil || res.RequestState != "" || len(res.Content) != 1 {
+		return nil, false
+	}
+	id, isString := res.Meta[MetaInvocation].(string)
+	info, hasInfo := res.Meta[mcp.MetaKeyServerInfo].(*mcp.Implementation)
+	if len(res.Meta) != 1 && (len(res.Meta) != 2 || !hasInfo || info == nil) {
+		return nil, false
+	}
+	text, isText := res.Content[0].(*mcp.TextContent)
+	structured, isRaw := res.StructuredContent.(*json.RawMessage)
+	if !isString || !isText || text.Meta != nil || text.Annotations != nil || !isRaw || structured == nil {
+		return nil, false
+	}
+	var w ranWire
+	w.ResultType = "complete"
+	w.Meta.ServerInfo, w.Meta.InvocationID = info, id
+	w.Content[0].Type, w.Content[0].Text = "text", text.Text
+	w.StructuredContent = structured
+	body, err := json.Marshal(&w)
+	return body, err == nil
 }

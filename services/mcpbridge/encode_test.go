@@ -1,0 +1,77 @@
+package mcpbridge
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestEncodeRanIsTheGeneralEncoding: the one-pass encoding of a result
+// that ran has the bytes of the general path (the SDK's encoding of the
+// result with resultType spliced in), whatever the output's text holds;
+// any other shape of result is left to the general path.
+func TestEncodeRanIsTheGeneralEncoding(t *testing.T) {
+	info := &mcp.Implementation{Name: "mandate", Title: "Mandate", Version: Version}
+	ran := func(out, id string, withInfo bool) *mcp.CallToolResult {
+		r := (&Bridge{}).result(t.Context(), nil, toolCall{Code: "ticket.search"}, callResult{InvocationID: id, Output: []byte(out)})
+		if withInfo {
+			r.Meta[mcp.MetaKeyServerInfo] = info
+		}
+		return r
+	}
+	outputs := map[string]string{
+		"object":            `{"tickets":[{"id":"T-1001","subject":"Charged twice"}]}`,
+		"whitespace":        "{ \"a\" : [1, 2,\n\t3] }\n",
+		"html and controls": `{"s":"<b>&amp;</b> \u2028 \u2029 \t \\ \" é 😀","n":-1.5e3}` + "\n",
+		"raw html":          `{"s":"<script>&</script>"}`,
+		"invalid utf-8":     "{\"s\":\"\xff\xfe ok\"}",
+		"line separators":   "{\"s\":\"\u2028\u2029\"}",
+		"array":             `[1,"two",null]`,
+		"string":            `"just text"`,
+		"empty":             "",
+		"blank":             " \n ",
+		"control bytes":     "{\"s\":\"a\x01b\"}",
+	}
+	for name, out := range outputs {
+		for _, withInfo := range []bool{false, true} {
+			for _, id := range []string{"inv-1", "", "<&>"} {
+				res := ran(out, id, withInfo)
+				want, wantErr := spliceResultType(res)
+				got, ok := encodeRan(res)
+				if wantErr != nil {
+					if ok {
+						t.Errorf("%s: the one-pass encoding accepted what the SDK refuses (%v): %s", name, wantErr, got)
+					}
+					continue
+				}
+				if !ok || !bytes.Equal(got, want) {
+					t.Errorf("%s (info %v, id %q):\n got %s (ok %v)\nwant %s", name, withInfo, id, got, ok, want)
+				}
+			}
+		}
+	}
+
+	others := map[string]*mcp.CallToolResult{
+		"refusal":        refusalResult("refused", Refusal{Code: "x", InvocationID: "inv-1"}, []byte(`{"code":"x"}`)),
+		"input required": {InputRequests: mcp.InputRequestMap{}, RequestState: "s"},
+		"narrated": func() *mcp.CallToolResult {
+			r := ran(`{}`, "inv-1", false)
+			r.Content = append(r.Content, &mcp.TextContent{Text: "narration"})
+			r.Meta[MetaNarration] = Narration{Status: NarrationDone}
+			return r
+		}(),
+		"other meta": func() *mcp.CallToolResult {
+			r := ran(`{}`, "inv-1", false)
+			r.Meta["other"] = "x"
+			return r
+		}(),
+		"value structured": {Meta: mcp.Meta{MetaInvocation: "inv-1"}, Content: []mcp.Content{&mcp.TextContent{Text: "{}"}}, StructuredContent: json.RawMessage(`{}`)},
+	}
+	for name, res := range others {
+		if got, ok := encodeRan(res); ok {
+			t.Errorf("%s: encoded in one pass: %s", name, got)
+		}
+	}
+}
