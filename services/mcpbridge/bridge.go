@@ -467,10 +467,10 @@ func (b *Bridge) newServer() *mcp.Server {
 			if method == "tools/call" {
 				if r, ok := req.(*mcp.CallToolRequest); ok {
 					res, err := b.callTool(ctx, r)
-					if err != nil || res == nil || !modern(r) {
+					if err != nil || res == nil {
 						return res, err
 					}
-					return withResultType(res), nil
+					return encoded(res, modern(r)), nil
 				}
 			}
 			return next(ctx, method, req)

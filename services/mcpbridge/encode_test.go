@@ -10,8 +10,8 @@ import (
 
 // TestEncodeRanIsTheGeneralEncoding: the one-pass encoding of a result
 // that ran has the bytes of the general path (the SDK's encoding of the
-// result with resultType spliced in), whatever the output's text holds;
-// any other shape of result is left to the general path.
+// result, with resultType spliced in when typed), whatever the output's
+// text holds; any other shape of result is left to the general path.
 func TestEncodeRanIsTheGeneralEncoding(t *testing.T) {
 	info := &mcp.Implementation{Name: "mandate", Title: "Mandate", Version: Version}
 	ran := func(out, id string, withInfo bool) *mcp.CallToolResult {
@@ -37,17 +37,23 @@ func TestEncodeRanIsTheGeneralEncoding(t *testing.T) {
 	for name, out := range outputs {
 		for _, withInfo := range []bool{false, true} {
 			for _, id := range []string{"inv-1", "", "<&>"} {
-				res := ran(out, id, withInfo)
-				want, wantErr := spliceResultType(res)
-				got, ok := encodeRan(res)
-				if wantErr != nil {
-					if ok {
-						t.Errorf("%s: the one-pass encoding accepted what the SDK refuses (%v): %s", name, wantErr, got)
+				for _, typed := range []bool{true, false} {
+					res := ran(out, id, withInfo)
+					general := res.MarshalJSON
+					if typed {
+						general = func() ([]byte, error) { return spliceResultType(res) }
 					}
-					continue
-				}
-				if !ok || !bytes.Equal(got, want) {
-					t.Errorf("%s (info %v, id %q):\n got %s (ok %v)\nwant %s", name, withInfo, id, got, ok, want)
+					want, wantErr := general()
+					got, ok := encodeRan(res, typed)
+					if wantErr != nil {
+						if ok {
+							t.Errorf("%s: the one-pass encoding accepted what the SDK refuses (%v): %s", name, wantErr, got)
+						}
+						continue
+					}
+					if !ok || !bytes.Equal(got, want) {
+						t.Errorf("%s (info %v, id %q, typed %v):\n got %s (ok %v)\nwant %s", name, withInfo, id, typed, got, ok, want)
+					}
 				}
 			}
 		}
@@ -70,8 +76,10 @@ func TestEncodeRanIsTheGeneralEncoding(t *testing.T) {
 		"value structured": {Meta: mcp.Meta{MetaInvocation: "inv-1"}, Content: []mcp.Content{&mcp.TextContent{Text: "{}"}}, StructuredContent: json.RawMessage(`{}`)},
 	}
 	for name, res := range others {
-		if got, ok := encodeRan(res); ok {
-			t.Errorf("%s: encoded in one pass: %s", name, got)
+		for _, typed := range []bool{true, false} {
+			if got, ok := encodeRan(res, typed); ok {
+				t.Errorf("%s: encoded in one pass: %s", name, got)
+			}
 		}
 	}
 }

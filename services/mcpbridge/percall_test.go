@@ -257,3 +257,36 @@ func BenchmarkBridgeCall(b *testing.B) {
 		}
 	})
 }
+
+// TestAllocationsPerCall keeps what a tools/call allocates in the bridge
+// process from creeping up: the whole request through the handler (SDK
+// transport, token check, envelope check, relaying, encoding), test
+// request included. The ceilings sit a little above the counts measured
+// when they were set (279 and 124); an SDK upgrade that moves them is
+// worth a look at BenchmarkBridgeCall's profile before raising them.
+func TestAllocationsPerCall(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates")
+	}
+	if testing.Short() {
+		t.Skip("measures many calls")
+	}
+	pc := newPerCall(t)
+	session := pc.openSession(t)
+	for _, tc := range []struct {
+		name    string
+		call    func()
+		ceiling float64
+	}{
+		{"protocol=2026-07-28", func() { pc.call(t) }, 290},
+		{"protocol=2025-11-25", func() { pc.callOn(t, session) }, 130},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := testing.AllocsPerRun(200, tc.call)
+			t.Logf("%.0f allocations per tools/call", got)
+			if got > tc.ceiling {
+				t.Errorf("%.0f allocations per tools/call, ceiling %.0f", got, tc.ceiling)
+			}
+		})
+	}
+}
