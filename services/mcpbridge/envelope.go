@@ -48,10 +48,10 @@ func (b *Bridge) checkEnvelope(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		// One allocation holds the read buffer and the body the SDK reads
-		// again (replayBody), rather than a buffer, a reader and a
+		// One allocation holds the limit, the read buffer and the body the
+		// SDK reads again (replayBody), rather than one for each and a
 		// MultiReader per request.
-		rb := &replayBody{rest: r.Body}
+		rb := &replayBody{limited: io.LimitedReader{R: r.Body, N: limit + 1}, rest: r.Body}
 		buf := &rb.buf
 		// Room for the declared length, up to a size no idle connection
 		// should hold before sending it; larger bodies grow as they arrive.
@@ -59,7 +59,7 @@ func (b *Bridge) checkEnvelope(next http.Handler) http.Handler {
 		if r.ContentLength > 0 && r.ContentLength <= pregrow {
 			buf.Grow(int(r.ContentLength) + bytes.MinRead)
 		}
-		_, readErr := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+		_, readErr := buf.ReadFrom(&rb.limited)
 		var (
 			err  error
 			read = buf.Len() // of the body, by the checker
@@ -90,9 +90,10 @@ func (b *Bridge) checkEnvelope(next http.Handler) http.Handler {
 // replayBody is a request body the bridge read ahead: the bytes it read,
 // then whatever of the original body is left.
 type replayBody struct {
-	buf  bytes.Buffer
-	read bytes.Reader // over buf's bytes
-	rest io.ReadCloser
+	limited io.LimitedReader // the read ahead: up to the SDK's limit and one byte
+	buf     bytes.Buffer
+	read    bytes.Reader // over buf's bytes
+	rest    io.ReadCloser
 }
 
 func (b *replayBody) Read(p []byte) (int, error) {
