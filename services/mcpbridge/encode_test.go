@@ -83,3 +83,26 @@ func TestEncodeRanIsTheGeneralEncoding(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEncodeResult compares the one-pass encoding of a ran result
+// with the general path (the SDK's encoders, resultType spliced in).
+func BenchmarkEncodeResult(b *testing.B) {
+	res := (&Bridge{}).result(b.Context(), nil, toolCall{Code: "ticket.search"}, callResult{InvocationID: "inv-1", Output: []byte(searchResult)})
+	res.Meta[mcp.MetaKeyServerInfo] = &mcp.Implementation{Name: "mandate", Title: "Mandate", Version: Version}
+	b.Run("one-pass", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := encodeRan(res, true); !ok {
+				b.Fatal("not encoded in one pass")
+			}
+		}
+	})
+	b.Run("general", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := spliceResultType(res); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
