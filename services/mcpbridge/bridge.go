@@ -95,11 +95,9 @@ const (
 	MetaApproval = "mandate.dev/approval"
 )
 
-// Extra keys of auth.TokenInfo set by the bridge's token verifier.
-const (
-	extraPrincipal = "mandate.principal"
-	extraToken     = "mandate.token"
-)
+// extraCaller is the key of auth.TokenInfo.Extra under which the
+// bridge's token verifier leaves the *caller it verified.
+const extraCaller = "mandate.caller"
 
 // Version is the server version announced in initialize.
 const Version = "0.1.0"
@@ -115,6 +113,9 @@ type Bridge struct {
 	// for other replicas' sessions (nil: forwarding is off).
 	advertise string
 	proxy     *httputil.ReverseProxy
+
+	// callSpans are the tools/call span names by command (trace.go).
+	callSpans map[string]string
 
 	// ctx ends with Close; every watch runs under it.
 	ctx    context.Context
@@ -200,6 +201,7 @@ func New(cfg Config) (*Bridge, error) {
 		metadataPth: pth,
 		metadataURL: u.Scheme + "://" + u.Host + pth,
 		advertise:   advertise,
+		callSpans:   callSpanNames(cfg.Manifest),
 		servers:     map[string]*entry{},
 		ctx:         ctx,
 		cancel:      cancel,
@@ -285,27 +287,46 @@ func (b *Bridge) verifyToken(ctx context.Context, token string, _ *http.Request)
 		}
 		return nil, fmt.Errorf("%w: %s", auth.ErrInvalidToken, code)
 	}
-	return &auth.TokenInfo{
+	c := &caller{p: p, token: token}
+	c.info = auth.TokenInfo{
 		Expiration: p.ExpiresAt,
-		UserID:     principalKey(p),
-		Extra:      map[string]any{extraPrincipal: p, extraToken: token},
-	}, nil
+		UserID:     principalKey(p), // the server cache's key too
+		Extra:      map[string]any{extraCaller: c},
+	}
+	return &c.info, nil
+}
+
+// caller is a verified request's principal and raw token, with the
+// TokenInfo that carries them through the SDK: one allocation for all
+// three, on every request.
+type caller struct {
+	info  auth.TokenInfo
+	p     identity.Principal
+	token string
 }
 
 // principalKey identifies a principal for the server cache and session
 // pinning.
 func principalKey(p identity.Principal) string {
-	return strings.Join([]string{p.Issuer, p.Tenant, p.UserID, p.AgentID}, "\x00")
+	return p.Issuer + "\x00" + p.Tenant + "\x00" + p.UserID + "\x00" + p.AgentID
+}
+
+// verifiedCaller reads the verified caller from a request's TokenInfo.
+func verifiedCaller(ti *auth.TokenInfo) (*caller, bool) {
+	if ti == nil {
+		return nil, false
+	}
+	c, ok := ti.Extra[extraCaller].(*caller)
+	return c, ok && c != nil
 }
 
 // principalOf reads the verified principal from a request's TokenInfo.
 func principalOf(ti *auth.TokenInfo) (identity.Principal, string, bool) {
-	if ti == nil {
+	c, ok := verifiedCaller(ti)
+	if !ok {
 		return identity.Principal{}, "", false
 	}
-	p, ok := ti.Extra[extraPrincipal].(identity.Principal)
-	tok, _ := ti.Extra[extraToken].(string)
-	return p, tok, ok
+	return c.p, c.token, true
 }
 
 // withCaller returns ctx carrying the principal and its raw token, as the
@@ -327,11 +348,12 @@ func withCaller(ctx context.Context, ti *auth.TokenInfo) (context.Context, ident
 // watch is live the watch keeps the tools current and the request costs
 // no catalog call; otherwise the set is read here.
 func (b *Bridge) server(r *http.Request) *mcp.Server {
-	p, tok, ok := principalOf(auth.TokenInfoFromContext(r.Context()))
+	c, ok := verifiedCaller(auth.TokenInfoFromContext(r.Context()))
 	if !ok {
 		return nil
 	}
-	e := b.entry(p, tok)
+	p, tok := c.p, c.token
+	e := b.entry(c.info.UserID, p, tok)
 	if e == nil {
 		return nil // closed
 	}
@@ -445,10 +467,10 @@ func (b *Bridge) newServer() *mcp.Server {
 			if method == "tools/call" {
 				if r, ok := req.(*mcp.CallToolRequest); ok {
 					res, err := b.callTool(ctx, r)
-					if err != nil || res == nil || !modern(r) {
+					if err != nil || res == nil {
 						return res, err
 					}
-					return withResultType(res), nil
+					return encoded(res, modern(r)), nil
 				}
 			}
 			return next(ctx, method, req)

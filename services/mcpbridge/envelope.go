@@ -48,14 +48,18 @@ func (b *Bridge) checkEnvelope(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		var buf bytes.Buffer
+		// One allocation holds the limit, the read buffer and the body the
+		// SDK reads again (replayBody), rather than one for each and a
+		// MultiReader per request.
+		rb := &replayBody{limited: io.LimitedReader{R: r.Body, N: limit + 1}, rest: r.Body}
+		buf := &rb.buf
 		// Room for the declared length, up to a size no idle connection
 		// should hold before sending it; larger bodies grow as they arrive.
 		const pregrow = 64 << 10
 		if r.ContentLength > 0 && r.ContentLength <= pregrow {
 			buf.Grow(int(r.ContentLength) + bytes.MinRead)
 		}
-		_, readErr := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+		_, readErr := buf.ReadFrom(&rb.limited)
 		var (
 			err  error
 			read = buf.Len() // of the body, by the checker
@@ -69,20 +73,37 @@ func (b *Bridge) checkEnvelope(next http.Handler) http.Handler {
 			err = strictjson.CheckReader(cr, 0)
 			read = cr.n
 		}
-		var se *strictjson.Error
-		if err != nil && read <= limit && !errors.Is(err, strictjson.ErrEmpty) && errors.As(err, &se) {
-			writeEnvelopeError(w, se, b.auditEnvelope(r, buf.Bytes()[:read], se))
-			return
+		if err != nil && read <= limit && !errors.Is(err, strictjson.ErrEmpty) {
+			if se, ok := errors.AsType[*strictjson.Error](err); ok {
+				writeEnvelopeError(w, se, b.auditEnvelope(r, buf.Bytes()[:read], se))
+				return
+			}
 		}
 		// Accepted, empty, too large or unreadable: the SDK reads the same
 		// bytes (and the rest) and answers as it always has.
-		r.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(buf.Bytes()), r.Body), r.Body}
+		rb.read.Reset(buf.Bytes())
+		r.Body = rb
 		next.ServeHTTP(w, r)
 	})
 }
+
+// replayBody is a request body the bridge read ahead: the bytes it read,
+// then whatever of the original body is left.
+type replayBody struct {
+	limited io.LimitedReader // the read ahead: up to the SDK's limit and one byte
+	buf     bytes.Buffer
+	read    bytes.Reader // over buf's bytes
+	rest    io.ReadCloser
+}
+
+func (b *replayBody) Read(p []byte) (int, error) {
+	if b.read.Len() > 0 {
+		return b.read.Read(p)
+	}
+	return b.rest.Read(p)
+}
+
+func (b *replayBody) Close() error { return b.rest.Close() }
 
 // countingReader counts the bytes read through it and, when end is set,
 // fails with end where r ends: the body's own read error, in its place.

@@ -247,39 +247,62 @@ func (b *Bridge) stateRefusal(ctx context.Context, call toolCall, code, why stri
 	return b.refusal(ctx, call.Code, err)
 }
 
-// typedResult is a tools/call result of a sessionless request with its
-// resultType ("complete" or "input_required"). The SDK sets it only on
+// encodedResult is a tools/call result as the bridge has the SDK send it:
+// with its resultType for a sessionless request (the SDK sets it only on
 // results of its own tools/call handler, which the bridge's interception
-// bypasses.
-type typedResult struct {
+// bypasses), and encoded in one pass when it is the result of a call that
+// ran (encodeRan).
+type encodedResult struct {
 	mcp.ResultBase
-	res *mcp.CallToolResult
+	res   *mcp.CallToolResult
+	typed bool // with resultType
 }
 
-// withResultType wraps res for a sessionless client.
-func withResultType(res *mcp.CallToolResult) mcp.Result {
+// encoded wraps res for the SDK to send, typed for a sessionless client.
+// An untyped result that asks for input is left as it is: the SDK fulfils
+// those requests itself for such clients, which needs the result's own
+// type.
+func encoded(res *mcp.CallToolResult, typed bool) mcp.Result {
+	if !typed {
+		if res.InputRequests != nil {
+			return res
+		}
+		return &encodedResult{res: res}
+	}
 	if res.Content == nil && res.InputRequests == nil {
 		res.Content = []mcp.Content{}
 	}
-	return &typedResult{res: res}
+	return &encodedResult{res: res, typed: true}
 }
 
 // GetMeta implements mcp.Result over the wrapped result.
-func (t *typedResult) GetMeta() map[string]any { return t.res.GetMeta() }
+func (t *encodedResult) GetMeta() map[string]any { return t.res.GetMeta() }
 
 // SetMeta implements mcp.Result over the wrapped result.
-func (t *typedResult) SetMeta(m map[string]any) { t.res.SetMeta(m) }
+func (t *encodedResult) SetMeta(m map[string]any) { t.res.SetMeta(m) }
 
-// MarshalJSON is the wrapped result's JSON with resultType spliced in as
-// its first member (the result's own encoding never has one), rather than
-// decoded and encoded again.
-func (t *typedResult) MarshalJSON() ([]byte, error) {
-	body, err := json.Marshal(t.res)
+// MarshalJSON is the wrapped result's JSON, when typed with resultType
+// spliced in as its first member (the result's own encoding never has
+// one) rather than decoded and encoded again. The result of a call that
+// ran, as result() builds it, is encoded in one pass (encodeRan).
+func (t *encodedResult) MarshalJSON() ([]byte, error) {
+	if body, ok := encodeRan(t.res, t.typed); ok {
+		return body, nil
+	}
+	if !t.typed {
+		return t.res.MarshalJSON()
+	}
+	return spliceResultType(t.res)
+}
+
+// spliceResultType encodes any result with resultType spliced in.
+func spliceResultType(res *mcp.CallToolResult) ([]byte, error) {
+	body, err := res.MarshalJSON() // what json.Marshal(t.res) returns, without a second copy
 	if err != nil {
 		return nil, err
 	}
 	rt := `{"resultType":"complete"`
-	if t.res.InputRequests != nil {
+	if res.InputRequests != nil {
 		rt = `{"resultType":"input_required"`
 	}
 	if len(body) < 2 || body[0] != '{' {
@@ -294,4 +317,52 @@ func (t *typedResult) MarshalJSON() ([]byte, error) {
 		out = append(out, '}')
 	}
 	return out, nil
+}
+
+// ranWire is the JSON of a complete result with one text block, an
+// invocation id in _meta (and the server's info, which the SDK adds for a
+// sessionless client), and structuredContent: the members in the order
+// CallToolResult encodes them, after resultType when typed, and _meta's
+// in the order of their keys, as a map's.
+type ranWire struct {
+	ResultType string `json:"resultType,omitempty"`
+	Meta       struct {
+		ServerInfo   *mcp.Implementation `json:"io.modelcontextprotocol/serverInfo,omitempty"`
+		InvocationID string              `json:"mandate.dev/invocation_id"`
+	} `json:"_meta"`
+	Content [1]struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content"`
+	// A pointer: encoding a RawMessage value would box it.
+	StructuredContent *json.RawMessage `json:"structuredContent"`
+}
+
+// encodeRan encodes res in one json.Marshal, without the SDK's nested
+// encoders, when res has exactly ranWire's shape; the bytes are those of
+// the general path. ok is false for any other result, and for one whose
+// encoding fails, which the general path then reports in its words.
+func encodeRan(res *mcp.CallToolResult, typed bool) (body []byte, ok bool) {
+	if res.IsError || res.InputRequests != nil || res.RequestState != "" || len(res.Content) != 1 {
+		return nil, false
+	}
+	id, isString := res.Meta[MetaInvocation].(string)
+	info, hasInfo := res.Meta[mcp.MetaKeyServerInfo].(*mcp.Implementation)
+	if len(res.Meta) != 1 && (len(res.Meta) != 2 || !hasInfo || info == nil) {
+		return nil, false
+	}
+	text, isText := res.Content[0].(*mcp.TextContent)
+	structured, isRaw := res.StructuredContent.(*json.RawMessage)
+	if !isString || !isText || text.Meta != nil || text.Annotations != nil || !isRaw || structured == nil {
+		return nil, false
+	}
+	var w ranWire
+	if typed {
+		w.ResultType = "complete"
+	}
+	w.Meta.ServerInfo, w.Meta.InvocationID = info, id
+	w.Content[0].Type, w.Content[0].Text = "text", text.Text
+	w.StructuredContent = structured
+	body, err := json.Marshal(&w)
+	return body, err == nil
 }

@@ -9,9 +9,15 @@ import (
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/mandate-dev/mandate/internal/manifest"
 )
 
 var tracer = otel.Tracer("mandate/mcpbridge")
+
+// callSpanOptions start a tools/call span; one slice for all, as a
+// variadic slice built per call would be allocated per call.
+var callSpanOptions = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 
 // W3C trace context keys a tools/call's `_meta` may carry, as an MCP client
 // propagates its own trace to the server.
@@ -40,17 +46,40 @@ func traceContext(ctx context.Context, meta mcp.Meta) context.Context {
 
 // startCallSpan starts the server span of one tools/call, a child of the
 // traceparent in its `_meta` when there is one. The executor's spans (and
-// so its audit rows' trace id) descend from it.
-func startCallSpan(ctx context.Context, req *mcp.CallToolRequest) (context.Context, trace.Span) {
+// so its audit rows' trace id) descend from it. Its attributes are set
+// only on a span that records: without a tracer provider, or unsampled,
+// a call builds none.
+func (b *Bridge) startCallSpan(ctx context.Context, req *mcp.CallToolRequest) (context.Context, trace.Span) {
 	ctx = traceContext(ctx, req.Params.Meta)
-	attrs := []attribute.KeyValue{
-		attribute.String("mcp.method.name", "tools/call"),
-		attribute.String("gen_ai.tool.name", req.Params.Name),
+	ctx, span := tracer.Start(ctx, b.spanName(req.Params.Name), callSpanOptions...)
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("mcp.method.name", "tools/call"),
+			attribute.String("gen_ai.tool.name", req.Params.Name),
+		)
+		if req.Session != nil {
+			span.SetAttributes(attribute.String("mcp.session.id", req.Session.ID()))
+		}
 	}
-	if req.Session != nil {
-		attrs = append(attrs, attribute.String("mcp.session.id", req.Session.ID()))
+	return ctx, span
+}
+
+// spanName is the name of a tools/call span: "tools/call <tool>", built
+// once per command of the manifest (callSpans) rather than per call.
+func (b *Bridge) spanName(tool string) string {
+	if name, ok := b.callSpans[tool]; ok {
+		return name
 	}
-	return tracer.Start(ctx, "tools/call "+req.Params.Name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+	return "tools/call " + tool
+}
+
+// callSpanNames are the tools/call span names of the manifest's commands.
+func callSpanNames(m *manifest.Set) map[string]string {
+	names := make(map[string]string)
+	for _, c := range m.Commands() {
+		names[c.Code] = "tools/call " + c.Code
+	}
+	return names
 }
 
 // markRefused records a refusal's code on the call's span.

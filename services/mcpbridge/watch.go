@@ -38,11 +38,10 @@ const (
 // catalog. Abandoned sessions are ended by Config.SessionTimeout, if set,
 // or by the client's DELETE.
 
-// entry returns p's entry, creating it and starting its watch on first
+// entry returns p's entry (key is principalKey(p)), creating it and starting its watch on first
 // use, after recording the request's token as the newest credentials.
 // It returns nil once the Bridge is closed.
-func (b *Bridge) entry(p identity.Principal, token string) *entry {
-	key := principalKey(p)
+func (b *Bridge) entry(key string, p identity.Principal, token string) *entry {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
