@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/schema"
 	"github.com/mandate-dev/mandate/internal/telemetry"
 )
 
@@ -75,11 +76,14 @@ func (wireCloner) Copy(out, in any) error {
 	if od.FullName() != id.FullName() {
 		return fmt.Errorf("in-process call: a %s where a %s is expected", id.FullName(), od.FullName())
 	}
-	b, err := proto.Marshal(i)
+	// Both ends check required fields, as gRPC's codec does, unless the
+	// type cannot lack one: the check then always passes, and on a dynamic
+	// message it is an allocating walk of every field.
+	b, err := proto.MarshalOptions{AllowPartial: !schema.CanLackRequired(id)}.Marshal(i)
 	if err != nil {
 		return err
 	}
-	return proto.Unmarshal(b, o)
+	return proto.UnmarshalOptions{AllowPartial: !schema.CanLackRequired(od)}.Unmarshal(b, o)
 }
 
 func (wireCloner) Clone(in any) (any, error) {

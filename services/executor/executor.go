@@ -409,7 +409,9 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		return nil, e.fault(ctx, inv, StageSchema, failure.CodeInternalError, err)
 	}
 	inv.req = msg
-	canon, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	// The bytes are the same with AllowPartial; it only skips a check that
+	// cannot fail (schema.CanLackRequired).
+	canon, err := proto.MarshalOptions{Deterministic: true, AllowPartial: !schema.CanLackRequired(msg.Descriptor())}.Marshal(msg)
 	if err != nil {
 		return nil, e.fault(ctx, inv, StageSchema, failure.CodeInternalError, err)
 	}
