@@ -94,15 +94,28 @@ func (wireCloner) Clone(in any) (any, error) {
 	return proto.Clone(m), nil
 }
 
-// chainUnary runs interceptors in order, as grpc.ChainUnaryInterceptor does.
+// chainUnary runs interceptors in order, as grpc.ChainUnaryInterceptor does:
+// the handler each one is given is made when it is called, one per
+// interceptor after the first, and none past an interceptor that refuses.
 func chainUnary(ints []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		next := handler
-		for i := len(ints) - 1; i >= 0; i-- {
-			in, h := ints[i], next
-			next = func(ctx context.Context, req any) (any, error) { return in(ctx, req, info, h) }
+	if len(ints) == 0 {
+		return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			return handler(ctx, req)
 		}
-		return next(ctx, req)
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return ints[0](ctx, req, info, unaryAfter(ints, 0, info, handler))
+	}
+}
+
+// unaryAfter is the handler interceptor i of ints calls: the next
+// interceptor, or the final handler after the last.
+func unaryAfter(ints []grpc.UnaryServerInterceptor, i int, info *grpc.UnaryServerInfo, final grpc.UnaryHandler) grpc.UnaryHandler {
+	if i == len(ints)-1 {
+		return final
+	}
+	return func(ctx context.Context, req any) (any, error) {
+		return ints[i+1](ctx, req, info, unaryAfter(ints, i+1, info, final))
 	}
 }
 
