@@ -323,11 +323,17 @@ type invocation struct {
 func (e *Executor) Execute(ctx context.Context, call Call) (*Result, error) {
 	begin := time.Now()
 	inv := &invocation{id: NewInvocationID(), call: call, start: e.cfg.Now()}
-	ctx, span := tracer.Start(ctx, "mandate.execute", trace.WithAttributes(
-		attribute.String("mandate.invocation_id", inv.id),
-		attribute.String("mandate.command", call.Code),
-		attribute.String("mandate.channel", call.Channel)))
+	ctx, span := tracer.Start(ctx, "mandate.execute")
 	defer span.End()
+	// Set after the start, and only on a span that records, so that a call
+	// without tracing builds no attributes (the SDK's samplers, whichever
+	// OTEL_TRACES_SAMPLER picks, do not read them).
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("mandate.invocation_id", inv.id),
+			attribute.String("mandate.command", call.Code),
+			attribute.String("mandate.channel", call.Channel))
+	}
 	if tid := span.SpanContext().TraceID(); tid.IsValid() {
 		inv.traceID = tid.String()
 	}
