@@ -300,13 +300,16 @@ func NewInvocationID() string {
 
 // invocation is the state one call accumulates through the stages.
 type invocation struct {
-	id        string
-	call      Call
-	p         identity.Principal
-	cmd       *manifest.Command
-	method    protoreflect.MethodDescriptor
-	req       *dynamicpb.Message
-	args      []byte // redacted JSON
+	id     string
+	call   Call
+	p      identity.Principal
+	cmd    *manifest.Command
+	method protoreflect.MethodDescriptor
+	req    *dynamicpb.Message
+	// args is the redacted JSON of the arguments (empty before
+	// schema_validate), a string once for every audit row and the
+	// confirmation that carry it.
+	args      string
 	argDigest string
 	subject   string
 	idem      *IdemKey
@@ -422,7 +425,8 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		return nil, e.fault(ctx, inv, StageSchema, failure.CodeInternalError, err)
 	}
 	inv.argDigest = digest(cmd.Code, canon)
-	inv.args, _ = schema.Redact(inv.call.Input, cmd.SensitiveFields)
+	redacted, _ := schema.Redact(inv.call.Input, cmd.SensitiveFields)
+	inv.args = string(redacted)
 	inv.subject = subjectOf(msg, cmd.SubjectField)
 
 	// scope_check: the call is bound to the principal's tenant.
@@ -659,7 +663,7 @@ func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) e
 			// No TTL: the confirm service's default applies.
 			ch, err = e.cfg.Confirm.Open(ctx, &mandatev1.OpenRequest{
 				Command: inv.cmd.Code, InvocationDigest: d, InvocationId: inv.id,
-				ArgumentsJson: string(inv.args), WithheldFields: withheldOf(inv),
+				ArgumentsJson: inv.args, WithheldFields: withheldOf(inv),
 			})
 			return confirmError(err)
 		})
@@ -850,9 +854,7 @@ func (e *Executor) record(inv *invocation, phase, outcome, stage, code, msg stri
 		r.SideEffects = inv.cmd.SideEffects
 		r.Idempotent, r.Reversible = inv.cmd.Idempotent, inv.cmd.Reversible
 	}
-	if inv.args != nil {
-		r.ArgumentsJson = string(inv.args)
-	}
+	r.ArgumentsJson = inv.args
 	if !validCommand(r.Command) {
 		r.Command = "unknown"
 	}

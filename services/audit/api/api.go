@@ -417,10 +417,11 @@ func fromProto(r *mandatev1.AuditRecord) (audit.Record, error) {
 		rec.Duration = r.GetDuration().AsDuration()
 	}
 	if a := r.GetArgumentsJson(); a != "" {
-		if !json.Valid([]byte(a)) {
+		b := json.RawMessage(a) // one copy, checked and kept
+		if !json.Valid(b) {
 			return rec, errors.New("arguments_json is not valid JSON")
 		}
-		rec.Arguments = json.RawMessage(a)
+		rec.Arguments = b
 	}
 	if ap := r.GetApproval(); ap != nil {
 		rec.Approval = &audit.Approval{ChallengeID: ap.GetChallengeId(), Approver: ap.GetApprover(), Channel: ap.GetChannel()}
