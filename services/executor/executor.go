@@ -295,7 +295,10 @@ type Result struct {
 func NewInvocationID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return "inv_" + hex.EncodeToString(b[:])
+	// Encoded in place: one allocation, the string.
+	out := [len("inv_") + 2*len(b)]byte{'i', 'n', 'v', '_'}
+	hex.Encode(out[len("inv_"):], b[:])
+	return string(out[:])
 }
 
 // invocation is the state one call accumulates through the stages.
@@ -994,5 +997,8 @@ func auditID(stored []*mandatev1.AuditRecord) string {
 	if len(stored) == 0 {
 		return ""
 	}
-	return stored[0].GetTenant() + "/" + strconv.FormatInt(stored[0].GetSeq(), 10)
+	// Built in a stack buffer: one allocation, the string.
+	var buf [96]byte
+	b := append(append(buf[:0], stored[0].GetTenant()...), '/')
+	return string(strconv.AppendInt(b, stored[0].GetSeq(), 10))
 }
