@@ -90,8 +90,12 @@ func outgoingContext(ctx context.Context, src *bearerSource) (context.Context, e
 	if err != nil {
 		return ctx, err
 	}
-	md, _ := metadata.FromOutgoingContext(ctx)
-	md = md.Copy()
+	// FromOutgoingContext builds a new MD on every call (it merges the
+	// pairs appended to ctx), so it is changed here without another copy.
+	md, ok := metadata.FromOutgoingContext(ctx)
+	if !ok {
+		md = make(metadata.MD, 2)
+	}
 	md.Set("authorization", header)
 	md.Delete(OnBehalfOfHeader)
 	if raw, ok := RawTokenFromContext(ctx); ok {

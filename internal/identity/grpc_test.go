@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"reflect"
 	"testing"
 	"time"
 
@@ -440,5 +441,43 @@ func TestClientInterceptorFollowsTokenRotation(t *testing.T) {
 		if got := sent(); len(got) != 1 || got[0] != "Bearer "+tok {
 			t.Fatalf("token %q: authorization %q", tok, got)
 		}
+	}
+}
+
+// TestClientInterceptorReplacesCredentials: credentials already in the
+// outgoing metadata (e.g. copied from an incoming call, in any case) are
+// replaced by the service's token and the forwarded user's, other keys
+// pass through, and the caller's metadata is left as it was.
+func TestClientInterceptorReplacesCredentials(t *testing.T) {
+	icpt := UnaryClientInterceptor(&rotatingSource{tok: "svc"})
+	callerMD := metadata.MD{"Authorization": {"Bearer smuggled"}, OnBehalfOfHeader: {"Bearer smuggled"}, "x-keep": {"1"}}
+	ctx := metadata.AppendToOutgoingContext(metadata.NewOutgoingContext(context.Background(), callerMD), "x-added", "2")
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want metadata.MD
+	}{
+		{"no user", ctx, metadata.MD{"authorization": {"Bearer svc"}, "x-keep": {"1"}, "x-added": {"2"}}},
+		{"forwarding a user", WithRawToken(ctx, "user"),
+			metadata.MD{"authorization": {"Bearer svc"}, OnBehalfOfHeader: {"Bearer user"}, "x-keep": {"1"}, "x-added": {"2"}}},
+		{"no metadata", context.Background(), metadata.MD{"authorization": {"Bearer svc"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got metadata.MD
+			err := icpt(tc.ctx, "/x.Y/Z", nil, nil, nil,
+				func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+					got, _ = metadata.FromOutgoingContext(ctx)
+					return nil
+				})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("sent %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if want := (metadata.MD{"Authorization": {"Bearer smuggled"}, OnBehalfOfHeader: {"Bearer smuggled"}, "x-keep": {"1"}}); !reflect.DeepEqual(callerMD, want) {
+		t.Errorf("the caller's metadata became %v", callerMD)
 	}
 }

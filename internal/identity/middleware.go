@@ -79,11 +79,11 @@ func (a *Authenticator) Authenticate(ctx context.Context, authorization, onBehal
 			return ctx, err
 		}
 		p.Via = svc.ServiceName
-		return WithPrincipal(WithRawToken(ctx, userToken), p), nil
+		return withUser(ctx, userToken, p), nil
 	}
 	p, err := a.users.Verify(ctx, bearer)
 	if err == nil {
-		return WithPrincipal(WithRawToken(ctx, bearer), p), nil
+		return withUser(ctx, bearer, p), nil
 	}
 	if a.allowServiceOnly {
 		if svc, serr := a.services.Verify(ctx, bearer); serr == nil {

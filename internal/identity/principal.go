@@ -66,33 +66,61 @@ func (p Principal) Subject() string {
 	}
 }
 
-type principalKey struct{}
+// callerKey holds what is known of a call's caller: its principal and the
+// end user's token to forward, in one context value, so that the
+// middleware stores both with one allocation pair rather than two.
+type callerKey struct{}
 
-type rawTokenKey struct{}
+type caller struct {
+	p    Principal
+	hasP bool
+	raw  string
+}
+
+func callerFrom(ctx context.Context) caller {
+	c, _ := ctx.Value(callerKey{}).(*caller)
+	if c == nil {
+		return caller{}
+	}
+	return *c
+}
+
+func withCaller(ctx context.Context, c caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, &c)
+}
 
 // WithPrincipal returns a context carrying p. Only the authentication
 // middleware should call it outside tests: handlers trust what they find.
 func WithPrincipal(ctx context.Context, p Principal) context.Context {
-	return context.WithValue(ctx, principalKey{}, p)
+	c := callerFrom(ctx)
+	c.p, c.hasP = p, true
+	return withCaller(ctx, c)
 }
 
 // FromContext returns the authenticated caller, and false when the request
 // did not pass through the authentication middleware (for example a health
 // check), which handlers must treat as "no caller", never as a default one.
 func FromContext(ctx context.Context) (Principal, bool) {
-	p, ok := ctx.Value(principalKey{}).(Principal)
-	return p, ok
+	c := callerFrom(ctx)
+	return c.p, c.hasP
 }
 
 // WithRawToken records the end user's original bearer token so that an
 // outgoing call can forward it in x-mandate-on-behalf-of; the next service
 // then verifies the user itself instead of trusting our word for it.
 func WithRawToken(ctx context.Context, token string) context.Context {
-	return context.WithValue(ctx, rawTokenKey{}, token)
+	c := callerFrom(ctx)
+	c.raw = token
+	return withCaller(ctx, c)
+}
+
+// withUser is WithPrincipal(WithRawToken(ctx, token), p) in one value.
+func withUser(ctx context.Context, token string, p Principal) context.Context {
+	return withCaller(ctx, caller{p: p, hasP: true, raw: token})
 }
 
 // RawTokenFromContext returns the token recorded by WithRawToken.
 func RawTokenFromContext(ctx context.Context) (string, bool) {
-	t, ok := ctx.Value(rawTokenKey{}).(string)
-	return t, ok && t != ""
+	t := callerFrom(ctx).raw
+	return t, t != ""
 }

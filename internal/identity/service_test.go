@@ -174,3 +174,38 @@ func TestNewAuthenticatorRejectsSharedSecret(t *testing.T) {
 		})
 	}
 }
+
+// TestCallerInContext: the principal and the token to forward are set and
+// read independently, the latest of each wins, and an empty token is none.
+func TestCallerInContext(t *testing.T) {
+	alice, bob := Principal{Kind: KindUser, Tenant: "acme", UserID: "alice"}, Principal{Kind: KindUser, Tenant: "acme", UserID: "bob"}
+	bg := context.Background()
+	for _, tc := range []struct {
+		name    string
+		ctx     context.Context
+		want    Principal
+		wantOK  bool
+		wantTok string
+	}{
+		{"nothing", bg, Principal{}, false, ""},
+		{"principal only", WithPrincipal(bg, alice), alice, true, ""},
+		{"token only", WithRawToken(bg, "t1"), Principal{}, false, "t1"},
+		{"token then principal", WithPrincipal(WithRawToken(bg, "t1"), alice), alice, true, "t1"},
+		{"principal then token", WithRawToken(WithPrincipal(bg, alice), "t1"), alice, true, "t1"},
+		{"middleware's user", withUser(bg, "t1", alice), alice, true, "t1"},
+		{"latest principal", WithPrincipal(withUser(bg, "t1", alice), bob), bob, true, "t1"},
+		{"latest token", WithRawToken(withUser(bg, "t1", alice), "t2"), alice, true, "t2"},
+		{"empty token", WithRawToken(withUser(bg, "t1", alice), ""), alice, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, ok := FromContext(tc.ctx)
+			if p != tc.want || ok != tc.wantOK {
+				t.Errorf("FromContext = %+v, %v; want %+v, %v", p, ok, tc.want, tc.wantOK)
+			}
+			tok, ok := RawTokenFromContext(tc.ctx)
+			if tok != tc.wantTok || ok != (tc.wantTok != "") {
+				t.Errorf("RawTokenFromContext = %q, %v; want %q", tok, ok, tc.wantTok)
+			}
+		})
+	}
+}

@@ -122,7 +122,8 @@ func (d *Decoder) Decode(md protoreflect.MessageDescriptor, input []byte) (*dyna
 		return nil, invalidSorted(c.violations)
 	}
 	msg := dynamicpb.NewMessage(md)
-	opts := protojson.UnmarshalOptions{}
+	// AllowPartial only skips a required-field check that cannot fail.
+	opts := protojson.UnmarshalOptions{AllowPartial: !CanLackRequired(md)}
 	if d.types != nil {
 		opts.Resolver = d.types
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/schema"
 	"github.com/mandate-dev/mandate/internal/telemetry"
 )
 
@@ -75,11 +76,14 @@ func (wireCloner) Copy(out, in any) error {
 	if od.FullName() != id.FullName() {
 		return fmt.Errorf("in-process call: a %s where a %s is expected", id.FullName(), od.FullName())
 	}
-	b, err := proto.Marshal(i)
+	// Both ends check required fields, as gRPC's codec does, unless the
+	// type cannot lack one: the check then always passes, and on a dynamic
+	// message it is an allocating walk of every field.
+	b, err := proto.MarshalOptions{AllowPartial: !schema.CanLackRequired(id)}.Marshal(i)
 	if err != nil {
 		return err
 	}
-	return proto.Unmarshal(b, o)
+	return proto.UnmarshalOptions{AllowPartial: !schema.CanLackRequired(od)}.Unmarshal(b, o)
 }
 
 func (wireCloner) Clone(in any) (any, error) {
@@ -90,15 +94,28 @@ func (wireCloner) Clone(in any) (any, error) {
 	return proto.Clone(m), nil
 }
 
-// chainUnary runs interceptors in order, as grpc.ChainUnaryInterceptor does.
+// chainUnary runs interceptors in order, as grpc.ChainUnaryInterceptor does:
+// the handler each one is given is made when it is called, one per
+// interceptor after the first, and none past an interceptor that refuses.
 func chainUnary(ints []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		next := handler
-		for i := len(ints) - 1; i >= 0; i-- {
-			in, h := ints[i], next
-			next = func(ctx context.Context, req any) (any, error) { return in(ctx, req, info, h) }
+	if len(ints) == 0 {
+		return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			return handler(ctx, req)
 		}
-		return next(ctx, req)
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return ints[0](ctx, req, info, unaryAfter(ints, 0, info, handler))
+	}
+}
+
+// unaryAfter is the handler interceptor i of ints calls: the next
+// interceptor, or the final handler after the last.
+func unaryAfter(ints []grpc.UnaryServerInterceptor, i int, info *grpc.UnaryServerInfo, final grpc.UnaryHandler) grpc.UnaryHandler {
+	if i == len(ints)-1 {
+		return final
+	}
+	return func(ctx context.Context, req any) (any, error) {
+		return ints[i+1](ctx, req, info, unaryAfter(ints, i+1, info, final))
 	}
 }
 

@@ -295,18 +295,24 @@ type Result struct {
 func NewInvocationID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return "inv_" + hex.EncodeToString(b[:])
+	// Encoded in place: one allocation, the string.
+	out := [len("inv_") + 2*len(b)]byte{'i', 'n', 'v', '_'}
+	hex.Encode(out[len("inv_"):], b[:])
+	return string(out[:])
 }
 
 // invocation is the state one call accumulates through the stages.
 type invocation struct {
-	id        string
-	call      Call
-	p         identity.Principal
-	cmd       *manifest.Command
-	method    protoreflect.MethodDescriptor
-	req       *dynamicpb.Message
-	args      []byte // redacted JSON
+	id     string
+	call   Call
+	p      identity.Principal
+	cmd    *manifest.Command
+	method protoreflect.MethodDescriptor
+	req    *dynamicpb.Message
+	// args is the redacted JSON of the arguments (empty before
+	// schema_validate), a string once for every audit row and the
+	// confirmation that carry it.
+	args      string
 	argDigest string
 	subject   string
 	idem      *IdemKey
@@ -323,11 +329,17 @@ type invocation struct {
 func (e *Executor) Execute(ctx context.Context, call Call) (*Result, error) {
 	begin := time.Now()
 	inv := &invocation{id: NewInvocationID(), call: call, start: e.cfg.Now()}
-	ctx, span := tracer.Start(ctx, "mandate.execute", trace.WithAttributes(
-		attribute.String("mandate.invocation_id", inv.id),
-		attribute.String("mandate.command", call.Code),
-		attribute.String("mandate.channel", call.Channel)))
+	ctx, span := tracer.Start(ctx, "mandate.execute")
 	defer span.End()
+	// Set after the start, and only on a span that records, so that a call
+	// without tracing builds no attributes (the SDK's samplers, whichever
+	// OTEL_TRACES_SAMPLER picks, do not read them).
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("mandate.invocation_id", inv.id),
+			attribute.String("mandate.command", call.Code),
+			attribute.String("mandate.channel", call.Channel))
+	}
 	if tid := span.SpanContext().TraceID(); tid.IsValid() {
 		inv.traceID = tid.String()
 	}
@@ -409,12 +421,15 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 		return nil, e.fault(ctx, inv, StageSchema, failure.CodeInternalError, err)
 	}
 	inv.req = msg
-	canon, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	// The bytes are the same with AllowPartial; it only skips a check that
+	// cannot fail (schema.CanLackRequired).
+	canon, err := proto.MarshalOptions{Deterministic: true, AllowPartial: !schema.CanLackRequired(msg.Descriptor())}.Marshal(msg)
 	if err != nil {
 		return nil, e.fault(ctx, inv, StageSchema, failure.CodeInternalError, err)
 	}
 	inv.argDigest = digest(cmd.Code, canon)
-	inv.args, _ = schema.Redact(inv.call.Input, cmd.SensitiveFields)
+	redacted, _ := schema.Redact(inv.call.Input, cmd.SensitiveFields)
+	inv.args = string(redacted)
 	inv.subject = subjectOf(msg, cmd.SubjectField)
 
 	// scope_check: the call is bound to the principal's tenant.
@@ -651,7 +666,7 @@ func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) e
 			// No TTL: the confirm service's default applies.
 			ch, err = e.cfg.Confirm.Open(ctx, &mandatev1.OpenRequest{
 				Command: inv.cmd.Code, InvocationDigest: d, InvocationId: inv.id,
-				ArgumentsJson: string(inv.args), WithheldFields: withheldOf(inv),
+				ArgumentsJson: inv.args, WithheldFields: withheldOf(inv),
 			})
 			return confirmError(err)
 		})
@@ -842,9 +857,7 @@ func (e *Executor) record(inv *invocation, phase, outcome, stage, code, msg stri
 		r.SideEffects = inv.cmd.SideEffects
 		r.Idempotent, r.Reversible = inv.cmd.Idempotent, inv.cmd.Reversible
 	}
-	if inv.args != nil {
-		r.ArgumentsJson = string(inv.args)
-	}
+	r.ArgumentsJson = inv.args
 	if !validCommand(r.Command) {
 		r.Command = "unknown"
 	}
@@ -984,5 +997,8 @@ func auditID(stored []*mandatev1.AuditRecord) string {
 	if len(stored) == 0 {
 		return ""
 	}
-	return stored[0].GetTenant() + "/" + strconv.FormatInt(stored[0].GetSeq(), 10)
+	// Built in a stack buffer: one allocation, the string.
+	var buf [96]byte
+	b := append(append(buf[:0], stored[0].GetTenant()...), '/')
+	return string(strconv.AppendInt(b, stored[0].GetSeq(), 10))
 }

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/schema"
 )
 
 // outputJSON is how results are encoded everywhere: proto field names, so
@@ -17,7 +18,11 @@ func marshalOutput(m proto.Message) ([]byte, error) {
 	if m == nil {
 		return []byte("{}"), nil
 	}
-	return outputJSON.Marshal(m)
+	opts := outputJSON
+	// The required-field check always passes on a type that cannot lack
+	// one, and on a dynamic message it allocates as it walks every field.
+	opts.AllowPartial = !schema.CanLackRequired(m.ProtoReflect().Descriptor())
+	return opts.Marshal(m)
 }
 
 // statusBytes serializes the gRPC status of a failure, so a replay returns

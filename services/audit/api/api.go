@@ -123,6 +123,10 @@ func (s *Service) append(ctx context.Context, tenant string, ownAuthority bool, 
 	return out, nil
 }
 
+// serverSpan starts the span of each append on a stream; built once, as
+// it is the same for all.
+var serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+
 // maxStreamInFlight bounds the appends of one stream under way at once;
 // the stream's flow control holds further requests back.
 const maxStreamInFlight = 256
@@ -186,7 +190,7 @@ func (s *Service) AppendStream(stream grpc.BidiStreamingServer[mandatev1.AppendS
 			defer func() { <-slots; wg.Done() }()
 			resp := &mandatev1.AppendStreamResponse{Id: req.GetId()}
 			actx := otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(req.GetTraceContext()))
-			actx, span := tracer.Start(actx, "mandate.v1.AuditService/AppendStream.Append", trace.WithSpanKind(trace.SpanKindServer))
+			actx, span := tracer.Start(actx, "mandate.v1.AuditService/AppendStream.Append", serverSpan...)
 			defer span.End()
 			stored, err := s.append(actx, "", true, req.GetRecords())
 			if err != nil {
@@ -413,10 +417,11 @@ func fromProto(r *mandatev1.AuditRecord) (audit.Record, error) {
 		rec.Duration = r.GetDuration().AsDuration()
 	}
 	if a := r.GetArgumentsJson(); a != "" {
-		if !json.Valid([]byte(a)) {
+		b := json.RawMessage(a) // one copy, checked and kept
+		if !json.Valid(b) {
 			return rec, errors.New("arguments_json is not valid JSON")
 		}
-		rec.Arguments = json.RawMessage(a)
+		rec.Arguments = b
 	}
 	if ap := r.GetApproval(); ap != nil {
 		rec.Approval = &audit.Approval{ChallengeID: ap.GetChallengeId(), Approver: ap.GetApprover(), Channel: ap.GetChannel()}

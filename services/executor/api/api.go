@@ -211,12 +211,13 @@ func (s *Service) proxy(_ any, ss grpc.ServerStream) error {
 	md, _ := s.manifest.Method(cmd.Code)
 	req := dynamicpb.NewMessage(md.Input())
 	call := s.call(ctx, cmd.Code, nil)
-	if err := (proto.UnmarshalOptions{Resolver: s.manifest.Types()}).Unmarshal(in.payload, req); err != nil {
+	// AllowPartial only skips a required-field check that cannot fail.
+	if err := (proto.UnmarshalOptions{Resolver: s.manifest.Types(), AllowPartial: !schema.CanLackRequired(md.Input())}).Unmarshal(in.payload, req); err != nil {
 		call.InputError = &schema.InvalidError{Violations: []schema.Violation{{Rule: "schema.decode", Message: "the request is not a valid " + string(md.Input().FullName())}}}
 	} else if ptr := unknownFields(req, ""); ptr != "" {
 		call.InputError = &schema.InvalidError{Violations: []schema.Violation{{Pointer: ptr, Rule: "schema.unknown_field", Message: "the request carries fields this command does not declare"}}}
 	} else {
-		b, err := (protojson.MarshalOptions{UseProtoNames: true}).Marshal(req)
+		b, err := (protojson.MarshalOptions{UseProtoNames: true, AllowPartial: !schema.CanLackRequired(md.Input())}).Marshal(req)
 		if err != nil {
 			return failure.Internal(executor.StageSchema, err)
 		}
@@ -234,7 +235,7 @@ func (s *Service) proxy(_ any, ss grpc.ServerStream) error {
 		}
 		out = m
 	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(out)
+	b, err := proto.MarshalOptions{Deterministic: true, AllowPartial: !schema.CanLackRequired(out.ProtoReflect().Descriptor())}.Marshal(out)
 	if err != nil {
 		return failure.Internal(executor.StageDispatch, err)
 	}
