@@ -96,7 +96,9 @@ type appendStream struct {
 	closing sync.Once
 }
 
-// Append appends req's records and returns the stored rows.
+// Append appends req's records and returns where each was stored: tenant,
+// invocation id, phase, seq and hash (AppendStreamRequest.brief), which is
+// all the executor reads of them.
 func (a *AuditStream) Append(ctx context.Context, req *mandatev1.AppendRequest, _ ...grpc.CallOption) (*mandatev1.AppendResponse, error) {
 	s, id, ack, err := a.register()
 	if err != nil {
@@ -105,7 +107,7 @@ func (a *AuditStream) Append(ctx context.Context, req *mandatev1.AppendRequest, 
 	tc := propagation.MapCarrier{}
 	otel.GetTextMapPropagator().Inject(ctx, tc)
 	select {
-	case s.sendq <- &mandatev1.AppendStreamRequest{Id: id, Records: req.GetRecords(), TraceContext: tc}:
+	case s.sendq <- &mandatev1.AppendStreamRequest{Id: id, Records: req.GetRecords(), TraceContext: tc, Brief: true}:
 	case <-s.done:
 		return nil, s.err
 	case <-ctx.Done():

@@ -36,7 +36,11 @@ type AppendStreamRequest struct {
 	// The trace context of the append (W3C `traceparent`, `tracestate`), as
 	// gRPC metadata carries it for a unary call: the audit service's span of
 	// the append joins the caller's trace.
-	TraceContext  map[string]string `protobuf:"bytes,3,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	TraceContext map[string]string `protobuf:"bytes,3,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Answer with where each record was stored — its tenant, invocation_id,
+	// phase, seq and hash — instead of the whole stored record. The executor
+	// asks for this: it needs the intent's position, not its own record back.
+	Brief         bool `protobuf:"varint,4,opt,name=brief,proto3" json:"brief,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -92,12 +96,20 @@ func (x *AppendStreamRequest) GetTraceContext() map[string]string {
 	return nil
 }
 
+func (x *AppendStreamRequest) GetBrief() bool {
+	if x != nil {
+		return x.Brief
+	}
+	return false
+}
+
 // AppendStreamResponse answers one AppendStreamRequest.
 type AppendStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The request's id.
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// The stored records, in request order, when the append succeeded.
+	// The stored records, in request order, when the append succeeded; with
+	// `brief`, only their tenant, invocation_id, phase, seq and hash.
 	Records []*AuditRecord `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
 	// When it failed: the gRPC code Append would have returned (never 0).
 	StatusCode int32 `protobuf:"varint,3,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"`
@@ -1349,11 +1361,12 @@ var File_mandate_v1_audit_proto protoreflect.FileDescriptor
 const file_mandate_v1_audit_proto_rawDesc = "" +
 	"\n" +
 	"\x16mandate/v1/audit.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17mandate/v1/errors.proto\"\x88\x02\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17mandate/v1/errors.proto\"\x9e\x02\n" +
 	"\x13AppendStreamRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12>\n" +
 	"\arecords\x18\x02 \x03(\v2\x17.mandate.v1.AuditRecordB\v\xbaH\b\x92\x01\x05\b\x01\x10\xf4\x03R\arecords\x12`\n" +
-	"\rtrace_context\x18\x03 \x03(\v21.mandate.v1.AppendStreamRequest.TraceContextEntryB\b\xbaH\x05\x9a\x01\x02\x10\bR\ftraceContext\x1a?\n" +
+	"\rtrace_context\x18\x03 \x03(\v21.mandate.v1.AppendStreamRequest.TraceContextEntryB\b\xbaH\x05\x9a\x01\x02\x10\bR\ftraceContext\x12\x14\n" +
+	"\x05brief\x18\x04 \x01(\bR\x05brief\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x01\n" +

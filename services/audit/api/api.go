@@ -84,7 +84,7 @@ func (s *Service) Append(ctx context.Context, req *mandatev1.AppendRequest) (*ma
 	if ownAuthority && p.ServiceName != identity.ExecutorService {
 		return nil, failure.New("permission_check", failure.CodeAuthorizationPermissionDenied, "a service appends for the caller it relays; only the executor appends on its own authority")
 	}
-	stored, err := s.append(ctx, p.Tenant, ownAuthority, req.GetRecords())
+	stored, err := s.append(ctx, p.Tenant, ownAuthority, req.GetRecords(), toProto)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +93,8 @@ func (s *Service) Append(ctx context.Context, req *mandatev1.AppendRequest) (*ma
 
 // append stores records: for tenant, or, on the executor's own authority,
 // each for the tenant it names.
-func (s *Service) append(ctx context.Context, tenant string, ownAuthority bool, records []*mandatev1.AuditRecord) ([]*mandatev1.AuditRecord, error) {
+// append appends records and answers each stored row as answer converts it.
+func (s *Service) append(ctx context.Context, tenant string, ownAuthority bool, records []*mandatev1.AuditRecord, answer func(*audit.Stored) *mandatev1.AuditRecord) ([]*mandatev1.AuditRecord, error) {
 	recs := make([]audit.Record, 0, len(records))
 	for i, r := range records {
 		t := tenant
@@ -118,7 +119,7 @@ func (s *Service) append(ctx context.Context, tenant string, ownAuthority bool, 
 	}
 	out := make([]*mandatev1.AuditRecord, 0, len(stored))
 	for i := range stored {
-		out = append(out, toProto(&stored[i]))
+		out = append(out, answer(&stored[i]))
 	}
 	return out, nil
 }
@@ -192,7 +193,11 @@ func (s *Service) AppendStream(stream grpc.BidiStreamingServer[mandatev1.AppendS
 			actx := otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(req.GetTraceContext()))
 			actx, span := tracer.Start(actx, "mandate.v1.AuditService/AppendStream.Append", serverSpan...)
 			defer span.End()
-			stored, err := s.append(actx, "", true, req.GetRecords())
+			answer := toProto
+			if req.GetBrief() {
+				answer = toBrief
+			}
+			stored, err := s.append(actx, "", true, req.GetRecords(), answer)
 			if err != nil {
 				st := failure.ToStatus(err)
 				span.SetStatus(codes.Error, st.Message())
@@ -430,6 +435,14 @@ func fromProto(r *mandatev1.AuditRecord) (audit.Record, error) {
 		}
 	}
 	return rec, nil
+}
+
+// toBrief is where a record was stored, for AppendStreamRequest.brief: the
+// caller sent the record, so only its position comes back.
+func toBrief(s *audit.Stored) *mandatev1.AuditRecord {
+	return &mandatev1.AuditRecord{
+		Tenant: s.Tenant, InvocationId: s.InvocationID, Phase: string(s.Phase), Seq: s.Seq, Hash: hex.EncodeToString(s.Hash),
+	}
 }
 
 func toProto(s *audit.Stored) *mandatev1.AuditRecord {

@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
@@ -488,8 +489,28 @@ func TestAppendStream(t *testing.T) {
 	rec := record("inv-st4", "intent", "pending")
 	rec.Tenant = "acme"
 	send(4, rec)
-	if resp, err := stream.Recv(); err != nil || resp.GetId() != 4 || resp.GetStatusCode() != 0 {
-		t.Fatalf("after a refusal: %v %v", resp, err)
+	full, err := stream.Recv()
+	if err != nil || full.GetId() != 4 || full.GetStatusCode() != 0 {
+		t.Fatalf("after a refusal: %v %v", full, err)
+	}
+	if r := full.GetRecords()[0]; r.GetCommand() == "" || r.GetPrevHash() == "" || r.GetTime() == nil {
+		t.Fatalf("a request without brief is answered with the whole record: %v", r)
+	}
+
+	// brief: where the record went, nothing else.
+	rec = record("inv-st5", "intent", "pending")
+	rec.Tenant = "acme"
+	if err := stream.Send(&mandatev1.AppendStreamRequest{Id: 5, Records: []*mandatev1.AuditRecord{rec}, Brief: true}); err != nil {
+		t.Fatal(err)
+	}
+	brief, err := stream.Recv()
+	if err != nil || brief.GetId() != 5 || brief.GetStatusCode() != 0 || len(brief.GetRecords()) != 1 {
+		t.Fatalf("brief: %v %v", brief, err)
+	}
+	want := &mandatev1.AuditRecord{Tenant: "acme", InvocationId: "inv-st5", Phase: "intent",
+		Seq: full.GetRecords()[0].GetSeq() + 1, Hash: brief.GetRecords()[0].GetHash()}
+	if got := brief.GetRecords()[0]; !proto.Equal(got, want) || len(got.GetHash()) != 64 {
+		t.Fatalf("brief answer %v, want %v with a hash", got, want)
 	}
 
 	// Another service, or the executor relaying a user, may not.
