@@ -54,7 +54,7 @@ const (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[])
 		ON CONFLICT DO NOTHING`
 	sqlClearPending = `SELECT audit.clear_pending($1::text[], $2::text[])`
-	sqlNotify = `SELECT pg_notify('` + Channel + `', t) FROM unnest($1::text[]) AS t`
+	sqlNotify       = `SELECT pg_notify('` + Channel + `', t) FROM unnest($1::text[]) AS t`
 	// sqlAsyncCommit lets the NOTIFY's transaction commit without waiting for its WAL flush:
 	// NOTIFY assigns a transaction id, so its commit would otherwise wait for an fsync of its
 	// own, competing with the appends' commits for the WAL. It carries no data; a crash that
