@@ -10,6 +10,7 @@
 # Usage: scripts/idle-rss.sh   (from the repository root; Linux only)
 #
 #   LDFLAGS      go build -ldflags (default "-s -w", as deploy/compose/Dockerfile)
+#   CGO_ENABLED  default 0, as deploy/compose/Dockerfile: static binaries, no libc mapped
 #   DATABASE     Postgres server, without a database (default postgres://postgres@127.0.0.1:5432);
 #                a scratch database is created and dropped
 #   PORT_BASE    first of the loopback ports the services listen on (default 47100)
@@ -17,6 +18,7 @@
 set -euo pipefail
 
 LDFLAGS=${LDFLAGS-"-s -w"}
+export CGO_ENABLED=${CGO_ENABLED:-0}
 DATABASE=${DATABASE:-postgres://postgres@127.0.0.1:5432}
 PORT_BASE=${PORT_BASE:-47100}
 SETTLE=${SETTLE:-3}
@@ -36,7 +38,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "building with -trimpath -ldflags='$LDFLAGS' into $work" >&2
+echo "building with CGO_ENABLED=$CGO_ENABLED -trimpath -ldflags='$LDFLAGS' into $work" >&2
 go build -trimpath -ldflags="$LDFLAGS" -o "$work/mandate" ./cmd/mandate
 per_service=()
 for s in "${services[@]}"; do
