@@ -6,7 +6,7 @@ BUF   := go tool -modfile=tools/go.mod buf
 LINT  := go tool -modfile=tools/lint/go.mod golangci-lint
 PLUGIN_BUILD := go build -trimpath -buildvcs=false
 
-.PHONY: all generate vendor-protos lint test test-short bench ci check-generated
+.PHONY: all generate vendor-protos lint test test-short bench ci check-generated binaries idle-rss
 
 all: generate lint test
 
@@ -22,6 +22,20 @@ generate:
 	@if ! cmp -s bin/protoc-gen-mandate bin/protoc-gen-mandate.next; then \
 		mv bin/protoc-gen-mandate.next bin/protoc-gen-mandate && $(BUF) generate; \
 	else rm -f bin/protoc-gen-mandate.next; fi
+
+## binaries: the all-in-one mandate and one binary per service (mandate-audit, …)
+## in ./bin, built as deploy/compose/Dockerfile builds them. A per-service binary
+## links only its service, so that an idle process maps less of it.
+SERVICES     := audit catalog confirm executor mcpbridge helpdesk
+BIN_LDFLAGS  ?= -s -w
+binaries:
+	@mkdir -p bin
+	CGO_ENABLED=0 go build -trimpath -ldflags='$(BIN_LDFLAGS)' -o bin/ ./cmd/mandate $(SERVICES:%=./cmd/mandate-%)
+
+## idle-rss: every service's resident memory while idle, from the all-in-one and from
+## its own binary, side by side (needs Postgres at 127.0.0.1:5432)
+idle-rss:
+	scripts/idle-rss.sh
 
 ## vendor-protos: refresh third_party/ from the Go module cache
 vendor-protos:

@@ -9,19 +9,19 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/mandate-dev/mandate/internal/cli/auditcmd"
+	"github.com/mandate-dev/mandate/internal/cli/clicore"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/failure"
-	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/audit"
-	auditmem "github.com/mandate-dev/mandate/services/audit/memory"
 	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
 	"github.com/mandate-dev/mandate/services/executor"
 	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
 )
 
-var auditMigrations = auditpg.Migrations
-
-// runAudit dispatches `mandate audit` (the service) and its tools.
+// runAudit dispatches `mandate audit`: the service (auditcmd, which the
+// mandate-audit binary runs too) and the operator tools that read and
+// resolve the trail in the database.
 func runAudit(ctx context.Context, args []string, io IO) error {
 	if len(args) > 0 {
 		switch args[0] {
@@ -33,87 +33,18 @@ func runAudit(ctx context.Context, args []string, io IO) error {
 			return runAuditResolve(ctx, args[1:], io)
 		}
 	}
-	return runAuditService(ctx, args, io)
-}
-
-func runAuditService(ctx context.Context, args []string, io IO) error {
-	var (
-		f          serviceFlags
-		reconcile  time.Duration
-		intentsAge time.Duration
-		retain     int
-	)
-	s := config.New("audit", io.Env)
-	s.FlagSet().SetOutput(io.Stderr)
-	f.declare(s, "127.0.0.1:9094", "127.0.0.1:8084")
-	s.Duration(&reconcile, "reconcile-interval", time.Minute, "how often intents without an outcome are looked for")
-	s.Duration(&intentsAge, "reconcile-after", 15*time.Minute, "age after which an intent without an outcome is recorded as unknown")
-	s.Int(&retain, "audit-retain", auditmem.DefaultMaxRows, "with --store memory: rows kept per tenant; older ones are evicted (0 keeps every row)")
-	s.Check(func() error { return checkRetain(s, retain) })
-	if err := s.Parse(args); err != nil {
-		return err
-	}
-	log := f.logger(io.Stderr, "audit")
-	var cl closers
-	defer cl.close()
-	metrics, err := f.tracing(ctx, io, "audit", log, &cl)
-	if err != nil {
-		return err
-	}
-
-	// The executor appends the rows it spooled during an outage on its own
-	// authority (services/audit/api Append).
-	auth, err := f.serviceOnlyAuthenticator(ctx)
-	if err != nil {
-		return err
-	}
-	pool, err := f.pool(ctx, &cl)
-	if err != nil {
-		return err
-	}
-	var store audit.Store
-	if pool != nil {
-		ps := auditpg.New(pool, auditpg.Options{Logger: log})
-		cl.add(ps.Close)
-		store = ps
-	} else {
-		ms := auditmem.New(auditmem.Options{MaxRows: retain})
-		cl.add(ms.Close)
-		store = ms
-	}
-	svc := buildAudit(auditDeps{Store: store, Directory: f.directory(pool, &cl),
-		ReconcileInterval: reconcile, ReconcileAfter: intentsAge, Logger: log}, &cl)
-	srv, err := server.New(server.Config{Name: "mandate.v1.AuditService", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log, Metrics: metrics})
-	if err != nil {
-		return err
-	}
-	svc.register(srv)
-	var p processGroup
-	svc.start(&p)
-	// The executor's append stream would hold the graceful stop: end it
-	// as soon as stopping begins (the executor opens a new one).
-	p.onStopping(svc.api.Drain)
-	p.serve(srv.Run)
-	return p.run(ctx)
-}
-
-// checkRetain refuses a negative --audit-retain.
-func checkRetain(s *config.Set, retain int) error {
-	if retain < 0 {
-		return s.Errorf("audit-retain", "must be 0 (keep every row) or more")
-	}
-	return nil
+	return auditcmd.Run(ctx, args, io)
 }
 
 // auditDB opens the audit store directly, for operator tools.
-func auditDB(ctx context.Context, url config.Secret, cl *closers) (*auditpg.Store, error) {
-	pool, err := openPool(ctx, url)
+func auditDB(ctx context.Context, url config.Secret, cl *clicore.Closers) (*auditpg.Store, error) {
+	pool, err := clicore.OpenPool(ctx, url)
 	if err != nil {
 		return nil, err
 	}
-	cl.add(pool.Close)
+	cl.Add(pool.Close)
 	st := auditpg.New(pool, auditpg.Options{})
-	cl.add(st.Close)
+	cl.Add(st.Close)
 	return st, nil
 }
 
@@ -128,7 +59,7 @@ func runAuditQuery(ctx context.Context, args []string, io IO) error {
 	)
 	s := config.New("audit query", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
-	databaseFlag(s, &url)
+	clicore.DatabaseFlag(s, &url)
 	s.String(&tenant, "tenant", "", "tenant whose trail to read")
 	s.String(&format, "format", "table", "table or json")
 	s.String(&from, "from", "", "only records at or after this RFC 3339 time")
@@ -193,8 +124,8 @@ func runAuditQuery(ctx context.Context, args []string, io IO) error {
 	for _, o := range outcomes {
 		filter.Outcomes = append(filter.Outcomes, audit.Outcome(o))
 	}
-	var cl closers
-	defer cl.close()
+	var cl clicore.Closers
+	defer cl.Close()
 	st, err := auditDB(ctx, url, &cl)
 	if err != nil {
 		return err
@@ -237,14 +168,14 @@ func runAuditVerify(ctx context.Context, args []string, io IO) error {
 	)
 	s := config.New("audit verify", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
-	databaseFlag(s, &url)
+	clicore.DatabaseFlag(s, &url)
 	s.String(&tenant, "tenant", "", "tenant whose chain to walk")
 	s.Require("tenant", func() bool { return tenant == "" })
 	if err := s.Parse(args); err != nil {
 		return err
 	}
-	var cl closers
-	defer cl.close()
+	var cl clicore.Closers
+	defer cl.Close()
 	st, err := auditDB(ctx, url, &cl)
 	if err != nil {
 		return err
@@ -284,7 +215,7 @@ func runAuditResolve(ctx context.Context, args []string, io IO) error {
 	)
 	s := config.New("audit resolve", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
-	databaseFlag(s, &url)
+	clicore.DatabaseFlag(s, &url)
 	s.String(&tenant, "tenant", "", "tenant of the invocation")
 	s.String(&invocation, "invocation", "", "the invocation whose outcome is unknown")
 	s.String(&as, "as", "", "the verdict: executed or not-executed")
@@ -305,8 +236,8 @@ func runAuditResolve(ctx context.Context, args []string, io IO) error {
 	if err := s.Parse(args); err != nil {
 		return err
 	}
-	var cl closers
-	defer cl.close()
+	var cl clicore.Closers
+	defer cl.Close()
 	st, err := auditDB(ctx, url, &cl)
 	if err != nil {
 		return err
@@ -340,7 +271,7 @@ func runAuditResolve(ctx context.Context, args []string, io IO) error {
 		rec.Outcome, rec.Code = audit.OutcomeFailed, failure.CodeAuditResolvedNotExecuted
 	}
 	w := audit.NewWriter(st, audit.WriterOptions{})
-	cl.add(func() { _ = w.Close() })
+	cl.Add(func() { _ = w.Close() })
 	stored, err := w.Append(ctx, rec)
 	if err != nil {
 		return err

@@ -1,37 +1,39 @@
-// Package cli implements the subcommands of the mandate binary. Each
-// subcommand parses its flags (with MANDATE_* fallbacks), validates them
-// and calls the packages that do the work; nothing here holds business
-// logic.
+// Package cli implements the subcommands of the all-in-one mandate binary.
+// Each subcommand parses its flags (with MANDATE_* fallbacks), validates
+// them and calls the packages that do the work; nothing here holds
+// business logic. The services' own commands live in
+// internal/cli/<service>cmd, which the per-service binaries
+// (cmd/mandate-<service>) run alone; this package adds `mandate dev`, which
+// builds them all in one process, and the operator tools.
 package cli
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/mandate-dev/mandate/internal/cli/catalogcmd"
+	"github.com/mandate-dev/mandate/internal/cli/clicore"
+	"github.com/mandate-dev/mandate/internal/cli/confirmcmd"
+	"github.com/mandate-dev/mandate/internal/cli/executorcmd"
+	"github.com/mandate-dev/mandate/internal/cli/helpdeskcmd"
+	"github.com/mandate-dev/mandate/internal/cli/mcpbridgecmd"
 )
 
 // IO is what a subcommand reads and writes.
-type IO struct {
-	Stdout io.Writer
-	Stderr io.Writer
-	// Env looks up environment variables (os.LookupEnv in production).
-	Env func(string) (string, bool)
-}
+type IO = clicore.IO
 
 // Defaults shared by the subcommands and the services.
 const (
-	DefaultIssuer      = "mandate-dev"
-	DefaultAudience    = "mandate"
-	defaultDatabaseURL = ""
+	DefaultIssuer   = clicore.DefaultIssuer
+	DefaultAudience = clicore.DefaultAudience
 )
 
 type command struct {
 	summary string
-	run     func(ctx context.Context, args []string, io IO) error
+	run     clicore.RunFunc
 }
 
 var commands = map[string]command{
@@ -39,19 +41,16 @@ var commands = map[string]command{
 	"migrate":     {"apply every service's database migrations (idempotent, safe to run concurrently)", runMigrate},
 	"policy":      {"manage the policy directory: `mandate policy apply -f FILE`", runPolicy},
 	"audit":       {"run the audit service; `mandate audit query|verify` read the trail", runAudit},
-	"catalog":     {"run the catalog: tool lists per principal, manifest reads, ops.review", runCatalog},
-	"confirm":     {"run the confirm service and its approval pages", runConfirm},
+	"catalog":     {"run the catalog: tool lists per principal, manifest reads, ops.review", catalogcmd.Run},
+	"confirm":     {"run the confirm service and its approval pages", confirmcmd.Run},
 	"dev":         {"run the whole suite in one process on in-memory stores, with the helpdesk sample", runDev},
 	"events":      {"follow domain events on NATS JetStream: `mandate events tail --tenant T`", runEvents},
-	"executor":    {"run the executor: the governed pipeline and proxy in front of the backends", runExecutor},
-	"helpdesk":    {"run the helpdesk sample backend (serves only calls relayed by the executor)", runHelpdesk},
-	"mcpbridge":   {"run the MCP bridge (Streamable HTTP) over the catalog, executor and confirm services", runMCPBridge},
+	"executor":    {"run the executor: the governed pipeline and proxy in front of the backends", executorcmd.Run},
+	"helpdesk":    {"run the helpdesk sample backend (serves only calls relayed by the executor)", helpdeskcmd.Run},
+	"mcpbridge":   {"run the MCP bridge (Streamable HTTP) over the catalog, executor and confirm services", mcpbridgecmd.Run},
 	"healthcheck": {"probe a service's /healthz or gRPC health; exit 0 only when serving (container health checks)", runHealthcheck},
 	"version":     {"print the module version, VCS commit, Go version and embedded manifest digest (--json)", runVersion},
 }
-
-// errUsage marks errors already explained by usage output.
-var errUsage = errors.New("usage")
 
 // Run runs the subcommand named by args[0] and returns the exit code.
 func Run(ctx context.Context, args []string, io IO) int {
@@ -68,16 +67,7 @@ func Run(ctx context.Context, args []string, io IO) int {
 		usage(io.Stderr)
 		return 2
 	}
-	if err := cmd.run(ctx, args[1:], io); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		if !errors.Is(err, errUsage) {
-			fmt.Fprintf(io.Stderr, "mandate %s: %v\n", args[0], err)
-		}
-		return 1
-	}
-	return 0
+	return clicore.ExitCode("mandate "+args[0], cmd.run(ctx, args[1:], io), io.Stderr)
 }
 
 func usage(w io.Writer) {

@@ -6,33 +6,21 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	helppg "github.com/mandate-dev/mandate/examples/helpdesk/postgres"
-	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
-	"github.com/mandate-dev/mandate/internal/storage/migrate"
-	"github.com/mandate-dev/mandate/internal/storage/pg"
-	confirmpg "github.com/mandate-dev/mandate/services/confirm/postgres"
-	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
-
+	"github.com/mandate-dev/mandate/internal/cli/clicore"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/directory"
+	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
+	"github.com/mandate-dev/mandate/internal/storage/migrate"
+	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
+	confirmpg "github.com/mandate-dev/mandate/services/confirm/postgres"
+	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
 )
 
 // migrationSets lists every service's migrations, in the order
 // `mandate migrate` applies them.
 func migrationSets() []migrate.Set {
-	return []migrate.Set{dirpg.Migrations, auditMigrations, confirmpg.Migrations, execpg.Migrations, helppg.Migrations}
-}
-
-// databaseFlag declares --database-url and requires it.
-func databaseFlag(s *config.Set, url *config.Secret) {
-	s.SecretVar(url, "database-url", "Postgres connection string, e.g. postgres://user@host:5432/mandate")
-	s.Require("database-url", func() bool { return !url.Set() })
-}
-
-func openPool(ctx context.Context, url config.Secret) (*pgxpool.Pool, error) {
-	return pg.Open(ctx, url.Reveal(), pg.Options{})
+	return []migrate.Set{dirpg.Migrations, auditpg.Migrations, confirmpg.Migrations, execpg.Migrations, helppg.Migrations}
 }
 
 // runMigrate applies every service's migrations.
@@ -40,11 +28,11 @@ func runMigrate(ctx context.Context, args []string, io IO) error {
 	var url config.Secret
 	s := config.New("migrate", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
-	databaseFlag(s, &url)
+	clicore.DatabaseFlag(s, &url)
 	if err := s.Parse(args); err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, url)
+	pool, err := clicore.OpenPool(ctx, url)
 	if err != nil {
 		return err
 	}
@@ -75,7 +63,7 @@ func runPolicy(ctx context.Context, args []string, io IO) error {
 			"directory in one transaction. Applying the same file twice changes nothing; a",
 			"malformed file changes nothing and the error names the line.",
 		))
-		return errUsage
+		return clicore.ErrUsage
 	}
 	var (
 		url  config.Secret
@@ -83,7 +71,7 @@ func runPolicy(ctx context.Context, args []string, io IO) error {
 	)
 	s := config.New("policy apply", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
-	databaseFlag(s, &url)
+	clicore.DatabaseFlag(s, &url)
 	s.String(&file, "f", "", "policy YAML file")
 	s.Require("f", func() bool { return file == "" })
 	if err := s.Parse(args[1:]); err != nil {
@@ -93,7 +81,7 @@ func runPolicy(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, url)
+	pool, err := clicore.OpenPool(ctx, url)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,13 @@ import (
 	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
 	"github.com/mandate-dev/mandate/examples/policy"
 	genopenapi "github.com/mandate-dev/mandate/gen/openapi"
+	"github.com/mandate-dev/mandate/internal/cli/auditcmd"
+	"github.com/mandate-dev/mandate/internal/cli/catalogcmd"
+	"github.com/mandate-dev/mandate/internal/cli/clicore"
+	"github.com/mandate-dev/mandate/internal/cli/confirmcmd"
+	"github.com/mandate-dev/mandate/internal/cli/executorcmd"
+	"github.com/mandate-dev/mandate/internal/cli/helpdeskcmd"
+	"github.com/mandate-dev/mandate/internal/cli/mcpbridgecmd"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/directory"
 	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
@@ -51,7 +58,7 @@ type devSettings struct {
 	devSecret                      config.Secret
 	confirmSideEffects, metrics    bool
 	auditRetain                    int
-	events                         eventsFlags
+	events                         executorcmd.EventsFlags
 }
 
 // runDev runs the whole suite in one process on in-memory stores with the
@@ -70,38 +77,38 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	s.SecretVar(&d.devSecret, "dev-secret", "HS256 secret for dev tokens (default: random per run)")
 	s.Bool(&d.confirmSideEffects, "confirm-side-effects", false, "require confirmation for every command that declares side effects (the executor enforces it, the catalog's tools state it)")
 	s.Int(&d.auditRetain, "audit-retain", auditmem.DefaultMaxRows, "audit rows kept per tenant; older ones are evicted (0 keeps every row)")
-	s.Check(func() error { return checkRetain(s, d.auditRetain) })
-	otlpFlag(s, &d.otlpEndpoint)
-	metricsFlag(s, &d.metrics)
-	d.events.declare(s)
+	s.Check(func() error { return auditcmd.CheckRetain(s, d.auditRetain) })
+	clicore.OTLPFlag(s, &d.otlpEndpoint)
+	clicore.MetricsFlag(s, &d.metrics)
+	d.events.Declare(s)
 	if err := s.Parse(args); err != nil {
 		return err
 	}
-	lvl, err := parseLevel(logLevel)
+	lvl, err := clicore.ParseLevel(logLevel)
 	if err != nil {
 		return s.Errorf("log-level", "%v", err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Stderr, &slog.HandlerOptions{Level: lvl}))
-	var cl closers
-	defer cl.close()
+	var cl clicore.Closers
+	defer cl.Close()
 	p, err := startDev(ctx, d, log, io, &cl)
 	if err != nil {
 		return err
 	}
-	return p.run(ctx)
+	return p.Run(ctx)
 }
 
 // startDev builds the suite, each service with the builder its own command
 // uses, connected through the in-process channels of the servers, and
 // prints how to reach it. The returned group runs it; what it opened is
 // released by cl.
-func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *closers) (*processGroup, error) {
+func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *clicore.Closers) (*clicore.Group, error) {
 	devSecret := d.devSecret
 	if !devSecret.Set() {
 		devSecret = config.NewSecret(randomHex(32))
 	}
 	serviceSecret := []byte(randomHex(32))
-	metrics, err := startTracing(ctx, io, "dev", d.otlpEndpoint, d.metrics, log, cl)
+	metrics, err := clicore.StartTracing(ctx, io, "dev", d.otlpEndpoint, d.metrics, log, cl)
 	if err != nil {
 		return nil, err
 	}
@@ -128,16 +135,16 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 		return nil, err
 	}
 	dir := directory.NewCache(dirStore, directory.CacheOptions{TTL: time.Minute})
-	cl.add(dir.Close)
+	cl.Add(dir.Close)
 
 	auditStore := auditmem.New(auditmem.Options{MaxRows: d.auditRetain})
-	cl.add(auditStore.Close)
-	auditSvc := buildAudit(auditDeps{Store: auditStore, Directory: dir, Logger: log}, cl)
+	cl.Add(auditStore.Close)
+	auditSvc := auditcmd.Build(auditcmd.Deps{Store: auditStore, Directory: dir, Logger: log}, cl)
 
 	confirmStore := confirmmem.New(confirmmem.Options{})
-	cl.add(confirmStore.Close)
+	cl.Add(confirmStore.Close)
 	base := "http://" + d.httpAddr
-	confirmSvc, err := buildConfirm(confirmDeps{Store: confirmStore, Sessions: confirmStore, Directory: dir, Manifest: set,
+	confirmSvc, err := confirmcmd.Build(confirmcmd.Deps{Store: confirmStore, Sessions: confirmStore, Directory: dir, Manifest: set,
 		BaseURL: base, LoginSecret: []byte(devSecret.Reveal()), Issuers: []string{DefaultIssuer}, Logger: log})
 	if err != nil {
 		return nil, err
@@ -146,7 +153,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	// The helpdesk backend has a server of its own: were it on the public
 	// gRPC server, its RPCs would bypass the governed proxy. The executor
 	// reaches it through that server's in-process channel.
-	helpdeskSvc, err := buildHelpdesk(ctx, helpdeskDeps{Store: helpmem.New(), Seed: true, Logger: log})
+	helpdeskSvc, err := helpdeskcmd.Build(ctx, helpdeskcmd.Deps{Store: helpmem.New(), Seed: true, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -154,14 +161,14 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	if err != nil {
 		return nil, err
 	}
-	helpdeskSvc.register(backendSrv)
-	catalogSvc, err := buildCatalog(catalogDeps{Manifest: set, Directory: dirStore, ConfirmSideEffects: d.confirmSideEffects, Logger: log}, cl)
+	helpdeskSvc.Register(backendSrv)
+	catalogSvc, err := catalogcmd.Build(catalogcmd.Deps{Manifest: set, Directory: dirStore, ConfirmSideEffects: d.confirmSideEffects, Logger: log}, cl)
 	if err != nil {
 		return nil, err
 	}
 	// ops.review is a command: the executor dispatches it to the catalog on
 	// the internal server, like any backend.
-	catalogSvc.api.Register(backendSrv)
+	catalogSvc.RegisterAPI(backendSrv)
 
 	// The executor reaches audit and confirm through their APIs, in
 	// process, on its own service identity, as it does over the network:
@@ -176,15 +183,15 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	if err != nil {
 		return nil, err
 	}
-	auditSvc.api.Register(internalSrv)
-	confirmSvc.api.Register(internalSrv)
+	auditSvc.RegisterAPI(internalSrv)
+	confirmSvc.RegisterAPI(internalSrv)
 	src, err := identity.NewServiceTokenSource(serviceSecret, DefaultIssuer, DefaultAudience, executor.ServiceName, time.Hour)
 	if err != nil {
 		return nil, err
 	}
 	internalConn, backendConn := internalSrv.InProcess(src), backendSrv.InProcess(src)
 	// No embedded broker: events are relayed to --events-url when given.
-	execSvc, err := buildExecutor(executorDeps{
+	execSvc, err := executorcmd.Build(executorcmd.Deps{
 		Manifest: set, Directory: dir, Store: execmem.New(execmem.Options{}),
 		Audit: internalConn, Confirm: internalConn,
 		Backends: map[string]grpc.ClientConnInterface{
@@ -196,14 +203,14 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	if err != nil {
 		return nil, err
 	}
-	srv, err := server.New(server.Config{Name: "mandate", GRPCAddr: d.grpcAddr, HTTPAddr: d.httpAddr, Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: execSvc.serverOptions()})
+	srv, err := server.New(server.Config{Name: "mandate", GRPCAddr: d.grpcAddr, HTTPAddr: d.httpAddr, Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: execSvc.ServerOptions()})
 	if err != nil {
 		return nil, err
 	}
-	execSvc.register(srv)
-	auditSvc.register(srv)
-	confirmSvc.register(srv)
-	catalogSvc.register(srv) // tool lists and manifest reads; Review refuses calls not relayed by the executor
+	execSvc.Register(srv)
+	auditSvc.Register(srv)
+	confirmSvc.Register(srv)
+	catalogSvc.Register(srv) // tool lists and manifest reads; Review refuses calls not relayed by the executor
 	// MCP hosts connect by OAuth: discovery, registration, the dev sign-in
 	// and consent in the browser; an approved client becomes an
 	// interactive agent of its user, with the dev tokens' kind of JWT.
@@ -226,7 +233,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 		return nil, err
 	}
 	local := srv.InProcess(bridgeSrc)
-	bridgeSvc, err := buildBridge(bridgeDeps{
+	bridgeSvc, err := mcpbridgecmd.Build(mcpbridgecmd.Deps{
 		Catalog: local, Executor: local, Confirm: local,
 		Manifest: set, Verifier: users,
 		ResourceURL: base + "/mcp", AuthorizationServers: []string{authServer.Issuer()}, SessionTimeout: time.Hour, Logger: log,
@@ -234,7 +241,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	if err != nil {
 		return nil, err
 	}
-	bridgeSvc.register(srv)
+	bridgeSvc.Register(srv)
 	srv.Handle("GET /openapi.json", openAPIHandler())
 
 	tokens := map[string]string{}
@@ -253,13 +260,13 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 		}
 	}
 
-	var p processGroup
-	auditSvc.start(&p)
-	execSvc.start(&p)
-	bridgeSvc.start(&p)
-	p.serve(backendSrv.Run)
-	p.serve(internalSrv.Run)
-	p.serve(srv.Run)
+	var p clicore.Group
+	auditSvc.Start(&p)
+	execSvc.Start(&p)
+	bridgeSvc.Start(&p)
+	p.Serve(backendSrv.Run)
+	p.Serve(internalSrv.Run)
+	p.Serve(srv.Run)
 
 	fmt.Fprintf(io.Stdout, "Mandate dev: the whole suite in one process on in-memory stores (nothing is kept).\n\n")
 	fmt.Fprintf(io.Stdout, "  MCP       http://%s/mcp   (Streamable HTTP, bearer token)\n", srv.HTTPAddr())

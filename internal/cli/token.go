@@ -7,6 +7,7 @@ import (
 
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/services/confirm/page"
 )
 
 // runToken mints a development token and prints only the token, so it can
@@ -72,4 +73,12 @@ func runToken(_ context.Context, args []string, io IO) error {
 	}
 	_, err = fmt.Fprintln(io.Stdout, tok)
 	return err
+}
+
+// loginURL prints a one-time sign-in link to the approval pages.
+func loginURL(base string, secret config.Secret, issuer, user, tenant string, ttl time.Duration) (string, error) {
+	if ttl > page.MaxLoginTTL {
+		ttl = page.MaxLoginTTL
+	}
+	return page.LoginURL(base, []byte(secret.Reveal()), issuer, user, tenant, ttl)
 }

@@ -1,20 +1,96 @@
-package cli
+// Package mcpbridgecmd builds the MCP bridge and runs it as a command:
+// `mandate mcpbridge` and the mandate-mcpbridge binary. `mandate dev`
+// builds it with the same Build. It imports no other service: the bridge
+// reaches the catalog, the executor and the confirm service through their
+// generated clients, so that mandate-mcpbridge links only the bridge.
+package mcpbridgecmd
 
 import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"time"
 
+	"google.golang.org/grpc"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/cli/clicore"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/mcpbridge"
 )
 
-// runMCPBridge runs the MCP bridge on its own: Streamable HTTP at the path
+// Deps are what the MCP bridge is built from.
+type Deps struct {
+	// Catalog, Executor and Confirm reach those services with the bridge's
+	// service credentials, which relay the caller's. Confirm nil: every
+	// confirmation goes through the approval URL.
+	Catalog, Executor, Confirm grpc.ClientConnInterface
+	Manifest                   *manifest.Set
+	Verifier                   *identity.Verifier
+	// ResourceURL is the public URL of the MCP endpoint; the bridge serves
+	// at its path.
+	ResourceURL          string
+	AuthorizationServers []string
+	AdvertiseURL         string
+	IdleTimeout          time.Duration
+	SessionTimeout       time.Duration
+	StateKey             []byte
+	Logger               *slog.Logger
+}
+
+// Service is the MCP bridge and the path it serves at.
+type Service struct {
+	bridge *mcpbridge.Bridge
+	path   string
+}
+
+// Build builds the bridge; it is closed with cl.
+func Build(d Deps, cl *clicore.Closers) (*Service, error) {
+	u, err := url.Parse(d.ResourceURL)
+	if err != nil {
+		return nil, fmt.Errorf("resource URL: %w", err)
+	}
+	path := u.Path
+	if path == "" {
+		path = "/"
+	}
+	cfg := mcpbridge.Config{
+		Catalog:  mandatev1.NewCatalogServiceClient(d.Catalog),
+		Executor: mandatev1.NewExecutorServiceClient(d.Executor),
+		Manifest: d.Manifest, Verifier: d.Verifier,
+		ResourceURL: d.ResourceURL, AuthorizationServers: d.AuthorizationServers,
+		IdleTimeout: d.IdleTimeout, SessionTimeout: d.SessionTimeout, Logger: d.Logger,
+		StateKey: d.StateKey, AdvertiseURL: d.AdvertiseURL,
+	}
+	if d.Confirm != nil {
+		cfg.Confirm = mandatev1.NewConfirmServiceClient(d.Confirm)
+	}
+	bridge, err := mcpbridge.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cl.Add(bridge.Close)
+	return &Service{bridge: bridge, path: path}, nil
+}
+
+// Register serves MCP and the protected-resource metadata on srv.
+func (b *Service) Register(srv *server.Server) {
+	srv.Handle(b.path, b.bridge.Handler())
+	srv.Handle(b.bridge.MetadataPath(), b.bridge.MetadataHandler())
+}
+
+// Start ends the open sessions' SSE streams as soon as p begins to stop:
+// they would hold the HTTP shutdown until its timeout.
+func (b *Service) Start(p *clicore.Group) { p.OnStopping(b.bridge.Close) }
+
+// Run runs the MCP bridge on its own: Streamable HTTP at the path
 // of --resource-url, the RFC 9728 metadata and /healthz on --http-addr,
 // and gRPC health on --grpc-addr. It keeps no data: tool lists and
 // manifest reads come from the catalog, calls go to the executor and
@@ -23,10 +99,10 @@ import (
 // share --state-secret (or the service secret it derives from) and each
 // advertises its own address (--advertise-url): a request for a session
 // another replica holds is forwarded there.
-func runMCPBridge(ctx context.Context, args []string, io IO) error {
+func Run(ctx context.Context, args []string, io clicore.IO) error {
 	var (
-		f                                  serviceFlags
-		mf                                 manifestFlags
+		f                                  clicore.ServiceFlags
+		mf                                 clicore.ManifestFlags
 		catalogAddr, executorAddr, confirm string
 		resourceURL, advertiseURL          string
 		authServers                        []string
@@ -35,10 +111,10 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	)
 	s := config.New("mcpbridge", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
-	s.String(&f.grpcAddr, "grpc-addr", "127.0.0.1:9095", "gRPC listen address (health only)")
-	s.String(&f.httpAddr, "http-addr", "127.0.0.1:8085", "HTTP listen address: MCP, protected-resource metadata, /healthz")
-	f.declareIdentity(s)
-	mf.declare(s)
+	s.String(&f.GRPCAddr, "grpc-addr", "127.0.0.1:9095", "gRPC listen address (health only)")
+	s.String(&f.HTTPAddr, "http-addr", "127.0.0.1:8085", "HTTP listen address: MCP, protected-resource metadata, /healthz")
+	f.DeclareIdentity(s)
+	mf.Declare(s)
 	s.String(&catalogAddr, "catalog-addr", "127.0.0.1:9091", "gRPC address of the catalog service")
 	s.String(&executorAddr, "executor-addr", "127.0.0.1:9092", "gRPC address of the executor")
 	s.String(&confirm, "confirm-addr", "127.0.0.1:9093", "gRPC address of the confirm service (elicited confirmations); empty: approval URLs only")
@@ -90,30 +166,30 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 		return err
 	}
 	if resourceURL == "" {
-		resourceURL = "http://" + f.httpAddr + "/mcp"
+		resourceURL = "http://" + f.HTTPAddr + "/mcp"
 	}
 	if advertiseURL == "" {
-		advertiseURL = "http://" + f.httpAddr
+		advertiseURL = "http://" + f.HTTPAddr
 	}
 	if len(authServers) == 0 {
-		authServers = defaultAuthorizationServers(f.oidcURL, f.issuers)
+		authServers = defaultAuthorizationServers(f.OIDCIssuer, f.Issuers)
 	}
-	log := f.logger(io.Stderr, "mcpbridge")
-	var cl closers
-	defer cl.close()
-	metrics, err := f.tracing(ctx, io, "mcpbridge", log, &cl)
+	log := f.Logger(io.Stderr, "mcpbridge")
+	var cl clicore.Closers
+	defer cl.Close()
+	metrics, err := f.Tracing(ctx, io, "mcpbridge", log, &cl)
 	if err != nil {
 		return err
 	}
-	set, err := mf.load()
+	set, err := mf.Load()
 	if err != nil {
 		return err
 	}
-	auth, users, err := f.verifiers(ctx)
+	auth, users, err := f.Verifiers(ctx)
 	if err != nil {
 		return err
 	}
-	dial, err := f.serviceDialer(identity.MCPBridgeService, &cl)
+	dial, err := f.ServiceDialer(identity.MCPBridgeService, &cl)
 	if err != nil {
 		return err
 	}
@@ -125,37 +201,37 @@ func runMCPBridge(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
-	deps := bridgeDeps{
+	deps := Deps{
 		Catalog: catalogConn, Executor: executorConn,
 		Manifest: set, Verifier: users,
 		ResourceURL: resourceURL, AuthorizationServers: authServers, AdvertiseURL: advertiseURL,
 		IdleTimeout: idleTimeout, SessionTimeout: sessionTimeout, StateKey: []byte(stateSecret.Reveal()), Logger: log,
 	}
 	if !stateSecret.Set() {
-		deps.StateKey = deriveStateKey([]byte(f.serviceSecret.Reveal()))
+		deps.StateKey = deriveStateKey([]byte(f.ServiceSecret.Reveal()))
 	}
 	if confirm != "" {
 		if deps.Confirm, err = dial(confirm); err != nil {
 			return err
 		}
 	}
-	svc, err := buildBridge(deps, &cl)
+	svc, err := Build(deps, &cl)
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Name: "mcpbridge", GRPCAddr: f.grpcAddr, HTTPAddr: f.httpAddr, Auth: auth, Logger: log, Metrics: metrics})
+	srv, err := server.New(server.Config{Name: "mcpbridge", GRPCAddr: f.GRPCAddr, HTTPAddr: f.HTTPAddr, Auth: auth, Logger: log, Metrics: metrics})
 	if err != nil {
 		return err
 	}
-	svc.register(srv)
+	svc.Register(srv)
 	if au, err := url.Parse(advertiseURL); err == nil && (au.Hostname() == "" || net.ParseIP(au.Hostname()).IsUnspecified()) {
 		log.Warn("the advertise URL names no address the other replicas can reach: set --advertise-url when running more than one replica", "advertise", advertiseURL)
 	}
 	log.Info("MCP endpoint", "resource", resourceURL, "advertise", advertiseURL, "catalog", catalogAddr, "executor", executorAddr, "confirm", confirm)
-	var p processGroup
-	svc.start(&p)
-	p.serve(srv.Run)
-	return p.run(ctx)
+	var p clicore.Group
+	svc.Start(&p)
+	p.Serve(srv.Run)
+	return p.Run(ctx)
 }
 
 // defaultAuthorizationServers is what the bridge's protected-resource

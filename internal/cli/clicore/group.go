@@ -1,4 +1,4 @@
-package cli
+package clicore
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// processGroup runs the long-lived parts of one process under an errgroup:
+// Group runs the long-lived parts of one process under an errgroup:
 // its servers, and the background loops beside them (reconcilers, the
-// events relay). A part that fails stops all of them, and run reports the
+// events relay). A part that fails stops all of them, and Run reports the
 // error of every part that failed, not only the first.
 //
 // Parts stop in order. The servers stop first, when the context ends or a
@@ -18,33 +18,33 @@ import (
 // returned, the stopped hooks finish the work still in flight (the
 // executor's last outcomes); only then do the loops end, so that they see
 // that work through (the relay delivers the events of those outcomes).
-type processGroup struct {
+type Group struct {
 	servers  []func(context.Context) error
 	loops    []func(context.Context) error
 	stopping []func()
 	stopped  []func()
 }
 
-// serve adds a server: run serves until its context ends and returns nil
+// Serve adds a server: run serves until its context ends and returns nil
 // then, or returns why it could not serve.
-func (p *processGroup) serve(run func(context.Context) error) { p.servers = append(p.servers, run) }
+func (p *Group) Serve(run func(context.Context) error) { p.servers = append(p.servers, run) }
 
-// loop adds background loops, which run until the servers have stopped and
+// Loop adds background loops, which run until the servers have stopped and
 // the stopped hooks have run, and return nil then.
-func (p *processGroup) loop(runs ...func(context.Context) error) { p.loops = append(p.loops, runs...) }
+func (p *Group) Loop(runs ...func(context.Context) error) { p.loops = append(p.loops, runs...) }
 
-// onStopping adds a hook run as soon as the servers begin to stop: it ends
+// OnStopping adds a hook run as soon as the servers begin to stop: it ends
 // what would hold their graceful stop (long-lived streams).
-func (p *processGroup) onStopping(f func()) { p.stopping = append(p.stopping, f) }
+func (p *Group) OnStopping(f func()) { p.stopping = append(p.stopping, f) }
 
-// onStopped adds a hook run once every server has stopped, before the
+// OnStopped adds a hook run once every server has stopped, before the
 // loops end.
-func (p *processGroup) onStopped(f func()) { p.stopped = append(p.stopped, f) }
+func (p *Group) OnStopped(f func()) { p.stopped = append(p.stopped, f) }
 
-// run runs every part until ctx ends or one fails. It returns nil when ctx
+// Run runs every part until ctx ends or one fails. It returns nil when ctx
 // ended and every part stopped cleanly, else the joined errors of the parts
 // that failed.
-func (p *processGroup) run(ctx context.Context) error {
+func (p *Group) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	var (
 		mu   sync.Mutex

@@ -1,4 +1,4 @@
-package cli
+package clicore
 
 import (
 	"context"
@@ -14,21 +14,21 @@ import (
 // spans and metrics to reach the collector.
 const traceFlushTimeout = 5 * time.Second
 
-// otlpFlag declares --otlp-endpoint (MANDATE_OTLP_ENDPOINT). Left empty,
+// OTLPFlag declares --otlp-endpoint (MANDATE_OTLP_ENDPOINT). Left empty,
 // the standard OTEL_EXPORTER_OTLP_* variables apply.
-func otlpFlag(s *config.Set, p *string) {
+func OTLPFlag(s *config.Set, p *string) {
 	s.String(p, "otlp-endpoint", "", "OTLP collector URL for traces and metrics, e.g. http://jaeger:4317 "+
 		"(default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / _METRICS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT; none: no export)")
 }
 
-// metricsFlag declares --metrics (MANDATE_METRICS): Prometheus /metrics on
+// MetricsFlag declares --metrics (MANDATE_METRICS): Prometheus /metrics on
 // the HTTP port, on unless switched off (--metrics=false,
 // MANDATE_METRICS=false).
-func metricsFlag(s *config.Set, p *bool) {
+func MetricsFlag(s *config.Set, p *bool) {
 	s.Bool(p, "metrics", true, "serve Prometheus metrics at GET /metrics on the HTTP port (--metrics=false: off)")
 }
 
-// startTracing installs the W3C propagator and, when an endpoint is
+// StartTracing installs the W3C propagator and, when an endpoint is
 // configured, exports the spans and metrics of service ("executor" reports
 // as "mandate-executor"). With metrics on, it also returns the handler of
 // GET /metrics (server.Config.Metrics), which serves the same instruments
@@ -38,13 +38,13 @@ func metricsFlag(s *config.Set, p *bool) {
 // and the executor, which take their meter from the global provider it
 // installs:
 //
-//	metrics, err := startTracing(ctx, io, "mcpbridge", endpoint, true, log, &cl)
-func startTracing(ctx context.Context, io IO, service, endpoint string, metrics bool, log *slog.Logger, cl *closers) (http.Handler, error) {
+//	metrics, err := StartTracing(ctx, io, "mcpbridge", endpoint, true, log, &cl)
+func StartTracing(ctx context.Context, io IO, service, endpoint string, metrics bool, log *slog.Logger, cl *Closers) (http.Handler, error) {
 	in, err := telemetry.Install(ctx, service, telemetry.Config{Endpoint: endpoint, Env: io.Env, Logger: log, Prometheus: metrics})
 	if err != nil {
 		return nil, err
 	}
-	cl.add(func() {
+	cl.Add(func() {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceFlushTimeout)
 		defer cancel()
 		if err := in.Shutdown(fctx); err != nil {
@@ -54,7 +54,7 @@ func startTracing(ctx context.Context, io IO, service, endpoint string, metrics 
 	return in.Metrics, nil
 }
 
-// tracing is startTracing with the service's --otlp-endpoint and --metrics.
-func (f *serviceFlags) tracing(ctx context.Context, io IO, service string, log *slog.Logger, cl *closers) (http.Handler, error) {
-	return startTracing(ctx, io, service, f.otlpEndpoint, f.metrics, log, cl)
+// Tracing is StartTracing with the service's --otlp-endpoint and --metrics.
+func (f *ServiceFlags) Tracing(ctx context.Context, io IO, service string, log *slog.Logger, cl *Closers) (http.Handler, error) {
+	return StartTracing(ctx, io, service, f.OTLPEndpoint, f.Metrics, log, cl)
 }

@@ -1,0 +1,14 @@
+// Command mandate-catalog runs the catalog alone: the same flags and MANDATE_*
+// variables as `mandate catalog`, in a binary that links no other service,
+// so that an idle process maps less code. Migrations and the operator
+// tools stay in the all-in-one mandate binary.
+package main
+
+import (
+	"os"
+
+	"github.com/mandate-dev/mandate/internal/cli/catalogcmd"
+	"github.com/mandate-dev/mandate/internal/cli/clicore"
+)
+
+func main() { os.Exit(clicore.Main("mandate-catalog", catalogcmd.Run)) }

@@ -1,0 +1,14 @@
+// Command mandate-executor runs the executor alone: the same flags and MANDATE_*
+// variables as `mandate executor`, in a binary that links no other service,
+// so that an idle process maps less code. Migrations and the operator
+// tools stay in the all-in-one mandate binary.
+package main
+
+import (
+	"os"
+
+	"github.com/mandate-dev/mandate/internal/cli/clicore"
+	"github.com/mandate-dev/mandate/internal/cli/executorcmd"
+)
+
+func main() { os.Exit(clicore.Main("mandate-executor", executorcmd.Run)) }

@@ -1,0 +1,14 @@
+// Command mandate-mcpbridge runs the MCP bridge alone: the same flags and MANDATE_*
+// variables as `mandate mcpbridge`, in a binary that links no other service,
+// so that an idle process maps less code. Migrations and the operator
+// tools stay in the all-in-one mandate binary.
+package main
+
+import (
+	"os"
+
+	"github.com/mandate-dev/mandate/internal/cli/clicore"
+	"github.com/mandate-dev/mandate/internal/cli/mcpbridgecmd"
+)
+
+func main() { os.Exit(clicore.Main("mandate-mcpbridge", mcpbridgecmd.Run)) }

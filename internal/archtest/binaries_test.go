@@ -1,0 +1,113 @@
+package archtest
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// binaries maps each per-service binary to the service it runs. A
+// per-service binary exists to map less code while it idles (issue #13:
+// each idle service <= 30 MB RSS), so it must link nothing of another
+// service: not its packages, not its command, not the libraries only that
+// service needs.
+var binaries = map[string]string{
+	module + "/cmd/mandate-audit":     "audit",
+	module + "/cmd/mandate-catalog":   "catalog",
+	module + "/cmd/mandate-confirm":   "confirm",
+	module + "/cmd/mandate-executor":  "executor",
+	module + "/cmd/mandate-mcpbridge": "mcpbridge",
+	module + "/cmd/mandate-helpdesk":  "helpdesk",
+}
+
+// notPerService are the binaries under cmd/ that run no single service.
+var notPerService = []string{
+	module + "/cmd/mandate", // all-in-one: every service, `mandate dev`, the operator tools
+	module + "/cmd/mandate-bench",
+	module + "/cmd/protoc-gen-mandate",
+	module + "/cmd/protoc-gen-openapi31",
+}
+
+// onlyFor are third-party modules a single service needs, by module path.
+var onlyFor = map[string]string{
+	"github.com/modelcontextprotocol/go-sdk": "mcpbridge",
+	"github.com/nats-io/nats.go":             "executor", // the outbox relay
+}
+
+// TestPerServiceBinariesLinkOneService: the dependency graph of
+// cmd/mandate-<service> holds no package of another service (services/Y,
+// the helpdesk sample, internal/cli/<Y>cmd), nor the all-in-one
+// internal/cli, nor a library only another service uses.
+func TestPerServiceBinariesLinkOneService(t *testing.T) {
+	mains := goList(t, "-f", "{{if eq .Name \"main\"}}{{.ImportPath}}{{end}}", module+"/cmd/...")
+	for _, m := range strings.Fields(mains) {
+		if _, ok := binaries[m]; !ok && !slices.Contains(notPerService, m) {
+			t.Errorf("%s is neither in binaries nor in notPerService: name the service it runs", m)
+		}
+	}
+	args := []string{"-json=ImportPath,Deps"}
+	for b := range binaries {
+		args = append(args, b)
+	}
+	dec := json.NewDecoder(strings.NewReader(goList(t, args...)))
+	for {
+		var p struct {
+			ImportPath string
+			Deps       []string
+		}
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		own := binaries[p.ImportPath]
+		for _, dep := range p.Deps {
+			if other := ownerOf(dep); other != "" && other != own {
+				t.Errorf("%s (service %s) links %s, which belongs to %s", p.ImportPath, own, dep, other)
+			}
+		}
+	}
+}
+
+// ownerOf returns the service a package belongs to, "all-in-one" for the
+// mandate binary's own command package, or "" for shared packages.
+func ownerOf(pkg string) string {
+	if s := serviceOf(pkg); s != "" {
+		return s
+	}
+	if pkg == module+"/examples/helpdesk" || strings.HasPrefix(pkg, module+"/examples/helpdesk/") {
+		return "helpdesk"
+	}
+	if pkg == module+"/internal/cli" {
+		return "all-in-one"
+	}
+	if rest, ok := strings.CutPrefix(pkg, module+"/internal/cli/"); ok {
+		if name, ok := strings.CutSuffix(rest, "cmd"); ok && !strings.Contains(name, "/") {
+			return name
+		}
+	}
+	for mod, svc := range onlyFor {
+		if pkg == mod || strings.HasPrefix(pkg, mod+"/") {
+			return svc
+		}
+	}
+	return ""
+}
+
+// goList runs `go list args…` and returns its output.
+func goList(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list"}, args...)...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	return string(out)
+}
