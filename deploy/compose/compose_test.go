@@ -21,12 +21,10 @@ import (
 )
 
 // binary is where the Dockerfile installs mandate; health checks call it.
-// Each long-running service runs binary-<subcommand> instead, the
-// per-service binary with the flags of `mandate <subcommand>`.
 const binary = "/usr/local/bin/mandate"
 
 // longRunning are the services `docker compose up` keeps running, with the
-// mandate subcommand each runs (as its own binary).
+// mandate subcommand each runs.
 var longRunning = map[string]string{
 	"audit": "audit", "confirm": "confirm", "catalog": "catalog",
 	"executor": "executor", "mcpbridge": "mcpbridge", "helpdesk": "helpdesk",
@@ -102,27 +100,6 @@ func flags(t *testing.T, sub []string) map[string]string {
 		t.Fatalf("`mandate %s -h` lists no flags:\n%s", strings.Join(sub, " "), errOut.String())
 	}
 	return got
-}
-
-// invocation returns the mandate subcommand a service runs and its flags:
-// from its command when it runs the image's entrypoint (mandate), or named
-// by its entrypoint when that is a per-service binary (mandate-audit runs
-// what `mandate audit` does).
-func invocation(t *testing.T, s types.ServiceConfig) (sub, args []string) {
-	t.Helper()
-	switch len(s.Entrypoint) {
-	case 0:
-		return subcommand(s.Command)
-	case 1:
-		name, ok := strings.CutPrefix(s.Entrypoint[0], binary+"-")
-		if !ok || name == "" {
-			t.Fatalf("%s: entrypoint %q is no per-service binary %s-<service>", s.Name, s.Entrypoint, binary)
-		}
-		return []string{name}, s.Command
-	default:
-		t.Fatalf("%s: entrypoint %q, want one per-service binary", s.Name, s.Entrypoint)
-		return nil, nil
-	}
 }
 
 // subcommand splits a command into the subcommand path and its flags.
@@ -284,7 +261,7 @@ func TestEnvironmentIsFlags(t *testing.T) {
 		if s.Build == nil {
 			t.Errorf("%s does not build the mandate image", name)
 		}
-		sub, args := invocation(t, s)
+		sub, args := subcommand(s.Command)
 		if len(sub) == 0 { // the tools service: variables of the operator tools
 			tools := map[string]bool{}
 			for _, tool := range [][]string{{"token"}, {"audit", "query"}, {"audit", "verify"}, {"policy", "apply"}, {"migrate"}, {"events", "tail"}} {
@@ -318,9 +295,6 @@ func TestEnvironmentIsFlags(t *testing.T) {
 		}
 		if cmd, ok := longRunning[name]; ok && (len(sub) != 1 || sub[0] != cmd) {
 			t.Errorf("%s runs `mandate %s`, want `mandate %s`", name, strings.Join(sub, " "), cmd)
-		}
-		if cmd, ok := longRunning[name]; ok && !slices.Equal(s.Entrypoint, []string{binary + "-" + cmd}) {
-			t.Errorf("%s: entrypoint %q, want its own binary %s-%s", name, s.Entrypoint, binary, cmd)
 		}
 	}
 }
@@ -527,18 +501,7 @@ func TestDockerfileBuildsTheBinary(t *testing.T) {
 	if !build.MatchString(df) {
 		t.Errorf("the build stage does not build ./cmd/mandate with -trimpath and CGO off")
 	}
-	services := regexp.MustCompile(`CGO_ENABLED=0 go build -trimpath [^\n]*-o /out/services/ ((?:\\\n|[^\n])*)\n`).FindStringSubmatch(df)
-	for _, cmd := range longRunning {
-		pkg := "./cmd/mandate-" + cmd
-		if services == nil || !slices.Contains(strings.Fields(strings.ReplaceAll(services[1], "\\", " ")), pkg) {
-			t.Errorf("the build stage does not build %s into /out/services/ with -trimpath and CGO off", pkg)
-		}
-		if _, err := os.Stat(filepath.Join(root, "cmd", "mandate-"+cmd, "main.go")); err != nil {
-			t.Errorf("%s: %v", pkg, err)
-		}
-	}
-	for _, want := range []string{"COPY --from=build /out/mandate " + binary + "\n", "COPY --from=build /out/services/ /usr/local/bin/\n",
-		"USER nonroot:nonroot\n", `ENTRYPOINT ["` + binary + `"]`} {
+	for _, want := range []string{"COPY --from=build /out/mandate " + binary + "\n", "USER nonroot:nonroot\n", `ENTRYPOINT ["` + binary + `"]`} {
 		if !strings.Contains(df, want) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}

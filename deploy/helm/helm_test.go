@@ -466,31 +466,6 @@ func flagVars(t *testing.T, sub string) map[string]bool {
 	return got
 }
 
-// subcommandOf returns the mandate subcommand a workload's container runs:
-// a Deployment runs its service's own binary (command
-// /usr/local/bin/mandate-<service>, the flags of `mandate <service>`, no
-// args), a Job the image's entrypoint mandate with the subcommand as its
-// only arg.
-func subcommandOf(t *testing.T, o object, c map[string]any) string {
-	t.Helper()
-	cmd, _ := get(c, "command").([]any)
-	args, _ := get(c, "args").([]any)
-	if o.kind() == "Deployment" {
-		name, ok := "", false
-		if len(cmd) == 1 {
-			name, ok = strings.CutPrefix(cmd[0].(string), "/usr/local/bin/mandate-")
-		}
-		if !ok || len(args) != 0 || !strings.HasSuffix(o.name(), "-"+name) {
-			t.Fatalf("%s: command %v args %v, want its service's own binary /usr/local/bin/mandate-<service> alone", o.name(), cmd, args)
-		}
-		return name
-	}
-	if len(cmd) != 0 || len(args) != 1 {
-		t.Fatalf("%s: command %v args %v, want the subcommand alone", o.name(), cmd, args)
-	}
-	return args[0].(string)
-}
-
 // wantWiring checks what ties the objects together: every MANDATE_*
 // variable is a flag of the container's subcommand; the listen ports match
 // the container ports; the probes run `mandate healthcheck` with its real
@@ -504,7 +479,11 @@ func wantWiring(t *testing.T, objs []object) {
 	workloads := append(slices.Collect(mapValues(byKind(objs, "Deployment"))), slices.Collect(mapValues(byKind(objs, "Job")))...)
 	for _, o := range workloads {
 		c := container(o)
-		sub := subcommandOf(t, o, c)
+		args, _ := get(c, "args").([]any)
+		if len(args) != 1 {
+			t.Fatalf("%s: args %v, want the subcommand alone", o.name(), args)
+		}
+		sub := args[0].(string)
 		flags := flagVars(t, sub)
 		env := containerEnv(o)
 		for name := range env {
