@@ -316,7 +316,7 @@ func pinnedRecord() audit.Record {
 		Idempotent: true, Subject: "ticket/42", UserID: "alice", ActorKind: audit.ActorAgent, AgentID: "bot",
 		Model: "claude", ModelVersion: "4.5", ConversationID: "conv-1", MCPSessionID: "sess-1",
 		Approval: &audit.Approval{ChallengeID: "ch-1", Approver: "bob", Channel: "approval_page", DecidedAt: at.Add(-time.Second)},
-		Outcome: audit.OutcomeExecuted, Stage: "dispatch", Code: "ok", Message: "refunded",
+		Outcome:  audit.OutcomeExecuted, Stage: "dispatch", Code: "ok", Message: "refunded",
 		Arguments: json.RawMessage(`{"amount":1250,"ticket_id":"42"}`), ArgumentsDigest: "sha256:args",
 		ResultDigest: "sha256:res", Duration: 1500 * time.Millisecond, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
 		ManifestDigest: "sha256:manifest",
