@@ -180,7 +180,7 @@ func (s *Store) AppendBatch(ctx context.Context, recs []audit.Record) ([]audit.S
 		head   audit.Head
 	}
 	var one [1]staged
-	stages := one[:0] // most batches hold one tenant: its stage costs no allocation
+	stages := one[:0]            // most batches hold one tenant: its stage costs no allocation
 	byTenant := map[string]int{} // tenant → index in stages
 	stage := func(tenant string) *staged {
 		if i, ok := byTenant[tenant]; ok {
