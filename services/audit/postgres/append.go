@@ -54,7 +54,7 @@ const (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[])
 		ON CONFLICT DO NOTHING`
 	sqlClearPending = `SELECT audit.clear_pending($1::text[], $2::text[])`
-	sqlNotify = `SELECT pg_notify('` + Channel + `', t) FROM unnest($1::text[]) AS t`
+	sqlNotify       = `SELECT pg_notify('` + Channel + `', t) FROM unnest($1::text[]) AS t`
 	// sqlAsyncCommit lets the NOTIFY's transaction commit without waiting for its WAL flush:
 	// NOTIFY assigns a transaction id, so its commit would otherwise wait for an fsync of its
 	// own, competing with the appends' commits for the WAL. It carries no data; a crash that
@@ -397,7 +397,7 @@ func (s *Store) appendFast(ctx context.Context, c *chained) error {
 	}
 	b := &pgx.Batch{}
 	c.queueMoveHeads(b)
-	queueInsert(b, c.fresh)
+	queueInsert(b, c.fresh, s.typed)
 	c.queuePending(b)
 	return s.pool.SendBatch(ctx, b).Close()
 }
@@ -465,7 +465,7 @@ func (s *Store) appendLocked(ctx context.Context, p *batchPlan) (*chained, map[s
 		}
 		c = p.chain(heads, stored)
 		b = &pgx.Batch{}
-		queueInsert(b, c.fresh)
+		queueInsert(b, c.fresh, s.typed)
 		c.queuePending(b)
 		c.queueMoveHeads(b)
 		if b.Len() > 0 {
