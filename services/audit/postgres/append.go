@@ -131,8 +131,8 @@ func (p *batchPlan) chain(heads map[string]audit.Head, stored map[audit.Key]*aud
 	return c
 }
 
-// queueMoveHeads queues move_heads for the tenants that got rows.
-func (c *chained) queueMoveHeads(b *pgx.Batch) {
+// queueMoveHeads queues move_heads for the tenants that got rows; typed as for queueInsert.
+func (c *chained) queueMoveHeads(b *pgx.Batch, typed bool) {
 	var t []string
 	for _, tenant := range c.plan.tenants {
 		if _, ok := c.heads[tenant]; ok {
@@ -142,21 +142,22 @@ func (c *chained) queueMoveHeads(b *pgx.Batch) {
 	if len(t) == 0 {
 		return
 	}
-	oldSeq := make([]int64, len(t))
-	oldHash := make([][]byte, len(t))
-	newSeq := make([]int64, len(t))
-	newHash := make([][]byte, len(t))
+	n := len(t)
+	seqs, hashes := make([]int64, 2*n), make([][]byte, 2*n) // two allocations instead of four
+	oldSeq, newSeq := seqs[:n:n], seqs[n:]
+	oldHash, newHash := hashes[:n:n], hashes[n:]
 	for i, tenant := range t {
 		oldSeq[i], oldHash[i] = c.old[tenant].Seq, c.old[tenant].Hash
 		newSeq[i], newHash[i] = c.heads[tenant].Seq, c.heads[tenant].Hash
 	}
-	b.Queue(sqlMoveHeads, t, oldSeq, oldHash, newSeq, newHash)
+	b.Queue(sqlMoveHeads, textParam(typed, t), int8Param(typed, oldSeq), byteaParam(typed, oldHash),
+		int8Param(typed, newSeq), byteaParam(typed, newHash))
 }
 
 // queuePending queues the pending bookkeeping: new intents are pending; outcomes clear their
 // intent's entry, also when the outcome was already stored (that is how a reconciliation that
-// lost to the real outcome cleans up).
-func (c *chained) queuePending(b *pgx.Batch) {
+// lost to the real outcome cleans up). typed as for queueInsert.
+func (c *chained) queuePending(b *pgx.Batch, typed bool) {
 	var pT, pInv []string
 	var pSeq []int64
 	var pTime []time.Time
@@ -166,7 +167,7 @@ func (c *chained) queuePending(b *pgx.Batch) {
 		}
 	}
 	if len(pT) > 0 {
-		b.Queue(sqlAddPending, pT, pInv, pSeq, pTime)
+		b.Queue(sqlAddPending, textParam(typed, pT), textParam(typed, pInv), int8Param(typed, pSeq), timeParam(typed, pTime))
 	}
 	var cT, cInv []string
 	for i := range c.plan.recs {
@@ -175,7 +176,7 @@ func (c *chained) queuePending(b *pgx.Batch) {
 		}
 	}
 	if len(cT) > 0 {
-		b.Queue(sqlClearPending, cT, cInv)
+		b.Queue(sqlClearPending, textParam(typed, cT), textParam(typed, cInv))
 	}
 }
 
@@ -396,9 +397,9 @@ func (s *Store) appendFast(ctx context.Context, c *chained) error {
 		}
 	}
 	b := &pgx.Batch{}
-	c.queueMoveHeads(b)
+	c.queueMoveHeads(b, s.typed)
 	queueInsert(b, c.fresh, s.typed)
-	c.queuePending(b)
+	c.queuePending(b, s.typed)
 	return s.pool.SendBatch(ctx, b).Close()
 }
 
@@ -466,8 +467,8 @@ func (s *Store) appendLocked(ctx context.Context, p *batchPlan) (*chained, map[s
 		c = p.chain(heads, stored)
 		b = &pgx.Batch{}
 		queueInsert(b, c.fresh, s.typed)
-		c.queuePending(b)
-		c.queueMoveHeads(b)
+		c.queuePending(b, s.typed)
+		c.queueMoveHeads(b, s.typed)
 		if b.Len() > 0 {
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {
 				return err

@@ -145,3 +145,34 @@ func (v *timeValue) TimestamptzValue() (pgtype.Timestamptz, error) {
 }
 
 func (v *byteaValue) BytesValue() ([]byte, error) { return *v, nil }
+
+// The parameters of the statements with a few arrays: what to pass pgx for vals, a typed
+// array when typed (one allocation, as boxing the slice would be), else the slice itself.
+
+func textParam(typed bool, vals []string) any {
+	if typed {
+		return &textArray{vals: vals}
+	}
+	return vals
+}
+
+func int8Param(typed bool, vals []int64) any {
+	if typed {
+		return &int8Array{vals: vals}
+	}
+	return vals
+}
+
+func timeParam(typed bool, vals []time.Time) any {
+	if typed {
+		return &timeArray{vals: vals}
+	}
+	return vals
+}
+
+func byteaParam(typed bool, vals [][]byte) any {
+	if typed {
+		return &byteaArray{vals: vals}
+	}
+	return vals
+}

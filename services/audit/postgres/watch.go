@@ -156,7 +156,7 @@ func (s *Store) announcer() {
 		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 		b := &pgx.Batch{}
 		b.Queue(sqlAsyncCommit)
-		b.Queue(sqlNotify, tenants)
+		b.Queue(sqlNotify, textParam(s.typed, tenants))
 		// Without BEGIN the two statements run as one implicit transaction.
 		if err := s.pool.SendBatch(ctx, b).Close(); err != nil && s.ctx.Err() == nil {
 			s.opts.Logger.Warn("audit: NOTIFY after commit failed; remote watchers catch up at their next poll",
