@@ -105,7 +105,6 @@ type chained struct {
 func (p *batchPlan) chain(heads map[string]audit.Head, stored map[audit.Key]*audit.Stored) *chained {
 	c := &chained{plan: p, out: make([]audit.Stored, len(p.recs)), old: map[string]audit.Head{}, heads: map[string]audit.Head{},
 		fresh: make([]*audit.Stored, 0, len(p.recs))}
-	rows := make([]audit.Stored, 0, len(p.recs)) // the fresh rows, never grown past the records
 	if stored == nil {
 		stored = map[audit.Key]*audit.Stored{}
 	}
@@ -120,13 +119,12 @@ func (p *batchPlan) chain(heads map[string]audit.Head, stored map[audit.Key]*aud
 			h = heads[k.Tenant]
 			c.old[k.Tenant] = h
 		}
-		rows = append(rows, audit.Stored{Record: p.recs[i], Seq: h.Seq + 1, PrevHash: h.Hash})
-		row := &rows[len(rows)-1]
+		c.out[i] = audit.Stored{Record: p.recs[i], Seq: h.Seq + 1, PrevHash: h.Hash}
+		row := &c.out[i] // a fresh row lives in out itself (never grown): no slice of its own
 		row.Hash = audit.ComputeHash(row.PrevHash, row.Seq, &row.Record)
 		c.heads[k.Tenant] = audit.Head{Seq: row.Seq, Hash: row.Hash}
 		stored[k] = row
 		c.fresh = append(c.fresh, row)
-		c.out[i] = *row
 	}
 	return c
 }
@@ -396,7 +394,7 @@ func (s *Store) appendFast(ctx context.Context, c *chained) error {
 			return ctx.Err()
 		}
 	}
-	b := &pgx.Batch{}
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 4)} // move_heads, insert, pending: one allocation, not three
 	c.queueMoveHeads(b, s.typed)
 	queueInsert(b, c.fresh, s.typed)
 	c.queuePending(b, s.typed)

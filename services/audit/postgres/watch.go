@@ -154,7 +154,7 @@ func (s *Store) announcer() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-		b := &pgx.Batch{}
+		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
 		b.Queue(sqlAsyncCommit)
 		b.Queue(sqlNotify, textParam(s.typed, tenants))
 		// Without BEGIN the two statements run as one implicit transaction.
