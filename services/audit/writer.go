@@ -275,12 +275,20 @@ func (w *Writer) run() {
 	var flushing sync.WaitGroup
 	defer flushing.Wait()
 	slots := make(chan struct{}, w.opts.MaxInFlight)
-	dispatch := func(batch []*request) {
+	// MaxInFlight flushers take the batches, rather than a goroutine per batch: dispatching one
+	// then allocates nothing. A batch is only sent with a slot taken, so a flusher is free (or
+	// about to be) to receive it.
+	batches := make(chan []*request)
+	defer close(batches) // runs before flushing.Wait: the flushers end once they are done
+	for range w.opts.MaxInFlight {
 		flushing.Go(func() {
-			defer func() { <-slots }()
-			w.flush(batch)
+			for batch := range batches {
+				w.flush(batch)
+				<-slots
+			}
 		})
 	}
+	dispatch := func(batch []*request) { batches <- batch }
 	for {
 		select {
 		case req := <-w.reqs:
