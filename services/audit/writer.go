@@ -280,26 +280,42 @@ func (w *Writer) run() {
 	// about to be) to receive it.
 	batches := make(chan []*request)
 	defer close(batches) // runs before flushing.Wait: the flushers end once they are done
+	// Flushed batches come back here to be filled again, so that collecting allocates nothing
+	// once a Writer has warmed up.
+	spare := make(chan []*request, w.opts.MaxInFlight)
 	for range w.opts.MaxInFlight {
 		flushing.Go(func() {
 			for batch := range batches {
 				w.flush(batch)
+				clear(batch) // the requests go back to their callers
+				select {
+				case spare <- batch[:0]:
+				default:
+				}
 				<-slots
 			}
 		})
 	}
 	dispatch := func(batch []*request) { batches <- batch }
+	reuse := func() []*request {
+		select {
+		case b := <-spare:
+			return b
+		default:
+			return nil
+		}
+	}
 	for {
 		select {
 		case req := <-w.reqs:
 			// Wait for a free slot before collecting: whatever queues meanwhile joins this
 			// batch.
 			slots <- struct{}{}
-			dispatch(w.collect(req))
+			dispatch(w.collect(req, reuse()))
 		case <-w.closing:
 			// Appends racing with Close either got in before this drain or see closing.
 			for {
-				batch := w.collect(nil)
+				batch := w.collect(nil, reuse())
 				if len(batch) == 0 {
 					return
 				}
@@ -312,9 +328,8 @@ func (w *Writer) run() {
 
 // collect gathers the requests queued behind first (nil when draining at Close), up to
 // MaxBatch records. If that is well below the previous batch, it waits up to MaxWait for the
-// rest to arrive.
-func (w *Writer) collect(first *request) []*request {
-	var batch []*request
+// rest to arrive. batch is an empty slice to fill, or nil.
+func (w *Writer) collect(first *request, batch []*request) []*request {
 	n := 0
 	add := func(r *request) {
 		batch = append(batch, r)
