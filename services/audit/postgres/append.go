@@ -77,7 +77,7 @@ type batchPlan struct {
 }
 
 func newPlan(recs []audit.Record) *batchPlan {
-	p := &batchPlan{recs: recs}
+	p := &batchPlan{recs: recs, tenants: make([]string, 0, len(recs))}
 	for i := range recs {
 		p.tenants = append(p.tenants, recs[i].Tenant)
 	}
@@ -156,9 +156,23 @@ func (c *chained) queueMoveHeads(b *pgx.Batch, typed bool) {
 // intent's entry, also when the outcome was already stored (that is how a reconciliation that
 // lost to the real outcome cleans up). typed as for queueInsert.
 func (c *chained) queuePending(b *pgx.Batch, typed bool) {
-	var pT, pInv []string
-	var pSeq []int64
-	var pTime []time.Time
+	// Sized up front, the four text columns in one allocation: appending to empty slices
+	// would reallocate each of them as it grows.
+	intents, outcomes := 0, 0
+	for _, r := range c.fresh {
+		if r.Phase == audit.PhaseIntent {
+			intents++
+		}
+	}
+	for i := range c.plan.recs {
+		if c.plan.recs[i].Phase == audit.PhaseOutcome {
+			outcomes++
+		}
+	}
+	texts := make([]string, 2*intents+2*outcomes)
+	pT, pInv := texts[:0:intents], texts[intents:intents:2*intents]
+	cT, cInv := texts[2*intents:2*intents:2*intents+outcomes], texts[2*intents+outcomes:2*intents+outcomes]
+	pSeq, pTime := make([]int64, 0, intents), make([]time.Time, 0, intents)
 	for _, r := range c.fresh {
 		if r.Phase == audit.PhaseIntent {
 			pT, pInv, pSeq, pTime = append(pT, r.Tenant), append(pInv, r.InvocationID), append(pSeq, r.Seq), append(pTime, r.Time)
@@ -167,7 +181,6 @@ func (c *chained) queuePending(b *pgx.Batch, typed bool) {
 	if len(pT) > 0 {
 		b.Queue(sqlAddPending, textParam(typed, pT), textParam(typed, pInv), int8Param(typed, pSeq), timeParam(typed, pTime))
 	}
-	var cT, cInv []string
 	for i := range c.plan.recs {
 		if r := &c.plan.recs[i]; r.Phase == audit.PhaseOutcome {
 			cT, cInv = append(cT, r.Tenant), append(cInv, r.InvocationID)
