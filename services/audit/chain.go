@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -27,12 +28,25 @@ const encodingVersion = "mandate.audit.record.v1\x00"
 // length-prefixed and fixed-order, so two different records can never encode alike; r must be
 // normalized ([Record.Normalize]) for the hash to match what a store computes.
 func ComputeHash(prev []byte, seq int64, r *Record) []byte {
-	buf := make([]byte, 0, 512+len(r.Arguments)+len(r.Message))
-	buf = append(buf, prev...)
+	// Every append hashes a row: the encoding is built in a pooled buffer, so that the only
+	// allocation left is the returned hash.
+	bp := encodeBufs.Get().(*[]byte)
+	buf := append((*bp)[:0], prev...)
 	buf = appendCanonical(buf, seq, r)
 	sum := sha256.Sum256(buf)
+	if cap(buf) <= maxPooledEncoding {
+		*bp = buf
+		encodeBufs.Put(bp)
+	}
 	return sum[:]
 }
+
+// encodeBufs holds buffers for ComputeHash's canonical encoding.
+var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledEncoding keeps a buffer grown by a row with large arguments out of the pool, so
+// that the pool does not pin it.
+const maxPooledEncoding = 16 << 10
 
 // CanonicalEncoding returns the bytes that ComputeHash hashes after prev. It is exposed so that
 // external verifiers can be checked against it.

@@ -2,6 +2,8 @@ package audit_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -303,4 +305,47 @@ func TestPageToken(t *testing.T) {
 	if !p2.Match(&row) {
 		t.Error("a row at 1µs is excluded by To = 1.5µs")
 	}
+}
+
+// pinnedRecord sets every field of Record, for TestHashIsPinned.
+func pinnedRecord() audit.Record {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
+	return audit.Record{
+		InvocationID: "inv-1", Phase: audit.PhaseOutcome, Time: at, Tenant: "acme", Channel: audit.ChannelMCP,
+		Command: "ticket.refund", Risk: audit.RiskL3, SideEffects: []string{"ledger", "payment-gateway"},
+		Idempotent: true, Subject: "ticket/42", UserID: "alice", ActorKind: audit.ActorAgent, AgentID: "bot",
+		Model: "claude", ModelVersion: "4.5", ConversationID: "conv-1", MCPSessionID: "sess-1",
+		Approval: &audit.Approval{ChallengeID: "ch-1", Approver: "bob", Channel: "approval_page", DecidedAt: at.Add(-time.Second)},
+		Outcome:  audit.OutcomeExecuted, Stage: "dispatch", Code: "ok", Message: "refunded",
+		Arguments: json.RawMessage(`{"amount":1250,"ticket_id":"42"}`), ArgumentsDigest: "sha256:args",
+		ResultDigest: "sha256:res", Duration: 1500 * time.Millisecond, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
+		ManifestDigest: "sha256:manifest",
+	}
+}
+
+// TestHashIsPinned holds ComputeHash to the values it has always produced: stored trails were
+// chained with them, so any change to the encoding, however harmless it looks, breaks every
+// existing chain. The second row has no approval and no arguments, the other branches.
+func TestHashIsPinned(t *testing.T) {
+	first := pinnedRecord()
+	h1 := audit.ComputeHash(audit.GenesisHash(), 7, &first)
+	if got, want := hex.EncodeToString(h1), "e30a7106bcd2a335d0cb4b8c1919ee6700624f8b5a8166c4b573c2a4415a8b89"; got != want {
+		t.Errorf("hash of the full row = %s, want %s", got, want)
+	}
+	second := rec("inv-2", audit.PhaseIntent)
+	h2 := audit.ComputeHash(h1, 8, &second)
+	if got, want := hex.EncodeToString(h2), "648b175893778598656c67b24552236ef1f62bbe9fdbd44afa0783d4b8dc85cc"; got != want {
+		t.Errorf("hash of the chained intent = %s, want %s", got, want)
+	}
+	if enc := audit.CanonicalEncoding(7, &first); !bytes.Equal(h1, sha256Of(audit.GenesisHash(), enc)) {
+		t.Error("ComputeHash is not SHA-256(prev || CanonicalEncoding)")
+	}
+}
+
+func sha256Of(parts ...[]byte) []byte {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write(p)
+	}
+	return h.Sum(nil)
 }

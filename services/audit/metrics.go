@@ -24,12 +24,14 @@ const (
 
 var batchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 
-// writerMetrics are a Writer's instruments and prebuilt attribute sets.
+// writerMetrics are a Writer's instruments and prebuilt attribute sets. The options are kept as
+// slices: passed with ..., a prebuilt slice costs nothing, while a variadic call through the
+// instrument's interface would allocate one on every transaction.
 type writerMetrics struct {
 	records             metric.Int64Counter
 	batchSize           metric.Int64Histogram
-	committed, failed   metric.AddOption
-	committedB, failedB metric.RecordOption
+	committed, failed   []metric.AddOption
+	committedB, failedB []metric.RecordOption
 }
 
 func newWriterMetrics(mp metric.MeterProvider) (*writerMetrics, error) {
@@ -46,17 +48,21 @@ func newWriterMetrics(mp metric.MeterProvider) (*writerMetrics, error) {
 	}
 	committed := metric.WithAttributeSet(attribute.NewSet(attribute.String("result", ResultCommitted)))
 	failed := metric.WithAttributeSet(attribute.NewSet(attribute.String("result", ResultFailed)))
-	return &writerMetrics{records: records, batchSize: batch, committed: committed, failed: failed, committedB: committed, failedB: failed}, nil
+	return &writerMetrics{
+		records: records, batchSize: batch,
+		committed: []metric.AddOption{committed}, failed: []metric.AddOption{failed},
+		committedB: []metric.RecordOption{committed}, failedB: []metric.RecordOption{failed},
+	}, nil
 }
 
 // transaction records one store transaction of n records.
 func (m *writerMetrics) transaction(n int, err error) {
 	ctx := context.Background()
 	if err != nil {
-		m.records.Add(ctx, int64(n), m.failed)
-		m.batchSize.Record(ctx, int64(n), m.failedB)
+		m.records.Add(ctx, int64(n), m.failed...)
+		m.batchSize.Record(ctx, int64(n), m.failedB...)
 		return
 	}
-	m.records.Add(ctx, int64(n), m.committed)
-	m.batchSize.Record(ctx, int64(n), m.committedB)
+	m.records.Add(ctx, int64(n), m.committed...)
+	m.batchSize.Record(ctx, int64(n), m.committedB...)
 }

@@ -252,6 +252,8 @@ func (s Stored) Clone() Stored {
 // becomes pending, side effects are sorted and de-duplicated, Arguments are compacted. It is
 // idempotent. Invalid Arguments are left as they are for Validate to report.
 func (r Record) Normalize(now time.Time) Record {
+	args := r.Arguments
+	r.Arguments = nil // copied by compactJSON below, not by Clone: one copy instead of two
 	r = r.Clone()
 	if r.Time.IsZero() {
 		r.Time = now
@@ -266,18 +268,24 @@ func (r Record) Normalize(now time.Time) Record {
 		slices.Sort(r.SideEffects)
 		r.SideEffects = slices.Compact(r.SideEffects)
 	}
-	if len(r.Arguments) == 0 {
-		r.Arguments = nil
-	} else {
-		var b bytes.Buffer
-		if json.Compact(&b, r.Arguments) == nil {
-			r.Arguments = b.Bytes()
-		}
+	if len(args) > 0 {
+		r.Arguments = compactJSON(args)
 	}
 	if r.Approval != nil && !r.Approval.DecidedAt.IsZero() {
 		r.Approval.DecidedAt = normTime(r.Approval.DecidedAt)
 	}
 	return r
+}
+
+// compactJSON returns a compacted copy of src, or a plain copy when src is not valid JSON (for
+// Validate to report). Compacting never lengthens JSON, so one allocation of len(src) holds
+// either.
+func compactJSON(src []byte) []byte {
+	b := bytes.NewBuffer(make([]byte, 0, len(src)))
+	if json.Compact(b, src) != nil {
+		return append(b.Bytes()[:0], src...)
+	}
+	return b.Bytes()
 }
 
 func normTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }

@@ -107,11 +107,36 @@ type Writer struct {
 	lastBatch int // records in the previous batch; touched by the flusher goroutine only
 }
 
+// request is one Append on its way through the flusher. Requests are pooled: every governed
+// call appends twice, and a request with its channel is otherwise three allocations each time.
 type request struct {
 	recs []Record
 	res  []Stored
 	err  error
+	// done receives one value when res or err is set. It is buffered so that the flusher never
+	// waits for a caller that has left (its context ended); such a request is not reused.
 	done chan struct{}
+	one  [1]Record // holds recs of a single-record Append
+}
+
+var requests = sync.Pool{New: func() any { return &request{done: make(chan struct{}, 1)} }}
+
+// newRequest returns a pooled request with room for n records.
+func newRequest(n int) *request {
+	r := requests.Get().(*request)
+	if n == 1 {
+		r.recs = r.one[:]
+	} else {
+		r.recs = make([]Record, n)
+	}
+	return r
+}
+
+// release returns r to the pool. Only the caller that received r's answer (or never queued r)
+// may release it: the flusher no longer holds it then.
+func (r *request) release() {
+	r.recs, r.res, r.err, r.one = nil, nil, nil, [1]Record{}
+	requests.Put(r)
 }
 
 // NewWriter returns a Writer on st and, unless opts.Unbatched, starts its flusher.
@@ -151,10 +176,11 @@ func (w *Writer) Append(ctx context.Context, recs ...Record) ([]Stored, error) {
 		return nil, nil
 	}
 	now := w.opts.Now()
-	norm := make([]Record, len(recs))
+	req := newRequest(len(recs))
 	for i := range recs {
-		norm[i] = recs[i].Normalize(now)
-		if err := norm[i].Validate(); err != nil {
+		req.recs[i] = recs[i].Normalize(now)
+		if err := req.recs[i].Validate(); err != nil {
+			req.release()
 			if len(recs) > 1 {
 				return nil, fmt.Errorf("audit: record %d of %d: %w", i+1, len(recs), err)
 			}
@@ -163,26 +189,31 @@ func (w *Writer) Append(ctx context.Context, recs ...Record) ([]Stored, error) {
 	}
 	w.appends.Add(1)
 	if w.opts.Unbatched {
-		return w.appendDirect(ctx, norm)
+		defer req.release()
+		return w.appendDirect(ctx, req.recs)
 	}
 	select {
 	case <-w.closing:
+		req.release()
 		return nil, ErrClosed
 	default:
 	}
-	req := &request{recs: norm, done: make(chan struct{})}
 	select {
 	case w.reqs <- req:
 	case <-w.closing:
+		req.release()
 		return nil, ErrClosed
 	case <-ctx.Done():
+		req.release()
 		return nil, ctx.Err()
 	}
 	select {
 	case <-req.done:
-		return req.res, req.err
+		res, err := req.res, req.err
+		req.release()
+		return res, err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, ctx.Err() // the flusher still holds req: it is left to the garbage collector
 	}
 }
 
@@ -244,11 +275,35 @@ func (w *Writer) run() {
 	var flushing sync.WaitGroup
 	defer flushing.Wait()
 	slots := make(chan struct{}, w.opts.MaxInFlight)
-	dispatch := func(batch []*request) {
+	// MaxInFlight flushers take the batches, rather than a goroutine per batch: dispatching one
+	// then allocates nothing. A batch is only sent with a slot taken, so a flusher is free (or
+	// about to be) to receive it.
+	batches := make(chan []*request)
+	defer close(batches) // runs before flushing.Wait: the flushers end once they are done
+	// Flushed batches come back here to be filled again, so that collecting allocates nothing
+	// once a Writer has warmed up.
+	spare := make(chan []*request, w.opts.MaxInFlight)
+	for range w.opts.MaxInFlight {
 		flushing.Go(func() {
-			defer func() { <-slots }()
-			w.flush(batch)
+			for batch := range batches {
+				w.flush(batch)
+				clear(batch) // the requests go back to their callers
+				select {
+				case spare <- batch[:0]:
+				default:
+				}
+				<-slots
+			}
 		})
+	}
+	dispatch := func(batch []*request) { batches <- batch }
+	reuse := func() []*request {
+		select {
+		case b := <-spare:
+			return b
+		default:
+			return nil
+		}
 	}
 	for {
 		select {
@@ -256,11 +311,11 @@ func (w *Writer) run() {
 			// Wait for a free slot before collecting: whatever queues meanwhile joins this
 			// batch.
 			slots <- struct{}{}
-			dispatch(w.collect(req))
+			dispatch(w.collect(req, reuse()))
 		case <-w.closing:
 			// Appends racing with Close either got in before this drain or see closing.
 			for {
-				batch := w.collect(nil)
+				batch := w.collect(nil, reuse())
 				if len(batch) == 0 {
 					return
 				}
@@ -273,9 +328,8 @@ func (w *Writer) run() {
 
 // collect gathers the requests queued behind first (nil when draining at Close), up to
 // MaxBatch records. If that is well below the previous batch, it waits up to MaxWait for the
-// rest to arrive.
-func (w *Writer) collect(first *request) []*request {
-	var batch []*request
+// rest to arrive. batch is an empty slice to fill, or nil.
+func (w *Writer) collect(first *request, batch []*request) []*request {
 	n := 0
 	add := func(r *request) {
 		batch = append(batch, r)
@@ -363,7 +417,7 @@ func (w *Writer) flush(batch []*request) {
 			r.res = res[off : off+len(r.recs) : off+len(r.recs)]
 		}
 		off += len(r.recs)
-		close(r.done)
+		r.done <- struct{}{}
 	}
 }
 

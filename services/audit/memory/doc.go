@@ -3,7 +3,9 @@
 // Each tenant's rows live in a ring indexed by Seq, with the chain head kept beside them; an
 // AppendBatch checks and chains the whole batch under one lock and publishes it only when
 // every record is in, so it is atomic like a transaction. Rows are deep-copied in and out, so
-// callers cannot alter what the store holds. Watch wakes readers in-process.
+// callers cannot alter what the store holds; AppendBatch returns a new row as the caller's own
+// record (sharing its slices, as the Postgres store does) with fresh copies of the hashes,
+// which saves copying every record twice. Watch wakes readers in-process.
 //
 // With Options.MaxRows the store keeps only each tenant's newest rows (mandate dev keeps
 // 50,000 per tenant by default, --audit-retain). Past the bound every new row evicts the

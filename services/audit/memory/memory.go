@@ -174,11 +174,26 @@ func (s *Store) AppendBatch(ctx context.Context, recs []audit.Record) ([]audit.S
 	}
 	out := make([]audit.Stored, len(recs))
 	type staged struct {
-		log  *tenantLog
-		rows []audit.Stored
-		head audit.Head
+		tenant string
+		log    *tenantLog
+		rows   []audit.Stored // the deep copies the log will hold
+		head   audit.Head
 	}
-	stage := map[string]*staged{}
+	var one [1]staged
+	stages := one[:0]            // most batches hold one tenant: its stage costs no allocation
+	byTenant := map[string]int{} // tenant → index in stages
+	stage := func(tenant string) *staged {
+		if i, ok := byTenant[tenant]; ok {
+			return &stages[i]
+		}
+		l := s.tenants[tenant]
+		if l == nil {
+			l = newTenantLog(tenant)
+		}
+		byTenant[tenant] = len(stages)
+		stages = append(stages, staged{tenant: tenant, log: l, head: l.head})
+		return &stages[len(stages)-1]
+	}
 	inBatch := map[audit.Key]int{} // key → index in out of its first occurrence
 	for i := range recs {
 		r := &recs[i]
@@ -187,42 +202,33 @@ func (s *Store) AppendBatch(ctx context.Context, recs []audit.Record) ([]audit.S
 			out[i] = out[j]
 			continue
 		}
-		st := stage[r.Tenant]
-		if st == nil {
-			l := s.tenants[r.Tenant]
-			if l == nil {
-				l = newTenantLog(r.Tenant)
-			}
-			st = &staged{log: l, head: l.head}
-			stage[r.Tenant] = st
-		}
+		st := stage(r.Tenant)
 		inBatch[k] = i
 		if seq, ok := st.log.byKey[k]; ok {
-			out[i] = *st.log.row(seq)
+			out[i] = st.log.row(seq).Clone()
 			continue
 		}
 		row := audit.Stored{Record: r.Clone(), Seq: st.head.Seq + 1, PrevHash: st.head.Hash}
 		row.Hash = audit.ComputeHash(row.PrevHash, row.Seq, &row.Record)
 		st.rows = append(st.rows, row)
 		st.head = audit.Head{Seq: row.Seq, Hash: row.Hash}
-		out[i] = row
+		// The caller gets its own record back with the row's place in the chain: it shares
+		// nothing with the copy the log holds, without copying the record a second time. Both
+		// hashes share one allocation; each is capped so that an append cannot reach the other.
+		hashes := append(append(make([]byte, 0, 2*audit.HashSize), row.PrevHash...), row.Hash...)
+		out[i] = audit.Stored{Record: *r, Seq: row.Seq, PrevHash: hashes[:audit.HashSize:audit.HashSize], Hash: hashes[audit.HashSize:]}
 	}
 	// Publish: nothing above can fail, so the batch is all-or-nothing.
-	var touched []string
-	for tenant, st := range stage {
-		l := st.log
-		s.tenants[tenant] = l
+	for i := range stages {
+		st := &stages[i]
+		s.tenants[st.tenant] = st.log
 		for _, row := range st.rows {
-			l.add(row, s.opts.MaxRows)
+			st.log.add(row, s.opts.MaxRows)
 		}
-		touched = append(touched, tenant)
 	}
 	s.mu.Unlock()
-	for _, t := range touched {
-		s.hub.Notify(t)
-	}
-	for i := range out {
-		out[i] = out[i].Clone()
+	for i := range stages {
+		s.hub.Notify(stages[i].tenant)
 	}
 	return out, nil
 }

@@ -77,7 +77,7 @@ type batchPlan struct {
 }
 
 func newPlan(recs []audit.Record) *batchPlan {
-	p := &batchPlan{recs: recs}
+	p := &batchPlan{recs: recs, tenants: make([]string, 0, len(recs))}
 	for i := range recs {
 		p.tenants = append(p.tenants, recs[i].Tenant)
 	}
@@ -105,7 +105,6 @@ type chained struct {
 func (p *batchPlan) chain(heads map[string]audit.Head, stored map[audit.Key]*audit.Stored) *chained {
 	c := &chained{plan: p, out: make([]audit.Stored, len(p.recs)), old: map[string]audit.Head{}, heads: map[string]audit.Head{},
 		fresh: make([]*audit.Stored, 0, len(p.recs))}
-	rows := make([]audit.Stored, 0, len(p.recs)) // the fresh rows, never grown past the records
 	if stored == nil {
 		stored = map[audit.Key]*audit.Stored{}
 	}
@@ -120,19 +119,18 @@ func (p *batchPlan) chain(heads map[string]audit.Head, stored map[audit.Key]*aud
 			h = heads[k.Tenant]
 			c.old[k.Tenant] = h
 		}
-		rows = append(rows, audit.Stored{Record: p.recs[i], Seq: h.Seq + 1, PrevHash: h.Hash})
-		row := &rows[len(rows)-1]
+		c.out[i] = audit.Stored{Record: p.recs[i], Seq: h.Seq + 1, PrevHash: h.Hash}
+		row := &c.out[i] // a fresh row lives in out itself (never grown): no slice of its own
 		row.Hash = audit.ComputeHash(row.PrevHash, row.Seq, &row.Record)
 		c.heads[k.Tenant] = audit.Head{Seq: row.Seq, Hash: row.Hash}
 		stored[k] = row
 		c.fresh = append(c.fresh, row)
-		c.out[i] = *row
 	}
 	return c
 }
 
-// queueMoveHeads queues move_heads for the tenants that got rows.
-func (c *chained) queueMoveHeads(b *pgx.Batch) {
+// queueMoveHeads queues move_heads for the tenants that got rows; typed as for queueInsert.
+func (c *chained) queueMoveHeads(b *pgx.Batch, typed bool) {
 	var t []string
 	for _, tenant := range c.plan.tenants {
 		if _, ok := c.heads[tenant]; ok {
@@ -142,40 +140,54 @@ func (c *chained) queueMoveHeads(b *pgx.Batch) {
 	if len(t) == 0 {
 		return
 	}
-	oldSeq := make([]int64, len(t))
-	oldHash := make([][]byte, len(t))
-	newSeq := make([]int64, len(t))
-	newHash := make([][]byte, len(t))
+	n := len(t)
+	seqs, hashes := make([]int64, 2*n), make([][]byte, 2*n) // two allocations instead of four
+	oldSeq, newSeq := seqs[:n:n], seqs[n:]
+	oldHash, newHash := hashes[:n:n], hashes[n:]
 	for i, tenant := range t {
 		oldSeq[i], oldHash[i] = c.old[tenant].Seq, c.old[tenant].Hash
 		newSeq[i], newHash[i] = c.heads[tenant].Seq, c.heads[tenant].Hash
 	}
-	b.Queue(sqlMoveHeads, t, oldSeq, oldHash, newSeq, newHash)
+	b.Queue(sqlMoveHeads, textParam(typed, t), int8Param(typed, oldSeq), byteaParam(typed, oldHash),
+		int8Param(typed, newSeq), byteaParam(typed, newHash))
 }
 
 // queuePending queues the pending bookkeeping: new intents are pending; outcomes clear their
 // intent's entry, also when the outcome was already stored (that is how a reconciliation that
-// lost to the real outcome cleans up).
-func (c *chained) queuePending(b *pgx.Batch) {
-	var pT, pInv []string
-	var pSeq []int64
-	var pTime []time.Time
+// lost to the real outcome cleans up). typed as for queueInsert.
+func (c *chained) queuePending(b *pgx.Batch, typed bool) {
+	// Sized up front, the four text columns in one allocation: appending to empty slices
+	// would reallocate each of them as it grows.
+	intents, outcomes := 0, 0
+	for _, r := range c.fresh {
+		if r.Phase == audit.PhaseIntent {
+			intents++
+		}
+	}
+	for i := range c.plan.recs {
+		if c.plan.recs[i].Phase == audit.PhaseOutcome {
+			outcomes++
+		}
+	}
+	texts := make([]string, 2*intents+2*outcomes)
+	pT, pInv := texts[:0:intents], texts[intents:intents:2*intents]
+	cT, cInv := texts[2*intents:2*intents:2*intents+outcomes], texts[2*intents+outcomes:2*intents+outcomes]
+	pSeq, pTime := make([]int64, 0, intents), make([]time.Time, 0, intents)
 	for _, r := range c.fresh {
 		if r.Phase == audit.PhaseIntent {
 			pT, pInv, pSeq, pTime = append(pT, r.Tenant), append(pInv, r.InvocationID), append(pSeq, r.Seq), append(pTime, r.Time)
 		}
 	}
 	if len(pT) > 0 {
-		b.Queue(sqlAddPending, pT, pInv, pSeq, pTime)
+		b.Queue(sqlAddPending, textParam(typed, pT), textParam(typed, pInv), int8Param(typed, pSeq), timeParam(typed, pTime))
 	}
-	var cT, cInv []string
 	for i := range c.plan.recs {
 		if r := &c.plan.recs[i]; r.Phase == audit.PhaseOutcome {
 			cT, cInv = append(cT, r.Tenant), append(cInv, r.InvocationID)
 		}
 	}
 	if len(cT) > 0 {
-		b.Queue(sqlClearPending, cT, cInv)
+		b.Queue(sqlClearPending, textParam(typed, cT), textParam(typed, cInv))
 	}
 }
 
@@ -395,10 +407,10 @@ func (s *Store) appendFast(ctx context.Context, c *chained) error {
 			return ctx.Err()
 		}
 	}
-	b := &pgx.Batch{}
-	c.queueMoveHeads(b)
-	queueInsert(b, c.fresh)
-	c.queuePending(b)
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 4)} // move_heads, insert, pending: one allocation, not three
+	c.queueMoveHeads(b, s.typed)
+	queueInsert(b, c.fresh, s.typed)
+	c.queuePending(b, s.typed)
 	return s.pool.SendBatch(ctx, b).Close()
 }
 
@@ -465,9 +477,9 @@ func (s *Store) appendLocked(ctx context.Context, p *batchPlan) (*chained, map[s
 		}
 		c = p.chain(heads, stored)
 		b = &pgx.Batch{}
-		queueInsert(b, c.fresh)
-		c.queuePending(b)
-		c.queueMoveHeads(b)
+		queueInsert(b, c.fresh, s.typed)
+		c.queuePending(b, s.typed)
+		c.queueMoveHeads(b, s.typed)
 		if b.Len() > 0 {
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {
 				return err

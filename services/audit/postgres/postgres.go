@@ -74,8 +74,9 @@ func (o Options) withDefaults() Options {
 
 // Store is the PostgreSQL audit.Store. It does not own the pool.
 type Store struct {
-	pool *pgxpool.Pool
-	opts Options
+	pool  *pgxpool.Pool
+	opts  Options
+	typed bool // the pool's connections describe statements: see typedParams
 
 	hub feed.Hub
 
@@ -109,6 +110,7 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 	s := &Store{
 		pool:      pool,
 		opts:      opts.withDefaults(),
+		typed:     typedParams(pool.Config().ConnConfig),
 		done:      make(chan struct{}),
 		annSignal: make(chan struct{}, 1),
 		heads:     map[string]audit.Head{},

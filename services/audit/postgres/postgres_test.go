@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -458,4 +459,61 @@ func mustAppendOne(t *testing.T, w *audit.Writer, rec audit.Record) audit.Stored
 		t.Fatal(err)
 	}
 	return out[0]
+}
+
+// TestQueryExecModes appends through pools in each of pgx's query exec modes: the append
+// statements encode their arrays one way when the server describes the parameters (the
+// default) and the plain way otherwise, and both must store the same rows.
+func TestQueryExecModes(t *testing.T) {
+	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			_, dsn := pgtest.NewURL(t, postgres.Migrations)
+			sep := "?"
+			if strings.Contains(dsn, "?") {
+				sep = "&"
+			}
+			pool, err := pgxpool.New(ctxFor(t), dsn+sep+"default_query_exec_mode="+mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			w := newWriter(t, newStore(t, pool), audit.WriterOptions{})
+			intent := audittest.Rec("acme", "inv-1", audit.PhaseIntent)
+			intent.SideEffects, intent.Arguments = nil, nil
+			outcome := audittest.Rec("acme", "inv-1", audit.PhaseOutcome)
+			outcome.SideEffects = []string{`quote"d`, `back\slash`, "plain"}
+			outcome.Message = "it's done, \"really\""
+			plain := audittest.Rec("acme", "inv-2", audit.PhaseOutcome)
+			plain.Approval.DecidedAt = time.Time{}
+			// Two appends: the first takes the locking path, the second the fast one.
+			appended, err := w.Append(ctxFor(t), intent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			more, err := w.Append(ctxFor(t), outcome, plain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			appended = append(appended, more...)
+			for _, want := range appended {
+				rows, err := w.Store().Get(ctxFor(t), "acme", want.InvocationID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				i := slices.IndexFunc(rows, func(r audit.Stored) bool { return r.Phase == want.Phase })
+				if i < 0 {
+					t.Fatalf("%s %s not stored", want.InvocationID, want.Phase)
+				}
+				got := rows[i]
+				if got.Seq != want.Seq || !bytes.Equal(got.Hash, want.Hash) || !bytes.Equal(got.PrevHash, want.PrevHash) ||
+					!bytes.Equal(audit.CanonicalEncoding(got.Seq, &got.Record), audit.CanonicalEncoding(want.Seq, &want.Record)) {
+					t.Errorf("stored row differs from the appended one:\n got %+v\nwant %+v", got, want)
+				}
+			}
+			rep, err := w.Store().Verify(ctxFor(t), "acme")
+			if err != nil || !rep.OK || rep.Rows != 3 {
+				t.Fatalf("Verify = %+v, %v; want 3 rows, OK", rep, err)
+			}
+		})
+	}
 }

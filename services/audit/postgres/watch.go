@@ -154,9 +154,9 @@ func (s *Store) announcer() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
-		b := &pgx.Batch{}
+		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
 		b.Queue(sqlAsyncCommit)
-		b.Queue(sqlNotify, tenants)
+		b.Queue(sqlNotify, textParam(s.typed, tenants))
 		// Without BEGIN the two statements run as one implicit transaction.
 		if err := s.pool.SendBatch(ctx, b).Close(); err != nil && s.ctx.Err() == nil {
 			s.opts.Logger.Warn("audit: NOTIFY after commit failed; remote watchers catch up at their next poll",
