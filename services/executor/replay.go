@@ -3,26 +3,19 @@ package executor
 import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	grpcstatus "google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/schema"
 )
 
-// outputJSON is how results are encoded everywhere: proto field names, so
-// outputs read like inputs.
-var outputJSON = protojson.MarshalOptions{UseProtoNames: true}
-
+// marshalOutput encodes a result with proto field names, so outputs read
+// like inputs.
 func marshalOutput(m proto.Message) ([]byte, error) {
 	if m == nil {
 		return []byte("{}"), nil
 	}
-	opts := outputJSON
-	// The required-field check always passes on a type that cannot lack
-	// one, and on a dynamic message it allocates as it walks every field.
-	opts.AllowPartial = !schema.CanLackRequired(m.ProtoReflect().Descriptor())
-	return opts.Marshal(m)
+	return schema.MarshalOutput(m)
 }
 
 // statusBytes serializes the gRPC status of a failure, so a replay returns
