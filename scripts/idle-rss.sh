@@ -11,6 +11,8 @@
 # Usage: scripts/idle-rss.sh   (from the repository root; Linux only)
 #
 #   LDFLAGS      go build -ldflags (default "-s -w", as deploy/compose/Dockerfile)
+#   TAGS         go build -tags of the per-service binaries (default grpcnotrace,
+#                as `make binaries`; the all-in-one is built as the Dockerfile does)
 #   CGO_ENABLED  default 0, as deploy/compose/Dockerfile: static binaries, no libc mapped
 #   DATABASE     Postgres server, without a database (default postgres://postgres@127.0.0.1:5432);
 #                a scratch database is created and dropped
@@ -19,9 +21,12 @@
 #   BASELINE     a git revision (e.g. main) whose per-service binaries are
 #                built and measured too, in the same run, so that a change
 #                is compared with what it changes side by side (default: none)
+#   BASELINE_TAGS go build -tags of the baseline's binaries (default: none)
 set -euo pipefail
 
 LDFLAGS=${LDFLAGS-"-s -w"}
+TAGS=${TAGS-grpcnotrace}
+BASELINE_TAGS=${BASELINE_TAGS-}
 export CGO_ENABLED=${CGO_ENABLED:-0}
 DATABASE=${DATABASE:-postgres://postgres@127.0.0.1:5432}
 PORT_BASE=${PORT_BASE:-47100}
@@ -42,12 +47,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "building with CGO_ENABLED=$CGO_ENABLED -trimpath -ldflags='$LDFLAGS' into $work" >&2
+echo "building with CGO_ENABLED=$CGO_ENABLED -trimpath -ldflags='$LDFLAGS' (per-service: -tags='$TAGS') into $work" >&2
 go build -trimpath -ldflags="$LDFLAGS" -o "$work/mandate" ./cmd/mandate
 per_service=()
 for s in "${services[@]}"; do
   if [ -d "cmd/mandate-$s" ]; then
-    go build -trimpath -ldflags="$LDFLAGS" -o "$work/mandate-$s" "./cmd/mandate-$s"
+    go build -trimpath -tags="$TAGS" -ldflags="$LDFLAGS" -o "$work/mandate-$s" "./cmd/mandate-$s"
     per_service+=("$s")
   fi
 done
@@ -60,7 +65,7 @@ if [ -n "${BASELINE:-}" ]; then
   git archive "$BASELINE" | tar -x -C "$work/baseline-src"
   for s in "${services[@]}"; do
     if [ -d "$work/baseline-src/cmd/mandate-$s" ]; then
-      (cd "$work/baseline-src" && go build -trimpath -ldflags="$LDFLAGS" -o "$work/baseline/mandate-$s" "./cmd/mandate-$s")
+      (cd "$work/baseline-src" && go build -trimpath -tags="$BASELINE_TAGS" -ldflags="$LDFLAGS" -o "$work/baseline/mandate-$s" "./cmd/mandate-$s")
       baseline+=("$s")
     fi
   done
