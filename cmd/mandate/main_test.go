@@ -13,7 +13,7 @@ import (
 
 	"github.com/mandate-dev/mandate/internal/directory"
 	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
-	"github.com/mandate-dev/mandate/internal/storage/migrate"
+	"github.com/mandate-dev/mandate/internal/storage/migrate/migrator"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
 )
 
@@ -66,7 +66,7 @@ func TestMigrateAndPolicyApply(t *testing.T) {
 			t.Fatalf("concurrent migrate %d: %v\n%s", i, errs[i], outs[i])
 		}
 	}
-	recs, err := migrate.Status(ctx, pool, dirpg.Migrations.Service)
+	recs, err := migrator.Status(ctx, pool, dirpg.Migrations.Service)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,31 @@ var onlyFor = map[string]string{
 	"github.com/nats-io/nats.go":             "executor", // the outbox relay
 }
 
+// allInOneOnly are packages, by path prefix, that only the all-in-one
+// binary needs: the in-process transport of `mandate dev` and the
+// migration runner of `mandate migrate`. No service runs them.
+var allInOneOnly = []string{
+	module + "/internal/server/inprocess",
+	module + "/internal/storage/migrate/migrator",
+	"github.com/fullstorydev/grpchan",
+	"github.com/jhump/protoreflect",
+	"github.com/pressly/goose",
+}
+
+// perServiceTags are the build tags `make binaries` and
+// scripts/idle-rss.sh build the per-service binaries with.
+const perServiceTags = "grpcnotrace"
+
+// methodKeepers are packages that keep every exported method of every type
+// a binary links, by the service allowed to link them ("" for none).
+// text/template's executor looks methods up by names known only at run
+// time (reflect.Value.MethodByName), so wherever it is reachable the
+// linker can drop no exported method: some 5 MB more to map.
+var methodKeepers = map[string]string{
+	"html/template":          "confirm", // its approval pages
+	"golang.org/x/net/trace": "",        // gRPC's request tracing, which grpcnotrace leaves out
+}
+
 // TestPerServiceBinariesLinkOneService: the dependency graph of
 // cmd/mandate-<service> holds no package of another service (services/Y,
 // the helpdesk sample, internal/cli/<Y>cmd), nor the all-in-one
@@ -95,7 +120,40 @@ func ownerOf(pkg string) string {
 			return svc
 		}
 	}
+	for _, prefix := range allInOneOnly {
+		if pkg == prefix || strings.HasPrefix(pkg, prefix+"/") {
+			return "all-in-one"
+		}
+	}
 	return ""
+}
+
+// TestPerServiceBinariesKeepDeadCodeElimination: built as `make binaries`
+// builds them, no per-service binary links a package that stops the linker
+// from dropping unused methods, unless its service needs it.
+func TestPerServiceBinariesKeepDeadCodeElimination(t *testing.T) {
+	args := []string{"-tags", perServiceTags, "-json=ImportPath,Deps"}
+	for b := range binaries {
+		args = append(args, b)
+	}
+	dec := json.NewDecoder(strings.NewReader(goList(t, args...)))
+	for {
+		var p struct {
+			ImportPath string
+			Deps       []string
+		}
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		own := binaries[p.ImportPath]
+		for _, dep := range p.Deps {
+			if allowed, ok := methodKeepers[dep]; ok && allowed != own {
+				t.Errorf("%s (service %s, -tags %s) links %s, which keeps every exported method alive", p.ImportPath, own, perServiceTags, dep)
+			}
+		}
+	}
 }
 
 // goList runs `go list args…` and returns its output.

@@ -12,6 +12,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/directory"
 	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
 	"github.com/mandate-dev/mandate/internal/storage/migrate"
+	"github.com/mandate-dev/mandate/internal/storage/migrate/migrator"
 	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
 	confirmpg "github.com/mandate-dev/mandate/services/confirm/postgres"
 	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
@@ -38,14 +39,14 @@ func runMigrate(ctx context.Context, args []string, io IO) error {
 	}
 	defer pool.Close()
 	sets := migrationSets()
-	if err := migrate.Run(ctx, pool, sets...); err != nil {
+	if err := migrator.Run(ctx, pool, sets...); err != nil {
 		return err
 	}
 	services := make([]string, len(sets))
 	for i, set := range sets {
 		services[i] = set.Service
 	}
-	records, err := migrate.Status(ctx, pool, services...)
+	records, err := migrator.Status(ctx, pool, services...)
 	if err != nil {
 		return err
 	}

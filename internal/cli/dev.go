@@ -31,6 +31,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/oauth"
 	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/server/inprocess"
 	auditmem "github.com/mandate-dev/mandate/services/audit/memory"
 	confirmmem "github.com/mandate-dev/mandate/services/confirm/memory"
 	"github.com/mandate-dev/mandate/services/confirm/page"
@@ -189,7 +190,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	if err != nil {
 		return nil, err
 	}
-	internalConn, backendConn := internalSrv.InProcess(src), backendSrv.InProcess(src)
+	internalConn, backendConn := inprocess.Conn(internalSrv, src), inprocess.Conn(backendSrv, src)
 	// No embedded broker: events are relayed to --events-url when given.
 	execSvc, err := executorcmd.Build(executorcmd.Deps{
 		Manifest: set, Directory: dir, Store: execmem.New(execmem.Options{}),
@@ -232,7 +233,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	if err != nil {
 		return nil, err
 	}
-	local := srv.InProcess(bridgeSrc)
+	local := inprocess.Conn(srv, bridgeSrc)
 	bridgeSvc, err := mcpbridgecmd.Build(mcpbridgecmd.Deps{
 		Catalog: local, Executor: local, Confirm: local,
 		Manifest: set, Verifier: users,

@@ -69,7 +69,7 @@ type Decoder struct {
 // NewDecoder returns a decoder resolving Any and extension types with
 // types (nil for the global registry).
 func NewDecoder(types *protoregistry.Types, limits Limits) (*Decoder, error) {
-	v, err := protovalidate.New()
+	v, err := Validator()
 	if err != nil {
 		return nil, fmt.Errorf("schema: %w", err)
 	}

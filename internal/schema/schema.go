@@ -81,7 +81,7 @@ func Build(md protoreflect.MessageDescriptor, mode Mode) (Schema, error) {
 		zeroFails: map[protoreflect.FullName]map[protoreflect.FieldNumber]bool{},
 	}
 	if mode == Input {
-		v, err := protovalidate.New()
+		v, err := Validator()
 		if err != nil {
 			return nil, fmt.Errorf("schema: %w", err)
 		}

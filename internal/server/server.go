@@ -21,7 +21,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fullstorydev/grpchan/inprocgrpc"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -76,15 +75,20 @@ type Server struct {
 	cfg  Config
 	log  *slog.Logger
 	grpc *grpc.Server
-	// local serves the registered services in process (InProcess).
-	local    *inprocgrpc.Channel
-	health   *health.Server
-	gateway  *runtime.ServeMux
-	http     *http.ServeMux
-	gateways []GatewayRegistrar
-	grpcLis  net.Listener
-	httpLis  net.Listener
-	nonce    string
+	// chain is what every call runs through before its handler, on the
+	// gRPC listener and on the registrars attached to the server (Attach).
+	chain Interceptors
+	// registered are the services registered with RegisterService, and
+	// attached the registrars that serve them too (Attach).
+	registered []registration
+	attached   []grpc.ServiceRegistrar
+	health     *health.Server
+	gateway    *runtime.ServeMux
+	http       *http.ServeMux
+	gateways   []GatewayRegistrar
+	grpcLis    net.Listener
+	httpLis    net.Listener
+	nonce      string
 	// stopping is closed when shutdown begins, ending long-lived streams
 	// (Watch, Await) so GracefulStop does not wait for its timeout.
 	stopping chan struct{}
@@ -115,15 +119,16 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.nonce = newNonce()
 	s.stopping = make(chan struct{})
-	unary := []grpc.UnaryServerInterceptor{s.recoverUnary, s.gatewayUnary, cfg.Auth.UnaryServerInterceptor(), s.inputUnary, v.unary}
-	stream := []grpc.StreamServerInterceptor{s.recoverStream, s.stopStream, s.gatewayStream, cfg.Auth.StreamServerInterceptor(), s.inputStream, v.stream}
+	s.chain = Interceptors{
+		Unary:  []grpc.UnaryServerInterceptor{s.recoverUnary, s.gatewayUnary, cfg.Auth.UnaryServerInterceptor(), s.inputUnary, v.unary},
+		Stream: []grpc.StreamServerInterceptor{s.recoverStream, s.stopStream, s.gatewayStream, cfg.Auth.StreamServerInterceptor(), s.inputStream, v.stream},
+	}
 	opts := append([]grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
-		grpc.ChainUnaryInterceptor(unary...),
-		grpc.ChainStreamInterceptor(stream...),
+		grpc.ChainUnaryInterceptor(s.chain.Unary...),
+		grpc.ChainStreamInterceptor(s.chain.Stream...),
 	}, cfg.GRPCOptions...)
-	s.local = newLocalChannel(unary, stream)
 	s.grpc = grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	// Reflection (v1 and v1alpha) is served without a token, like health

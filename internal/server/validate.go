@@ -11,14 +11,16 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/schema"
 )
 
 // validator checks every request message against its buf.validate rules
-// before a handler sees it, so handlers can trust their input's shape.
+// before a handler sees it, so handlers can trust their input's shape. It
+// uses the process's one protovalidate validator (schema.Validator).
 type validator struct{ v protovalidate.Validator }
 
 func newValidator() (*validator, error) {
-	v, err := protovalidate.New()
+	v, err := schema.Validator()
 	if err != nil {
 		return nil, err
 	}

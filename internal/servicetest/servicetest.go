@@ -12,6 +12,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/server/inprocess"
 	"github.com/mandate-dev/mandate/services/audit"
 	auditapi "github.com/mandate-dev/mandate/services/audit/api"
 	"github.com/mandate-dev/mandate/services/confirm"
@@ -53,6 +54,6 @@ func Executor(t testing.TB, users *identity.Verifier, services *identity.Service
 			t.Errorf("servicetest server: %v", err)
 		}
 	})
-	conn := srv.InProcess(src)
+	conn := inprocess.Conn(srv, src)
 	return Ports{Audit: mandatev1.NewAuditServiceClient(conn), Confirm: mandatev1.NewConfirmServiceClient(conn)}
 }

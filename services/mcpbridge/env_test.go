@@ -19,6 +19,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/server/inprocess"
 	"github.com/mandate-dev/mandate/internal/servicetest"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
 	"github.com/mandate-dev/mandate/services/audit"
@@ -219,7 +220,7 @@ func bridgeChannel(t testing.TB, srv *server.Server) grpc.ClientConnInterface {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return srv.InProcess(src)
+	return inprocess.Conn(srv, src)
 }
 
 func serve(t testing.TB, ctx context.Context, srv *server.Server) {

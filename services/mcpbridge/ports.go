@@ -12,7 +12,7 @@ import (
 // it calls, with their exact signatures: mandatev1.NewExecutorServiceClient,
 // NewCatalogServiceClient and NewConfirmServiceClient implement them, over
 // a network connection or a server's in-process channel
-// (server.Server.InProcess). The connection must carry the bridge's service
+// (internal/server/inprocess.Conn). The connection must carry the bridge's service
 // credentials (identity.UnaryClientInterceptor and StreamClientInterceptor
 // with a token of service identity.MCPBridgeService), which forward the
 // caller's raw token that the bridge puts in every call's context: each

@@ -22,7 +22,7 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations creates the helpdesk schema; run it with migrate.Run before New.
+// Migrations creates the helpdesk schema; migrator.Run (`mandate migrate`) applies it before New.
 var Migrations = migrate.Set{Service: "helpdesk", FS: mustSub(migrationFiles, "migrations")}
 
 func mustSub(f fs.FS, dir string) fs.FS {

@@ -1,13 +1,10 @@
-// Package migrate applies the embedded, numbered SQL migrations of Mandate's services with goose
-// (github.com/pressly/goose/v3). Each service owns one Postgres schema named after it and ships
-// its migrations as a [Set]: files named NNNN_description.sql at the root of an fs.FS, applied in
-// version order, each in its own transaction with search_path set to the service schema. Each
-// service has its own goose version table, public.goose_<service>, which also records every
-// applied file's name and SHA-256 checksum: [Run] skips what is recorded, refuses to continue
-// when an applied file has changed (goose has no such guard), and holds goose's session advisory
-// lock so that several processes starting at once apply every migration exactly once.
+// Package migrate declares the embedded, numbered SQL migrations of Mandate's services. Each
+// service owns one Postgres schema named after it and ships its migrations as a [Set]: files
+// named NNNN_description.sql at the root of an fs.FS, applied in version order, each in its own
+// transaction with search_path set to the service schema.
 //
-// Databases migrated by the hand-written runner that came before goose recorded their versions in
-// public.mandate_migrations; when goose first creates a service's version table it carries that
-// service's records over, so such databases upgrade without re-applying anything.
+// Applying them is the job of internal/storage/migrate/migrator (with goose), a package of its
+// own: the services never migrate at start-up (`mandate migrate` does, and the tests), so a
+// service's own binary links the migrations' files and this declaration, not goose and
+// database/sql's migration machinery (issue #13: each idle service maps less of its binary).
 package migrate

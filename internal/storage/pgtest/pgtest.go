@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mandate-dev/mandate/internal/storage/migrate"
+	"github.com/mandate-dev/mandate/internal/storage/migrate/migrator"
 	"github.com/mandate-dev/mandate/internal/storage/pg"
 )
 
@@ -156,7 +157,7 @@ func templateFor(ctx context.Context, sets []migrate.Set) (string, error) {
 		}
 		// The template must have no sessions when it is cloned, so the pool is closed here.
 		defer pool.Close()
-		tm.err = migrate.Run(ctx, pool, sets...)
+		tm.err = migrator.Run(ctx, pool, sets...)
 	})
 	return tm.name, tm.err
 }

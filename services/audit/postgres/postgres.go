@@ -21,7 +21,7 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations creates the audit schema; run it with migrate.Run before New.
+// Migrations creates the audit schema; migrator.Run (`mandate migrate`) applies it before New.
 var Migrations = migrate.Set{Service: "audit", FS: mustSub(migrationFiles, "migrations")}
 
 func mustSub(f fs.FS, dir string) fs.FS {

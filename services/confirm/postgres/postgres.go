@@ -23,7 +23,7 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations creates the confirm schema; run it with migrate.Run before New.
+// Migrations creates the confirm schema; migrator.Run (`mandate migrate`) applies it before New.
 var Migrations = migrate.Set{Service: "confirm", FS: mustSub(migrationFiles, "migrations")}
 
 func mustSub(f fs.FS, dir string) fs.FS {

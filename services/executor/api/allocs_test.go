@@ -14,6 +14,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/server/inprocess"
 	"github.com/mandate-dev/mandate/internal/servicetest"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/confirm"
@@ -72,7 +73,7 @@ func inProcess(t testing.TB) (call func() error) {
 	t.Cleanup(trail.Close)
 	exec, err := executor.New(executor.Config{
 		Manifest: set, Directory: cache, Audit: trail, Confirm: ports.Confirm, Store: b.execStore,
-		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{"examples.helpdesk.v1.HelpdeskService": hsrv.InProcess(src)}),
+		Dispatcher: executor.NewGRPCDispatcher(map[string]grpc.ClientConnInterface{"examples.helpdesk.v1.HelpdeskService": inprocess.Conn(hsrv, src)}),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +94,7 @@ func inProcess(t testing.TB) (call func() error) {
 	}
 	// Cleanups run last-in first-out: the servers stop first.
 	t.Cleanup(cancel)
-	client := mandatev1.NewExecutorServiceClient(esrv.InProcess(bridge))
+	client := mandatev1.NewExecutorServiceClient(inprocess.Conn(esrv, bridge))
 	callCtx := identity.WithRawToken(ctx, token(t, "acme", "alice", "support-bot"))
 	req := &mandatev1.ExecuteRequest{Code: "ticket.search", InputJson: []byte(`{"query":"charged twice"}`), ResultAsJson: true}
 	return func() error {

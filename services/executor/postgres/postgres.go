@@ -19,7 +19,7 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations creates the executor schema; run it with migrate.Run before New.
+// Migrations creates the executor schema; migrator.Run (`mandate migrate`) applies it before New.
 var Migrations = migrate.Set{Service: "executor", FS: mustSub(migrationFiles, "migrations")}
 
 func mustSub(f fs.FS, dir string) fs.FS {

@@ -1,4 +1,4 @@
-package migrate
+package migrator
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pressly/goose/v3/database"
+
+	"github.com/mandate-dev/mandate/internal/storage/migrate"
 )
 
 // store is the goose version table of one service, public.goose_<service>: goose's columns plus
@@ -17,13 +19,13 @@ import (
 type store struct {
 	service string
 	table   string // quoted, schema-qualified
-	files   map[int64]Migration
+	files   map[int64]migrate.Migration
 }
 
 var _ database.StoreExtender = (*store)(nil)
 
-func newStore(service string, migs []Migration) *store {
-	files := make(map[int64]Migration, len(migs))
+func newStore(service string, migs []migrate.Migration) *store {
+	files := make(map[int64]migrate.Migration, len(migs))
 	for _, m := range migs {
 		files[int64(m.Version)] = m
 	}

@@ -1,8 +1,9 @@
-package server_test
+package inprocess_test
 
 import (
 	"context"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -15,7 +16,38 @@ import (
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/server/inprocess"
 )
+
+var devSecret = []byte("dev-secret-0123456789abcdef0123456789")
+
+// mint is a user token the test servers accept.
+func mint(t *testing.T) string {
+	t.Helper()
+	tok, err := identity.MintDev(devSecret, identity.MintRequest{Issuer: "test", Audience: "mandate", User: "olive", Tenant: "acme", TTL: time.Hour, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// newServer is a server that authenticates the tokens of mint.
+func newServer(t *testing.T, name string) *server.Server {
+	t.Helper()
+	users, err := identity.NewVerifier(t.Context(), identity.Config{Audience: []string{"mandate"}, Issuers: []string{"test"}, DevSecret: devSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{Name: name, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
 
 // whoAudit answers Verify with the caller it was given.
 type whoAudit struct {
@@ -37,22 +69,11 @@ func (whoAudit) Verify(ctx context.Context, _ *mandatev1.VerifyRequest) (*mandat
 // through the Server.
 func TestInProcessRunsTheServerInterceptors(t *testing.T) {
 	ctx := context.Background()
-	users, err := identity.NewVerifier(ctx, identity.Config{Audience: []string{"mandate"}, Issuers: []string{"test"}, DevSecret: devSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Name: "audit", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: auth})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, "audit")
 	mandatev1.RegisterAuditServiceServer(srv, whoAudit{})
-	client := mandatev1.NewAuditServiceClient(srv.InProcess(nil))
+	client := mandatev1.NewAuditServiceClient(inprocess.Conn(srv, nil))
 
-	_, err = client.Verify(ctx, &mandatev1.VerifyRequest{})
+	_, err := client.Verify(ctx, &mandatev1.VerifyRequest{})
 	if status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("without a token: %v, want Unauthenticated", err)
 	}
@@ -61,7 +82,7 @@ func TestInProcessRunsTheServerInterceptors(t *testing.T) {
 	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || st.Message() != "olive@acme" {
 		t.Fatalf("with a token: %v, want the handler to see olive@acme", err)
 	}
-	_, err = mandatev1.NewConfirmServiceClient(srv.InProcess(nil)).Get(authed, &mandatev1.ConfirmServiceGetRequest{ChallengeId: "x"})
+	_, err = mandatev1.NewConfirmServiceClient(inprocess.Conn(srv, nil)).Get(authed, &mandatev1.ConfirmServiceGetRequest{ChallengeId: "x"})
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("unregistered service: %v, want Unimplemented", err)
 	}
@@ -82,18 +103,7 @@ func (echoConfirm) Get(_ context.Context, req *mandatev1.ConfirmServiceGetReques
 // generated types, both ways, as over a gRPC connection.
 func TestInProcessCarriesDynamicMessages(t *testing.T) {
 	ctx := context.Background()
-	users, err := identity.NewVerifier(ctx, identity.Config{Audience: []string{"mandate"}, Issuers: []string{"test"}, DevSecret: devSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Name: "confirm", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: auth})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := newServer(t, "confirm")
 	mandatev1.RegisterConfirmServiceServer(srv, echoConfirm{})
 	// Descriptors of the caller's own, distinct from the generated ones.
 	fdp := protodesc.ToFileDescriptorProto(mandatev1.File_mandate_v1_confirm_proto)
@@ -110,7 +120,7 @@ func TestInProcessCarriesDynamicMessages(t *testing.T) {
 	req.Set(reqDesc.Fields().ByName("challenge_id"), protoreflect.ValueOfString("ch-1"))
 	resp := dynamicpb.NewMessage(respDesc)
 	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+mint(t))
-	if err := srv.InProcess(nil).Invoke(authed, mandatev1.ConfirmService_Get_FullMethodName, req, resp); err != nil {
+	if err := inprocess.Conn(srv, nil).Invoke(authed, mandatev1.ConfirmService_Get_FullMethodName, req, resp); err != nil {
 		t.Fatal(err)
 	}
 	if got := resp.Get(respDesc.Fields().ByName("challenge_id")).String(); got != "ch-1" {
@@ -118,7 +128,21 @@ func TestInProcessCarriesDynamicMessages(t *testing.T) {
 	}
 	// A message of another type is refused, not mangled.
 	other := dynamicpb.NewMessage(respDesc)
-	if err := srv.InProcess(nil).Invoke(authed, mandatev1.ConfirmService_Get_FullMethodName, other, resp); err == nil {
+	if err := inprocess.Conn(srv, nil).Invoke(authed, mandatev1.ConfirmService_Get_FullMethodName, other, resp); err == nil {
 		t.Fatal("a Challenge was accepted as a ConfirmServiceGetRequest")
+	}
+}
+
+// TestConnServesServicesRegisteredLater: a connection taken before a
+// service is registered reaches it once it is, as mandate dev takes the
+// bridge's connection before the bridge registers on the same server.
+func TestConnServesServicesRegisteredLater(t *testing.T) {
+	srv := newServer(t, "confirm")
+	conn := inprocess.Conn(srv, nil)
+	mandatev1.RegisterConfirmServiceServer(srv, echoConfirm{})
+	authed := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+mint(t))
+	got, err := mandatev1.NewConfirmServiceClient(conn).Get(authed, &mandatev1.ConfirmServiceGetRequest{ChallengeId: "ch-2"})
+	if err != nil || got.GetChallengeId() != "ch-2" {
+		t.Fatalf("Get = %v, %v; want challenge ch-2", got, err)
 	}
 }

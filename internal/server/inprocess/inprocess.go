@@ -1,4 +1,4 @@
-package server
+package inprocess
 
 import (
 	"context"
@@ -12,46 +12,38 @@ import (
 
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/schema"
+	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/internal/telemetry"
 )
 
-// RegisterService implements grpc.ServiceRegistrar: the service is served
-// on the gRPC listener and on the server's in-process channel (InProcess).
-// Register services before Run.
-func (s *Server) RegisterService(desc *grpc.ServiceDesc, impl any) {
-	s.grpc.RegisterService(desc, impl)
-	s.local.RegisterService(desc, impl)
-}
-
-// InProcess returns a connection to the services registered on s
-// (RegisterService) that stays in the calling process: no socket and no
-// serialisation (messages are cloned), but the same server interceptors as
-// a gRPC call — panic recovery, authentication, the checks of hostile
-// input, request validation — so a service wired in process (mandate dev)
-// behaves as it does over the network. src supplies the calling service's
-// credential, as identity.UnaryClientInterceptor does for a gRPC
-// connection; nil sends none (the caller's own bearer, if any, still
-// travels in its outgoing metadata).
-func (s *Server) InProcess(src identity.TokenSource) grpc.ClientConnInterface {
-	if src == nil {
-		return s.local
-	}
-	return grpchan.InterceptClientConn(s.local, identity.UnaryClientInterceptor(src), identity.StreamClientInterceptor(src))
-}
-
-// newLocalChannel is the in-process channel with the gRPC server's chain.
-// Its client side carries the caller's trace context to the service, as
-// the OpenTelemetry handler of a gRPC connection does
-// (telemetry.GRPCClientOption), with Mandate's propagator whichever one
-// the process installed: both ends are in this process.
-func newLocalChannel(unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor) *inprocgrpc.Channel {
+// Conn returns a connection to the services registered on srv
+// (server.Server.RegisterService, before or after Conn) that stays in the
+// calling process: no socket and no serialisation (messages are cloned),
+// but the same server interceptors as a gRPC call — panic recovery,
+// authentication, the checks of hostile input, request validation — so a
+// service wired in process (mandate dev) behaves as it does over the
+// network. src supplies the calling service's credential, as
+// identity.UnaryClientInterceptor does for a gRPC connection; nil sends
+// none (the caller's own bearer, if any, still travels in its outgoing
+// metadata). Each call attaches a channel of its own to srv: call it once
+// per caller, before srv runs.
+func Conn(srv *server.Server, src identity.TokenSource) grpc.ClientConnInterface {
+	ch := new(inprocgrpc.Channel)
+	chain := srv.Attach(ch)
+	// The client side carries the caller's trace context to the service,
+	// as the OpenTelemetry handler of a gRPC connection does
+	// (telemetry.GRPCClientOption), with Mandate's propagator whichever
+	// one the process installed: both ends are in this process.
 	prop := otelgrpc.WithPropagators(telemetry.Propagator())
-	return new(inprocgrpc.Channel).
-		WithClientStatsHandler(otelgrpc.NewClientHandler(prop)).
+	ch.WithClientStatsHandler(otelgrpc.NewClientHandler(prop)).
 		WithServerStatsHandler(otelgrpc.NewServerHandler(prop)).
-		WithServerUnaryInterceptor(chainUnary(unary)).
-		WithServerStreamInterceptor(chainStream(stream)).
+		WithServerUnaryInterceptor(chainUnary(chain.Unary)).
+		WithServerStreamInterceptor(chainStream(chain.Stream)).
 		WithCloner(wireCloner{})
+	if src == nil {
+		return ch
+	}
+	return grpchan.InterceptClientConn(ch, identity.UnaryClientInterceptor(src), identity.StreamClientInterceptor(src))
 }
 
 // wireCloner copies messages between the two ends of the in-process

@@ -1,4 +1,4 @@
-package migrate_test
+package migrator_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mandate-dev/mandate/internal/storage/migrate"
+	"github.com/mandate-dev/mandate/internal/storage/migrate/migrator"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
 )
 
@@ -58,7 +59,7 @@ func TestRunUpgradesADatabaseOfTheOldRunner(t *testing.T) {
 	}
 
 	fsys["0003_stock.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE items ADD COLUMN stock int NOT NULL DEFAULT 0;")}
-	if err := migrate.Run(ctx, pool, migrate.Set{Service: "shop", FS: fsys}); err != nil {
+	if err := migrator.Run(ctx, pool, migrate.Set{Service: "shop", FS: fsys}); err != nil {
 		t.Fatal(err)
 	}
 	recs := status(t, pool)
@@ -84,7 +85,7 @@ func TestRunUpgradesADatabaseOfTheOldRunner(t *testing.T) {
 	}
 
 	// Running again is a no-op, and the old records are not carried over a second time.
-	if err := migrate.Run(ctx, pool, migrate.Set{Service: "shop", FS: fsys}); err != nil {
+	if err := migrator.Run(ctx, pool, migrate.Set{Service: "shop", FS: fsys}); err != nil {
 		t.Fatal(err)
 	}
 	if got := versions(status(t, pool)); got != "shop:1:init shop:2:seed shop:3:stock" {
@@ -98,8 +99,8 @@ func TestRunChecksCarriedOverChecksums(t *testing.T) {
 	legacyApply(t, pool, migrate.Set{Service: "shop", FS: fsys}, time.Now())
 	fsys["0001_init.sql"] = &fstest.MapFile{Data: []byte("CREATE TABLE items (id text PRIMARY KEY);")}
 	fsys["0003_stock.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE items ADD COLUMN stock int;")}
-	err := migrate.Run(context.Background(), pool, migrate.Set{Service: "shop", FS: fsys})
-	if !errors.Is(err, migrate.ErrChecksumMismatch) {
+	err := migrator.Run(context.Background(), pool, migrate.Set{Service: "shop", FS: fsys})
+	if !errors.Is(err, migrator.ErrChecksumMismatch) {
 		t.Fatalf("err = %v, want ErrChecksumMismatch", err)
 	}
 	if got := versions(status(t, pool)); got != "shop:1:init shop:2:seed" {
@@ -111,7 +112,7 @@ func TestRunLeavesOtherServicesOfTheOldRunner(t *testing.T) {
 	pool := pgtest.New(t)
 	legacyApply(t, pool, migrate.Set{Service: "shop", FS: shopSet()}, time.Now())
 	other := fstest.MapFS{"0001_t.sql": {Data: []byte("CREATE TABLE t (id int);")}}
-	if err := migrate.Run(context.Background(), pool, migrate.Set{Service: "other", FS: other}); err != nil {
+	if err := migrator.Run(context.Background(), pool, migrate.Set{Service: "other", FS: other}); err != nil {
 		t.Fatal(err)
 	}
 	// shop was not migrated by goose yet: status still lists it from the old table.
