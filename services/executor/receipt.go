@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/schema"
 )
 
 // ReceiptReader asks a command's backend whether it executed an
@@ -56,7 +57,7 @@ func (g *GRPCDispatcher) Receipt(ctx context.Context, d Dispatch) (Receipt, erro
 			return Receipt{}, fmt.Errorf("%w: the receipt is for %s", ErrNoReceipt, r.GetMethod())
 		}
 		out := dynamicpb.NewMessage(d.Method.Output())
-		if err := proto.Unmarshal(r.GetResult(), out); err != nil {
+		if err := schema.Unmarshal(proto.UnmarshalOptions{}, r.GetResult(), out); err != nil {
 			return Receipt{}, fmt.Errorf("%w: %w", ErrNoReceipt, err)
 		}
 		return Receipt{Executed: true, Result: out}, nil

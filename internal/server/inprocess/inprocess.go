@@ -75,7 +75,7 @@ func (wireCloner) Copy(out, in any) error {
 	if err != nil {
 		return err
 	}
-	return proto.UnmarshalOptions{AllowPartial: !schema.CanLackRequired(od)}.Unmarshal(b, o)
+	return schema.Unmarshal(proto.UnmarshalOptions{AllowPartial: !schema.CanLackRequired(od)}, b, o)
 }
 
 func (wireCloner) Clone(in any) (any, error) {

@@ -212,7 +212,7 @@ func (s *Service) proxy(_ any, ss grpc.ServerStream) error {
 	req := dynamicpb.NewMessage(md.Input())
 	call := s.call(ctx, cmd.Code, nil)
 	// AllowPartial only skips a required-field check that cannot fail.
-	if err := (proto.UnmarshalOptions{Resolver: s.manifest.Types(), AllowPartial: !schema.CanLackRequired(md.Input())}).Unmarshal(in.payload, req); err != nil {
+	if err := schema.Unmarshal(proto.UnmarshalOptions{Resolver: s.manifest.Types(), AllowPartial: !schema.CanLackRequired(md.Input())}, in.payload, req); err != nil {
 		call.InputError = &schema.InvalidError{Violations: []schema.Violation{{Rule: "schema.decode", Message: "the request is not a valid " + string(md.Input().FullName())}}}
 	} else if ptr := unknownFields(req, ""); ptr != "" {
 		call.InputError = &schema.InvalidError{Violations: []schema.Violation{{Pointer: ptr, Rule: "schema.unknown_field", Message: "the request carries fields this command does not declare"}}}
