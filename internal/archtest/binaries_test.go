@@ -74,10 +74,25 @@ func TestPerServiceBinariesLinkOneService(t *testing.T) {
 			t.Errorf("%s is neither in binaries nor in notPerService: name the service it runs", m)
 		}
 	}
-	args := []string{"-json=ImportPath,Deps"}
+	for bin, deps := range binaryDeps(t) {
+		own := binaries[bin]
+		for _, dep := range deps {
+			if other := ownerOf(dep); other != "" && other != own {
+				t.Errorf("%s (service %s) links %s, which belongs to %s", bin, own, dep, other)
+			}
+		}
+	}
+}
+
+// binaryDeps returns every per-service binary's dependencies, as go list
+// sees them with the build flags given.
+func binaryDeps(t *testing.T, flags ...string) map[string][]string {
+	t.Helper()
+	args := append(slices.Clone(flags), "-json=ImportPath,Deps")
 	for b := range binaries {
 		args = append(args, b)
 	}
+	deps := map[string][]string{}
 	dec := json.NewDecoder(strings.NewReader(goList(t, args...)))
 	for {
 		var p struct {
@@ -85,16 +100,11 @@ func TestPerServiceBinariesLinkOneService(t *testing.T) {
 			Deps       []string
 		}
 		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
-			break
+			return deps
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		own := binaries[p.ImportPath]
-		for _, dep := range p.Deps {
-			if other := ownerOf(dep); other != "" && other != own {
-				t.Errorf("%s (service %s) links %s, which belongs to %s", p.ImportPath, own, dep, other)
-			}
-		}
+		deps[p.ImportPath] = p.Deps
 	}
 }
 
@@ -132,25 +142,11 @@ func ownerOf(pkg string) string {
 // builds them, no per-service binary links a package that stops the linker
 // from dropping unused methods, unless its service needs it.
 func TestPerServiceBinariesKeepDeadCodeElimination(t *testing.T) {
-	args := []string{"-tags", perServiceTags, "-json=ImportPath,Deps"}
-	for b := range binaries {
-		args = append(args, b)
-	}
-	dec := json.NewDecoder(strings.NewReader(goList(t, args...)))
-	for {
-		var p struct {
-			ImportPath string
-			Deps       []string
-		}
-		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		own := binaries[p.ImportPath]
-		for _, dep := range p.Deps {
+	for bin, deps := range binaryDeps(t, "-tags", perServiceTags) {
+		own := binaries[bin]
+		for _, dep := range deps {
 			if allowed, ok := methodKeepers[dep]; ok && allowed != own {
-				t.Errorf("%s (service %s, -tags %s) links %s, which keeps every exported method alive", p.ImportPath, own, perServiceTags, dep)
+				t.Errorf("%s (service %s, -tags %s) links %s, which keeps every exported method alive", bin, own, perServiceTags, dep)
 			}
 		}
 	}

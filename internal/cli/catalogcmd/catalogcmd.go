@@ -11,8 +11,6 @@ import (
 	"github.com/mandate-dev/mandate/internal/cli/clicore"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/directory"
-	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
-	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
@@ -91,13 +89,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if err != nil {
 		return err
 	}
-	var store directory.Store = dirmem.New()
-	if pool != nil {
-		ps := dirpg.New(pool, dirpg.Options{Logger: log})
-		cl.Add(ps.Close)
-		store = ps
-	}
-	svc, err := Build(Deps{Manifest: set, Directory: store, ConfirmSideEffects: confirmSideEffects, Logger: log}, &cl)
+	svc, err := Build(Deps{Manifest: set, Directory: clicore.DirectoryStore(pool, log, &cl), ConfirmSideEffects: confirmSideEffects, Logger: log}, &cl)
 	if err != nil {
 		return err
 	}

@@ -185,17 +185,21 @@ func (f *ServiceFlags) Pool(ctx context.Context, cl *Closers) (*pgxpool.Pool, er
 // Directory opens the policy directory behind a cache: Postgres with change
 // notifications, or an empty in-memory directory.
 func (f *ServiceFlags) Directory(pool *pgxpool.Pool, cl *Closers) directory.Resolver {
-	var store directory.Store
-	if pool != nil {
-		s := dirpg.New(pool, dirpg.Options{})
-		cl.Add(s.Close)
-		store = s
-	} else {
-		store = dirmem.New()
-	}
-	cache := directory.NewCache(store, directory.CacheOptions{TTL: 30 * time.Second})
+	cache := directory.NewCache(DirectoryStore(pool, nil, cl), directory.CacheOptions{TTL: 30 * time.Second})
 	cl.Add(cache.Close)
 	return cache
+}
+
+// DirectoryStore opens the policy directory itself: Postgres on pool (closed
+// with cl), or an empty in-memory directory without one. log nil means
+// slog.Default().
+func DirectoryStore(pool *pgxpool.Pool, log *slog.Logger, cl *Closers) directory.Store {
+	if pool == nil {
+		return dirmem.New()
+	}
+	s := dirpg.New(pool, dirpg.Options{Logger: log})
+	cl.Add(s.Close)
+	return s
 }
 
 // ServiceDialer returns how a service dials the other Mandate services: as
