@@ -6,12 +6,10 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"embed"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"html/template"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -47,11 +45,6 @@ const (
 const (
 	ContentSecurityPolicy = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'"
 )
-
-//go:embed templates/page.html
-var templateFS embed.FS
-
-var pageTemplate = template.Must(template.ParseFS(templateFS, "templates/page.html"))
 
 var nextRE = regexp.MustCompile(`^/approve/[A-Za-z0-9_-]{22}$`)
 
@@ -143,7 +136,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// pageData is what the template renders.
+// pageData is what a page shows (render.go lays it out). Back and Refresh
+// are paths under Pattern (see pagePath).
 type pageData struct {
 	Page, Title        string
 	User, Tenant, CSRF string
@@ -171,18 +165,14 @@ type challengeView struct {
 type listItem struct{ ID, Title, RequestedBy, Risk, ExpiresAt string }
 
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, d pageData) {
-	var buf bytes.Buffer
-	if err := pageTemplate.ExecuteTemplate(&buf, "page", d); err != nil {
-		h.cfg.Logger.ErrorContext(r.Context(), "approval page: rendering failed", "error", err)
-		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
-	}
+	var page htmlWriter
+	writePage(&page, &d)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `MandateSignInLink realm="approval page"`)
 	}
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(page.buf.Bytes())
 }
 
 func (h *Handler) withSession(d pageData, s *confirm.Session) pageData {

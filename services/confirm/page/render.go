@@ -1,0 +1,233 @@
+package page
+
+// This file lays the pages out with htmlWriter (see html.go for why not
+// html/template, and for the rules every line here keeps).
+
+// writePage writes the whole document for d.
+func writePage(w *htmlWriter, d *pageData) {
+	w.markup(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="referrer" content="no-referrer">
+`)
+	if d.Refresh != "" {
+		w.markup(`<meta http-equiv="refresh" content="0; url=`)
+		w.path(d.Refresh)
+		w.markup(`">`)
+	}
+	w.markup("\n")
+	w.element(`<title>`, d.Title, ` · Mandate</title>`+"\n")
+	w.markup(pageStyle + `
+</head>
+<body>
+<header><strong>Mandate · approvals</strong>
+`)
+	if d.User != "" {
+		w.element(`<span>`, d.User, ` (`)
+		w.text(d.Tenant)
+		w.markup(`)
+<form method="post" action="/approve/logout">`)
+		writeCSRF(w, d.CSRF)
+		w.markup(`<button type="submit" id="sign-out">Sign out</button></form></span>`)
+	}
+	w.markup("\n</header>\n<main>\n")
+	switch d.Page {
+	case "challenge":
+		writeChallenge(w, d)
+	case "index":
+		writeIndex(w, d)
+	case "signin":
+		writeSignIn(w, d)
+	default:
+		writeMessage(w, d)
+	}
+	w.markup("\n</main>\n</body>\n</html>\n")
+}
+
+// writeCSRF writes the hidden field that carries the session's CSRF token.
+func writeCSRF(w *htmlWriter, token string) {
+	w.element(`<input type="hidden" name="csrf" value="`, token, `">`)
+}
+
+func writeSignIn(w *htmlWriter, d *pageData) {
+	w.markup(`<div class="card" id="signin">
+<h1>Sign in with your link</h1>
+<p>To see and decide approval requests, open the one-time sign-in link you were given
+(for example the one <code>mandate dev</code> prints, or ask your administrator for one).
+Then come back to this page.</p>
+`)
+	if d.Detail != "" {
+		w.element(`<p class="note">`, d.Detail, `</p>`)
+	}
+	w.markup("\n</div>")
+}
+
+func writeMessage(w *htmlWriter, d *pageData) {
+	w.element(`<div class="card" id="message">`+"\n<h1>", d.Title, "</h1>\n")
+	if d.Detail != "" {
+		w.element(`<p>`, d.Detail, `</p>`)
+	}
+	w.markup("\n")
+	if d.Back != "" {
+		w.markup(`<p><a href="`)
+		w.path(d.Back)
+		w.markup(`">Back</a></p>`)
+	}
+	w.markup("\n</div>")
+}
+
+func writeIndex(w *htmlWriter, d *pageData) {
+	w.markup(`<div class="card" id="pending">
+<h1>Waiting for you</h1>
+`)
+	if len(d.List) == 0 {
+		w.markup(`<p>Nothing is waiting for your decision.</p>`)
+	} else {
+		w.markup(`<ul class="list">` + "\n")
+		for _, it := range d.List {
+			w.markup(`<li><a href="`)
+			w.path(Pattern + it.ID)
+			w.element(`">`, it.Title, `</a> — `)
+			w.element(``, it.RequestedBy, ` · risk <span class="risk">`)
+			w.element(``, it.Risk, `</span> · expires `)
+			w.element(``, it.ExpiresAt, "</li>\n")
+		}
+		w.markup(`</ul>` + "\n")
+	}
+	w.markup("\n</div>")
+}
+
+func writeChallenge(w *htmlWriter, d *pageData) {
+	if c := d.C; c != nil {
+		w.element(`<div class="card" id="challenge" data-state="`, c.State, `">`+"\n")
+		w.element(`<p><span class="state state-`, c.State, `" id="state">`)
+		w.element(``, c.State, "</span></p>\n")
+		w.element(`<h1 id="title">`, c.Title, "</h1>\n")
+		w.element(`<p id="summary">`, c.Summary, "</p>\n<dl>\n")
+		w.element(`<dt>Requested by</dt><dd id="requested-by">`, c.RequestedBy, "</dd>\n")
+		w.element(`<dt>Risk</dt><dd class="risk" id="risk">`, c.Risk, "</dd>\n")
+		w.markup(`<dt>Side effects</dt><dd id="side-effects">`)
+		writeList(w, c.SideEffects, "", "", "none declared")
+		w.markup("</dd>\n" + `<dt>Can be undone</dt><dd id="reversible">`)
+		switch {
+		case !c.Reversible:
+			w.markup(`no`)
+		case c.Recall != "":
+			w.element(`yes, with <code>`, c.Recall, `</code>`)
+		default:
+			w.markup(`yes`)
+		}
+		w.markup("</dd>\n" + `<dt>Permissions</dt><dd id="permissions">`)
+		writeList(w, c.Permissions, "<code>", "</code>", "none")
+		w.markup("</dd>\n")
+		w.element(`<dt>Who may decide</dt><dd id="approver">`, c.Approver, "</dd>\n")
+		w.element(`<dt>Requested at</dt><dd>`, c.CreatedAt, "</dd>\n")
+		if c.Pending {
+			w.markup(`<dt>Expires at</dt>`)
+		} else {
+			w.markup(`<dt>Expired or expires at</dt>`)
+		}
+		w.element(`<dd id="expires">`, c.ExpiresAt, "</dd>\n")
+		if c.DecidedBy != "" {
+			w.element(`<dt>Decided</dt><dd id="decision">`, c.DecidedBy, ` via `)
+			w.element(``, c.Channel, ` at `)
+			w.element(``, c.DecidedAt, `</dd>`)
+		}
+		w.markup("\n</dl>\n<h2>Arguments</h2>\n")
+		writeFields(w, c)
+		w.element(`<details id="exact"><summary>Exact arguments as sent (JSON)</summary>
+<pre id="arguments">`, c.Arguments, "</pre>\n</details>\n")
+		if len(c.Withheld) > 0 {
+			w.markup(`<div id="withheld">
+<p class="note">These fields are sensitive. Their values were withheld before this request reached the approval service and are not shown here:</p>
+<ul>`)
+			for _, f := range c.Withheld {
+				w.element(`<li class="withheld"><code>`, f, `</code> <em>withheld</em></li>`)
+			}
+			w.markup("</ul>\n</div>")
+		}
+		w.markup("\n")
+		switch {
+		case c.CanDecide:
+			w.markup(`<div class="actions">` + "\n")
+			writeDecision(w, d.CSRF, c.ID, "approve", `<button type="submit" id="approve">Approve</button>`)
+			w.markup("\n")
+			writeDecision(w, d.CSRF, c.ID, "decline", `<button type="submit" id="decline">Decline</button>`)
+			w.markup("\n</div>")
+		case c.Pending:
+			w.element(`<p class="note" id="cannot-decide">`, c.CannotDecide, `</p>`)
+		}
+		w.markup("\n</div>")
+	}
+	w.markup("\n" + `<p><a href="/approve/">All requests waiting for you</a></p>`)
+}
+
+// writeList writes items separated by commas, each between open and end,
+// or none if there are no items.
+func writeList(w *htmlWriter, items []string, open, end, none markup) {
+	if len(items) == 0 {
+		w.markup(none)
+		return
+	}
+	for i, it := range items {
+		if i > 0 {
+			w.markup(", ")
+		}
+		w.element(open, it, end)
+	}
+}
+
+// writeDecision writes the form that posts one decision on challenge id.
+func writeDecision(w *htmlWriter, csrf, id string, decision, button markup) {
+	w.markup(`<form method="post" action="`)
+	w.path(Pattern + id)
+	w.markup(`">`)
+	writeCSRF(w, csrf)
+	w.markup(`<input type="hidden" name="decision" value="` + decision + `">` + button + `</form>`)
+}
+
+// writeFields writes the arguments as the declaration reads them.
+func writeFields(w *htmlWriter, c *challengeView) {
+	if len(c.Fields) == 0 {
+		w.markup(`<p id="fields" class="note">This command takes no arguments.</p>`)
+	} else {
+		w.element(`<p class="note">Each value is read by the command's declaration. Text marked
+<span class="tag">written by `, c.Writer, `</span> is free text the caller chose; it is not checked and
+cannot change any other value. Hidden or direction-changing characters are shown as ⟦U+…⟧ markers.</p>
+<ul class="fields" id="fields">
+`)
+		for _, f := range c.Fields {
+			w.element(`<li class="field kind-`, string(f.Kind), `" data-kind="`)
+			w.element(``, string(f.Kind), `" data-pointer="`)
+			w.element(``, f.Pointer, `">`+"\n")
+			w.element(`<div class="f-label" dir="ltr">`, f.Label, ``)
+			if f.AgentText() {
+				w.element(` <span class="tag">written by `, c.Writer, `</span>`)
+			}
+			w.markup("</div>\n")
+			if f.AgentText() {
+				w.element(`<blockquote class="f-agent" dir="auto">`, f.Value, "</blockquote>\n")
+			} else {
+				w.element(`<div class="f-value" dir="ltr"><bdi>`, f.Value, `</bdi>`)
+				if f.Raw != "" {
+					w.element(` <span class="f-raw">(`, f.Raw, `)</span>`)
+				}
+				w.markup("</div>\n")
+			}
+			if f.Problem != "" {
+				w.element(`<p class="f-problem">⚠ `, f.Problem, "</p>\n")
+			}
+			if f.Neutralised {
+				w.element(`<p class="f-problem">⚠ This value `, c.NeutralisedNote, ".</p>\n")
+			}
+			if f.Description != "" {
+				w.element(`<p class="f-desc">`, f.Description, "</p>\n")
+			}
+			w.markup("</li>\n")
+		}
+		w.markup(`</ul>`)
+	}
+	w.markup("\n")
+}

@@ -1,0 +1,56 @@
+package page
+
+// pageStyle is the page's one style sheet. It is constant: no value is ever
+// written into it.
+const pageStyle markup = `<style>
+*,*::before,*::after{box-sizing:border-box}
+html{-webkit-text-size-adjust:100%}
+body{font:16px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;background:#f6f7f9;color:#1b1f24;overflow-wrap:anywhere}
+header{background:#1b1f24;color:#fff;padding:.6rem 1.2rem;display:flex;flex-wrap:wrap;gap:.4rem 1rem;justify-content:space-between;align-items:center}
+header form{display:inline;margin:0}
+header button{background:none;border:1px solid #888;color:#fff;border-radius:4px;padding:.1rem .6rem;cursor:pointer}
+main{max-width:46rem;margin:1.5rem auto;padding:0 1rem}
+.card{background:#fff;border:1px solid #d8dde3;border-radius:8px;padding:1.2rem 1.4rem;margin-bottom:1rem;min-width:0}
+h1{font-size:1.35rem;margin:.2rem 0 .6rem}
+h2{font-size:1.1rem;margin:1.2rem 0 .4rem}
+dl{display:grid;grid-template-columns:minmax(0,max-content) minmax(0,1fr);gap:.3rem 1rem;margin:1rem 0}
+dt{color:#57606a}
+dd{margin:0;min-width:0}
+code{overflow-wrap:anywhere;word-break:break-word}
+pre{background:#f0f2f4;border-radius:6px;padding:.8rem;font-size:.9rem;white-space:pre-wrap;overflow-wrap:anywhere;word-break:break-word;max-width:100%}
+.risk{font-weight:700}
+.state{display:inline-block;border-radius:999px;padding:.05rem .7rem;font-size:.85rem;font-weight:600;background:#e7ecf2}
+.state-APPROVED,.state-REDEEMED{background:#dafbe1;color:#116329}
+.state-DECLINED,.state-EXPIRED{background:#ffebe9;color:#a40e26}
+.withheld em{color:#a40e26;font-style:normal;font-weight:600}
+ul.fields{list-style:none;padding:0;margin:.4rem 0}
+ul.fields li{border-top:1px solid #eef0f2;padding:.6rem 0;min-width:0}
+.f-label{font-weight:600;color:#1b1f24}
+.f-value{margin:.15rem 0 0;font-size:1.05rem;white-space:pre-wrap;unicode-bidi:isolate}
+.f-raw{color:#57606a;font-size:.9rem;white-space:normal}
+.kind-money .f-value{font-weight:700;font-variant-numeric:tabular-nums}
+.kind-withheld .f-value{color:#a40e26;font-weight:600}
+.f-agent{margin:.3rem 0 0;padding:.5rem .7rem;border-left:4px solid #bf8700;background:#fff8c5;border-radius:0 6px 6px 0;white-space:pre-wrap;unicode-bidi:isolate;font-style:italic}
+.f-agent::before{content:"“"}
+.f-agent::after{content:"”"}
+.tag{display:inline-block;font-size:.75rem;font-weight:600;border-radius:4px;padding:0 .4rem;margin-left:.3rem;vertical-align:middle;background:#fff1c2;color:#7d4e00;border:1px solid #d4a72c}
+.f-desc{color:#57606a;font-size:.85rem;margin:.2rem 0 0}
+.f-problem{color:#a40e26;font-size:.9rem;font-weight:600;margin:.2rem 0 0}
+details{margin-top:.8rem}
+summary{cursor:pointer;color:#57606a}
+.actions{display:flex;flex-wrap:wrap;gap:1rem;margin-top:1rem}
+.actions form{margin:0}
+.actions button{font-size:1rem;padding:.5rem 1.4rem;border-radius:6px;border:1px solid;cursor:pointer}
+#approve{background:#1f883d;color:#fff;border-color:#1a7f37}
+#decline{background:#fff;color:#a40e26;border-color:#a40e26}
+.note{color:#57606a;font-size:.9rem}
+ul.list{list-style:none;padding:0}
+ul.list li{padding:.5rem 0;border-bottom:1px solid #eef0f2}
+@media (max-width:30rem){
+main{padding:0 .5rem;margin-top:1rem}
+.card{padding:1rem .8rem}
+dl{grid-template-columns:minmax(0,1fr);gap:0}
+dd{margin-bottom:.4rem}
+header{padding:.5rem .8rem}
+}
+</style>`
