@@ -36,10 +36,13 @@ func writePage(w *htmlWriter, d *pageData) {
 	switch d.Page {
 	case "challenge":
 		writeChallenge(w, d)
+		w.markup("\n")
 	case "index":
 		writeIndex(w, d)
+		w.markup("\n")
 	case "signin":
 		writeSignIn(w, d)
+		w.markup("\n")
 	default:
 		writeMessage(w, d)
 	}
@@ -227,7 +230,7 @@ cannot change any other value. Hidden or direction-changing characters are shown
 			}
 			w.markup("</li>\n")
 		}
-		w.markup(`</ul>`)
+		w.markup("</ul>\n")
 	}
 	w.markup("\n")
 }
