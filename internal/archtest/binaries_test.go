@@ -1,10 +1,16 @@
 package archtest
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
+	"os"
 	"os/exec"
+	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -57,10 +63,14 @@ const perServiceTags = "grpcnotrace"
 // a binary links, by the service allowed to link them ("" for none).
 // text/template's executor looks methods up by names known only at run
 // time (reflect.Value.MethodByName), so wherever it is reachable the
-// linker can drop no exported method: some 5 MB more to map.
+// linker can drop no exported method: some 5 MB more to map. text/template
+// itself is not listed: every service links it through cel-go (cel's
+// prompt templates, which nothing runs), and linked but never executed it
+// keeps nothing; TestPerServiceBinariesCallNoMethodByName checks what the
+// linker actually reaches.
 var methodKeepers = map[string]string{
-	"html/template":          "confirm", // its approval pages
-	"golang.org/x/net/trace": "",        // gRPC's request tracing, which grpcnotrace leaves out
+	"html/template":          "", // executes text/template; the approval pages write their HTML by hand
+	"golang.org/x/net/trace": "", // gRPC's request tracing (html/template), which grpcnotrace leaves out
 }
 
 // TestPerServiceBinariesLinkOneService: the dependency graph of
@@ -164,4 +174,62 @@ func goList(t *testing.T, args ...string) string {
 		t.Fatalf("go list: %v", err)
 	}
 	return string(out)
+}
+
+// TestPerServiceBinariesCallNoMethodByName: the linker's own view of what
+// TestPerServiceBinariesKeepDeadCodeElimination approximates with package
+// lists. Each per-service binary is linked as `make binaries` links it,
+// with -dumpdep; no function the compiler marked <ReflectMethod> (one that
+// calls reflect.Value.Method or MethodByName with a name it cannot see,
+// as text/template's executor does) may be reachable, since one such
+// function makes the linker keep every exported method of every type.
+func TestPerServiceBinariesCallNoMethodByName(t *testing.T) {
+	if testing.Short() {
+		t.Skip("links every per-service binary")
+	}
+	dir := t.TempDir()
+	for _, bin := range slices.Sorted(maps.Keys(binaries)) {
+		cmd := exec.Command("go", "build", "-trimpath", "-tags", perServiceTags, "-ldflags=-dumpdep",
+			"-o", filepath.Join(dir, path.Base(bin)), bin)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		var stdout bytes.Buffer
+		cmd.Stdout = &stdout
+		dump, err := cmd.StderrPipe() // go build relays the linker's dump on its stderr
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		reflecting, tail := reflectMethodCallers(dump)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("go build %s: %v\n%s%s", bin, err, stdout.String(), tail)
+		}
+		for _, fn := range reflecting {
+			t.Errorf("%s (-tags %s) reaches %s, which calls a method by a name known only at run time: the linker keeps every exported method",
+				bin, perServiceTags, fn)
+		}
+	}
+}
+
+// reflectMethodCallers reads a linker's -dumpdep output ("from -> to" per
+// line, a symbol followed by its flags) and returns the reachable symbols
+// flagged <ReflectMethod>, and the last lines read (for a failed build).
+func reflectMethodCallers(dump io.Reader) (callers []string, tail string) {
+	sc := bufio.NewScanner(dump)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	var last []string
+	for sc.Scan() {
+		line := sc.Text()
+		if last = append(last, line); len(last) > 20 {
+			last = last[1:]
+		}
+		for _, sym := range strings.Split(line, " -> ") {
+			if name, ok := strings.CutSuffix(sym, " <ReflectMethod>"); ok && !slices.Contains(callers, name) {
+				callers = append(callers, name)
+			}
+		}
+	}
+	_, _ = io.Copy(io.Discard, dump)
+	return callers, strings.Join(last, "\n")
 }
