@@ -3,8 +3,11 @@
 // so that an idle process maps less code. Migrations and the operator
 // tools stay in the all-in-one mandate binary. Build it with
 // -tags grpcnotrace, as `make binaries` does: Mandate never enables gRPC's
-// x/net/trace. (Elsewhere that lets the linker drop some 5 MB; here the
-// approval pages' html/template keeps those methods alive anyway.)
+// x/net/trace, and the linker drops some 5 MB of methods that
+// html/template would keep alive. The approval pages write their HTML by
+// hand (services/confirm/page) for the same reason; internal/archtest
+// keeps html/template, and any call of a method by a run-time name, out
+// of this binary.
 package main
 
 import (

@@ -1,6 +1,9 @@
 // Package page serves the approval page: the out-of-band place where a
 // human reads a challenge's prompt and approves or declines it, rendered on
-// the server with html/template and working without JavaScript.
+// the server and working without JavaScript. The HTML is written by a
+// small writer of its own (html.go) that escapes every value as
+// html/template would, rather than by html/template, which would keep
+// every exported method of the confirm binary alive (see html.go).
 //
 // Humans sign in with a one-time link (GET /approve/login?t=…) whose token
 // is a short-lived HS256 JWT ([LoginURL] mints it; its purpose claim is
