@@ -14,9 +14,10 @@ import (
 // while it idles. The page is small and fixed, so the writer keeps
 // html/template's guarantees by construction instead:
 //
-//   - markup is only ever a constant of this package: markup's parameter
-//     type is unexported, so a dynamic string has to be converted on
-//     purpose to reach it (nowhere in this package does so);
+//   - markup is only ever a constant of this package: markup is a type of
+//     its own, to which a string value does not convert implicitly, so a
+//     dynamic string would have to be converted on purpose to reach it
+//     (nowhere in this package is one);
 //   - every dynamic value goes through escapeHTML, and only into element
 //     text or a double-quoted attribute that is neither an event handler,
 //     a style nor a script: the page has no script at all, and its one
