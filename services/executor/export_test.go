@@ -6,3 +6,6 @@ var (
 	EncodeSpooled = encodeSpooled
 	DecodeSpooled = decodeSpooled
 )
+
+// DecodeReply exposes how the dispatcher reads a backend's reply.
+var DecodeReply = decodeReply
