@@ -721,13 +721,27 @@ func (e *Executor) confirmFailure(ctx context.Context, inv *invocation, err erro
 
 // stage runs fn in a span named after the stage.
 func (e *Executor) stage(ctx context.Context, name string, fn func(ctx context.Context) error) error {
-	ctx, span := tracer.Start(ctx, name)
+	ctx, span := startStage(ctx, name)
 	defer span.End()
 	err := fn(ctx)
 	if err != nil {
 		span.SetStatus(codes.Error, failureCode(err))
 	}
 	return err
+}
+
+// startStage starts a stage's span under the call's, except where the
+// call's span has no trace to belong to (an invalid span context): then no
+// tracer provider that traces is installed — the SDK gives every span valid
+// IDs — so the stage's span would be a no-op carrying that same empty
+// context. The call's span stands in for it, which saves the span and the
+// context holding it, a few allocations per stage on every call made with
+// tracing off.
+func startStage(ctx context.Context, name string) (context.Context, trace.Span) {
+	if parent := trace.SpanFromContext(ctx); !parent.SpanContext().IsValid() && !parent.IsRecording() {
+		return ctx, parent
+	}
+	return tracer.Start(ctx, name)
 }
 
 // refuse records a refusal before dispatch (one outcome row) and returns it.
@@ -775,7 +789,7 @@ func (e *Executor) outcome(ctx context.Context, inv *invocation, outcome, stage,
 		rec.Duration = durationpb.New(d)
 	}
 	ctx = context.WithoutCancel(ctx)
-	ctx, span := tracer.Start(ctx, stageAuditOutcome)
+	ctx, span := startStage(ctx, stageAuditOutcome)
 	defer span.End()
 	backoff := 20 * time.Millisecond
 	for attempt := 1; ; attempt++ {

@@ -9,3 +9,6 @@ var (
 
 // DecodeReply exposes how the dispatcher reads a backend's reply.
 var DecodeReply = decodeReply
+
+// StartStage exposes how a stage's span is started.
+var StartStage = startStage
