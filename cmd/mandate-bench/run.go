@@ -50,7 +50,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.topology, "topology", "auto", "separate processes over Postgres: auto (when a server answers), on, off")
 	fs.StringVar(&c.databaseURL, "database-url", "", "Postgres for the topology (default $MANDATE_TEST_DATABASE_URL, else "+defaultDatabase+"); a fresh database is created and dropped")
 	fs.DurationVar(&c.auditWindow, "audit", 5*time.Second, "run audit appends against pgbench for this long each (0: skip); needs the database")
-	fs.StringVar(&c.profileDir, "profile", "", "write a CPU profile of every server for every measured run into this directory (go tool pprof)")
+	fs.StringVar(&c.profileDir, "profile", "", "write a CPU profile and allocation profiles (.allocs, .allocs.base) of every server for every measured run into this directory (go tool pprof)")
 	fs.BoolVar(&c.keep, "keep-logs", false, "keep the servers' logs (their directory is printed)")
 	fs.BoolVar(&c.auditOnly, "audit-only", false, "run only the audit comparison (-audit long each), no MCP load")
 	if err := fs.Parse(args); err != nil {

@@ -87,6 +87,11 @@ type outputPlan struct {
 	// timestamp marks google.protobuf.Timestamp, written as an RFC 3339
 	// string rather than as an object.
 	timestamp bool
+	// transcodes is fast, and moreover neither the type nor one it can
+	// contain declares extension ranges: TranscodeOutput can then write
+	// its JSON from the wire bytes (a decoder would look extensions up in
+	// a registry).
+	transcodes bool
 	// fields in declaration order, protojson's order, each with its name
 	// already encoded as `"name":`.
 	fields []outputField
@@ -95,6 +100,8 @@ type outputPlan struct {
 type outputField struct {
 	fd  protoreflect.FieldDescriptor
 	key string
+	// oneof is the index of the field's oneof in its message, or -1.
+	oneof int
 }
 
 // plans caches outputPlan by descriptor identity, as lackRequired does.
@@ -108,11 +115,16 @@ func planFor(md protoreflect.MessageDescriptor) *outputPlan {
 		fast:      encodesFast(md, map[protoreflect.FullName]bool{}),
 		timestamp: md.FullName() == timestampName,
 	}
+	p.transcodes = p.fast && !extendable(md, map[protoreflect.FullName]bool{})
 	fields := md.Fields()
 	for i := range fields.Len() {
 		fd := fields.Get(i)
 		key, _ := appendJSONString(nil, fd.TextName())
-		p.fields = append(p.fields, outputField{fd: fd, key: string(append(key, ':'))})
+		f := outputField{fd: fd, key: string(append(key, ':')), oneof: -1}
+		if od := fd.ContainingOneof(); od != nil {
+			f.oneof = od.Index()
+		}
+		p.fields = append(p.fields, f)
 	}
 	v, _ := plans.LoadOrStore(md, p)
 	return v.(*outputPlan) //nolint:forcetypeassert // only plans are stored
@@ -159,6 +171,29 @@ func encodesFast(md protoreflect.MessageDescriptor, seen map[protoreflect.FullNa
 		}
 	}
 	return true
+}
+
+// extendable reports whether md or a message type it can contain declares
+// extension ranges. seen breaks recursive types.
+func extendable(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if seen[md.FullName()] {
+		return false
+	}
+	seen[md.FullName()] = true
+	if md.ExtensionRanges().Len() > 0 {
+		return true
+	}
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.IsMap() {
+			fd = fd.MapValue()
+		}
+		if m := fd.Message(); m != nil && extendable(m, seen) {
+			return true
+		}
+	}
+	return false
 }
 
 // outputError stops the fast path (errOutput is its one value);
@@ -347,23 +382,31 @@ func (e *outputEncoder) timestamp(m protoreflect.Message) error {
 	fields := m.Descriptor().Fields()
 	secs := m.Get(fields.ByNumber(1)).Int()
 	nanos := m.Get(fields.ByNumber(2)).Int()
+	var err error
+	e.buf, err = appendTimestamp(e.buf, secs, nanos)
+	return err
+}
+
+// appendTimestamp writes seconds and nanoseconds since the epoch as
+// protojson writes a google.protobuf.Timestamp, or fails (errOutput) out
+// of its range.
+func appendTimestamp(b []byte, secs, nanos int64) ([]byte, error) {
 	if secs < minTimestampSeconds || secs > maxTimestampSeconds || nanos < 0 || nanos > maxTimestampNanos {
-		return errOutput
+		return b, errOutput
 	}
-	e.buf = append(e.buf, '"')
-	start := len(e.buf)
-	e.buf = time.Unix(secs, nanos).UTC().AppendFormat(e.buf, "2006-01-02T15:04:05.000000000")
+	b = append(b, '"')
+	start := len(b)
+	b = time.Unix(secs, nanos).UTC().AppendFormat(b, "2006-01-02T15:04:05.000000000")
 	// Drop trailing groups of three zeros, and the dot if all nine go.
 	for range 2 {
-		if n := len(e.buf); n-start > 3 && string(e.buf[n-3:]) == "000" {
-			e.buf = e.buf[:n-3]
+		if n := len(b); n-start > 3 && string(b[n-3:]) == "000" {
+			b = b[:n-3]
 		}
 	}
-	if n := len(e.buf); string(e.buf[n-4:]) == ".000" {
-		e.buf = e.buf[:n-4]
+	if n := len(b); string(b[n-4:]) == ".000" {
+		b = b[:n-4]
 	}
-	e.buf = append(e.buf, 'Z', '"')
-	return nil
+	return append(b, 'Z', '"'), nil
 }
 
 // appendJSONFloat writes a float as protojson does, which is ECMAScript's
@@ -407,20 +450,28 @@ func appendJSONFloat(b []byte, f float64, bitSize int) []byte {
 // where JSON has them, \u00xx otherwise; no HTML escaping, U+2028 and
 // U+2029 as they are). Invalid UTF-8 is an error.
 func appendJSONString(b []byte, s string) ([]byte, error) {
+	if !utf8.ValidString(s) {
+		return b, errOutput
+	}
+	return appendEscaped(b, s), nil
+}
+
+// appendJSONBytes is appendJSONString for a string still in its wire bytes.
+func appendJSONBytes(b, s []byte) ([]byte, error) {
+	if !utf8.Valid(s) {
+		return b, errOutput
+	}
+	return appendEscaped(b, s), nil
+}
+
+// appendEscaped writes valid UTF-8 s quoted, escaped as appendJSONString
+// says; bytes of multi-byte characters are copied as they are.
+func appendEscaped[S string | []byte](b []byte, s S) []byte {
 	b = append(b, '"')
 	i := 0
-	for j := 0; j < len(s); {
+	for j := range len(s) {
 		c := s[j]
-		if c >= utf8.RuneSelf {
-			r, n := utf8.DecodeRuneInString(s[j:])
-			if r == utf8.RuneError && n == 1 {
-				return b, errOutput
-			}
-			j += n
-			continue
-		}
 		if c >= ' ' && c != '"' && c != '\\' {
-			j++
 			continue
 		}
 		b = append(b, s[i:j]...)
@@ -441,11 +492,10 @@ func appendJSONString(b []byte, s string) ([]byte, error) {
 		default:
 			b = append(b, 'u', '0', '0', hexDigit(c>>4), hexDigit(c&0xf))
 		}
-		j++
-		i = j
+		i = j + 1
 	}
 	b = append(b, s[i:]...)
-	return append(b, '"'), nil
+	return append(b, '"')
 }
 
 func hexDigit(d byte) byte {

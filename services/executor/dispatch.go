@@ -5,11 +5,18 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/schema"
 )
 
 // Metadata the executor sends to backends.
@@ -31,11 +38,13 @@ func NewGRPCDispatcher(conns map[string]grpc.ClientConnInterface) *GRPCDispatche
 	return &GRPCDispatcher{conns: conns}
 }
 
-// Dispatch invokes the command's RPC on its backend.
-func (g *GRPCDispatcher) Dispatch(ctx context.Context, d Dispatch) (proto.Message, error) {
+// Dispatch invokes the command's RPC on its backend. The reply comes back
+// undecoded and is transcoded to the result's JSON (schema.TranscodeOutput);
+// only a reply that declines is decoded, as gRPC's codec would have.
+func (g *GRPCDispatcher) Dispatch(ctx context.Context, d Dispatch) (Reply, error) {
 	conn, ok := g.conns[d.Command.RPC.Service]
 	if !ok {
-		return nil, failure.Wrap(StageDispatch, failure.CodeHandlerUnavailable, fmt.Sprintf("no backend is configured for %s", d.Command.RPC.Service), ErrNotSent)
+		return Reply{}, failure.Wrap(StageDispatch, failure.CodeHandlerUnavailable, fmt.Sprintf("no backend is configured for %s", d.Command.RPC.Service), ErrNotSent)
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.Deadline)
 	defer cancel()
@@ -43,9 +52,56 @@ func (g *GRPCDispatcher) Dispatch(ctx context.Context, d Dispatch) (proto.Messag
 	if d.IdempotencyKey != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, MetadataIdempotencyKey, d.IdempotencyKey)
 	}
-	out := dynamicpb.NewMessage(d.Method.Output())
-	if err := conn.Invoke(ctx, d.Command.RPC.FullMethod, d.Request, out); err != nil {
-		return nil, err
+	var reply wireReply
+	if err := conn.Invoke(ctx, d.Command.RPC.FullMethod, d.Request, &reply, undecodedReply); err != nil {
+		return Reply{}, err
 	}
-	return out, nil
+	return decodeReply(d.Method.Output(), reply.b)
 }
+
+// decodeReply turns a reply's wire bytes b, of type md, into the result's
+// JSON, or failing that into a dynamic message, which is what gRPC's codec
+// decoded replies into before: the same checks (required fields, through
+// the panic guard of schema.Unmarshal) and, on failure, the same status.
+func decodeReply(md protoreflect.MessageDescriptor, b []byte) (Reply, error) {
+	if out, ok := schema.TranscodeOutput(md, b); ok {
+		return Reply{JSON: out, Wire: b}, nil
+	}
+	m := dynamicpb.NewMessage(md)
+	// AllowPartial only skips a required-field check that cannot fail.
+	if err := schema.Unmarshal(proto.UnmarshalOptions{AllowPartial: !schema.CanLackRequired(md)}, b, m); err != nil {
+		return Reply{}, status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
+	}
+	return Reply{Message: m}, nil
+}
+
+// wireReply receives a backend's reply undecoded: from a gRPC connection
+// through wireCodec, from the in-process channel through UnmarshalBinary.
+type wireReply struct{ b []byte }
+
+// UnmarshalBinary keeps b, the reply's wire bytes.
+func (r *wireReply) UnmarshalBinary(b []byte) error {
+	r.b = b
+	return nil
+}
+
+// wireCodec is gRPC's protobuf codec, except that a *wireReply receives
+// the bytes of the message as they came.
+type wireCodec struct{}
+
+func (wireCodec) Name() string { return grpcproto.Name }
+
+func (wireCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return encoding.GetCodecV2(grpcproto.Name).Marshal(v)
+}
+
+func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(*wireReply); ok {
+		r.b = data.Materialize()
+		return nil
+	}
+	return encoding.GetCodecV2(grpcproto.Name).Unmarshal(data, v)
+}
+
+// undecodedReply is the call option for wireCodec, made once.
+var undecodedReply = grpc.ForceCodecV2(wireCodec{})

@@ -105,7 +105,18 @@ var ErrNotSent = errors.New("executor: the call was not sent to the backend")
 
 // Dispatcher sends a decoded request to the command's backend.
 type Dispatcher interface {
-	Dispatch(ctx context.Context, d Dispatch) (proto.Message, error)
+	Dispatch(ctx context.Context, d Dispatch) (Reply, error)
+}
+
+// Reply is a backend's answer to a dispatched call: the message, or its
+// JSON and wire bytes.
+type Reply struct {
+	// Message is the answer, decoded; nil when JSON is set.
+	Message proto.Message
+	// JSON is the result's JSON (schema.MarshalOutput's bytes), written
+	// straight from Wire, the answer's wire bytes, by a dispatcher that
+	// never decoded them (schema.TranscodeOutput).
+	JSON, Wire []byte
 }
 
 // Dispatch is one backend call.
@@ -285,8 +296,11 @@ type Result struct {
 	InvocationID string
 	// Output is the result as protojson with proto field names.
 	Output []byte
-	// Message is the decoded result (nil on replay).
+	// Message is the decoded result. It is nil on replay, and when the
+	// dispatcher wrote Output without decoding the result: Wire then
+	// holds the result's wire bytes.
 	Message  proto.Message
+	Wire     []byte
 	AuditID  string
 	Replayed bool
 }
@@ -535,7 +549,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 
 	// dispatch
 	deadline := e.deadline(cmd)
-	var out proto.Message
+	var out Reply
 	disp := Dispatch{
 		Command: cmd, Method: inv.method, Request: msg, InvocationID: inv.id,
 		IdempotencyKey: inv.call.IdempotencyKey, Deadline: deadline,
@@ -559,7 +573,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 			r, known := e.resolve(ctx, disp)
 			switch {
 			case known && r.Executed:
-				out, dispatchErr = r.Result, nil
+				out, dispatchErr = Reply{Message: r.Result}, nil
 			case known:
 				// The backend never ran it, and has fenced the invocation
 				// so that it never will: nothing was done, and a retry
@@ -585,14 +599,17 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 			return nil, fe
 		}
 	}
-	output, err := marshalOutput(out)
-	if err != nil {
-		return nil, e.fault(ctx, inv, StageDispatch, failure.CodeHandlerFailed, err)
+	output := out.JSON
+	if output == nil {
+		var err error
+		if output, err = marshalOutput(out.Message); err != nil {
+			return nil, e.fault(ctx, inv, StageDispatch, failure.CodeHandlerFailed, err)
+		}
 	}
 	e.outcomeAsync(ctx, inv, contract.OutcomeExecuted, "", "", "", output)
 	aid := auditID(intentRows)
 	e.finish(ctx, inv, Saved{InvocationID: inv.id, Output: output, AuditID: aid}, output)
-	return &Result{InvocationID: inv.id, Output: output, Message: out, AuditID: aid}, nil
+	return &Result{InvocationID: inv.id, Output: output, Message: out.Message, Wire: out.Wire, AuditID: aid}, nil
 }
 
 // deadline is how long a dispatch of cmd may take.
@@ -704,13 +721,27 @@ func (e *Executor) confirmFailure(ctx context.Context, inv *invocation, err erro
 
 // stage runs fn in a span named after the stage.
 func (e *Executor) stage(ctx context.Context, name string, fn func(ctx context.Context) error) error {
-	ctx, span := tracer.Start(ctx, name)
+	ctx, span := startStage(ctx, name)
 	defer span.End()
 	err := fn(ctx)
 	if err != nil {
 		span.SetStatus(codes.Error, failureCode(err))
 	}
 	return err
+}
+
+// startStage starts a stage's span under the call's, except where the
+// call's span has no trace to belong to (an invalid span context): then no
+// tracer provider that traces is installed — the SDK gives every span valid
+// IDs — so the stage's span would be a no-op carrying that same empty
+// context. The call's span stands in for it, which saves the span and the
+// context holding it, a few allocations per stage on every call made with
+// tracing off.
+func startStage(ctx context.Context, name string) (context.Context, trace.Span) {
+	if parent := trace.SpanFromContext(ctx); !parent.SpanContext().IsValid() && !parent.IsRecording() {
+		return ctx, parent
+	}
+	return tracer.Start(ctx, name)
 }
 
 // refuse records a refusal before dispatch (one outcome row) and returns it.
@@ -758,7 +789,7 @@ func (e *Executor) outcome(ctx context.Context, inv *invocation, outcome, stage,
 		rec.Duration = durationpb.New(d)
 	}
 	ctx = context.WithoutCancel(ctx)
-	ctx, span := tracer.Start(ctx, stageAuditOutcome)
+	ctx, span := startStage(ctx, stageAuditOutcome)
 	defer span.End()
 	backoff := 20 * time.Millisecond
 	for attempt := 1; ; attempt++ {

@@ -2,6 +2,7 @@ package inprocess
 
 import (
 	"context"
+	"encoding"
 	"fmt"
 
 	"github.com/fullstorydev/grpchan"
@@ -56,6 +57,16 @@ type wireCloner struct{}
 func (wireCloner) Copy(out, in any) error {
 	o, oOK := out.(proto.Message)
 	i, iOK := in.(proto.Message)
+	if u, ok := out.(encoding.BinaryUnmarshaler); ok && !oOK && iOK {
+		// A reply the caller decodes itself (the executor's dispatcher
+		// transcodes its backends' replies): the wire bytes, as a gRPC
+		// connection would bring them.
+		b, err := proto.MarshalOptions{AllowPartial: !schema.CanLackRequired(i.ProtoReflect().Descriptor())}.Marshal(i)
+		if err != nil {
+			return err
+		}
+		return u.UnmarshalBinary(b)
+	}
 	if !oOK || !iOK {
 		return inprocgrpc.ProtoCloner{}.Copy(out, in)
 	}

@@ -228,7 +228,14 @@ func (s *Service) proxy(_ any, ss grpc.ServerStream) error {
 		return err
 	}
 	out := res.Message
-	if out == nil { // a replay: the saved JSON
+	switch {
+	case out == nil && res.Wire != nil: // never decoded: the backend's bytes
+		m := dynamicpb.NewMessage(md.Output())
+		if err := schema.Unmarshal(proto.UnmarshalOptions{AllowPartial: !schema.CanLackRequired(md.Output())}, res.Wire, m); err != nil {
+			return failure.Internal(executor.StageDispatch, err)
+		}
+		out = m
+	case out == nil: // a replay: the saved JSON
 		m := dynamicpb.NewMessage(md.Output())
 		if err := (protojson.UnmarshalOptions{Resolver: s.manifest.Types()}).Unmarshal(res.Output, m); err != nil {
 			return failure.Internal(executor.StageDispatch, err)

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/services/audit"
@@ -450,14 +449,14 @@ type lossyDispatcher struct {
 	dispatched, receiptsAsked atomic.Int32
 }
 
-func (l *lossyDispatcher) Dispatch(ctx context.Context, d executor.Dispatch) (proto.Message, error) {
+func (l *lossyDispatcher) Dispatch(ctx context.Context, d executor.Dispatch) (executor.Reply, error) {
 	if l.loseRequest.Load() {
-		return nil, status.Error(codes.Unavailable, "connection reset by peer")
+		return executor.Reply{}, status.Error(codes.Unavailable, "connection reset by peer")
 	}
 	l.dispatched.Add(1)
 	out, err := l.inner.Dispatch(ctx, d)
 	if err == nil && l.loseAnswer.Load() {
-		return nil, status.Error(codes.Unavailable, "connection reset by peer")
+		return executor.Reply{}, status.Error(codes.Unavailable, "connection reset by peer")
 	}
 	return out, err
 }
