@@ -116,16 +116,29 @@ func (a *AuditStream) Append(ctx context.Context, req *mandatev1.AppendRequest, 
 	}
 	select {
 	case resp := <-ack:
-		if resp.GetStatusCode() != int32(codes.OK) {
-			return nil, responseError(resp)
-		}
-		return &mandatev1.AppendResponse{Records: resp.GetRecords()}, nil
+		return acknowledged(resp)
 	case <-s.done:
-		return nil, s.err
+		// A retired stream ends as soon as its last acknowledgement is
+		// received, so done and ack can be ready together: the
+		// acknowledgement, handed over before the stream ended, wins.
+		select {
+		case resp := <-ack:
+			return acknowledged(resp)
+		default:
+			return nil, s.err
+		}
 	case <-ctx.Done():
 		s.forget(id)
 		return nil, ctx.Err()
 	}
+}
+
+// acknowledged is Append's answer for the audit service's response.
+func acknowledged(resp *mandatev1.AppendStreamResponse) (*mandatev1.AppendResponse, error) {
+	if resp.GetStatusCode() != int32(codes.OK) {
+		return nil, responseError(resp)
+	}
+	return &mandatev1.AppendResponse{Records: resp.GetRecords()}, nil
 }
 
 // register returns the open stream (opening one if there is none) and a
