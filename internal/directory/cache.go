@@ -17,7 +17,8 @@ type CacheOptions struct {
 	// evicted. Default 100000.
 	MaxEntries int
 	// OnInvalidate, when set, is called after the entries of a tenant ("" for all tenants) were
-	// dropped in response to a change. It must not block.
+	// dropped in response to a change, before the change is acknowledged to the store (a
+	// memory store's write returns after that). It must not block.
 	OnInvalidate func(tenant string)
 	// Now replaces time.Now, for tests.
 	Now func() time.Time
@@ -90,10 +91,13 @@ func (c *Cache) watch(changes <-chan Change) {
 	defer close(c.done)
 	for ch := range changes {
 		c.invalidate(ch.Tenant)
-		ch.Ack()
+		// Told before the change is acknowledged, so that by the time the
+		// store's write returns, whoever listens (the catalog's tool-list
+		// notifications) has been told too.
 		if c.opts.OnInvalidate != nil {
 			c.opts.OnInvalidate(ch.Tenant)
 		}
+		ch.Ack()
 	}
 	// Without a change stream the cache could serve stale answers until the TTL; stop caching.
 	c.mu.Lock()
