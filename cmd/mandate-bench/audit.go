@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/mandate-dev/mandate/internal/storage/pg"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/audit/audittest"
@@ -58,6 +60,7 @@ func compareAudit(ctx context.Context, dbURL, dir string, window time.Duration) 
 		opts audit.WriterOptions
 		dst  *float64
 	}{{audit.WriterOptions{Logger: quiet}, &r.groupCommit}, {audit.WriterOptions{Logger: quiet, Unbatched: true}, &r.perAppend}} {
+		settle(ctx, pool)
 		w := audit.NewWriter(st, mode.opts)
 		rate, err := appendFor(ctx, w, &seq, window)
 		stats := w.Stats()
@@ -75,10 +78,20 @@ func compareAudit(ctx context.Context, dbURL, dir string, window time.Duration) 
 	if _, err := pool.Exec(ctx, "CREATE TABLE bench_pgbench (id bigserial PRIMARY KEY, v text NOT NULL)"); err != nil {
 		return r, err
 	}
+	settle(ctx, pool)
 	if r.pgbench, err = runPgbench(ctx, pgbench, dbURL, dir, window); err != nil {
 		return r, err
 	}
 	return r, nil
+}
+
+// settle starts a contender with the same database state as the others:
+// a CHECKPOINT writes out what the previous one (or the topology's load)
+// left dirty, so that no contender pays for another's writes when a
+// checkpoint falls in its window. Without the privilege (superuser or
+// pg_checkpoint) the contenders start as they find the database.
+func settle(ctx context.Context, pool *pgxpool.Pool) {
+	_, _ = pool.Exec(ctx, "CHECKPOINT")
 }
 
 // appendFor appends from auditClients goroutines until window has passed

@@ -160,6 +160,17 @@ func (f *fleet) waitHealthy(ctx context.Context, p *proc) error {
 // exited after 20 s, then runs the after hooks. It reports children that
 // did not stop cleanly.
 func (f *fleet) stop() error {
+	err := f.stopProcs()
+	for _, fn := range f.after {
+		fn()
+	}
+	f.after = nil
+	return err
+}
+
+// stopProcs stops the fleet's processes, last started first, and leaves
+// what runs after them (dropping the database) to stop.
+func (f *fleet) stopProcs() error {
 	var errs []error
 	for i := len(f.procs) - 1; i >= 0; i-- {
 		p := f.procs[i]
@@ -178,10 +189,6 @@ func (f *fleet) stop() error {
 			errs = append(errs, fmt.Errorf("%s did not stop within 20s (killed: %w)", p.name, <-p.done))
 		}
 	}
-	for _, fn := range f.after {
-		fn()
-	}
-	f.after = nil
 	return errors.Join(errs...)
 }
 

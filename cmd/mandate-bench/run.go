@@ -169,6 +169,11 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 		return err
 	}
 	if store.url != "" && cfg.auditWindow > 0 {
+		// The servers are stopped first: idle, they still take CPU and
+		// connections from whichever contender they share the machine with.
+		if err := f.stopProcs(); err != nil {
+			return err
+		}
 		r, err := compareAudit(ctx, store.url, f.dir, cfg.auditWindow)
 		if err != nil {
 			fmt.Fprintf(out, "\naudit vs pgbench: skipped (%v)\n", err)
