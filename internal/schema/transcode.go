@@ -156,19 +156,14 @@ func (t *transcoder) check(md protoreflect.MessageDescriptor, val []byte, depth 
 func (t *transcoder) scan(p *outputPlan, b []byte) error {
 	fields := p.fields
 	for len(b) > 0 {
-		num, wtyp, n := protowire.ConsumeTag(b)
-		if n < 0 || num > protowire.MaxValidNumber {
+		var (
+			num  protowire.Number
+			wtyp protowire.Type
+			val  []byte
+			ok   bool
+		)
+		if num, wtyp, val, b, ok = nextField(b); !ok {
 			return errOutput
-		}
-		b = b[n:]
-		n = consumeValue(wtyp, b)
-		if n < 0 {
-			return errOutput
-		}
-		val := b[:n]
-		b = b[n:]
-		if wtyp == protowire.BytesType {
-			val, _ = protowire.ConsumeBytes(val)
 		}
 		fd := fieldByNumber(fields, num)
 		if fd < 0 {
@@ -195,6 +190,26 @@ func fieldByNumber(fields []outputField, num protowire.Number) int {
 		}
 	}
 	return -1
+}
+
+// nextField splits off b's first field: its number, its wire type, its
+// value's encoding (the varint, the fixed-size bytes, or the contents of a
+// length-delimited field) and the rest of b. ok is false for a malformed
+// field or a group.
+func nextField(b []byte) (num protowire.Number, wtyp protowire.Type, val, rest []byte, ok bool) {
+	num, wtyp, n := protowire.ConsumeTag(b)
+	if n < 0 || num > protowire.MaxValidNumber {
+		return 0, 0, nil, nil, false
+	}
+	b = b[n:]
+	if n = consumeValue(wtyp, b); n < 0 {
+		return 0, 0, nil, nil, false
+	}
+	val, rest = b[:n], b[n:]
+	if wtyp == protowire.BytesType {
+		val, _ = protowire.ConsumeBytes(val)
+	}
+	return num, wtyp, val, rest, true
 }
 
 // consumeValue returns the length of a value of wire type wtyp at the
@@ -618,17 +633,11 @@ func (t *transcoder) timestamp(first, last int) error {
 	var secs, nanos int64
 	for s := first; s < last; s++ {
 		for b := t.segs[s]; len(b) > 0; {
-			num, wtyp, n := protowire.ConsumeTag(b)
-			if n < 0 || num > protowire.MaxValidNumber {
+			num, wtyp, val, rest, ok := nextField(b)
+			if !ok {
 				return errOutput
 			}
-			b = b[n:]
-			n = consumeValue(wtyp, b)
-			if n < 0 {
-				return errOutput
-			}
-			val := b[:n]
-			b = b[n:]
+			b = rest
 			if num != 1 && num != 2 {
 				continue
 			}
