@@ -118,18 +118,13 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	}
 	svc := Build(Deps{Store: store, Directory: f.Directory(pool, &cl),
 		ReconcileInterval: reconcile, ReconcileAfter: intentsAge, Logger: log}, &cl)
-	srv, err := server.New(server.Config{Name: "mandate.v1.AuditService", GRPCAddr: f.GRPCAddr, HTTPAddr: f.HTTPAddr, Auth: auth, Logger: log, Metrics: metrics})
-	if err != nil {
-		return err
-	}
-	svc.Register(srv)
-	var p clicore.Group
-	svc.Start(&p)
-	// The executor's append stream would hold the graceful stop: end it
-	// as soon as stopping begins (the executor opens a new one).
-	p.OnStopping(svc.api.Drain)
-	p.Serve(srv.Run)
-	return p.Run(ctx)
+	return f.Serve(ctx, server.Config{Name: "mandate.v1.AuditService", Auth: auth, Logger: log, Metrics: metrics}, svc.Register,
+		func(p *clicore.Group) {
+			svc.Start(p)
+			// The executor's append stream would hold the graceful stop: end
+			// it as soon as stopping begins (the executor opens a new one).
+			p.OnStopping(svc.api.Drain)
+		})
 }
 
 // CheckRetain refuses a negative --audit-retain.

@@ -18,6 +18,7 @@ import (
 	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
 	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/internal/telemetry"
 )
 
@@ -220,4 +221,23 @@ func (f *ServiceFlags) ServiceDialer(name string, cl *Closers) (func(addr string
 		cl.Add(func() { _ = conn.Close() })
 		return conn, nil
 	}, nil
+}
+
+// Serve runs a service command's server until ctx ends: a server as cfg
+// describes it, at the addresses of the flags, with what register puts on
+// it, in a Group to which start (when not nil) adds the service's loops and
+// stop hooks.
+func (f *ServiceFlags) Serve(ctx context.Context, cfg server.Config, register func(*server.Server), start func(*Group)) error {
+	cfg.GRPCAddr, cfg.HTTPAddr = f.GRPCAddr, f.HTTPAddr
+	srv, err := server.New(cfg)
+	if err != nil {
+		return err
+	}
+	register(srv)
+	var p Group
+	if start != nil {
+		start(&p)
+	}
+	p.Serve(srv.Run)
+	return p.Run(ctx)
 }

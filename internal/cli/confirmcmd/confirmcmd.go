@@ -137,12 +137,5 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Name: "mandate.v1.ConfirmService", GRPCAddr: f.GRPCAddr, HTTPAddr: f.HTTPAddr, Auth: auth, Logger: log, Metrics: metrics})
-	if err != nil {
-		return err
-	}
-	svc.Register(srv)
-	var p clicore.Group
-	p.Serve(srv.Run)
-	return p.Run(ctx)
+	return f.Serve(ctx, server.Config{Name: "mandate.v1.ConfirmService", Auth: auth, Logger: log, Metrics: metrics}, svc.Register, nil)
 }

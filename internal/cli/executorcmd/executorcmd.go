@@ -239,14 +239,6 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Name: "mandate.v1.ExecutorService", GRPCAddr: f.GRPCAddr, HTTPAddr: f.HTTPAddr,
-		Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: svc.ServerOptions()})
-	if err != nil {
-		return err
-	}
-	svc.Register(srv)
-	var p clicore.Group
-	svc.Start(&p)
-	p.Serve(srv.Run)
-	return p.Run(ctx)
+	return f.Serve(ctx, server.Config{Name: "mandate.v1.ExecutorService", Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: svc.ServerOptions()},
+		svc.Register, svc.Start)
 }

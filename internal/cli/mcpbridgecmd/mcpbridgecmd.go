@@ -219,19 +219,11 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Name: "mcpbridge", GRPCAddr: f.GRPCAddr, HTTPAddr: f.HTTPAddr, Auth: auth, Logger: log, Metrics: metrics})
-	if err != nil {
-		return err
-	}
-	svc.Register(srv)
 	if au, err := url.Parse(advertiseURL); err == nil && (au.Hostname() == "" || net.ParseIP(au.Hostname()).IsUnspecified()) {
 		log.Warn("the advertise URL names no address the other replicas can reach: set --advertise-url when running more than one replica", "advertise", advertiseURL)
 	}
 	log.Info("MCP endpoint", "resource", resourceURL, "advertise", advertiseURL, "catalog", catalogAddr, "executor", executorAddr, "confirm", confirm)
-	var p clicore.Group
-	svc.Start(&p)
-	p.Serve(srv.Run)
-	return p.Run(ctx)
+	return f.Serve(ctx, server.Config{Name: "mcpbridge", Auth: auth, Logger: log, Metrics: metrics}, svc.Register, svc.Start)
 }
 
 // defaultAuthorizationServers is what the bridge's protected-resource
