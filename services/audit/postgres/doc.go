@@ -22,7 +22,8 @@
 // behind a single Sync, which without BEGIN makes them one implicit transaction.
 //
 // Watch tails a tenant by Seq: it reads new rows whenever a notification for the tenant
-// arrives (NOTIFY mandate_audit, sent right after each commit, heard on a dedicated LISTEN
+// arrives (NOTIFY mandate_audit, sent after the commit, at most one per Options.AnnounceEvery
+// from each Store, so a remote watcher hears of a row up to 20ms late; heard on a dedicated LISTEN
 // connection shared by the Store's watchers, started with the first and stopped with the
 // last), when this Store itself committed rows for it, and every WatchPoll as a safety net for
 // notifications lost while the listener reconnects or a writer crashed between commit and

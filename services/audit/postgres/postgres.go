@@ -48,6 +48,13 @@ type Options struct {
 	WatchReadyTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the listener's reconnect backoff. Defaults 100ms, 5s.
 	ReconnectMin, ReconnectMax time.Duration
+	// AnnounceEvery is the least time between two of this Store's NOTIFYs (see announce):
+	// tenants whose appends commit meanwhile are announced together by the next one, so a
+	// remote watcher hears of a row up to this much later. PostgreSQL wakes every LISTENing
+	// connection of the database on every NOTIFY, whatever its channel, so one per commit
+	// would cost each listener of every service sharing the database a wake-up per commit.
+	// Default 20ms; negative: one NOTIFY per commit as soon as it can be sent.
+	AnnounceEvery time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -68,6 +75,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReconnectMax <= 0 {
 		o.ReconnectMax = 5 * time.Second
+	}
+	switch {
+	case o.AnnounceEvery == 0:
+		o.AnnounceEvery = 20 * time.Millisecond
+	case o.AnnounceEvery < 0:
+		o.AnnounceEvery = 0
 	}
 	return o
 }

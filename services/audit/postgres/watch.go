@@ -106,9 +106,11 @@ func (s *Store) listen(ctx context.Context, ready chan struct{}) {
 // announce queues a NOTIFY for tenants that got rows. It is sent after the commit, by one
 // goroutine that coalesces what queued meanwhile, on a statement of its own: inside the append
 // transaction, NOTIFY would take the cluster-wide notify-queue lock at commit and hold it
-// through the commit's fsync, serialising every notifying commit of every tenant. A
-// notification lost to a crash between commit and NOTIFY costs remote watchers one poll
-// interval (Options.WatchPoll).
+// through the commit's fsync, serialising every notifying commit of every tenant. After each
+// NOTIFY the goroutine waits Options.AnnounceEvery before the next, so that a busy Store sends
+// at most one per interval whatever its commit rate; the first after a quiet spell goes at
+// once. A notification lost to a crash between commit and NOTIFY (or to Close within the
+// interval) costs remote watchers one poll interval (Options.WatchPoll).
 func (s *Store) announce(tenants []string) {
 	if len(tenants) == 0 {
 		return
@@ -163,5 +165,14 @@ func (s *Store) announcer() {
 				"error_kind", pg.Classify(err).String(), "tenants", len(tenants))
 		}
 		cancel()
+		if s.opts.AnnounceEvery > 0 {
+			pause := time.NewTimer(s.opts.AnnounceEvery)
+			select {
+			case <-s.done:
+				pause.Stop()
+				return
+			case <-pause.C:
+			}
+		}
 	}
 }
