@@ -11,3 +11,6 @@ func BuildQuery(f audit.Filter) (string, []any, error) {
 	sql, args := buildQuery(&p)
 	return sql, args, nil
 }
+
+// SQLMoveHeads is the fast path's head move (move_heads), for tests of its contract.
+const SQLMoveHeads = sqlMoveHeads
