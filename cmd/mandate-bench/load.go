@@ -30,7 +30,30 @@ type measurement struct {
 	cpu      time.Duration
 	pgCPU    time.Duration
 	mallocs  uint64
-	byProc   []procCost // each server's share, in target order
+	byProc   []procCost      // each server's share, in target order
+	latency  []time.Duration // every call's, sorted
+}
+
+// merge adds o's calls to m: m and o measured the same target, one after
+// the other (or m is empty).
+func (m measurement) merge(o measurement) measurement {
+	if m.calls == 0 {
+		return o
+	}
+	m.calls += o.calls
+	m.elapsed += o.elapsed
+	m.cpu += o.cpu
+	m.pgCPU += o.pgCPU
+	m.mallocs += o.mallocs
+	m.byProc = slices.Clone(m.byProc)
+	for i := range m.byProc {
+		m.byProc[i].cpu += o.byProc[i].cpu
+		m.byProc[i].mallocs += o.byProc[i].mallocs
+	}
+	m.latency = slices.Sorted(slices.Values(append(slices.Clip(m.latency), o.latency...)))
+	m.p50 = m.latency[len(m.latency)/2]
+	m.p99 = m.latency[len(m.latency)*99/100]
+	return m
 }
 
 // procCost is one server's CPU and allocations over a measured run.
@@ -134,6 +157,7 @@ func drive(ctx context.Context, t target, protocol string, callers, n int, profi
 		m.pgCPU = postgresCPU(t.database) - pgBefore
 	}
 	slices.Sort(latencies)
+	m.latency = latencies
 	m.p50 = latencies[len(latencies)/2]
 	m.p99 = latencies[len(latencies)*99/100]
 	return m, nil

@@ -29,7 +29,7 @@ func TestBenchPrintsTheRatios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a dozen servers")
 	}
-	cfg, err := parseFlags([]string{"-calls-1", "3", "-calls-16", "32", "-protocols", "2026-07-28", "-audit", "1s"})
+	cfg, err := parseFlags([]string{"-calls-1", "3", "-calls-16", "32", "-rounds", "2", "-protocols", "2026-07-28", "-audit", "1s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestBenchPrintsTheRatios(t *testing.T) {
 	}
 	got := out.String()
 	t.Log(got)
-	want := []string{"| mandate dev ", "governed / ungoverned", "allocs per call"}
+	want := []string{"| mandate dev ", "governed / ungoverned", "allocs per call", "the median of 2 rounds"}
 	if postgresAnswers(ctx, cfg.databaseURL) {
 		want = append(want, "| separate processes + Postgres ", "CPU/allocs per call by process")
 		if _, err := exec.LookPath("pgbench"); err == nil {
@@ -64,4 +64,44 @@ func postgresAnswers(ctx context.Context, url string) bool {
 	}
 	_ = conn.Close(cctx)
 	return true
+}
+
+// TestRoundsAddUp: rounds of one target add their calls, time, CPU and
+// allocations, and the p50 is the median of every call of every round; the
+// ratio printed is the median round's, with the range beside it.
+func TestRoundsAddUp(t *testing.T) {
+	ms := func(n ...int) []time.Duration {
+		var d []time.Duration
+		for _, v := range n {
+			d = append(d, time.Duration(v)*time.Millisecond)
+		}
+		return d
+	}
+	a := measurement{calls: 3, elapsed: time.Second, cpu: 30 * time.Millisecond, mallocs: 300,
+		byProc: []procCost{{name: "x", cpu: 30 * time.Millisecond, mallocs: 300}}, latency: ms(1, 2, 9)}
+	b := measurement{calls: 2, elapsed: time.Second, cpu: 20 * time.Millisecond, mallocs: 100,
+		byProc: []procCost{{name: "x", cpu: 20 * time.Millisecond, mallocs: 100}}, latency: ms(3, 4)}
+	m := measurement{}.merge(a).merge(b)
+	if m.calls != 5 || m.elapsed != 2*time.Second || m.cpu != 50*time.Millisecond || m.mallocs != 400 {
+		t.Errorf("merged %+v", m)
+	}
+	if m.p50 != 3*time.Millisecond {
+		t.Errorf("p50 %v, want 3ms (the median of 1,2,3,4,9)", m.p50)
+	}
+	if m.byProc[0].mallocs != 400 || a.byProc[0].mallocs != 300 {
+		t.Errorf("by process: merged %d (want 400), first round now %d (want 300)", m.byProc[0].mallocs, a.byProc[0].mallocs)
+	}
+	for _, c := range []struct {
+		ratios []float64
+		want   string
+	}{
+		{[]float64{0.8}, "0.80"},
+		{[]float64{0.9, 0.7, 0.8}, "0.80 (0.70–0.90)"},
+		{[]float64{0.9, 0.7}, "0.80 (0.70–0.90)"},
+	} {
+		r := row{ratios: map[string][]float64{shapeDev: c.ratios}}
+		if got := r.ratio(shapeDev); got != c.want {
+			t.Errorf("ratio of %v: %q, want %q", c.ratios, got, c.want)
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -31,6 +32,7 @@ const (
 
 type config struct {
 	calls1, calls16 int
+	rounds          int
 	protocols       []string
 	topology        string // auto, on, off
 	databaseURL     string
@@ -46,6 +48,7 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("mandate-bench", flag.ContinueOnError)
 	fs.IntVar(&c.calls1, "calls-1", 500, "calls measured with 1 caller")
 	fs.IntVar(&c.calls16, "calls-16", 2000, "calls measured with 16 callers")
+	fs.IntVar(&c.rounds, "rounds", 3, "measure each load shape this many times, the reference and every governed shape in turn; the ratio printed is the median round's")
 	fs.StringVar(&protocols, "protocols", "2026-07-28,2025-11-25", "MCP revisions the client asks for, comma-separated (the first is the go-sdk client's default)")
 	fs.StringVar(&c.topology, "topology", "auto", "separate processes over Postgres: auto (when a server answers), on, off")
 	fs.StringVar(&c.databaseURL, "database-url", "", "Postgres for the topology (default $MANDATE_TEST_DATABASE_URL, else "+defaultDatabase+"); a fresh database is created and dropped")
@@ -69,6 +72,9 @@ func parseFlags(args []string) (config, error) {
 	if c.calls1 < 1 || c.calls16 < 16 {
 		return c, errors.New("-calls-1 must be at least 1 and -calls-16 at least 16")
 	}
+	if c.rounds < 1 {
+		return c, errors.New("-rounds must be at least 1")
+	}
 	if c.topology != "auto" && c.topology != "on" && c.topology != "off" {
 		return c, fmt.Errorf("-topology %q: want auto, on or off", c.topology)
 	}
@@ -86,8 +92,26 @@ func parseFlags(args []string) (config, error) {
 type row struct {
 	protocol string
 	callers  int
-	ref      measurement
-	governed map[string]measurement // by shape name
+	ref      measurement            // every round's calls together
+	governed map[string]measurement // by shape name, every round's calls together
+	ratios   map[string][]float64   // by shape name: governed / ungoverned throughput, one per round
+}
+
+// ratio is the median of a shape's per-round throughput ratios, and the
+// range when there was more than one round.
+func (r row) ratio(shape string) string {
+	rs := slices.Sorted(slices.Values(r.ratios[shape]))
+	if len(rs) == 0 {
+		return "–"
+	}
+	med := rs[len(rs)/2]
+	if len(rs)%2 == 0 {
+		med = (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
+	}
+	if len(rs) == 1 {
+		return fmt.Sprintf("%.2f", med)
+	}
+	return fmt.Sprintf("%.2f (%.2f–%.2f)", med, rs[0], rs[len(rs)-1])
 }
 
 const (
@@ -147,18 +171,26 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 			if callers == 16 {
 				n = cfg.calls16
 			}
-			r := row{protocol: protocol, callers: callers, governed: map[string]measurement{}}
-			// The reference runs right before the governed servers, so
-			// both see the machine in the same state.
-			if r.ref, err = drive(ctx, reference, protocol, callers, n, cfg.profileDir != ""); err != nil {
-				return fmt.Errorf("reference: %w", err)
-			}
-			for _, s := range shapes {
-				m, err := drive(ctx, targets[s], protocol, callers, n, cfg.profileDir != "")
+			r := row{protocol: protocol, callers: callers, governed: map[string]measurement{}, ratios: map[string][]float64{}}
+			for round := range cfg.rounds {
+				// The reference runs right before the governed servers, so
+				// both see the machine in the same state; rounds alternate
+				// them, so that a slow spell of the machine falls on one
+				// round, not on one side. Only the first round is profiled.
+				profile := cfg.profileDir != "" && round == 0
+				ref, err := drive(ctx, reference, protocol, callers, n, profile)
 				if err != nil {
-					return fmt.Errorf("%s: %w", s, err)
+					return fmt.Errorf("reference: %w", err)
 				}
-				r.governed[s] = m
+				r.ref = r.ref.merge(ref)
+				for _, s := range shapes {
+					m, err := drive(ctx, targets[s], protocol, callers, n, profile)
+					if err != nil {
+						return fmt.Errorf("%s: %w", s, err)
+					}
+					r.governed[s] = r.governed[s].merge(m)
+					r.ratios[s] = append(r.ratios[s], m.rate()/ref.rate())
+				}
 			}
 			rows = append(rows, r)
 		}
@@ -386,8 +418,8 @@ func printTable(out io.Writer, shapes []string, rows []row) {
 			if r.ref.protocol != g.protocol {
 				proto += " (ref " + r.ref.protocol + ")"
 			}
-			fmt.Fprintf(tw, "| %s\t %s\t %d\t %d\t %.2f\t %.0f vs %.0f\t %s vs %s\t %s\t %.0f vs %.0f\t\n",
-				s, proto, r.callers, g.calls, g.rate()/r.ref.rate(), g.rate(), r.ref.rate(),
+			fmt.Fprintf(tw, "| %s\t %s\t %d\t %d\t %s\t %.0f vs %.0f\t %s vs %s\t %s\t %.0f vs %.0f\t\n",
+				s, proto, r.callers, g.calls, r.ratio(s), g.rate(), r.ref.rate(),
 				ms(g.p50), ms(r.ref.p50), cpu, g.allocsPerCall(), r.ref.allocsPerCall())
 		}
 	}
@@ -407,6 +439,10 @@ func printTable(out io.Writer, shapes []string, rows []row) {
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "\nCPU: user+system time of the server processes over the measured calls (getrusage; Postgres from /proc);")
 	fmt.Fprintln(out, "allocs: heap objects (runtime.MemStats.Mallocs) of the same processes. The client's own cost is in neither.")
+	if len(rows) > 0 && len(rows[0].ratios[shapes[0]]) > 1 {
+		fmt.Fprintf(out, "governed / ungoverned: the median of %d rounds (lowest–highest), each the reference and then every shape;\n", len(rows[0].ratios[shapes[0]]))
+		fmt.Fprintln(out, "calls: all rounds'; calls/s, p50, CPU and allocs are over all of them.")
+	}
 }
 
 // printMemory reports every server's resident set after the run.
