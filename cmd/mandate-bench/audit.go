@@ -40,49 +40,54 @@ type auditResult struct {
 
 // compareAudit runs the audit Writer over the Postgres store (intent rows as
 // the executor writes them, 4 tenants) with group commit and with one
-// transaction per append, then pgbench, each for window at auditClients.
-func compareAudit(ctx context.Context, dbURL, dir string, window time.Duration) (auditResult, error) {
-	var r auditResult
+// transaction per append, then pgbench, each for window at auditClients;
+// rounds times, one result per round.
+func compareAudit(ctx context.Context, dbURL, dir string, window time.Duration, rounds int) ([]auditResult, error) {
 	pgbench, err := exec.LookPath("pgbench")
 	if err != nil {
-		return r, errors.New("pgbench is not installed")
+		return nil, errors.New("pgbench is not installed")
 	}
 	pool, err := pg.Open(ctx, dbURL, pg.Options{MaxConns: 32})
 	if err != nil {
-		return r, err
+		return nil, err
 	}
 	defer pool.Close()
+	if _, err := pool.Exec(ctx, "CREATE TABLE bench_pgbench (id bigserial PRIMARY KEY, v text NOT NULL)"); err != nil {
+		return nil, err
+	}
 	quiet := slog.New(slog.DiscardHandler)
 	st := postgres.New(pool, postgres.Options{Logger: quiet})
 	defer st.Close()
 	var seq atomic.Int64
-	for _, mode := range []struct {
-		opts audit.WriterOptions
-		dst  *float64
-	}{{audit.WriterOptions{Logger: quiet}, &r.groupCommit}, {audit.WriterOptions{Logger: quiet, Unbatched: true}, &r.perAppend}} {
+	var results []auditResult
+	for range rounds {
+		var r auditResult
+		for _, mode := range []struct {
+			opts audit.WriterOptions
+			dst  *float64
+		}{{audit.WriterOptions{Logger: quiet}, &r.groupCommit}, {audit.WriterOptions{Logger: quiet, Unbatched: true}, &r.perAppend}} {
+			settle(ctx, pool)
+			w := audit.NewWriter(st, mode.opts)
+			rate, err := appendFor(ctx, w, &seq, window)
+			stats := w.Stats()
+			if cerr := w.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return nil, err
+			}
+			*mode.dst = rate
+			if !mode.opts.Unbatched && stats.Batches > 0 {
+				r.recordsPerTx = float64(stats.Records) / float64(stats.Batches)
+			}
+		}
 		settle(ctx, pool)
-		w := audit.NewWriter(st, mode.opts)
-		rate, err := appendFor(ctx, w, &seq, window)
-		stats := w.Stats()
-		if cerr := w.Close(); err == nil {
-			err = cerr
+		if r.pgbench, err = runPgbench(ctx, pgbench, dbURL, dir, window); err != nil {
+			return nil, err
 		}
-		if err != nil {
-			return r, err
-		}
-		*mode.dst = rate
-		if !mode.opts.Unbatched && stats.Batches > 0 {
-			r.recordsPerTx = float64(stats.Records) / float64(stats.Batches)
-		}
+		results = append(results, r)
 	}
-	if _, err := pool.Exec(ctx, "CREATE TABLE bench_pgbench (id bigserial PRIMARY KEY, v text NOT NULL)"); err != nil {
-		return r, err
-	}
-	settle(ctx, pool)
-	if r.pgbench, err = runPgbench(ctx, pgbench, dbURL, dir, window); err != nil {
-		return r, err
-	}
-	return r, nil
+	return results, nil
 }
 
 // settle starts a contender with the same database state as the others:
@@ -146,11 +151,25 @@ func runPgbench(ctx context.Context, pgbench, dbURL, dir string, window time.Dur
 	return strconv.ParseFloat(string(m[1]), 64)
 }
 
-func printAudit(out io.Writer, r auditResult, window time.Duration) {
-	fmt.Fprintf(out, "\nAudit appends vs pgbench, %d clients, %s each, same database:\n\n", auditClients, window)
+// printAudit prints each writer's appends per second (the mean of the
+// rounds) and its ratio to pgbench (the median round's, with the range).
+func printAudit(out io.Writer, rs []auditResult, window time.Duration) {
+	var gc, pa, pb, perTx float64
+	var gcRatios, paRatios []float64
+	for _, r := range rs {
+		gc, pa, pb, perTx = gc+r.groupCommit, pa+r.perAppend, pb+r.pgbench, perTx+r.recordsPerTx
+		gcRatios = append(gcRatios, r.groupCommit/r.pgbench)
+		paRatios = append(paRatios, r.perAppend/r.pgbench)
+	}
+	n := float64(len(rs))
+	fmt.Fprintf(out, "\nAudit appends vs pgbench, %d clients, %s each, same database", auditClients, window)
+	if len(rs) > 1 {
+		fmt.Fprintf(out, ", %d rounds (appends/s: the mean; ratio: the median round's, lowest–highest)", len(rs))
+	}
+	fmt.Fprint(out, ":\n\n")
 	fmt.Fprintln(out, "| writer | acknowledged appends/s | × pgbench single-row commits |")
 	fmt.Fprintln(out, "|---|---|---|")
-	fmt.Fprintf(out, "| group commit (%.1f records/tx) | %.0f | %.2f |\n", r.recordsPerTx, r.groupCommit, r.groupCommit/r.pgbench)
-	fmt.Fprintf(out, "| one transaction per append | %.0f | %.2f |\n", r.perAppend, r.perAppend/r.pgbench)
-	fmt.Fprintf(out, "| pgbench (INSERT of one row per transaction) | %.0f | 1.00 |\n", r.pgbench)
+	fmt.Fprintf(out, "| group commit (%.1f records/tx) | %.0f | %s |\n", perTx/n, gc/n, medianRange(gcRatios))
+	fmt.Fprintf(out, "| one transaction per append | %.0f | %s |\n", pa/n, medianRange(paRatios))
+	fmt.Fprintf(out, "| pgbench (INSERT of one row per transaction) | %.0f | 1.00 |\n", pb/n)
 }

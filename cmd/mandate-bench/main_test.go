@@ -45,7 +45,7 @@ func TestBenchPrintsTheRatios(t *testing.T) {
 	if postgresAnswers(ctx, cfg.databaseURL) {
 		want = append(want, "| separate processes + Postgres ", "CPU/allocs per call by process")
 		if _, err := exec.LookPath("pgbench"); err == nil {
-			want = append(want, "Audit appends vs pgbench", "| group commit (")
+			want = append(want, "Audit appends vs pgbench", "same database, 2 rounds", "| group commit (")
 		}
 	}
 	for _, w := range want {

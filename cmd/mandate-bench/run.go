@@ -52,7 +52,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&protocols, "protocols", "2026-07-28,2025-11-25", "MCP revisions the client asks for, comma-separated (the first is the go-sdk client's default)")
 	fs.StringVar(&c.topology, "topology", "auto", "separate processes over Postgres: auto (when a server answers), on, off")
 	fs.StringVar(&c.databaseURL, "database-url", "", "Postgres for the topology (default $MANDATE_TEST_DATABASE_URL, else "+defaultDatabase+"); a fresh database is created and dropped")
-	fs.DurationVar(&c.auditWindow, "audit", 5*time.Second, "run audit appends against pgbench for this long each (0: skip); needs the database")
+	fs.DurationVar(&c.auditWindow, "audit", 5*time.Second, "run audit appends against pgbench for this long each, in every round (0: skip); needs the database")
 	fs.StringVar(&c.profileDir, "profile", "", "write a CPU profile and allocation profiles (.allocs, .allocs.base) of every server for every measured run into this directory (go tool pprof)")
 	fs.BoolVar(&c.keep, "keep-logs", false, "keep the servers' logs (their directory is printed)")
 	fs.BoolVar(&c.auditOnly, "audit-only", false, "run only the audit comparison (-audit long each), no MCP load")
@@ -99,8 +99,12 @@ type row struct {
 
 // ratio is the median of a shape's per-round throughput ratios, and the
 // range when there was more than one round.
-func (r row) ratio(shape string) string {
-	rs := slices.Sorted(slices.Values(r.ratios[shape]))
+func (r row) ratio(shape string) string { return medianRange(r.ratios[shape]) }
+
+// medianRange prints the median of vs and, for more than one value, the
+// lowest and highest: "0.85 (0.78–0.95)".
+func medianRange(vs []float64) string {
+	rs := slices.Sorted(slices.Values(vs))
 	if len(rs) == 0 {
 		return "–"
 	}
@@ -206,7 +210,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 		if err := f.stopProcs(); err != nil {
 			return err
 		}
-		r, err := compareAudit(ctx, store.url, f.dir, cfg.auditWindow)
+		r, err := compareAudit(ctx, store.url, f.dir, cfg.auditWindow, cfg.rounds)
 		if err != nil {
 			fmt.Fprintf(out, "\naudit vs pgbench: skipped (%v)\n", err)
 			return nil
@@ -226,7 +230,7 @@ func runAuditOnly(ctx context.Context, cfg config, f *fleet, out io.Writer) erro
 	if err != nil {
 		return err
 	}
-	r, err := compareAudit(ctx, store.url, f.dir, cfg.auditWindow)
+	r, err := compareAudit(ctx, store.url, f.dir, cfg.auditWindow, cfg.rounds)
 	if err != nil {
 		return err
 	}
