@@ -106,7 +106,7 @@ func drive(ctx context.Context, t target, protocol string, callers, n int, profi
 			return measurement{}, fmt.Errorf("connect %s: %w", t.endpoint, err)
 		}
 		sessions[i] = cs
-		if err := search(ctx, cs); err != nil {
+		if err := search(ctx, cs, nil); err != nil {
 			return measurement{}, fmt.Errorf("warm-up call to %s: %w", t.endpoint, err)
 		}
 	}
@@ -177,7 +177,7 @@ func spread(ctx context.Context, sessions []*mcp.ClientSession, n int) ([]time.D
 			own := make([]time.Duration, 0, n/len(sessions)+1)
 			for next.Add(1) <= int64(n) {
 				t0 := time.Now()
-				if err := search(ctx, cs); err != nil {
+				if err := search(ctx, cs, nil); err != nil {
 					failed.CompareAndSwap(nil, &err)
 					return
 				}
@@ -193,10 +193,11 @@ func spread(ctx context.Context, sessions []*mcp.ClientSession, n int) ([]time.D
 	return slices.Concat(per...), nil
 }
 
-// search calls ticket.search and accepts only a result that found T-1001,
-// so a refusal can never pass for a fast call.
-func search(ctx context.Context, cs *mcp.ClientSession) error {
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "ticket.search", Arguments: json.RawMessage(searchArgs)})
+// search calls ticket.search, with meta as the request's _meta (nil: none),
+// and accepts only a result that found T-1001, so a refusal can never pass
+// for a fast call.
+func search(ctx context.Context, cs *mcp.ClientSession, meta mcp.Meta) error {
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "ticket.search", Arguments: json.RawMessage(searchArgs), Meta: meta})
 	if err != nil {
 		return err
 	}

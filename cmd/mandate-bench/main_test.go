@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestBenchPrintsTheRatios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a dozen servers")
 	}
-	cfg, err := parseFlags([]string{"-calls-1", "3", "-calls-16", "32", "-rounds", "2", "-protocols", "2026-07-28", "-audit", "1s"})
+	cfg, err := parseFlags([]string{"-calls-1", "3", "-calls-16", "32", "-rounds", "2", "-protocols", "2026-07-28", "-audit", "1s", "-timeline", "5"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,10 @@ func TestBenchPrintsTheRatios(t *testing.T) {
 	t.Log(got)
 	want := []string{"| mandate dev ", "governed / ungoverned", "allocs per call", "the median of 2 rounds"}
 	if postgresAnswers(ctx, cfg.databaseURL) {
-		want = append(want, "| separate processes + Postgres ", "CPU/allocs per call by process")
+		want = append(want, "| separate processes + Postgres ", "CPU/allocs per call by process",
+			"One call at a time, traced", "median of 5 calls", "| mcpbridge server tools/call ticket.search | 0.00 ms |",
+			"| executor server mandate.v1.ExecutorService/Execute |", "| audit server mandate.v1.AuditService/AppendStream.Append |",
+			"| helpdesk server examples.helpdesk.v1.HelpdeskService/SearchTickets |")
 		if _, err := exec.LookPath("pgbench"); err == nil {
 			want = append(want, "Audit appends vs pgbench", "same database, 2 rounds", "| group commit (")
 		}
@@ -103,5 +107,44 @@ func TestRoundsAddUp(t *testing.T) {
 		if got := r.ratio(shapeDev); got != c.want {
 			t.Errorf("ratio of %v: %q, want %q", c.ratios, got, c.want)
 		}
+	}
+}
+
+// TestTimelineOf: spans are placed relative to each call's first span, the
+// median offset and duration are over the calls, rows come in the order
+// the spans start, a second span of the same name is told apart, and a span
+// seen in fewer than half of the calls is left out.
+func TestTimelineOf(t *testing.T) {
+	at := func(base time.Time, from, to int) (time.Time, time.Time) {
+		return base.Add(time.Duration(from) * time.Millisecond), base.Add(time.Duration(to) * time.Millisecond)
+	}
+	call := func(base time.Time, auditFrom int, extra bool) []span {
+		var out []span
+		add := func(service, kind, name string, from, to int) {
+			s, e := at(base, from, to)
+			out = append(out, span{service: service, kind: kind, name: name, start: s, end: e})
+		}
+		// Out of order, as the sink receives them.
+		add("mandate-audit", "server", "Append", auditFrom, auditFrom+2)
+		add("mandate-mcpbridge", "server", "tools/call", 0, 10)
+		add("mandate-audit", "server", "Append", 12, 13)
+		if extra {
+			add("mandate-executor", "internal", "retry", 5, 6)
+		}
+		return out
+	}
+	base := time.Unix(1_700_000_000, 0)
+	rows := timelineOf([][]span{
+		call(base, 1, true),
+		call(base.Add(time.Second), 3, false),
+		call(base.Add(2*time.Second), 2, false),
+	})
+	want := []timelineRow{
+		{label: "mcpbridge server tools/call", seen: 3, offset: 0, lasts: 10 * time.Millisecond},
+		{label: "audit server Append", seen: 3, offset: 2 * time.Millisecond, lasts: 2 * time.Millisecond},
+		{label: "audit server Append (#2)", seen: 3, offset: 12 * time.Millisecond, lasts: time.Millisecond},
+	}
+	if !slices.Equal(rows, want) {
+		t.Fatalf("timeline:\n got %+v\nwant %+v", rows, want)
 	}
 }

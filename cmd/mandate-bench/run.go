@@ -40,6 +40,7 @@ type config struct {
 	profileDir      string
 	keep            bool
 	auditOnly       bool
+	timeline        int
 }
 
 func parseFlags(args []string) (config, error) {
@@ -56,6 +57,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.profileDir, "profile", "", "write a CPU profile and allocation profiles (.allocs, .allocs.base) of every server for every measured run into this directory (go tool pprof)")
 	fs.BoolVar(&c.keep, "keep-logs", false, "keep the servers' logs (their directory is printed)")
 	fs.BoolVar(&c.auditOnly, "audit-only", false, "run only the audit comparison (-audit long each), no MCP load")
+	fs.IntVar(&c.timeline, "timeline", 50, "after the load, trace this many calls made one at a time through the separate topology and print where a call's time goes, span by span (0: skip)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -74,6 +76,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.rounds < 1 {
 		return c, errors.New("-rounds must be at least 1")
+	}
+	if c.timeline < 0 {
+		return c, errors.New("-timeline must not be negative")
 	}
 	if c.topology != "auto" && c.topology != "on" && c.topology != "off" {
 		return c, fmt.Errorf("-topology %q: want auto, on or off", c.topology)
@@ -204,12 +209,22 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	if err := printMemory(ctx, out, f); err != nil {
 		return err
 	}
-	if store.url != "" && cfg.auditWindow > 0 {
-		// The servers are stopped first: idle, they still take CPU and
-		// connections from whichever contender they share the machine with.
-		if err := f.stopProcs(); err != nil {
-			return err
+	if store.url == "" {
+		return nil
+	}
+	// The servers are stopped first: idle, they still take CPU and
+	// connections from whichever contender they share the machine with.
+	if err := f.stopProcs(); err != nil {
+		return err
+	}
+	if cfg.timeline > 0 {
+		rows, p50, err := traceTimeline(ctx, f, store, cfg.protocols[0], cfg.timeline)
+		if err != nil {
+			return fmt.Errorf("timeline: %w", err)
 		}
+		printTimeline(out, rows, cfg.timeline, p50, cfg.protocols[0])
+	}
+	if cfg.auditWindow > 0 {
 		r, err := compareAudit(ctx, store.url, f.dir, cfg.auditWindow, cfg.rounds)
 		if err != nil {
 			fmt.Fprintf(out, "\naudit vs pgbench: skipped (%v)\n", err)
