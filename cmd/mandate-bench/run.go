@@ -220,9 +220,10 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	if cfg.timeline > 0 {
 		rows, p50, err := traceTimeline(ctx, f, store, cfg.protocols[0], cfg.timeline)
 		if err != nil {
-			return fmt.Errorf("timeline: %w", err)
+			fmt.Fprintf(out, "\ntimeline: skipped (%v)\n", err)
+		} else {
+			printTimeline(out, rows, cfg.timeline, p50, cfg.protocols[0])
 		}
-		printTimeline(out, rows, cfg.timeline, p50, cfg.protocols[0])
 	}
 	if cfg.auditWindow > 0 {
 		r, err := compareAudit(ctx, store.url, f.dir, cfg.auditWindow, cfg.rounds)

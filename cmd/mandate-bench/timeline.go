@@ -121,19 +121,10 @@ func (s *spanSink) trace(id string) []span {
 	return slices.Clone(s.byID[id])
 }
 
+// spanKind names a span kind as the timeline prints it: server, client,
+// internal, producer, consumer.
 func spanKind(k tracepb.Span_SpanKind) string {
-	switch k {
-	case tracepb.Span_SPAN_KIND_SERVER:
-		return "server"
-	case tracepb.Span_SPAN_KIND_CLIENT:
-		return "client"
-	case tracepb.Span_SPAN_KIND_PRODUCER:
-		return "producer"
-	case tracepb.Span_SPAN_KIND_CONSUMER:
-		return "consumer"
-	default:
-		return "internal"
-	}
+	return strings.ToLower(strings.TrimPrefix(k.String(), "SPAN_KIND_"))
 }
 
 // timelineRow is one span of the call, over all traced calls.
@@ -254,8 +245,15 @@ func traceTimeline(ctx context.Context, parent *fleet, d benchDB, protocol strin
 		return nil, 0, err
 	}
 	calls := make([][]span, n)
+	traced := 0
 	for i, id := range ids {
 		calls[i] = sink.trace(id)
+		if len(calls[i]) > 0 {
+			traced++
+		}
+	}
+	if 2*traced < n {
+		return nil, 0, fmt.Errorf("spans of only %d of %d calls arrived; -keep-logs keeps the services' logs (%s)", traced, n, dir)
 	}
 	return timelineOf(calls), medianDuration(latencies), nil
 }
