@@ -67,7 +67,9 @@ bench:
 
 ## bench-governed: governed vs ungoverned MCP calls (ticket.search) side by side —
 ## `mandate dev`, the services as processes over Postgres (when one answers)
-## and a plain go-sdk server — as one table of ratios, latency, CPU and allocs
+## and a plain go-sdk server — as one table of ratios, latency, CPU and allocs,
+## then one call's spans through the separate services (-timeline) and audit
+## appends against pgbench
 .PHONY: bench-governed
 bench-governed:
 	go run ./cmd/mandate-bench
