@@ -85,10 +85,8 @@ type target struct {
 // around the measured calls. With profile set (-profile), each server writes
 // a CPU profile of the measured calls.
 func drive(ctx context.Context, t target, protocol string, callers, n int, profile bool) (measurement, error) {
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = callers * 2
-	defer transport.CloseIdleConnections()
-	client := &http.Client{Transport: bearer{t.token, transport}, Timeout: 30 * time.Second}
+	client, done := t.httpClient(callers)
+	defer done()
 
 	sessions := make([]*mcp.ClientSession, callers)
 	defer func() {
@@ -99,11 +97,9 @@ func drive(ctx context.Context, t target, protocol string, callers, n int, profi
 		}
 	}()
 	for i := range sessions {
-		c := mcp.NewClient(&mcp.Implementation{Name: "mandate-bench", Version: "1"}, nil)
-		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: t.endpoint, HTTPClient: client, DisableStandaloneSSE: true},
-			&mcp.ClientSessionOptions{ProtocolVersion: protocol})
+		cs, err := t.connect(ctx, client, protocol)
 		if err != nil {
-			return measurement{}, fmt.Errorf("connect %s: %w", t.endpoint, err)
+			return measurement{}, err
 		}
 		sessions[i] = cs
 		if err := search(ctx, cs, nil); err != nil {
@@ -161,6 +157,25 @@ func drive(ctx context.Context, t target, protocol string, callers, n int, profi
 	m.p50 = latencies[len(latencies)/2]
 	m.p99 = latencies[len(latencies)*99/100]
 	return m, nil
+}
+
+// httpClient is an HTTP client that sends t's token, keeping up to two idle
+// connections per caller; done closes them.
+func (t target) httpClient(callers int) (client *http.Client, done func()) {
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = callers * 2
+	return &http.Client{Transport: bearer{t.token, transport}, Timeout: 30 * time.Second}, transport.CloseIdleConnections
+}
+
+// connect opens an MCP session with t over client, asking for protocol.
+func (t target) connect(ctx context.Context, client *http.Client, protocol string) (*mcp.ClientSession, error) {
+	c := mcp.NewClient(&mcp.Implementation{Name: "mandate-bench", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: t.endpoint, HTTPClient: client, DisableStandaloneSSE: true},
+		&mcp.ClientSessionOptions{ProtocolVersion: protocol})
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", t.endpoint, err)
+	}
+	return cs, nil
 }
 
 // spread makes n calls over the sessions, one goroutine each, and returns

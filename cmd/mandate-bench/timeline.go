@@ -213,14 +213,11 @@ func traceTimeline(ctx context.Context, parent *fleet, d benchDB, protocol strin
 	if err != nil {
 		return nil, 0, err
 	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	defer transport.CloseIdleConnections()
-	client := &http.Client{Transport: bearer{t.token, transport}, Timeout: 30 * time.Second}
-	c := mcp.NewClient(&mcp.Implementation{Name: "mandate-bench", Version: "1"}, nil)
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: t.endpoint, HTTPClient: client, DisableStandaloneSSE: true},
-		&mcp.ClientSessionOptions{ProtocolVersion: protocol})
+	client, done := t.httpClient(1)
+	defer done()
+	cs, err := t.connect(ctx, client, protocol)
 	if err != nil {
-		return nil, 0, fmt.Errorf("connect %s: %w", t.endpoint, err)
+		return nil, 0, err
 	}
 	defer func() { _ = cs.Close() }()
 	for range warmupCalls {
