@@ -7,9 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,51 +40,19 @@ func TestApprovalInBrowser(t *testing.T) {
 		t.Skip("builds and runs the binary and a browser")
 	}
 	chrome := chromiumPath(t)
-	root, _ := filepath.Abs("..")
-	bin := filepath.Join(t.TempDir(), "mandate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/mandate")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	httpAddr := freePort(t)
-	tokensFile := filepath.Join(t.TempDir(), "tokens.json")
-	var out syncBuffer
-	cmd := exec.Command(bin, "dev", "--http-addr", httpAddr, "--grpc-addr", freePort(t), "--tokens-file", tokensFile)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("mandate dev output:\n%s", tail(out.String(), 3000))
-		}
-	})
-	base := "http://" + httpAddr
+	dev := startDev(t)
+	base := dev.base
 	var carolLink string
-	for deadline := time.Now().Add(20 * time.Second); carolLink == ""; {
-		sc := bufio.NewScanner(strings.NewReader(out.String()))
-		for sc.Scan() {
-			if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "carol" && strings.Contains(f[1], "/approve/login?t=") {
-				carolLink = f[1]
-			}
+	sc := bufio.NewScanner(strings.NewReader(dev.out.String()))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "carol" && strings.Contains(f[1], "/approve/login?t=") {
+			carolLink = f[1]
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no sign-in link for carol:\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	var tokens map[string]string
-	b, err := os.ReadFile(tokensFile)
-	if err != nil {
-		t.Fatal(err)
+	if carolLink == "" {
+		t.Fatalf("no sign-in link for carol:\n%s", dev.out.String())
 	}
-	if err := json.Unmarshal(b, &tokens); err != nil {
-		t.Fatal(err)
-	}
-	bot := tokens["finance-bot@carol"]
+	bot := dev.tokens["finance-bot@carol"]
 	execute := base + "/v1/commands/ticket.refund:execute"
 	refund := func(amount, grant string) (int, map[string]any) {
 		body := `{"input":{"ticket_id":"T-1001","amount":{"currency_code":"EUR","amount_minor":"` + amount + `"},"reason":"Charged twice","cardholder_reference":"CH4242424242"}`

@@ -2,6 +2,8 @@ package tests
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,21 +29,75 @@ type devProcess struct {
 // startDev runs the README's first command — `mandate dev` with a tokens
 // file — on free ports until the test ends, then stops it with Ctrl-C and
 // fails the test if it does not stop cleanly within 15 s. The binary is
-// built once per test run.
+// built once per test run. A port taken by some other process between
+// freePort and the listen is retried on fresh ports.
 func startDev(t *testing.T, args ...string) *devProcess {
 	t.Helper()
 	root, _ := filepath.Abs("..")
 	bin := mandateBinary(t, root)
+	var d *devProcess
+	var err error
+	for range 3 {
+		if d, err = launchDev(t, bin, args); !errors.Is(err, errAddrInUse) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The banner (tokens file, sign-in links, examples) is printed while
+	// the servers already answer: wait for its last part.
+	for banner := time.Now().Add(10 * time.Second); !strings.Contains(d.out.String(), "Try:") && time.Now().Before(banner); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	b, err := os.ReadFile(d.tokensFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &d.tokens); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// launchDev starts one `mandate dev` and waits until it answers /healthz.
+// It returns errAddrInUse, with nothing left running, when the process
+// exited because one of its ports was taken.
+func launchDev(t *testing.T, bin string, args []string) (*devProcess, error) {
+	t.Helper()
 	d := &devProcess{httpAddr: freePort(t), grpcAddr: freePort(t), out: &syncBuffer{}}
 	d.base = "http://" + d.httpAddr
 	d.tokensFile = filepath.Join(t.TempDir(), "tokens.json")
 	d.cmd = exec.Command(bin, append([]string{"dev", "--http-addr", d.httpAddr, "--grpc-addr", d.grpcAddr, "--tokens-file", d.tokensFile}, args...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	done := make(chan error, 1)
 	go func() { done <- d.cmd.Wait() }()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		select {
+		case err := <-done:
+			if strings.Contains(d.out.String(), "address already in use") {
+				return nil, fmt.Errorf("mandate dev: %w", errAddrInUse)
+			}
+			return nil, fmt.Errorf("mandate dev exited before it became healthy (%v):\n%s", err, tail(d.out.String(), 4000))
+		default:
+		}
+		resp, err := http.Get(d.base + "/healthz") //nolint:noctx // test polling
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			_ = d.cmd.Process.Kill()
+			<-done
+			return nil, fmt.Errorf("mandate dev never became healthy:\n%s", tail(d.out.String(), 4000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	t.Cleanup(func() {
 		_ = d.cmd.Process.Signal(syscall.SIGINT)
 		select {
@@ -57,31 +113,5 @@ func startDev(t *testing.T, args ...string) *devProcess {
 			t.Logf("mandate dev output:\n%s", tail(d.out.String(), 6000))
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(d.base + "/healthz") //nolint:noctx // test polling
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mandate dev never became healthy:\n%s", tail(d.out.String(), 4000))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	// The banner (tokens file, sign-in links, examples) is printed while
-	// the servers already answer: wait for its last part.
-	for banner := time.Now().Add(10 * time.Second); !strings.Contains(d.out.String(), "Try:") && time.Now().Before(banner); {
-		time.Sleep(20 * time.Millisecond)
-	}
-	b, err := os.ReadFile(d.tokensFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &d.tokens); err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return d, nil
 }

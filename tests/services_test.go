@@ -9,20 +9,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/mandate-dev/mandate/internal/freeport"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
 )
 
@@ -41,37 +40,16 @@ type stack struct {
 	http   map[string]string
 }
 
-// handedOut remembers every port freePort returned: the kernel may hand
-// the same free port out twice, and two processes of one topology must
-// never be given the same address.
-var handedOut struct {
-	sync.Mutex
-	ports map[string]bool
-}
-
 // freePort returns a loopback address that was free a moment ago and that
-// this test binary has not handed out before.
+// this test binary has not handed out before, below the kernel's ephemeral
+// range (see package freeport).
 func freePort(t *testing.T) string {
 	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	if handedOut.ports == nil {
-		handedOut.ports = map[string]bool{}
+	addr, err := freeport.Addr()
+	if err != nil {
+		t.Fatal(err)
 	}
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		_ = l.Close()
-		if !handedOut.ports[addr] {
-			handedOut.ports[addr] = true
-			return addr
-		}
-	}
-	t.Fatal("no free port that was not handed out already")
-	return ""
+	return addr
 }
 
 func (s *stack) run(args ...string) string {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mandate-dev/mandate/internal/freeport"
 )
 
 // proc is a child process of this binary serving one server.
@@ -39,14 +40,7 @@ type fleet struct {
 	after []func() // run by stop once every child has exited
 }
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String(), nil
-}
+func freeAddr() (string, error) { return freeport.Addr() }
 
 func freeAddrs(n int) ([]string, error) {
 	out := make([]string, n)
