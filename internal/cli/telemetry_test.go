@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,7 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/mandate-dev/mandate/internal/freeport"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/telemetry/telemetrytest"
 )
@@ -26,15 +26,13 @@ const childEnv = "MANDATE_CLI_TEST_CHILD"
 const testServiceSecret = "fedcba9876543210fedcba9876543210-test"
 
 // freeAddr returns a loopback address nothing listens on (the service binds
-// it right after).
+// it right after), below the kernel's ephemeral range (see package freeport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
 	return addr
 }
 
