@@ -81,7 +81,7 @@ func launchDev(t *testing.T, bin string, args []string) (*devProcess, error) {
 			if strings.Contains(d.out.String(), "address already in use") {
 				return nil, fmt.Errorf("mandate dev: %w", errAddrInUse)
 			}
-			return nil, fmt.Errorf("mandate dev exited before it became healthy (%v):\n%s", err, tail(d.out.String(), 4000))
+			return nil, fmt.Errorf("mandate dev exited before it became healthy (%w):\n%s", err, tail(d.out.String(), 4000))
 		default:
 		}
 		resp, err := http.Get(d.base + "/healthz") //nolint:noctx // test polling
@@ -93,8 +93,8 @@ func launchDev(t *testing.T, bin string, args []string) (*devProcess, error) {
 		}
 		if time.Now().After(deadline) {
 			_ = d.cmd.Process.Kill()
-			<-done
-			return nil, fmt.Errorf("mandate dev never became healthy:\n%s", tail(d.out.String(), 4000))
+			killed := <-done
+			return nil, fmt.Errorf("mandate dev never became healthy (killed: %w):\n%s", killed, tail(d.out.String(), 4000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
