@@ -40,6 +40,8 @@ import (
 	"sync"
 	"time"
 
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -149,6 +151,12 @@ func Enabled(cfg Config) bool {
 // error naming it; an unreachable collector is not (data is dropped and the
 // failure logged).
 //
+// Without a trace endpoint it installs the no-op TracerProvider: a call's
+// trace context still passes through every hop unchanged (a traceparent
+// that came in goes out, and into the audit row), but a span started under
+// it costs nothing, where OpenTelemetry's default global provider
+// allocates a span and a context for each.
+//
 // Instrumentation takes its tracer and meter from the global providers:
 // what is created before Setup is bound to the first providers Setup
 // installs in the process, what is created after to the current ones.
@@ -165,8 +173,12 @@ func Install(ctx context.Context, service string, cfg Config) (Installed, error)
 	otel.SetTextMapPropagator(Propagator())
 	noop := Installed{Shutdown: func(context.Context) error { return nil }}
 	r, err := cfg.resolve()
-	if err != nil || (r.traces.endpoint == "" && r.metrics.endpoint == "" && !cfg.Prometheus) {
+	if err != nil {
 		return noop, err
+	}
+	if r.traces.endpoint == "" && r.metrics.endpoint == "" && !cfg.Prometheus {
+		otel.SetTracerProvider(tracenoop.NewTracerProvider())
+		return noop, nil
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -226,6 +238,9 @@ func Install(ctx context.Context, service string, cfg Config) (Installed, error)
 		log.Warn("opentelemetry", "err", err)
 	}))
 	var stops []func(context.Context) error
+	if spanExp == nil {
+		otel.SetTracerProvider(tracenoop.NewTracerProvider())
+	}
 	if spanExp != nil {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(spanExp), sdktrace.WithResource(res))
 		otel.SetTracerProvider(tp)

@@ -301,6 +301,41 @@ func TestUnconfiguredExportsNothing(t *testing.T) {
 	}
 }
 
+// TestUntracedSpansCostNothing: without a trace endpoint — with or without
+// /metrics — Install replaces whatever TracerProvider the process had with
+// the no-op one, under which a span started inside an incoming trace
+// allocates nothing and still carries that trace on. (OpenTelemetry's
+// default global provider allocates a span and a context for each: ~40
+// allocations of a governed call in mandate dev.)
+func TestUntracedSpansCostNothing(t *testing.T) {
+	for _, prometheus := range []bool{false, true} {
+		otel.SetTracerProvider(sdktrace.NewTracerProvider()) // records, and allocates per span
+		in, err := telemetry.Install(t.Context(), "executor", telemetry.Config{Env: env(), Prometheus: prometheus})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = in.Shutdown(context.Background())
+			otel.SetMeterProvider(metricnoop.NewMeterProvider())
+		})
+		const incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		ctx := otel.GetTextMapPropagator().Extract(t.Context(), propagation.MapCarrier{"traceparent": incoming})
+		tracer := otel.GetTracerProvider().Tracer("telemetry_test")
+		allocs := testing.AllocsPerRun(100, func() {
+			_, span := tracer.Start(ctx, "stage")
+			span.End()
+		})
+		if allocs != 0 {
+			t.Errorf("Prometheus %v: a span under an incoming trace allocates %.0f times, want 0", prometheus, allocs)
+		}
+		child, span := tracer.Start(ctx, "stage")
+		span.End()
+		if got := trace.SpanContextFromContext(child).TraceID().String(); got != "4bf92f3577b34da6a3ce929d0e0e4736" {
+			t.Errorf("Prometheus %v: the span is in trace %s, not the incoming one", prometheus, got)
+		}
+	}
+}
+
 // TestExportSwitchedOff: OTEL_SDK_DISABLED stops both signals,
 // OTEL_<SIGNAL>_EXPORTER=none its own.
 func TestExportSwitchedOff(t *testing.T) {
