@@ -40,8 +40,6 @@ import (
 	"sync"
 	"time"
 
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -58,6 +56,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 )
 
@@ -238,14 +237,13 @@ func Install(ctx context.Context, service string, cfg Config) (Installed, error)
 		log.Warn("opentelemetry", "err", err)
 	}))
 	var stops []func(context.Context) error
-	if spanExp == nil {
-		otel.SetTracerProvider(tracenoop.NewTracerProvider())
-	}
 	if spanExp != nil {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(spanExp), sdktrace.WithResource(res))
 		otel.SetTracerProvider(tp)
 		stops = append(stops, tp.Shutdown)
 		log.Info("exporting traces", "endpoint", redactURL(r.traces.endpoint), "protocol", r.traces.protocol, "service_name", name)
+	} else {
+		otel.SetTracerProvider(tracenoop.NewTracerProvider())
 	}
 	if metricExp != nil || promReader != nil {
 		// One provider, one or two readers: every instrument reaches both
