@@ -106,3 +106,26 @@ func isSubset(want, got []string) bool {
 	}
 	return true
 }
+
+// TestScenarioTraceWithoutACollector: with no OTLP endpoint anywhere, the
+// services trace nothing (the no-op tracer provider) yet still carry a
+// caller's trace through every hop: a tools/call whose `_meta` carries a
+// W3C traceparent leaves intent and outcome rows, written by the executor
+// through the audit service, that record the caller's trace id.
+func TestScenarioTraceWithoutACollector(t *testing.T) {
+	tp := newTopology(t, topologyOptions{})
+	traceID, parent := randomHex(t, 16), randomHex(t, 8)
+	cs := tp.mcpSession(tp.token("acme", "carol", "finance-bot"), nil)
+	res := callTool(t, cs, "ticket.search", `{"query":"charged twice"}`, mcp.Meta{"traceparent": "00-" + traceID + "-" + parent + "-01"})
+	if res.IsError {
+		t.Fatalf("ticket.search refused: %s", jsonOf(res.Content))
+	}
+	inv, _ := res.Meta["mandate.dev/invocation_id"].(string)
+	rows := tp.invocationRows(inv, 2)
+	outcome(t, rows, "executed", "", "")
+	for _, r := range rows {
+		if r.GetTraceId() != traceID {
+			t.Fatalf("%s row records trace %q, want the caller's %s", r.GetPhase(), r.GetTraceId(), traceID)
+		}
+	}
+}
