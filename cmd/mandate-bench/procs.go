@@ -57,31 +57,45 @@ func freeAddrs(n int) ([]string, error) {
 // service starts `mandate <name> --grpc-addr … --http-addr … extra…` and
 // waits until it answers /healthz.
 func (f *fleet) service(ctx context.Context, name string, extra ...string) (*proc, error) {
-	addrs, err := freeAddrs(3)
-	if err != nil {
-		return nil, err
-	}
-	args := append([]string{childMode, addrs[0], name, "--grpc-addr", addrs[1], "--http-addr", addrs[2]}, extra...)
-	p, err := f.start(name, addrs[0], args)
-	if err != nil {
-		return nil, err
-	}
-	p.grpcAddr, p.httpAddr = addrs[1], addrs[2]
-	return p, f.waitHealthy(ctx, p)
+	return f.launch(ctx, name, 3, func(a []string) (args []string, grpcAddr, httpAddr string) {
+		return append([]string{childMode, a[0], name, "--grpc-addr", a[1], "--http-addr", a[2]}, extra...), a[1], a[2]
+	})
 }
 
 // reference starts the ungoverned reference server.
 func (f *fleet) reference(ctx context.Context) (*proc, error) {
-	addrs, err := freeAddrs(2)
-	if err != nil {
-		return nil, err
+	return f.launch(ctx, "reference", 2, func(a []string) (args []string, grpcAddr, httpAddr string) {
+		return []string{referenceMode, a[0], a[1]}, "", a[1]
+	})
+}
+
+// launch starts a child on n fresh addresses (the first is its stats
+// address) with the arguments argv makes of them, and waits until it
+// answers /healthz. A child that exited because another process took one
+// of its ports in the meantime is started again on fresh ones, twice at
+// most.
+func (f *fleet) launch(ctx context.Context, name string, n int, argv func(addrs []string) (args []string, grpcAddr, httpAddr string)) (*proc, error) {
+	var err error
+	for range 3 {
+		var addrs []string
+		if addrs, err = freeAddrs(n); err != nil {
+			return nil, err
+		}
+		args, grpcAddr, httpAddr := argv(addrs)
+		var p *proc
+		if p, err = f.start(name, addrs[0], args); err != nil {
+			return nil, err
+		}
+		p.grpcAddr, p.httpAddr = grpcAddr, httpAddr
+		if err = f.waitHealthy(ctx, p); err == nil {
+			return p, nil
+		}
+		if !p.exited() || !strings.Contains(p.logTail(), "address already in use") {
+			return p, err
+		}
+		p.stopped = true // nothing left to stop
 	}
-	p, err := f.start("reference", addrs[0], []string{referenceMode, addrs[0], addrs[1]})
-	if err != nil {
-		return nil, err
-	}
-	p.httpAddr = addrs[1]
-	return p, f.waitHealthy(ctx, p)
+	return nil, err
 }
 
 // once runs a one-shot `mandate` subcommand to completion.
@@ -184,6 +198,18 @@ func (f *fleet) stopProcs() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// exited reports whether the child has exited, leaving its exit status
+// for whoever waits next.
+func (p *proc) exited() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true
+	default:
+		return false
+	}
 }
 
 func (p *proc) logTail() string {
