@@ -3,8 +3,6 @@ package tests
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,28 +73,9 @@ func launchDev(t *testing.T, bin string, args []string) (*devProcess, error) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- d.cmd.Wait() }()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		select {
-		case err := <-done:
-			if strings.Contains(d.out.String(), "address already in use") {
-				return nil, fmt.Errorf("mandate dev: %w", errAddrInUse)
-			}
-			return nil, fmt.Errorf("mandate dev exited before it became healthy (%w):\n%s", err, tail(d.out.String(), 4000))
-		default:
-		}
-		resp, err := http.Get(d.base + "/healthz") //nolint:noctx // test polling
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			_ = d.cmd.Process.Kill()
-			killed := <-done
-			return nil, fmt.Errorf("mandate dev never became healthy (killed: %w):\n%s", killed, tail(d.out.String(), 4000))
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := awaitHealthy("mandate dev", d.httpAddr, done, func() string { return tail(d.out.String(), 4000) }); err != nil {
+		_ = d.cmd.Process.Kill() // still running when it never became healthy
+		return nil, err
 	}
 	t.Cleanup(func() {
 		_ = d.cmd.Process.Signal(syscall.SIGINT)

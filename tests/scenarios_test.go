@@ -260,18 +260,29 @@ func (tp *topology) startOnce(s spec) error {
 	tp.addr[s.name] = endpoint{grpc: grpcAddr, http: httpAddr}
 	tp.mu.Unlock()
 
+	err = awaitHealthy(s.name, httpAddr, p.done, func() string { return tp.logOf(s.name) })
+	if errors.Is(err, errAddrInUse) {
+		tp.forget(p)
+	}
+	return err
+}
+
+// awaitHealthy polls http://httpAddr/healthz until it answers 200, the
+// process exits (its exit status is put back on done) or 30 s pass; output
+// is what the process printed. A process that exited because one of its
+// ports was taken yields errAddrInUse.
+func awaitHealthy(name, httpAddr string, done chan error, output func() string) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		select {
-		case err := <-p.done:
-			p.done <- err
-			log := tp.logOf(s.name)
-			if strings.Contains(log, "address already in use") {
-				tp.forget(p)
-				return fmt.Errorf("%s: %w", s.name, errAddrInUse)
+		case err := <-done:
+			done <- err
+			out := output()
+			if strings.Contains(out, "address already in use") {
+				return fmt.Errorf("%s: %w", name, errAddrInUse)
 			}
-			return fmt.Errorf("%s exited before it became healthy (%w):\n%s", s.name, err, log)
+			return fmt.Errorf("%s exited before it became healthy (%w):\n%s", name, err, out)
 		default:
 		}
 		resp, err := client.Get("http://" + httpAddr + "/healthz")
@@ -282,7 +293,7 @@ func (tp *topology) startOnce(s spec) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s never became healthy:\n%s", s.name, tp.logOf(s.name))
+			return fmt.Errorf("%s never became healthy:\n%s", name, output())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
