@@ -4,9 +4,12 @@
 // (when a server answers), and through an ungoverned reference — a plain
 // go-sdk MCP server whose tool calls the same helpdesk backend in process —
 // side by side in one run, and prints one table: throughput ratio, p50
-// latencies, server CPU and allocations per call. With the database it
-// also compares the audit Writer's acknowledged appends with pgbench's
-// single-row commits at 16 clients.
+// latencies, server CPU and allocations per call. With the database, the
+// separate processes are also set against their own ungoverned reference —
+// a plain go-sdk server calling the topology's helpdesk service over gRPC,
+// on the same Postgres — in a second table, and the audit Writer's
+// acknowledged appends are compared with pgbench's single-row commits at 16
+// clients.
 //
 //	make bench-governed            # or: go run ./cmd/mandate-bench
 //
@@ -30,7 +33,11 @@ func main() {
 	case len(os.Args) > 2 && os.Args[1] == childMode:
 		err = runChild(ctx, os.Args[2], os.Args[3:])
 	case len(os.Args) > 3 && os.Args[1] == referenceMode:
-		err = runReference(ctx, os.Args[2], os.Args[3])
+		var backend string // the in-memory helpdesk unless a service's address follows
+		if len(os.Args) > 4 {
+			backend = os.Args[4]
+		}
+		err = runReference(ctx, os.Args[2], os.Args[3], backend)
 	default:
 		var cfg config
 		if cfg, err = parseFlags(os.Args[1:]); err == nil {

@@ -45,6 +45,8 @@ func TestBenchPrintsTheRatios(t *testing.T) {
 	want := []string{"| mandate dev ", "governed / ungoverned", "allocs per call", "the median of 2 rounds"}
 	if postgresAnswers(ctx, cfg.databaseURL) {
 		want = append(want, "| separate processes + Postgres ", "CPU/allocs per call by process",
+			"against the same backend ungoverned", "| ungoverned over the service / in-memory reference",
+			"ungoverned over the service, 2026-07-28, callers 16 — CPU/allocs per call by process: reference-over-service ",
 			"One call at a time, traced", "median of 5 calls", "| mcpbridge server tools/call ticket.search | 0.00 ms |",
 			"| executor server mandate.v1.ExecutorService/Execute |", "| audit server mandate.v1.AuditService/AppendStream.Append |",
 			"| helpdesk server examples.helpdesk.v1.HelpdeskService/SearchTickets |")

@@ -62,10 +62,15 @@ func (f *fleet) service(ctx context.Context, name string, extra ...string) (*pro
 	})
 }
 
-// reference starts the ungoverned reference server.
-func (f *fleet) reference(ctx context.Context) (*proc, error) {
-	return f.launch(ctx, "reference", 2, func(a []string) (args []string, grpcAddr, httpAddr string) {
-		return []string{referenceMode, a[0], a[1]}, "", a[1]
+// reference starts the ungoverned reference server, over the in-memory
+// helpdesk (backendAddr empty) or over the helpdesk service at backendAddr.
+func (f *fleet) reference(ctx context.Context, name, backendAddr string) (*proc, error) {
+	return f.launch(ctx, name, 2, func(a []string) (args []string, grpcAddr, httpAddr string) {
+		args = []string{referenceMode, a[0], a[1]}
+		if backendAddr != "" {
+			args = append(args, backendAddr)
+		}
+		return args, "", a[1]
 	})
 }
 

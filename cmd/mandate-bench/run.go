@@ -100,6 +100,12 @@ type row struct {
 	ref      measurement            // every round's calls together
 	governed map[string]measurement // by shape name, every round's calls together
 	ratios   map[string][]float64   // by shape name: governed / ungoverned throughput, one per round
+
+	// The separate topology's own ungoverned reference (see
+	// runReference), measured right before it in every round.
+	overService    measurement
+	overRatios     []float64 // separate topology / overService, one per round
+	overOfInMemory []float64 // overService / ref, one per round
 }
 
 // ratio is the median of a shape's per-round throughput ratios, and the
@@ -144,7 +150,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 		return runAuditOnly(ctx, cfg, f, out)
 	}
 
-	ref, err := f.reference(ctx)
+	ref, err := f.reference(ctx, "reference", "")
 	if err != nil {
 		return err
 	}
@@ -155,6 +161,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	}
 	targets := map[string]target{shapeDev: dev}
 	shapes := []string{shapeDev}
+	var overService *target // the separate topology's ungoverned reference
 	store, note, err := database(ctx, cfg, f)
 	switch {
 	case err != nil:
@@ -166,6 +173,9 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 			return err
 		}
 		shapes = append(shapes, shapeTopo)
+		if overService, err = startOverService(ctx, f, targets[shapeTopo]); err != nil {
+			return err
+		}
 	}
 
 	idle, err := idleCPU(ctx, append([]string{"reference"}, shapes...), append([]target{reference}, mapTargets(targets, shapes)...))
@@ -193,18 +203,30 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 				}
 				r.ref = r.ref.merge(ref)
 				for _, s := range shapes {
+					var over measurement
+					if s == shapeTopo && overService != nil {
+						if over, err = drive(ctx, *overService, protocol, callers, n, profile); err != nil {
+							return fmt.Errorf("reference over the helpdesk service: %w", err)
+						}
+						r.overService = r.overService.merge(over)
+						r.overOfInMemory = append(r.overOfInMemory, over.rate()/ref.rate())
+					}
 					m, err := drive(ctx, targets[s], protocol, callers, n, profile)
 					if err != nil {
 						return fmt.Errorf("%s: %w", s, err)
 					}
 					r.governed[s] = r.governed[s].merge(m)
 					r.ratios[s] = append(r.ratios[s], m.rate()/ref.rate())
+					if over.calls > 0 {
+						r.overRatios = append(r.overRatios, m.rate()/over.rate())
+					}
 				}
 			}
 			rows = append(rows, r)
 		}
 	}
 	printTable(out, shapes, rows)
+	printOverService(out, rows)
 	fmt.Fprintf(out, "Idle, before the load: %s.\n", idle)
 	if err := printMemory(ctx, out, f); err != nil {
 		return err
@@ -391,6 +413,24 @@ func startTopology(ctx context.Context, f *fleet, d benchDB) (target, error) {
 	return target{name: "separate", endpoint: "http://" + svc["mcpbridge"].httpAddr + "/mcp", token: tok, procs: procs, database: d.name}, nil
 }
 
+// startOverService starts the separate topology's ungoverned reference: a
+// plain go-sdk server over the topology's own helpdesk service (see
+// runReference). Its calls are charged to it, the helpdesk process and the
+// topology's database.
+func startOverService(ctx context.Context, f *fleet, topo target) (*target, error) {
+	i := slices.IndexFunc(topo.procs, func(p *proc) bool { return p.name == "helpdesk" })
+	if i < 0 {
+		return nil, errors.New("the topology has no helpdesk service")
+	}
+	helpdesk := topo.procs[i]
+	p, err := f.reference(ctx, "reference-over-service", helpdesk.grpcAddr)
+	if err != nil {
+		return nil, err
+	}
+	return &target{name: "reference-over-service", endpoint: "http://" + p.httpAddr + "/mcp", token: topo.token,
+		procs: []*proc{p, helpdesk}, database: topo.database}, nil
+}
+
 // freshDatabase creates database name next to adminURL's and returns its
 // URL and a function that drops it.
 func freshDatabase(ctx context.Context, adminURL, name string) (string, func(), error) {
@@ -463,6 +503,47 @@ func printTable(out io.Writer, shapes []string, rows []row) {
 		fmt.Fprintf(out, "governed / ungoverned: the median of %d rounds (lowest–highest), each the reference and then every shape;\n", len(rows[0].ratios[shapes[0]]))
 		fmt.Fprintln(out, "calls: all rounds'; calls/s, p50, CPU and allocs are over all of them.")
 	}
+}
+
+// printOverService writes the second table: the separate topology against
+// its own ungoverned reference, which calls the same helpdesk service over
+// gRPC on the same Postgres. Its last column but one is that reference
+// against the in-memory one: what the backend path alone reaches, before
+// any governance.
+func printOverService(out io.Writer, rows []row) {
+	if !slices.ContainsFunc(rows, func(r row) bool { return r.overService.calls > 0 }) {
+		return
+	}
+	fmt.Fprintf(out, "\n%s against the same backend ungoverned: a plain go-sdk server whose tool calls the topology's helpdesk\n", shapeTopo)
+	fmt.Fprintln(out, "service over gRPC as the executor does (its service token, the caller's token on behalf of), on the same Postgres.")
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "| protocol\t callers\t governed / ungoverned over the service\t ungoverned over the service / in-memory reference\t calls/s gov vs ref\t p50 gov vs ref\t CPU per call gov vs ref\t allocs per call gov vs ref\t")
+	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t")
+	for _, r := range rows {
+		g, o := r.governed[shapeTopo], r.overService
+		if o.calls == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "| %s\t %d\t %s\t %s\t %.0f vs %.0f\t %s vs %s\t %s + %s Postgres vs %s + %s Postgres\t %.0f vs %.0f\t\n",
+			g.protocol, r.callers, medianRange(r.overRatios), medianRange(r.overOfInMemory), g.rate(), o.rate(),
+			ms(g.p50), ms(o.p50), ms(g.cpuPerCall()), ms(g.pgPerCall()), ms(o.cpuPerCall()), ms(o.pgPerCall()),
+			g.allocsPerCall(), o.allocsPerCall())
+	}
+	_ = tw.Flush()
+	for _, r := range rows {
+		o := r.overService
+		if o.calls == 0 {
+			continue
+		}
+		parts := make([]string, 0, len(o.byProc)+1)
+		for _, c := range o.byProc {
+			parts = append(parts, fmt.Sprintf("%s %s/%.0f", c.name, ms(c.cpu/time.Duration(o.calls)), float64(c.mallocs)/float64(o.calls)))
+		}
+		parts = append(parts, "Postgres "+ms(o.pgPerCall()))
+		fmt.Fprintf(out, "\nungoverned over the service, %s, callers %d — CPU/allocs per call by process: %s", o.protocol, r.callers, strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(out)
 }
 
 // printMemory reports every server's resident set after the run.
