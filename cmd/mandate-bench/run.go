@@ -489,12 +489,7 @@ func printTable(out io.Writer, shapes []string, rows []row) {
 		if !ok {
 			continue
 		}
-		parts := make([]string, 0, len(g.byProc)+1)
-		for _, c := range g.byProc {
-			parts = append(parts, fmt.Sprintf("%s %s/%.0f", c.name, ms(c.cpu/time.Duration(g.calls)), float64(c.mallocs)/float64(g.calls)))
-		}
-		parts = append(parts, "Postgres "+ms(g.pgPerCall()))
-		fmt.Fprintf(out, "\n%s, %s, callers %d — CPU/allocs per call by process: %s", shapeTopo, g.protocol, r.callers, strings.Join(parts, ", "))
+		fmt.Fprintf(out, "\n%s, %s, callers %d — CPU/allocs per call by process: %s", shapeTopo, g.protocol, r.callers, g.byProcess())
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "\nCPU: user+system time of the server processes over the measured calls (getrusage; Postgres from /proc);")
@@ -536,14 +531,20 @@ func printOverService(out io.Writer, rows []row) {
 		if o.calls == 0 {
 			continue
 		}
-		parts := make([]string, 0, len(o.byProc)+1)
-		for _, c := range o.byProc {
-			parts = append(parts, fmt.Sprintf("%s %s/%.0f", c.name, ms(c.cpu/time.Duration(o.calls)), float64(c.mallocs)/float64(o.calls)))
-		}
-		parts = append(parts, "Postgres "+ms(o.pgPerCall()))
-		fmt.Fprintf(out, "\nungoverned over the service, %s, callers %d — CPU/allocs per call by process: %s", o.protocol, r.callers, strings.Join(parts, ", "))
+		fmt.Fprintf(out, "\nungoverned over the service, %s, callers %d — CPU/allocs per call by process: %s", o.protocol, r.callers, o.byProcess())
 	}
 	fmt.Fprintln(out)
+}
+
+// byProcess prints each process's CPU and allocations per call, then the
+// database's CPU per call: "executor 0.62 ms/402, …, Postgres 0.77 ms".
+func (m measurement) byProcess() string {
+	parts := make([]string, 0, len(m.byProc)+1)
+	for _, c := range m.byProc {
+		parts = append(parts, fmt.Sprintf("%s %s/%.0f", c.name, ms(c.cpu/time.Duration(m.calls)), float64(c.mallocs)/float64(m.calls)))
+	}
+	parts = append(parts, "Postgres "+ms(m.pgPerCall()))
+	return strings.Join(parts, ", ")
 }
 
 // printMemory reports every server's resident set after the run.
