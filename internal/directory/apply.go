@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Counts tallies the changes Apply made to one kind of entry.
@@ -112,16 +113,39 @@ func applyTenant(ctx context.Context, tx Tx, want Snapshot, sum *Summary) error 
 	if err := upsert(ctx, have.Roles, want.Roles, roleName, sameRole, tx.PutRole, &sum.Roles); err != nil {
 		return err
 	}
-	if err := upsert(ctx, have.Users, want.Users, userID, sameUser, tx.PutUser, &sum.Users); err != nil {
+	// Disabling through the file is a revocation like any other: it voids
+	// what was issued before it (User.RevokedAt).
+	now := RevocationNow()
+	wasUser := map[string]bool{}
+	for _, u := range have.Users {
+		wasUser[u.ID] = !u.Disabled
+	}
+	putUser := func(ctx context.Context, u User) error {
+		if u.Disabled && wasUser[u.ID] {
+			u.RevokedAt = now
+		}
+		return tx.PutUser(ctx, u)
+	}
+	wasAgent := map[string]bool{}
+	for _, a := range have.Agents {
+		wasAgent[a.ID] = !a.Disabled
+	}
+	putAgent := func(ctx context.Context, a Agent) error {
+		if a.Disabled && wasAgent[a.ID] {
+			a.RevokedAt = now
+		}
+		return tx.PutAgent(ctx, a)
+	}
+	if err := upsert(ctx, have.Users, want.Users, userID, sameUser, putUser, &sum.Users); err != nil {
 		return err
 	}
-	if err := upsert(ctx, have.Agents, want.Agents, agentID, sameAgent, tx.PutAgent, &sum.Agents); err != nil {
+	if err := upsert(ctx, have.Agents, want.Agents, agentID, sameAgent, putAgent, &sum.Agents); err != nil {
 		return err
 	}
 	wantAgents := keys(want.Agents, agentID)
 	for _, a := range have.Agents {
 		if !a.Disabled && !wantAgents[a.ID] {
-			a.Disabled = true
+			a.Disabled, a.RevokedAt = true, now
 			if err := tx.PutAgent(ctx, a); err != nil {
 				return err
 			}
@@ -131,7 +155,7 @@ func applyTenant(ctx context.Context, tx Tx, want Snapshot, sum *Summary) error 
 	wantUsers := keys(want.Users, userID)
 	for _, u := range have.Users {
 		if !u.Disabled && !wantUsers[u.ID] {
-			u.Disabled = true
+			u.Disabled, u.RevokedAt = true, now
 			if err := tx.PutUser(ctx, u); err != nil {
 				return err
 			}
@@ -185,7 +209,7 @@ func upsert[T any](ctx context.Context, have, want []T, key func(T) string, same
 	return nil
 }
 func sameTenant(a, b Tenant) bool {
-	return a.ID == b.ID && a.DisplayName == b.DisplayName && slices.Equal(a.Features, b.Features)
+	return a.ID == b.ID && a.DisplayName == b.DisplayName && slices.Equal(a.Features, b.Features) && a.TrustCeiling == b.TrustCeiling
 }
 
 func sameRole(a, b Role) bool {
@@ -196,7 +220,11 @@ func sameUser(a, b User) bool {
 	return a.Tenant == b.Tenant && a.ID == b.ID && a.Org == b.Org && a.Disabled == b.Disabled && slices.Equal(a.Roles, b.Roles)
 }
 
-func sameAgent(a, b Agent) bool { return a == b }
+// sameAgent compares what a policy file states; RevokedAt is the store's.
+func sameAgent(a, b Agent) bool {
+	a.RevokedAt, b.RevokedAt = time.Time{}, time.Time{}
+	return a == b
+}
 
 // SortSnapshot orders the lists of s by name or ID, the order [Tx.Snapshot] promises; for Store
 // implementations.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -29,6 +30,22 @@ type Tenant struct {
 	DisplayName string
 	// Features are the tenant's entitlements, sorted and unique.
 	Features []string
+	// TrustCeiling is the highest risk level ("L0" … "L4") up to which an
+	// answer given in an app's own window (a client-attested confirmation)
+	// counts as the user's decision; above it the approval page, signed
+	// in, is the only way. "" reads as DefaultTrustCeiling.
+	TrustCeiling string
+}
+
+// DefaultTrustCeiling is the trust ceiling of a tenant that sets none.
+const DefaultTrustCeiling = "L2"
+
+// RiskLevelOf returns the level of a risk name "L0" … "L4", or -1.
+func RiskLevelOf(risk string) int {
+	if len(risk) == 2 && risk[0] == 'L' && risk[1] >= '0' && risk[1] <= '4' {
+		return int(risk[1] - '0')
+	}
+	return -1
 }
 
 // Role is a named set of permissions, defined per tenant.
@@ -53,6 +70,12 @@ type User struct {
 	Roles []string
 	// Disabled users and every agent acting for them are inactive.
 	Disabled bool
+	// RevokedAt is the last time the user was disabled, zero if never.
+	// Every credential issued before it — tokens, and approvals of calls
+	// requested before it — stays void after the user is enabled again.
+	// Stores keep the latest of the stored and the written value, so an
+	// upsert that does not know it (a policy file) never undoes it.
+	RevokedAt time.Time
 }
 
 // Agent is a registered AI agent that acts for one user of its tenant.
@@ -69,6 +92,9 @@ type Agent struct {
 	// HostHeadless. Only an interactive host's answers to a confirmation
 	// form count as its user's decision.
 	Host AgentHost
+	// RevokedAt is the last time the agent was disabled (its access
+	// revoked), zero if never; as User.RevokedAt.
+	RevokedAt time.Time
 }
 
 // AgentHost says who operates the client an agent runs in.
@@ -97,6 +123,19 @@ type Snapshot struct {
 	Agents []Agent
 }
 
+// RevocationNow is the instant a revocation records: now, at the
+// microsecond precision every store keeps.
+func RevocationNow() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// LaterRevocation returns the later of two revocation instants: what a
+// Store keeps when an entry is written over one it holds.
+func LaterRevocation(stored, written time.Time) time.Time {
+	if written.After(stored) {
+		return written
+	}
+	return stored
+}
+
 // Facts is what a Store knows about one principal, the raw material of [Resolve]. Each Found
 // flag is false when the entry does not exist in the requested tenant.
 type Facts struct {
@@ -104,6 +143,8 @@ type Facts struct {
 	TenantFound bool
 	// Features are the tenant's features.
 	Features []string
+	// TrustCeiling is the tenant's trust ceiling, "" for the default.
+	TrustCeiling string
 	// UserFound reports whether the user exists in the tenant.
 	UserFound bool
 	// User is the user, when found.
@@ -219,6 +260,9 @@ func (t Tenant) Check() (Tenant, error) {
 		return t, fmt.Errorf("%w: display name of tenant %q is longer than %d bytes", ErrInvalid, t.ID, MaxIDLength)
 	}
 	t.Features = Normalize(t.Features)
+	if t.TrustCeiling != "" && RiskLevelOf(t.TrustCeiling) < 0 {
+		return t, fmt.Errorf("%w: trust ceiling of tenant %q must be one of L0 … L4", ErrInvalid, t.ID)
+	}
 	return t, checkIDs("feature", t.Features)
 }
 
@@ -284,6 +328,9 @@ func SetUserDisabled(ctx context.Context, s Store, tenant, userID string, disabl
 			return nil
 		}
 		u.Disabled = disabled
+		if disabled {
+			u.RevokedAt = RevocationNow()
+		}
 		return tx.PutUser(ctx, u)
 	})
 }
@@ -304,6 +351,9 @@ func SetAgentDisabled(ctx context.Context, s Store, tenant, agentID string, disa
 			return nil
 		}
 		a.Disabled = disabled
+		if disabled {
+			a.RevokedAt = RevocationNow()
+		}
 		return tx.PutAgent(ctx, a)
 	})
 }

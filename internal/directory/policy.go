@@ -223,7 +223,7 @@ func (p *policyParser) policy(doc *yaml.Node) (Policy, error) {
 }
 
 var (
-	tenantFields = []string{"id", "display_name", "features", "roles", "users", "agents"}
+	tenantFields = []string{"id", "display_name", "features", "trust_ceiling", "roles", "users", "agents"}
 	userFields   = []string{"id", "org", "roles", "disabled"}
 	agentFields  = []string{"id", "user", "disabled", "host"}
 )
@@ -245,6 +245,11 @@ func (p *policyParser) tenant(n *yaml.Node) (Snapshot, error) {
 			snap.Tenant.DisplayName, err = p.str(v, "display_name")
 		case "features":
 			snap.Tenant.Features, _, err = p.ids(v, "feature")
+		case "trust_ceiling":
+			snap.Tenant.TrustCeiling, err = p.str(v, "trust_ceiling")
+			if err == nil && RiskLevelOf(snap.Tenant.TrustCeiling) < 0 {
+				err = p.errf(v, "trust_ceiling must be one of L0, L1, L2, L3, L4 (the highest risk an answer in an app's own window may approve)")
+			}
 		case "roles":
 			err = p.roles(v, &snap, roleNodes)
 		case "users":

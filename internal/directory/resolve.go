@@ -3,6 +3,7 @@ package directory
 import (
 	"context"
 	"slices"
+	"time"
 )
 
 // Reasons a Resolution is inactive. They are stable strings, fit for audit records and refusal
@@ -14,6 +15,10 @@ const (
 	ReasonAgentNotRegistered = "agent.not_registered"
 	ReasonAgentWrongUser     = "agent.wrong_user"
 	ReasonAgentDisabled      = "agent.disabled"
+	// ReasonCredentialRevoked: the token was issued before the user or
+	// the agent was last disabled; enabling them again does not bring it
+	// back.
+	ReasonCredentialRevoked = "credential.revoked"
 )
 
 // Resolution is the directory's answer about one principal: a user acting directly, or an agent
@@ -40,6 +45,53 @@ type Resolution struct {
 	// does an answer elicited through that client count as the user's
 	// decision on a confirmation.
 	Interactive bool
+	// TrustCeiling is the tenant's trust ceiling (DefaultTrustCeiling when
+	// it sets none): client-attested answers count only up to this risk.
+	TrustCeiling string
+	// RevokedAt is the latest revocation of the user or of the agent, zero
+	// if none: what was issued before it is void (Admit, IssuedBefore).
+	RevokedAt time.Time
+}
+
+// Admit applies the revocation rule to a token issued at iat (zero: the
+// token has no iat): a token issued before the user or the agent was last
+// disabled is void, even after they are enabled again, and r then reads as
+// inactive with ReasonCredentialRevoked. JWT times have whole seconds, so
+// a token of the revocation's own second is void too; an issuer that mints
+// right after re-enabling (the dev OAuth server) dates its tokens no
+// earlier than NotBefore.
+func (r Resolution) Admit(iat time.Time) Resolution {
+	if r.Active && !r.RevokedAt.IsZero() && iat.Before(r.NotBefore()) {
+		r.Active = false
+		r.Reason = ReasonCredentialRevoked
+		r.Permissions, r.Features = nil, nil
+		r.Interactive = false
+	}
+	return r
+}
+
+// NotBefore is the earliest `iat` a token of this principal may carry:
+// the second after its latest revocation, or zero.
+func (r Resolution) NotBefore() time.Time {
+	if r.RevokedAt.IsZero() {
+		return time.Time{}
+	}
+	return r.RevokedAt.Truncate(time.Second).Add(time.Second)
+}
+
+// IssuedBefore reports whether t (when a challenge was opened, say) is at
+// or before the principal's latest revocation: what was asked for then is
+// void.
+func (r Resolution) IssuedBefore(t time.Time) bool {
+	return !r.RevokedAt.IsZero() && !t.After(r.RevokedAt)
+}
+
+// TrustCeilingLevel is TrustCeiling as a number, 0 … 4.
+func (r Resolution) TrustCeilingLevel() int {
+	if l := RiskLevelOf(r.TrustCeiling); l >= 0 {
+		return l
+	}
+	return RiskLevelOf(DefaultTrustCeiling)
 }
 
 // Resolver answers who a principal is. *Cache implements it, and [Direct] adapts a Store.
@@ -92,6 +144,14 @@ func Decide(r Resolution, f Facts) Resolution {
 	}
 	r.Org = f.User.Org
 	r.Roles = slices.Clone(f.User.Roles)
+	r.TrustCeiling = f.TrustCeiling
+	if r.TrustCeiling == "" {
+		r.TrustCeiling = DefaultTrustCeiling
+	}
+	r.RevokedAt = f.User.RevokedAt
+	if r.AgentID != "" && f.AgentFound {
+		r.RevokedAt = LaterRevocation(r.RevokedAt, f.Agent.RevokedAt)
+	}
 	switch {
 	case f.User.Disabled:
 		r.Reason = ReasonUserDisabled

@@ -48,6 +48,10 @@ type Principal struct {
 	TokenID string
 	// ExpiresAt is when the token stops being valid.
 	ExpiresAt time.Time
+	// IssuedAt is the token's `iat`, zero when the token has none. A
+	// revocation in the directory voids every token issued before it
+	// (directory.Resolution.Admit).
+	IssuedAt time.Time
 }
 
 // Subject returns one string naming who is acting ("user:<id>",

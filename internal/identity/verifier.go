@@ -146,9 +146,16 @@ func (v *Verifier) verify(ctx context.Context, token string) (Principal, error) 
 		TokenID:   c.ID,
 		ExpiresAt: c.Expiry.Time(),
 	}
+	if c.IssuedAt != nil {
+		p.IssuedAt = c.IssuedAt.Time()
+	}
 	if c.Act != nil {
 		if c.Act.Subject == "" {
 			return Principal{}, newError(failure.CodeAuthenticationMissingClaim, "act claim has no sub", nil)
+		}
+		if c.Act.Act != nil {
+			return Principal{}, newError(failure.CodeAuthenticationInvalidToken,
+				"nested act claim (an agent acting through another agent) is not supported: the audit trail records one agent per call", nil)
 		}
 		p.Kind = KindAgent
 		p.AgentID = c.Act.Subject
@@ -239,6 +246,10 @@ type actClaim struct {
 	Subject      string `json:"sub"`
 	Model        string `json:"mandate_model,omitempty"`
 	ModelVersion string `json:"mandate_model_version,omitempty"`
+	// Act is a nested actor (an agent acting through another agent). It
+	// is decoded only to be refused: the trail records one agent per
+	// call, so a chain it cannot record is not silently cut to its head.
+	Act *actClaim `json:"act,omitempty"`
 }
 
 // optionalString records whether a claim was present at all, even as null,

@@ -65,6 +65,8 @@ func Run(t *testing.T, newStore func(t *testing.T) directory.Store) {
 		{"Resolve", s.testResolve},
 		{"TenantIsolation", s.testTenantIsolation},
 		{"DisableUserTakesEffectAtOnce", s.testDisableUser},
+		{"RevocationVoidsWhatCameBefore", s.testRevocation},
+		{"TrustCeiling", s.testTrustCeiling},
 		{"PolicyChangeTakesEffectAtOnce", s.testPolicyChange},
 		{"ApplyIdempotent", s.testApplyIdempotent},
 		{"ApplyDeclarative", s.testApplyDeclarative},
@@ -362,6 +364,107 @@ func (s *suite) testDisableUser(t *testing.T) {
 	}
 	if err := directory.SetUserDisabled(ctx, st, "globex", "bob", true); !errors.Is(err, directory.ErrNotFound) {
 		t.Errorf("disabling another tenant's user: err = %v, want ErrNotFound", err)
+	}
+}
+
+// testRevocation: disabling records when; enabling again does not bring
+// back a token issued before it, and no later write — a policy file that
+// does not know the instant — moves it back.
+func (s *suite) testRevocation(t *testing.T) {
+	st := s.seeded(t)
+	before := directory.RevocationNow()
+	fresh := must(directory.Direct(st).Resolve(ctx, "acme", "alice", "support-bot"))
+	if !fresh.RevokedAt.IsZero() || !fresh.Admit(time.Time{}).Active {
+		t.Fatalf("never revoked: RevokedAt %v, a token without iat refused", fresh.RevokedAt)
+	}
+	for _, step := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"disable the agent", func() error { return directory.SetAgentDisabled(ctx, st, "acme", "support-bot", true) }},
+		{"enable it again", func() error { return directory.SetAgentDisabled(ctx, st, "acme", "support-bot", false) }},
+	} {
+		if err := step.fn(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+	}
+	res := must(directory.Direct(st).Resolve(ctx, "acme", "alice", "support-bot"))
+	if !res.Active || res.RevokedAt.Before(before) {
+		t.Fatalf("after re-enabling: %s, RevokedAt %v (before %v)", describe(res), res.RevokedAt, before)
+	}
+	for _, c := range []struct {
+		name   string
+		iat    time.Time
+		active bool
+	}{
+		{"issued before the revocation", before.Add(-time.Minute), false},
+		{"issued in the revocation's second", res.RevokedAt.Truncate(time.Second), false},
+		{"without iat", time.Time{}, false},
+		{"issued after", res.NotBefore(), true},
+	} {
+		got := res.Admit(c.iat)
+		if got.Active != c.active || (!c.active && (got.Reason != directory.ReasonCredentialRevoked || len(got.Permissions) != 0)) {
+			t.Errorf("%s: %s", c.name, describe(got))
+		}
+	}
+	if !res.IssuedBefore(before) || res.IssuedBefore(res.RevokedAt.Add(time.Millisecond)) {
+		t.Errorf("IssuedBefore around %v is wrong", res.RevokedAt)
+	}
+	if alice := must(directory.Direct(st).Resolve(ctx, "acme", "alice", "")); !alice.RevokedAt.IsZero() {
+		t.Errorf("alice acting directly inherits her agent's revocation: %v", alice.RevokedAt)
+	}
+
+	// Re-applying the seed (which names support-bot enabled and knows no
+	// instant) keeps it.
+	if _, err := directory.Apply(ctx, st, []byte(Seed)); err != nil {
+		t.Fatal(err)
+	}
+	if again := must(directory.Direct(st).Resolve(ctx, "acme", "alice", "support-bot")); !again.RevokedAt.Equal(res.RevokedAt) {
+		t.Errorf("re-applying the policy moved RevokedAt from %v to %v", res.RevokedAt, again.RevokedAt)
+	}
+
+	// Disabling the user revokes every agent acting for her too.
+	if err := directory.SetUserDisabled(ctx, st, "acme", "alice", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := directory.SetUserDisabled(ctx, st, "acme", "alice", false); err != nil {
+		t.Fatal(err)
+	}
+	user := must(directory.Direct(st).Resolve(ctx, "acme", "alice", "support-bot"))
+	if !user.RevokedAt.After(res.RevokedAt) || user.Admit(user.RevokedAt.Truncate(time.Second)).Active || !user.Admit(user.NotBefore()).Active {
+		t.Errorf("after disabling alice: RevokedAt %v, a token of before it admitted", user.RevokedAt)
+	}
+}
+
+// testTrustCeiling: a tenant's ceiling round-trips, defaults to L2 and
+// must be a risk level.
+func (s *suite) testTrustCeiling(t *testing.T) {
+	st := s.seeded(t)
+	if got := must(directory.Direct(st).Resolve(ctx, "acme", "alice", "")); got.TrustCeiling != directory.DefaultTrustCeiling || got.TrustCeilingLevel() != 2 {
+		t.Errorf("default ceiling %q (%d)", got.TrustCeiling, got.TrustCeilingLevel())
+	}
+	err := st.Update(ctx, func(tx directory.Tx) error {
+		snap, err := tx.Snapshot(ctx, "acme")
+		if err != nil {
+			return err
+		}
+		snap.Tenant.TrustCeiling = "L1"
+		return tx.PutTenant(ctx, snap.Tenant)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := must(directory.Direct(st).Resolve(ctx, "acme", "alice", "support-bot")); got.TrustCeiling != "L1" || got.TrustCeilingLevel() != 1 {
+		t.Errorf("ceiling after setting L1: %q", got.TrustCeiling)
+	}
+	if snap := snapshot(t, st, "acme"); snap.Tenant.TrustCeiling != "L1" {
+		t.Errorf("snapshot ceiling %q", snap.Tenant.TrustCeiling)
+	}
+	err = st.Update(ctx, func(tx directory.Tx) error {
+		return tx.PutTenant(ctx, directory.Tenant{ID: "acme", TrustCeiling: "L9"})
+	})
+	if !errors.Is(err, directory.ErrInvalid) {
+		t.Errorf("ceiling L9: err = %v, want ErrInvalid", err)
 	}
 }
 

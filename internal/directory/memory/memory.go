@@ -57,6 +57,7 @@ func (s *Store) Lookup(ctx context.Context, tenant, userID, agentID string) (dir
 	}
 	f.TenantFound = true
 	f.Features = slices.Clone(t.tenant.Features)
+	f.TrustCeiling = t.tenant.TrustCeiling
 	if u, ok := t.users[userID]; ok {
 		f.UserFound = true
 		f.User = cloneUser(u)
@@ -231,6 +232,7 @@ func (t *tx) PutUser(ctx context.Context, u directory.User) error {
 	if err != nil {
 		return err
 	}
+	u.RevokedAt = directory.LaterRevocation(st.users[u.ID].RevokedAt, u.RevokedAt)
 	st.users[u.ID] = u
 	return nil
 }
@@ -251,6 +253,7 @@ func (t *tx) PutAgent(ctx context.Context, a directory.Agent) error {
 	if err != nil {
 		return err
 	}
+	a.RevokedAt = directory.LaterRevocation(st.agents[a.ID].RevokedAt, a.RevokedAt)
 	st.agents[a.ID] = a
 	return nil
 }

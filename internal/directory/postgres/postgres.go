@@ -112,9 +112,11 @@ func (s *Store) Close() {
 
 const lookupSQL = `
 SELECT t.features,
+       t.trust_ceiling,
        u.id IS NOT NULL,
        coalesce(u.org, ''),
        coalesce(u.disabled, false),
+       u.revoked_at,
        coalesce((SELECT array_agg(ur.role ORDER BY ur.role)
                    FROM directory.user_roles ur
                   WHERE ur.tenant_id = t.id AND ur.user_id = u.id), '{}'),
@@ -126,7 +128,8 @@ SELECT t.features,
        a.id IS NOT NULL,
        coalesce(a.user_id, ''),
        coalesce(a.disabled, false),
-       coalesce(a.host, '')
+       coalesce(a.host, ''),
+       a.revoked_at
   FROM directory.tenants t
   LEFT JOIN directory.users u  ON u.tenant_id = t.id AND u.id = $2
   LEFT JOIN directory.agents a ON a.tenant_id = t.id AND a.id = $3
@@ -135,9 +138,10 @@ SELECT t.features,
 // Lookup implements directory.Store in one round trip.
 func (s *Store) Lookup(ctx context.Context, tenant, userID, agentID string) (directory.Facts, error) {
 	f := directory.Facts{User: directory.User{Tenant: tenant, ID: userID}, Agent: directory.Agent{Tenant: tenant, ID: agentID}}
+	var userRevoked, agentRevoked *time.Time
 	err := s.pool.QueryRow(ctx, lookupSQL, tenant, userID, agentID).Scan(
-		&f.Features, &f.UserFound, &f.User.Org, &f.User.Disabled, &f.User.Roles, &f.Permissions,
-		&f.AgentFound, &f.Agent.UserID, &f.Agent.Disabled, &f.Agent.Host)
+		&f.Features, &f.TrustCeiling, &f.UserFound, &f.User.Org, &f.User.Disabled, &userRevoked, &f.User.Roles, &f.Permissions,
+		&f.AgentFound, &f.Agent.UserID, &f.Agent.Disabled, &f.Agent.Host, &agentRevoked)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return directory.Facts{}, nil
 	}
@@ -145,6 +149,7 @@ func (s *Store) Lookup(ctx context.Context, tenant, userID, agentID string) (dir
 		return directory.Facts{}, pg.Wrap("directory: lookup", err)
 	}
 	f.TenantFound = true
+	f.User.RevokedAt, f.Agent.RevokedAt = instant(userRevoked), instant(agentRevoked)
 	// Empty lists come back as empty slices; the memory store returns nil. Keep them alike.
 	for _, l := range []*[]string{&f.Features, &f.User.Roles, &f.Permissions} {
 		if len(*l) == 0 {
@@ -206,8 +211,8 @@ type tx struct {
 
 func (t *tx) Snapshot(ctx context.Context, tenant string) (directory.Snapshot, error) {
 	var snap directory.Snapshot
-	err := t.tx.QueryRow(ctx, "SELECT id, display_name, features FROM directory.tenants WHERE id = $1", tenant).
-		Scan(&snap.Tenant.ID, &snap.Tenant.DisplayName, &snap.Tenant.Features)
+	err := t.tx.QueryRow(ctx, "SELECT id, display_name, features, trust_ceiling FROM directory.tenants WHERE id = $1", tenant).
+		Scan(&snap.Tenant.ID, &snap.Tenant.DisplayName, &snap.Tenant.Features, &snap.Tenant.TrustCeiling)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return directory.Snapshot{}, fmt.Errorf("%w: tenant %q", directory.ErrNotFound, tenant)
 	}
@@ -222,13 +227,25 @@ func (t *tx) Snapshot(ctx context.Context, tenant string) (directory.Snapshot, e
 		SELECT u.tenant_id, u.id, u.org,
 		       coalesce((SELECT array_agg(role ORDER BY role) FROM directory.user_roles ur
 		                  WHERE ur.tenant_id = u.tenant_id AND ur.user_id = u.id), '{}'),
-		       u.disabled
+		       u.disabled, u.revoked_at
 		  FROM directory.users u WHERE u.tenant_id = $1 ORDER BY u.id`, tenant)
-	if snap.Users, err = pgx.CollectRows(rows, pgx.RowToStructByPos[directory.User]); err != nil {
+	if snap.Users, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (directory.User, error) {
+		var u directory.User
+		var revoked *time.Time
+		err := row.Scan(&u.Tenant, &u.ID, &u.Org, &u.Roles, &u.Disabled, &revoked)
+		u.RevokedAt = instant(revoked)
+		return u, err
+	}); err != nil {
 		return directory.Snapshot{}, pg.Wrap("directory: snapshot", err)
 	}
-	rows, _ = t.tx.Query(ctx, "SELECT tenant_id, id, user_id, disabled, host FROM directory.agents WHERE tenant_id = $1 ORDER BY id", tenant)
-	if snap.Agents, err = pgx.CollectRows(rows, pgx.RowToStructByPos[directory.Agent]); err != nil {
+	rows, _ = t.tx.Query(ctx, "SELECT tenant_id, id, user_id, disabled, host, revoked_at FROM directory.agents WHERE tenant_id = $1 ORDER BY id", tenant)
+	if snap.Agents, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (directory.Agent, error) {
+		var a directory.Agent
+		var revoked *time.Time
+		err := row.Scan(&a.Tenant, &a.ID, &a.UserID, &a.Disabled, &a.Host, &revoked)
+		a.RevokedAt = instant(revoked)
+		return a, err
+	}); err != nil {
 		return directory.Snapshot{}, pg.Wrap("directory: snapshot", err)
 	}
 	snap.Tenant.Features = directory.Normalize(snap.Tenant.Features)
@@ -279,9 +296,10 @@ func (t *tx) PutTenant(ctx context.Context, tn directory.Tenant) error {
 		features = []string{}
 	}
 	_, err = t.tx.Exec(ctx, `
-		INSERT INTO directory.tenants (id, display_name, features) VALUES ($1, $2, $3)
-		ON CONFLICT (id) DO UPDATE SET display_name = excluded.display_name, features = excluded.features`,
-		tn.ID, tn.DisplayName, features)
+		INSERT INTO directory.tenants (id, display_name, features, trust_ceiling) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (id) DO UPDATE SET display_name = excluded.display_name, features = excluded.features,
+		       trust_ceiling = excluded.trust_ceiling`,
+		tn.ID, tn.DisplayName, features, tn.TrustCeiling)
 	if err != nil {
 		return pg.Wrap("directory: put tenant", err)
 	}
@@ -343,9 +361,10 @@ func (t *tx) PutUser(ctx context.Context, u directory.User) error {
 		return fmt.Errorf("%w: role %q is not defined in tenant %q", directory.ErrReference, missing[0], u.Tenant)
 	}
 	_, err = t.tx.Exec(ctx, `
-		INSERT INTO directory.users (tenant_id, id, org, disabled) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (tenant_id, id) DO UPDATE SET org = excluded.org, disabled = excluded.disabled`,
-		u.Tenant, u.ID, u.Org, u.Disabled)
+		INSERT INTO directory.users (tenant_id, id, org, disabled, revoked_at) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (tenant_id, id) DO UPDATE SET org = excluded.org, disabled = excluded.disabled,
+		       revoked_at = GREATEST(users.revoked_at, excluded.revoked_at)`,
+		u.Tenant, u.ID, u.Org, u.Disabled, nullInstant(u.RevokedAt))
 	if err != nil {
 		return writeErr("directory: put user", err, fmt.Sprintf("tenant %q does not exist", u.Tenant))
 	}
@@ -384,12 +403,29 @@ func (t *tx) PutAgent(ctx context.Context, a directory.Agent) error {
 		return fmt.Errorf("%w: user %q does not exist in tenant %q", directory.ErrReference, a.UserID, a.Tenant)
 	}
 	_, err = t.tx.Exec(ctx, `
-		INSERT INTO directory.agents (tenant_id, id, user_id, disabled, host) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (tenant_id, id) DO UPDATE SET user_id = excluded.user_id, disabled = excluded.disabled, host = excluded.host`,
-		a.Tenant, a.ID, a.UserID, a.Disabled, string(a.Host))
+		INSERT INTO directory.agents (tenant_id, id, user_id, disabled, host, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (tenant_id, id) DO UPDATE SET user_id = excluded.user_id, disabled = excluded.disabled, host = excluded.host,
+		       revoked_at = GREATEST(agents.revoked_at, excluded.revoked_at)`,
+		a.Tenant, a.ID, a.UserID, a.Disabled, string(a.Host), nullInstant(a.RevokedAt))
 	if err != nil {
 		return writeErr("directory: put agent", err, fmt.Sprintf("user %q does not exist in tenant %q", a.UserID, a.Tenant))
 	}
 	t.touched[a.Tenant] = true
 	return nil
+}
+
+// instant reads a nullable timestamptz as the directory's zero-or-UTC time.
+func instant(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// nullInstant writes the zero time as NULL (GREATEST ignores NULLs).
+func nullInstant(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
