@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/mandate-dev/mandate/internal/manifest"
 )
 
 // Errors returned (wrapped) by Store implementations.
@@ -39,14 +41,6 @@ type Tenant struct {
 
 // DefaultTrustCeiling is the trust ceiling of a tenant that sets none.
 const DefaultTrustCeiling = "L2"
-
-// RiskLevelOf returns the level of a risk name "L0" … "L4", or -1.
-func RiskLevelOf(risk string) int {
-	if len(risk) == 2 && risk[0] == 'L' && risk[1] >= '0' && risk[1] <= '4' {
-		return int(risk[1] - '0')
-	}
-	return -1
-}
 
 // Role is a named set of permissions, defined per tenant.
 type Role struct {
@@ -260,7 +254,7 @@ func (t Tenant) Check() (Tenant, error) {
 		return t, fmt.Errorf("%w: display name of tenant %q is longer than %d bytes", ErrInvalid, t.ID, MaxIDLength)
 	}
 	t.Features = Normalize(t.Features)
-	if t.TrustCeiling != "" && RiskLevelOf(t.TrustCeiling) < 0 {
+	if t.TrustCeiling != "" && manifest.RiskLevel(t.TrustCeiling) < 0 {
 		return t, fmt.Errorf("%w: trust ceiling of tenant %q must be one of L0 … L4", ErrInvalid, t.ID)
 	}
 	return t, checkIDs("feature", t.Features)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/mandate-dev/mandate/internal/manifest"
 	"io"
 	"regexp"
 	"strconv"
@@ -247,7 +248,7 @@ func (p *policyParser) tenant(n *yaml.Node) (Snapshot, error) {
 			snap.Tenant.Features, _, err = p.ids(v, "feature")
 		case "trust_ceiling":
 			snap.Tenant.TrustCeiling, err = p.str(v, "trust_ceiling")
-			if err == nil && RiskLevelOf(snap.Tenant.TrustCeiling) < 0 {
+			if err == nil && manifest.RiskLevel(snap.Tenant.TrustCeiling) < 0 {
 				err = p.errf(v, "trust_ceiling must be one of L0, L1, L2, L3, L4 (the highest risk an answer in an app's own window may approve)")
 			}
 		case "roles":

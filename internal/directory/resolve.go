@@ -2,6 +2,7 @@ package directory
 
 import (
 	"context"
+	"github.com/mandate-dev/mandate/internal/manifest"
 	"slices"
 	"time"
 )
@@ -88,10 +89,10 @@ func (r Resolution) IssuedBefore(t time.Time) bool {
 
 // TrustCeilingLevel is TrustCeiling as a number, 0 … 4.
 func (r Resolution) TrustCeilingLevel() int {
-	if l := RiskLevelOf(r.TrustCeiling); l >= 0 {
+	if l := manifest.RiskLevel(r.TrustCeiling); l >= 0 {
 		return l
 	}
-	return RiskLevelOf(DefaultTrustCeiling)
+	return manifest.RiskLevel(DefaultTrustCeiling)
 }
 
 // Resolver answers who a principal is. *Cache implements it, and [Direct] adapts a Store.

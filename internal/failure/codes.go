@@ -36,6 +36,8 @@ const (
 	CodeRequestMethodNotAllowed = "request.method_not_allowed"
 	CodeRequestTooLarge         = "request.too_large"
 
+	CodeManifestMismatch = "manifest.mismatch"
+
 	CodeCommandNotFound = "command.not_found"
 
 	CodeEntitlementMissing = "entitlement.missing"
@@ -65,6 +67,7 @@ const (
 	CodeConfirmationAlreadyDecided     = "confirmation.already_decided"
 	CodeConfirmationAlreadyRedeemed    = "confirmation.already_redeemed"
 	CodeConfirmationGrantMismatch      = "confirmation.grant_mismatch"
+	CodeConfirmationRevoked            = "confirmation.revoked"
 	CodeConfirmationApproverNotAllowed = "confirmation.approver_not_allowed"
 	CodeConfirmationNotFound           = "confirmation.not_found"
 	CodeConfirmationInvalidState       = "confirmation.invalid_state"
@@ -167,6 +170,9 @@ var table = []Spec{
 	{Code: CodeRequestInvalidMetadata, Stages: []string{"request_check"}, GRPC: codes.InvalidArgument, HTTP: http.StatusBadRequest,
 		Remedy:  "send the metadata within its limits: valid UTF-8 without control or bidi characters, and no longer than the limit",
 		Meaning: "call metadata besides the arguments (conversation id, approval grant, trace context…) breaks its rules"},
+	{Code: CodeManifestMismatch, Stages: []string{"request_check"}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
+		Remedy:  "ask an operator: deploy the same manifest to every Mandate service (compare the manifest_digest of their /healthz)",
+		Meaning: "the calling Mandate service runs another manifest than the one receiving the call (x-mandate-manifest-digest differs); refused before any effect"},
 	{Code: CodeCommandNotFound, Stages: []string{"load_definition", "confirmation_check"}, GRPC: codes.NotFound, HTTP: http.StatusNotFound, Remedy: "pick another tool",
 		Meaning: "no published command with this code is visible to the caller"},
 	{Code: CodeEntitlementMissing, Stages: []string{"entitlement_check"}, GRPC: codes.PermissionDenied, HTTP: http.StatusForbidden, Remedy: "none: the command is not available to the tenant",
@@ -217,6 +223,9 @@ var table = []Spec{
 		Meaning: "the challenge was approved or declined before"},
 	{Code: CodeConfirmationAlreadyRedeemed, Stages: []string{"confirmation_check"}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
 		Remedy: "ask the user again: call the command again to open a new challenge", Meaning: "the grant was used already; an approval is good for one call"},
+	{Code: CodeConfirmationRevoked, Stages: []string{"confirmation_check"}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
+		Remedy:  "ask the user again: call the command again to open a new challenge",
+		Meaning: "the call was asked for before its user or agent was last disabled (access revoked); an approval given then does not survive the revocation"},
 	{Code: CodeConfirmationGrantMismatch, Stages: []string{"confirmation_check"}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
 		Remedy:  "ask the user again: call the command again to open a new challenge",
 		Meaning: "the grant was given for another invocation (other arguments, principal or idempotency key)"},

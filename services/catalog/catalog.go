@@ -264,6 +264,7 @@ func (c *Catalog) Review(ctx context.Context, p identity.Principal, narrate bool
 // resolve asks the directory about p; an error is a directory failure.
 func (c *Catalog) resolve(ctx context.Context, p identity.Principal) (directory.Resolution, error) {
 	res, err := c.cache.Resolve(ctx, p.Tenant, p.UserID, p.AgentID)
+	res = res.Admit(p.IssuedAt)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return res, ctxErr

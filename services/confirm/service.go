@@ -323,9 +323,29 @@ func elicitable(p identity.Principal, res directory.Resolution, c *Challenge) er
 		return refuse(ErrApproverNotAllowed, "elicitation answers only the session's own call; this challenge was opened for another principal")
 	case !res.Interactive:
 		return refuse(ErrApproverNotAllowed, "agent "+p.AgentID+" runs headless: its client's answer is not its user's; "+
-			p.UserID+" approves on the approval page, signed in (mark an agent whose user operates its client with host: interactive)")
+			p.UserID+" approves on the approval page, signed in (an app connected over OAuth counts only if its user opted in on the consent page)")
+	case riskOf(c) > res.TrustCeilingLevel():
+		return refuse(ErrApproverNotAllowed, c.Command+" is "+riskName(c)+", above the tenant's trust ceiling "+res.TrustCeiling+
+			" for answers given in an app's own window: "+p.UserID+" approves it on the approval page, signed in")
 	}
 	return CheckElicitable(c)
+}
+
+// riskName is the challenge's declared risk, "L0" … "L4".
+func riskName(c *Challenge) string {
+	if c.Risk != "" {
+		return c.Risk
+	}
+	return c.Prompt.Risk
+}
+
+// riskOf is riskName as a level; an unknown risk counts as L4, the
+// strictest.
+func riskOf(c *Challenge) int {
+	if l := manifest.RiskLevel(riskName(c)); l >= 0 {
+		return l
+	}
+	return 4
 }
 
 // CanDecide reports (nil) whether p may decide c, apart from its state; the
@@ -355,7 +375,8 @@ func (s *Service) Redeem(ctx context.Context, p identity.Principal, id, digest s
 	if !ValidID(id) {
 		return Grant{}, ErrNotFound
 	}
-	if _, err := s.resolve(ctx, p); err != nil {
+	res, err := s.resolve(ctx, p)
+	if err != nil {
 		return Grant{}, err
 	}
 	c, err := s.store.Get(ctx, p.Tenant, id)
@@ -364,6 +385,13 @@ func (s *Service) Redeem(ctx context.Context, p identity.Principal, id, digest s
 	}
 	if c.RequesterUser != p.UserID || c.RequesterAgent != p.AgentID {
 		return Grant{}, refuse(ErrGrantMismatch, "the grant was given for another principal's invocation")
+	}
+	// A revocation voids what was asked for before it: re-enabling the
+	// user or the agent does not bring an old approval back.
+	if res.IssuedBefore(c.CreatedAt) {
+		s.log.WarnContext(ctx, "grant refused: asked for before a revocation", "tenant", p.Tenant, "challenge_id", id,
+			"invocation_id", c.InvocationID, "command", c.Command)
+		return Grant{}, ErrRevoked
 	}
 	redeemed, err := s.store.Redeem(ctx, p.Tenant, id, digest)
 	if err != nil {
@@ -439,6 +467,7 @@ func (s *Service) resolve(ctx context.Context, p identity.Principal) (directory.
 	if err != nil {
 		return res, Unavailable("resolve principal", err)
 	}
+	res = res.Admit(p.IssuedAt)
 	if !res.Active {
 		return res, refuse(ErrPrincipalInactive, "the principal is not active ("+res.Reason+")")
 	}

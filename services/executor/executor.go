@@ -289,6 +289,10 @@ type Call struct {
 	// (e.g. a number as the idempotency key in MCP `_meta`): the call is
 	// refused with them, never run as if they were absent.
 	Invalid []callattr.Invalid
+	// ManifestDigest is the digest of the manifest of the Mandate service
+	// that relayed the call (x-mandate-manifest-digest), "" when the caller
+	// declared none; request_check refuses one other than the executor's.
+	ManifestDigest string
 }
 
 // Result is a successful (or replayed) call's outcome.
@@ -377,6 +381,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	if err := e.stage(ctx, StageAuthenticate, func(ctx context.Context) error {
 		var err error
 		res, err = e.cfg.Directory.Resolve(ctx, p.Tenant, p.UserID, p.AgentID)
+		res = res.Admit(p.IssuedAt)
 		return err
 	}); err != nil {
 		return nil, e.fault(ctx, inv, StageAuthenticate, failure.CodeDirectoryUnavailable, err)
@@ -386,7 +391,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	}
 
 	// request_check: the attributes the caller sent besides the arguments.
-	if fe := checkAttributes(inv); fe != nil {
+	if fe := e.checkRequest(inv); fe != nil {
 		return nil, e.refuseWith(ctx, inv, fe)
 	}
 

@@ -368,6 +368,7 @@ func (s *Service) reader(ctx context.Context) (string, error) {
 		return "", failure.New("authenticate", failure.CodeAuthenticationMissingCredentials, "no principal")
 	}
 	res, err := s.directory.Resolve(ctx, p.Tenant, p.UserID, p.AgentID)
+	res = res.Admit(p.IssuedAt)
 	if err != nil {
 		return "", s.mapErr(ctx, "resolve", err)
 	}

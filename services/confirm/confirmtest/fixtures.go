@@ -70,6 +70,7 @@ func Commands() CommandSet {
 const Policy = `
 tenants:
   - id: acme
+    trust_ceiling: L3
     roles:
       support: [ticket.read, payment.refund, payment.payout, expense.report.submit, vendor.manage]
       finance: [payment.approve, ticket.read]
