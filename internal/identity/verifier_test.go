@@ -103,6 +103,9 @@ func TestVerifyRefusals(t *testing.T) {
 		{"act without sub", func() string {
 			return signHS(t, devSecret, with(userClaims(), "act", map[string]any{"mandate_model": "m"}))
 		}, failure.CodeAuthenticationMissingClaim},
+		{"nested act (an agent acting through an agent)", func() string {
+			return signHS(t, devSecret, with(userClaims(), "act", map[string]any{"sub": "outer-bot", "act": map[string]any{"sub": "inner-bot"}}))
+		}, failure.CodeAuthenticationInvalidToken},
 		{"service token signed with the service secret", func() string {
 			return signHS(t, serviceSecret, serviceClaims("gateway"))
 		}, failure.CodeAuthenticationInvalidToken},
@@ -191,6 +194,10 @@ func TestVerifyAccepts(t *testing.T) {
 				t.Errorf("ExpiresAt = %v, want %v", got.ExpiresAt, tc.want.ExpiresAt)
 			}
 			got.ExpiresAt = tc.want.ExpiresAt
+			if iat := userClaims()["iat"]; iat != nil && got.IssuedAt.Unix() != iat.(int64) {
+				t.Errorf("IssuedAt = %v, want the iat claim %v", got.IssuedAt, iat)
+			}
+			got.IssuedAt = time.Time{}
 			if got != tc.want {
 				t.Errorf("principal = %+v\nwant        %+v", got, tc.want)
 			}
@@ -347,6 +354,10 @@ func TestMintDevRoundTrip(t *testing.T) {
 				t.Errorf("ExpiresAt = %v, want %v", p1.ExpiresAt, tc.want.ExpiresAt)
 			}
 			p1.ExpiresAt = tc.want.ExpiresAt
+			if !p1.IssuedAt.Equal(tc.req.Now.Truncate(time.Second)) {
+				t.Errorf("IssuedAt = %v, want %v", p1.IssuedAt, tc.req.Now)
+			}
+			p1.IssuedAt = time.Time{}
 			if p1 != tc.want {
 				t.Errorf("principal = %+v\nwant        %+v", p1, tc.want)
 			}

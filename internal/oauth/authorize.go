@@ -178,6 +178,8 @@ type pageData struct {
 	Client              clientView
 	Agent               string
 	Resource            string
+	// Ceiling is the tenant's trust ceiling, which the opt-in names.
+	Ceiling string
 }
 
 type userView struct{ Tenant, ID, Org, Button string }
@@ -203,9 +205,13 @@ func (s *Server) showConsent(w http.ResponseWriter, r *http.Request) {
 		s.showSignIn(w, r, id, p)
 		return
 	}
+	ceiling := directory.DefaultTrustCeiling
+	if f, err := s.cfg.Directory.Lookup(r.Context(), ss.tenant, ss.user, ""); err == nil && f.TrustCeiling != "" {
+		ceiling = f.TrustCeiling
+	}
 	s.render(w, r, http.StatusOK, p, pageData{
 		Page: "consent", Title: "Allow access", Request: id, CSRF: ss.csrf, User: ss.user, Tenant: ss.tenant,
-		Client: viewClient(p), Agent: agentID(&p.client, ss.tenant, ss.user), Resource: p.resource,
+		Client: viewClient(p), Agent: agentID(&p.client, ss.tenant, ss.user), Resource: p.resource, Ceiling: ceiling,
 	})
 }
 
@@ -371,7 +377,13 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		s.redirectBack(w, r, p.redirectURI, p.state, url.Values{"error": {errAccessDenied}, "error_description": {"the user denied access"}})
 		return
 	}
-	g, err := s.registerAgent(r.Context(), &p.client, ss.tenant, ss.user)
+	// The app's own answers to confirmation forms count only if the user
+	// said so, here, in so many words; an app is headless otherwise.
+	host := directory.HostHeadless
+	if r.PostForm.Get("attest") == "yes" {
+		host = directory.HostInteractive
+	}
+	g, err := s.registerAgent(r.Context(), &p.client, ss.tenant, ss.user, host)
 	if err != nil {
 		s.log.ErrorContext(r.Context(), "oauth: registering the agent failed", "tenant", ss.tenant, "user", ss.user, "client_id", p.client.ID, "error", err)
 		s.redirectBack(w, r, p.redirectURI, p.state, url.Values{"error": {errServerError}, "error_description": {"the agent could not be registered"}})
@@ -390,13 +402,16 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		s.redirectBack(w, r, p.redirectURI, p.state, url.Values{"error": {errTemporarilyUnavailable}})
 		return
 	}
-	s.log.InfoContext(r.Context(), "oauth: access approved", "tenant", ss.tenant, "user", ss.user, "agent", g.agent, "client_id", p.client.ID)
+	s.log.InfoContext(r.Context(), "oauth: access approved", "tenant", ss.tenant, "user", ss.user, "agent", g.agent, "client_id", p.client.ID, "host", string(host))
 	s.redirectBack(w, r, p.redirectURI, p.state, url.Values{"code": {raw}})
 }
 
 // registerAgent creates (or re-enables) the agent the client becomes for
-// the user: interactive, since the user operates the client.
-func (s *Server) registerAgent(ctx context.Context, c *Client, tenant, user string) (grant, error) {
+// the user, with the host the user chose on the consent page: headless
+// unless they opted in to answering confirmations in the app's own window.
+// Every consent decides it again, so re-connecting without the opt-in
+// takes it back.
+func (s *Server) registerAgent(ctx context.Context, c *Client, tenant, user string, host directory.AgentHost) (grant, error) {
 	g := grant{clientID: c.ID, clientName: c.Name, tenant: tenant, user: user, agent: agentID(c, tenant, user)}
 	err := s.cfg.Directory.Update(ctx, func(tx directory.Tx) error {
 		snap, err := tx.Snapshot(ctx, tenant)
@@ -411,7 +426,7 @@ func (s *Server) registerAgent(ctx context.Context, c *Client, tenant, user stri
 		if j := slices.IndexFunc(snap.Agents, func(a directory.Agent) bool { return a.ID == g.agent }); j >= 0 && snap.Agents[j].UserID != user {
 			return fmt.Errorf("%w: agent %q already acts for another user", directory.ErrInvalid, g.agent)
 		}
-		return tx.PutAgent(ctx, directory.Agent{Tenant: tenant, ID: g.agent, UserID: user, Host: directory.HostInteractive})
+		return tx.PutAgent(ctx, directory.Agent{Tenant: tenant, ID: g.agent, UserID: user, Host: host})
 	})
 	if err != nil {
 		return g, err

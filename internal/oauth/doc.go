@@ -9,14 +9,21 @@
 // signs in with the dev sign-in (a demo user picked on a page served to this
 // machine only) and approves or denies, on a CSRF-protected consent page
 // that names the client. Approving registers the client in the directory as
-// an interactive agent of that user (the user is at the keyboard), and the
-// access token is the JWT every Mandate service already verifies: the user
-// as `sub`, the agent in the RFC 8693 `act` claim, no model.
+// a headless agent of that user: the app's own answers to confirmation forms
+// are not the user's, who approves on the approval page, signed in. Only if
+// the user ticks the consent page's opt-in ("this app asks me in its own
+// window, and my answer there counts as mine — up to risk L<ceiling>") is
+// the agent interactive, and even then the confirm service counts its
+// answers only up to the tenant's trust ceiling. The access token is the JWT
+// every Mandate service already verifies: the user as `sub`, the agent in
+// the RFC 8693 `act` claim, no model.
 //
-// Revocation is the directory's: revoking any token of a client (RFC 7009)
-// disables the agent, so the executor, which resolves the directory on every
-// call, refuses its next call at once, whatever access tokens are still
-// outstanding. Approving the client again re-enables it.
+// Revocation is the directory's: revoking any token of a client (RFC 7009),
+// or replaying a used authorization code or refresh token, disables the
+// agent and records when. Every service refuses a token issued before that
+// instant, and the confirm service a grant asked for before it — also after
+// the user approves the client again, which re-enables the agent for new
+// tokens only.
 //
 // State (clients, codes, refresh tokens, sign-ins) lives in memory: it is a
 // development server, and a restart makes clients register again. In

@@ -260,9 +260,13 @@ func (b *browser) signIn(signin page, user string) page {
 }
 
 // answer presses Allow or Deny and returns the redirect's query.
-func (b *browser) answer(consent page, decision string) url.Values {
+func (b *browser) answer(consent page, decision string, extra ...string) url.Values {
 	b.t.Helper()
-	p := b.post("/authorize/consent", url.Values{"req": {consent.field("req")}, "csrf": {consent.field("csrf")}, "decision": {decision}})
+	form := url.Values{"req": {consent.field("req")}, "csrf": {consent.field("csrf")}, "decision": {decision}}
+	for i := 0; i+1 < len(extra); i += 2 {
+		form.Set(extra[i], extra[i+1])
+	}
+	p := b.post("/authorize/consent", form)
 	if p.status != http.StatusSeeOther {
 		b.t.Fatalf("consent: %d %s", p.status, p.body)
 	}
@@ -274,10 +278,10 @@ func (b *browser) answer(consent page, decision string) url.Values {
 }
 
 // authorizeAs runs the browser part for user and returns the code.
-func (h *harness) authorizeAs(user, clientID, redirectURI, challenge string) string {
+func (h *harness) authorizeAs(user, clientID, redirectURI, challenge string, extra ...string) string {
 	h.t.Helper()
 	b := h.browser()
-	q := b.answer(b.signIn(b.start(authParams(clientID, redirectURI, challenge, "st")), user), "approve")
+	q := b.answer(b.signIn(b.start(authParams(clientID, redirectURI, challenge, "st")), user), "approve", extra...)
 	if q.Get("code") == "" || q.Get("state") != "st" || q.Get("iss") != h.srv.URL {
 		h.t.Fatalf("approval redirect %v", q)
 	}

@@ -52,7 +52,8 @@ func TestMetadata(t *testing.T) {
 
 // TestCodeFlow: register, sign in as carol, allow, exchange: the access
 // token is the dev JWT with carol as sub and the client's agent in act, the
-// agent is carol's interactive agent in the directory, and refresh tokens
+// agent is carol's headless agent in the directory (she did not opt in to
+// answering confirmations in the app), and refresh tokens
 // rotate — a rotated one presented again revokes the family.
 func TestCodeFlow(t *testing.T) {
 	h := newHarness(t)
@@ -72,7 +73,7 @@ func TestCodeFlow(t *testing.T) {
 		t.Fatalf("principal %+v", p)
 	}
 	res, err := directory.Resolve(context.Background(), h.dir, "acme", "carol", p.AgentID)
-	if err != nil || !res.Active || !res.Interactive {
+	if err != nil || !res.Active || res.Interactive {
 		t.Fatalf("directory: %+v %v", res, err)
 	}
 
@@ -530,7 +531,7 @@ func TestAgentPerUser(t *testing.T) {
 	}
 	snap := snapshot(t, h)
 	if len(snap.Agents) != 2 || !slices.ContainsFunc(snap.Agents, func(a directory.Agent) bool {
-		return a.ID == agents[1] && a.UserID == "alice" && a.Host == directory.HostInteractive
+		return a.ID == agents[1] && a.UserID == "alice" && a.Host == directory.HostHeadless
 	}) {
 		t.Fatalf("agents %+v", snap.Agents)
 	}

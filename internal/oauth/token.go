@@ -121,6 +121,7 @@ func (s *Server) exchangeCode(w http.ResponseWriter, r *http.Request, form url.V
 		return oerr(errInvalidGrant, "unknown authorization code")
 	case !first:
 		s.log.WarnContext(r.Context(), "oauth: authorization code reused; its tokens are revoked", "client_id", cid, "agent", c.agent)
+		s.revokeGrant(r.Context(), c.grant)
 		return oerr(errInvalidGrant, "the authorization code was already used")
 	case now.After(c.expires):
 		return oerr(errInvalidGrant, "the authorization code has expired")
@@ -144,6 +145,7 @@ func (s *Server) exchangeCode(w http.ResponseWriter, r *http.Request, form url.V
 	}
 	s.st.mu.Unlock()
 	if reused {
+		s.revokeGrant(r.Context(), c.grant)
 		return oerr(errInvalidGrant, "the authorization code was already used")
 	}
 	s.log.InfoContext(r.Context(), "oauth: token issued", "grant_type", grantAuthorizationCode, "client_id", cid, "tenant", c.tenant, "user", c.user, "agent", c.agent)
@@ -184,6 +186,7 @@ func (s *Server) refreshGrant(w http.ResponseWriter, r *http.Request, form url.V
 		return oerr(errInvalidGrant, "unknown or revoked refresh token")
 	case reused:
 		s.log.WarnContext(r.Context(), "oauth: refresh token reused; its family is revoked", "client_id", cid, "agent", rt.agent)
+		s.revokeGrant(r.Context(), rt.grant)
 		return oerr(errInvalidGrant, "the refresh token was already used")
 	case rt.clientID != cid:
 		return oerr(errInvalidGrant, "the refresh token was issued to another client")
@@ -224,9 +227,16 @@ func (s *Server) issue(ctx context.Context, g grant, family string) (tokenRespon
 		return tokenResponse{}, oerr(errInvalidGrant, "the agent is not active (%s); authorize again", res.Reason)
 	}
 	now := s.cfg.Now()
+	// A token is dated no earlier than the agent's latest revocation
+	// allows (JWT times have whole seconds): one minted right after the
+	// user re-authorizes must not read as issued before it.
+	iat := now
+	if nb := res.NotBefore(); iat.Before(nb) {
+		iat = nb
+	}
 	at, err := identity.MintDev(s.cfg.TokenSecret, identity.MintRequest{
 		Issuer: s.cfg.TokenIssuer, Audience: s.cfg.TokenAudience,
-		User: g.user, Tenant: g.tenant, Org: res.Org, Agent: g.agent, TTL: s.cfg.AccessTTL, Now: now,
+		User: g.user, Tenant: g.tenant, Org: res.Org, Agent: g.agent, TTL: s.cfg.AccessTTL - iat.Sub(now), Now: iat,
 	})
 	if err != nil {
 		s.log.ErrorContext(ctx, "oauth: minting failed", "error", err)
@@ -252,6 +262,20 @@ func s256Matches(verifier, challenge string) bool {
 	sum := sha256.Sum256([]byte(verifier))
 	got := base64.RawURLEncoding.EncodeToString(sum[:])
 	return subtle.ConstantTimeCompare([]byte(got), []byte(challenge)) == 1
+}
+
+// revokeGrant voids the access tokens a replayed code or refresh token
+// bought, which are JWTs the server cannot recall one by one: it disables
+// the agent, so every token issued before now stays void (the directory's
+// revocation instant) until the user authorizes the app again.
+func (s *Server) revokeGrant(ctx context.Context, g grant) {
+	if err := directory.SetAgentDisabled(ctx, s.cfg.Directory, g.tenant, g.agent, true); err != nil {
+		s.log.ErrorContext(ctx, "oauth: disabling the agent of a replayed grant failed", "tenant", g.tenant, "agent", g.agent, "error", err)
+		return
+	}
+	s.st.mu.Lock()
+	s.st.revokeAgent(g.tenant, g.agent)
+	s.st.mu.Unlock()
 }
 
 // revoke is RFC 7009 revocation. Revoking a refresh token or an access
