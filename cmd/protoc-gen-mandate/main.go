@@ -1,6 +1,7 @@
 // Command protoc-gen-mandate is the buf/protoc plugin that compiles Mandate
 // command declarations. It refuses unsafe declarations (rule ids
-// MANDATE1xxx, the generation fails) and otherwise writes, for every file
+// MANDATE1xxx, the generation fails; docs/build-rules.md lists them), prints
+// the findings of warning rules on stderr, and otherwise writes, for every file
 // of the generation taken together (use `strategy: all`):
 //
 //	manifest.json      canonical manifest: declarations, RPC bindings, JSON Schemas
@@ -42,13 +43,13 @@ var DescriptorSet []byte
 `
 
 func main() {
-	if err := run(os.Stdin, os.Stdout); err != nil {
+	if err := run(os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "protoc-gen-mandate:", err)
 		os.Exit(1)
 	}
 }
 
-func run(in io.Reader, out io.Writer) error {
+func run(in io.Reader, out, warnings io.Writer) error {
 	raw, err := io.ReadAll(in)
 	if err != nil {
 		return err
@@ -57,7 +58,7 @@ func run(in io.Reader, out io.Writer) error {
 	if err := (proto.UnmarshalOptions{Resolver: protoregistry.GlobalTypes}).Unmarshal(raw, req); err != nil {
 		return fmt.Errorf("reading the request: %w", err)
 	}
-	resp := generate(req)
+	resp := generate(req, warnings)
 	b, err := proto.Marshal(resp)
 	if err != nil {
 		return err
@@ -66,7 +67,9 @@ func run(in io.Reader, out io.Writer) error {
 	return err
 }
 
-func generate(req *pluginpb.CodeGeneratorRequest) *pluginpb.CodeGeneratorResponse {
+// generate compiles the request; the findings of warning rules go to
+// warnings (buf shows a plugin's stderr), a refusal to the response.
+func generate(req *pluginpb.CodeGeneratorRequest, warnings io.Writer) *pluginpb.CodeGeneratorResponse {
 	features := uint64(pluginpb.CodeGeneratorResponse_FEATURE_PROTO3_OPTIONAL)
 	resp := &pluginpb.CodeGeneratorResponse{SupportedFeatures: &features}
 	output, err := compile.Compile(&descriptorpb.FileDescriptorSet{File: req.GetProtoFile()}, req.GetFileToGenerate())
@@ -78,6 +81,9 @@ func generate(req *pluginpb.CodeGeneratorRequest) *pluginpb.CodeGeneratorRespons
 			resp.Error = proto.String(err.Error())
 		}
 		return resp
+	}
+	for _, w := range output.Warnings {
+		fmt.Fprintln(warnings, "protoc-gen-mandate:", w)
 	}
 	resp.File = []*pluginpb.CodeGeneratorResponse_File{
 		{Name: proto.String("manifest.json"), Content: proto.String(string(output.Manifest))},

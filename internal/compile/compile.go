@@ -27,10 +27,12 @@ import (
 	"github.com/mandate-dev/mandate/internal/schema"
 )
 
-// Finding is one refused declaration.
+// Finding is one declaration a rule found: refused, or warned about.
 type Finding struct {
 	// Rule is the stable rule id, e.g. MANDATE1001.
 	Rule string
+	// Severity is the rule's, from [Rules].
+	Severity Severity
 	// Code is the command code ("" when the code itself is missing).
 	Code string
 	// Method is the RPC, e.g. examples.helpdesk.v1.HelpdeskService.IssueRefund.
@@ -44,20 +46,29 @@ func (f Finding) String() string {
 	if code == "" {
 		code = "(no code)"
 	}
-	return fmt.Sprintf("%s %s (%s): %s", f.Rule, code, f.Method, f.Message)
+	rule := f.Rule
+	if f.Severity == SeverityWarning {
+		rule += " (warning)"
+	}
+	return fmt.Sprintf("%s %s (%s): %s", rule, code, f.Method, f.Message)
 }
 
-// Error lists every finding of a refused build.
+// Error lists every finding of a refused build: the errors, then the
+// warnings the same build found.
 type Error struct {
 	Findings []Finding
 }
 
 func (e *Error) Error() string {
 	lines := make([]string, len(e.Findings))
+	refused := 0
 	for i, f := range e.Findings {
 		lines[i] = f.String()
+		if f.Severity == SeverityError {
+			refused++
+		}
 	}
-	return fmt.Sprintf("protoc-gen-mandate refused %d declaration(s):\n%s", len(e.Findings), strings.Join(lines, "\n"))
+	return fmt.Sprintf("protoc-gen-mandate refused %d declaration(s):\n%s", refused, strings.Join(lines, "\n"))
 }
 
 // Output is what a successful compilation produces.
@@ -67,6 +78,9 @@ type Output struct {
 	// DescriptorSet is the deterministic binary FileDescriptorSet (all
 	// files, imports included, without source info) the manifest refers to.
 	DescriptorSet []byte
+	// Warnings are the findings of warning rules; they did not refuse the
+	// build, and protoc-gen-mandate prints them.
+	Warnings []Finding
 }
 
 var (
@@ -120,18 +134,25 @@ func Compile(fds *descriptorpb.FileDescriptorSet, targets []string) (*Output, er
 		}
 	}
 	c.crossCheck()
-	if len(c.findings) > 0 {
-		sort.SliceStable(c.findings, func(i, j int) bool {
-			a, b := c.findings[i], c.findings[j]
-			if a.Code != b.Code {
-				return a.Code < b.Code
-			}
-			if a.Rule != b.Rule {
-				return a.Rule < b.Rule
-			}
-			return a.Message < b.Message
-		})
-		return nil, &Error{Findings: c.findings}
+	sort.SliceStable(c.findings, func(i, j int) bool {
+		a, b := c.findings[i], c.findings[j]
+		if a.Severity != b.Severity {
+			return a.Severity < b.Severity // errors first
+		}
+		if a.Code != b.Code {
+			return a.Code < b.Code
+		}
+		if a.Rule != b.Rule {
+			return a.Rule < b.Rule
+		}
+		return a.Message < b.Message
+	})
+	var warnings []Finding
+	for _, f := range c.findings {
+		if f.Severity == SeverityError {
+			return nil, &Error{Findings: c.findings}
+		}
+		warnings = append(warnings, f)
 	}
 	descriptors, err := descriptorSet(set)
 	if err != nil {
@@ -149,7 +170,7 @@ func Compile(fds *descriptorpb.FileDescriptorSet, targets []string) (*Output, er
 	if err != nil {
 		return nil, err
 	}
-	return &Output{Manifest: out, DescriptorSet: descriptors}, nil
+	return &Output{Manifest: out, DescriptorSet: descriptors, Warnings: warnings}, nil
 }
 
 // descriptorSet strips source info and encodes deterministically.
@@ -172,12 +193,15 @@ type compiler struct {
 	findings []Finding
 }
 
+// refuse records a finding of rule; the rule's severity decides whether it
+// refuses the build.
 func (c *compiler) refuse(rule string, md protoreflect.MethodDescriptor, code, format string, args ...any) {
 	c.findings = append(c.findings, Finding{
-		Rule:    rule,
-		Code:    code,
-		Method:  string(md.FullName()),
-		Message: fmt.Sprintf(format, args...),
+		Rule:     rule,
+		Severity: severityOf(rule),
+		Code:     code,
+		Method:   string(md.FullName()),
+		Message:  fmt.Sprintf(format, args...),
 	})
 }
 
@@ -245,6 +269,8 @@ func (c *compiler) method(md protoreflect.MethodDescriptor) error {
 	}
 	if f := decl.GetSubjectField(); f != "" && !topLevelScalar(md.Input(), f) {
 		c.refuse("MANDATE1009", md, code, "`subject_field` %q is not a top-level scalar field of %s", f, md.Input().FullName())
+	} else if f != "" && schema.IsSensitive(md.Input().Fields().ByName(protoreflect.Name(f))) {
+		c.refuse("MANDATE1016", md, code, "`subject_field` %q is marked sensitive, but the subject is written in clear to every audit row (the audit redacts sensitive arguments, not the subject); name a non-sensitive identifier of the subject, such as a ticket or customer id, or drop subject_field", f)
 	}
 	if sod := decl.GetSeparationOfDuties(); sod != nil {
 		if sod.GetField() == "" || len(sod.GetConflictsWith()) == 0 {
@@ -341,6 +367,8 @@ func (c *compiler) crossCheck() {
 				c.refuse("MANDATE1002", md, cmd.Code, "`recall` names %q, which is not a command of this manifest; declare it or fix the code", cmd.Recall)
 			case recall == md:
 				c.refuse("MANDATE1002", md, cmd.Code, "`recall` names the command itself; name the command that undoes it")
+			default:
+				c.checkRecall(md, cmd)
 			}
 		}
 		if sod := cmd.SeparationOfDuties; sod != nil {
@@ -354,6 +382,43 @@ func (c *compiler) crossCheck() {
 				}
 			}
 		}
+	}
+}
+
+// checkRecall applies the rules on what a command's recall may be: no
+// riskier than an undo should be (a warning: the recall is governed by its
+// own declaration anyway), and callable by whoever may call the original
+// (an error: `reversible: true` waived the original's default confirmation
+// on the promise that its caller can undo it).
+func (c *compiler) checkRecall(md protoreflect.MethodDescriptor, cmd *manifest.Command) {
+	var recall *manifest.Command
+	for _, other := range c.commands {
+		if other.Code == cmd.Recall {
+			recall = other
+			break
+		}
+	}
+	if recall == nil {
+		return
+	}
+	if level := manifest.RiskLevel(recall.Risk); level >= 3 {
+		c.refuse("MANDATE1017", md, cmd.Code, "the recall %s is risk %s: an undo that itself needs a human's confirmation or approval (warning only: it still gets them); lower the recall's risk, or, if undoing really needs a sign-off, set reversible to false and drop recall", recall.Code, recall.Risk)
+	}
+	if len(recall.SideEffects) > 0 && !recall.Idempotent {
+		c.refuse("MANDATE1017", md, cmd.Code, "the recall %s has side effects %v and is not idempotent: an agent retrying the undo may apply it twice (warning only); make the recall idempotent (`idempotent: true`, keyed on the subject) or set reversible to false and drop recall", recall.Code, recall.SideEffects)
+	}
+	have := map[string]bool{}
+	for _, p := range cmd.Permissions {
+		have[p] = true
+	}
+	var missing []string
+	for _, p := range recall.Permissions {
+		if !have[p] {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		c.refuse("MANDATE1018", md, cmd.Code, "the recall %s requires %v, which %s does not, so a caller of %s may be unable to undo it, though `reversible: true` waived its default confirmation on that promise; require %v on %s too, drop it from the recall, or set reversible to false and drop recall", recall.Code, missing, cmd.Code, cmd.Code, missing, cmd.Code)
 	}
 }
 

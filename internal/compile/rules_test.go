@@ -15,7 +15,7 @@ const fixtureHeader = `syntax = "proto3";
 package fixture.v1;
 import "buf/validate/validate.proto";
 import "mandate/v1/options.proto";
-message Req { string id = 1 [(buf.validate.field).string.min_len = 1]; string note = 2; }
+message Req { string id = 1 [(buf.validate.field).string.min_len = 1]; string note = 2; string secret = 3 [(mandate.v1.field).sensitive = true]; }
 message Resp { string id = 1; }
 service S {
 `
@@ -27,59 +27,82 @@ func rpc(name, decl string) string {
 	return "  rpc " + name + "(Req) returns (Resp) { option (mandate.v1.command) = {" + decl + "}; }\n"
 }
 
+// ruleCases fire every rule of compile.Rules (TestEveryRuleIsInTheTable
+// checks that none is left out), each on a fixture that breaks only it.
+var ruleCases = []struct {
+	name      string
+	rpcs      string
+	wantRule  string
+	wantCodes []string
+}{
+	{"NEVER on L3", rpc("A", `code: "x.refund" agent_hint: "h" risk: RISK_L3 confirmation: CONFIRMATION_NEVER`),
+		"MANDATE1001", []string{"x.refund"}},
+	{"NEVER with side effects", rpc("A", `code: "x.mail" agent_hint: "h" risk: RISK_L1 side_effects: "email" permissions: "x.mail" confirmation: CONFIRMATION_NEVER`),
+		"MANDATE1001", []string{"x.mail"}},
+	{"reversible without recall", rpc("A", `code: "x.submit" reversible: true `+ok),
+		"MANDATE1002", []string{"x.submit"}},
+	{"recall names no command", rpc("A", `code: "x.submit" reversible: true recall: "x.nowhere" `+ok),
+		"MANDATE1002", []string{"x.submit"}},
+	{"recall without reversible", rpc("A", `code: "x.submit" recall: "x.undo" `+ok) + rpc("B", `code: "x.undo" `+ok),
+		"MANDATE1002", []string{"x.submit"}},
+	{"missing code", rpc("A", ok), "MANDATE1003", []string{""}},
+	{"missing risk", rpc("A", `code: "x.a" agent_hint: "h"`), "MANDATE1003", []string{"x.a"}},
+	{"missing agent hint", rpc("A", `code: "x.a" risk: RISK_L0`), "MANDATE1003", []string{"x.a"}},
+	{"malformed code: upper case", rpc("A", `code: "Ticket.Refund" `+ok), "MANDATE1004", []string{"Ticket.Refund"}},
+	{"malformed code: one segment", rpc("A", `code: "refund" `+ok), "MANDATE1004", []string{"refund"}},
+	{"malformed code: too long", rpc("A", `code: "x.`+strings.Repeat("a", 130)+`" `+ok), "MANDATE1004", []string{"x." + strings.Repeat("a", 130)}},
+	{"duplicate code", rpc("A", `code: "x.a" `+ok) + rpc("B", `code: "x.a" `+ok), "MANDATE1005", []string{"x.a"}},
+	{"malformed side effect", rpc("A", `code: "x.a" side_effects: "Payment_Gateway" permissions: "x.a" `+ok), "MANDATE1006", []string{"x.a"}},
+	{"malformed permission", rpc("A", `code: "x.a" permissions: "Pay Refund" `+ok), "MANDATE1006", []string{"x.a"}},
+	{"L4 without approver", rpc("A", `code: "x.close" agent_hint: "h" risk: RISK_L4 permissions: "x.close"`), "MANDATE1007", []string{"x.close"}},
+	{"side effects without permission", rpc("A", `code: "x.mail" side_effects: "email" `+ok), "MANDATE1008", []string{"x.mail"}},
+	{"subject_field missing", rpc("A", `code: "x.a" subject_field: "ticket_id" `+ok), "MANDATE1009", []string{"x.a"}},
+	{"sod field missing here", rpc("A", `code: "x.a" separation_of_duties: {conflicts_with: "x.b" field: "report_id"} `+ok) + rpc("B", `code: "x.b" `+ok),
+		"MANDATE1009", []string{"x.a"}},
+	{"sod names no command", rpc("A", `code: "x.a" separation_of_duties: {conflicts_with: "x.nowhere" field: "id"} `+ok), "MANDATE1010", []string{"x.a"}},
+	{"sod without field", rpc("A", `code: "x.a" separation_of_duties: {conflicts_with: "x.b"} `+ok) + rpc("B", `code: "x.b" `+ok), "MANDATE1010", []string{"x.a"}},
+	{"streaming", "  rpc A(Req) returns (stream Resp) { option (mandate.v1.command) = {code: \"x.a\" " + ok + "}; }\n", "MANDATE1011", []string{"x.a"}},
+	{"permission holder without permission", rpc("A", `code: "x.a" approver: {kind: APPROVER_KIND_PERMISSION_HOLDER} `+ok), "MANDATE1012", []string{"x.a"}},
+	{"example breaks a rule", rpc("A", `code: "x.a" examples: {description: "empty id" input: "{\"id\": \"\"}"} `+ok), "MANDATE1013", []string{"x.a"}},
+	{"example has an unknown field", rpc("A", `code: "x.a" examples: {input: "{\"idd\": \"1\"}"} `+ok), "MANDATE1013", []string{"x.a"}},
+	{"example is not JSON", rpc("A", `code: "x.a" examples: {input: "id=1"} `+ok), "MANDATE1013", []string{"x.a"}},
+	{"deadline too long", rpc("A", `code: "x.a" deadline: {seconds: 7200} `+ok), "MANDATE1014", []string{"x.a"}},
+	{"L0 with side effects", rpc("A", `code: "x.a" agent_hint: "h" risk: RISK_L0 side_effects: "email" permissions: "x.a"`), "MANDATE1015", []string{"x.a"}},
+	{"subject_field is sensitive", rpc("A", `code: "x.a" subject_field: "secret" `+ok), "MANDATE1016", []string{"x.a"}},
+	{"recall is L3", rpc("A", `code: "x.submit" reversible: true recall: "x.undo" `+ok) + rpc("B", `code: "x.undo" agent_hint: "h" risk: RISK_L3`),
+		"MANDATE1017", []string{"x.submit"}},
+	{"recall is L4", rpc("A", `code: "x.submit" reversible: true recall: "x.undo" `+ok) +
+		rpc("B", `code: "x.undo" agent_hint: "h" risk: RISK_L4 approver: {kind: APPROVER_KIND_PERMISSION_HOLDER permission: "x.approve"}`),
+		"MANDATE1017", []string{"x.submit"}},
+	{"recall with side effects is not idempotent", rpc("A", `code: "x.submit" reversible: true recall: "x.undo" permissions: "x.write" `+ok) +
+		rpc("B", `code: "x.undo" side_effects: "email" permissions: "x.write" `+ok),
+		"MANDATE1017", []string{"x.submit"}},
+	{"recall needs a permission the original does not", rpc("A", `code: "x.submit" reversible: true recall: "x.undo" permissions: "x.submit" `+ok) +
+		rpc("B", `code: "x.undo" permissions: "x.submit" permissions: "x.admin" `+ok),
+		"MANDATE1018", []string{"x.submit"}},
+}
+
 func TestRulesFire(t *testing.T) {
-	cases := []struct {
-		name      string
-		rpcs      string
-		wantRule  string
-		wantCodes []string
-	}{
-		{"NEVER on L3", rpc("A", `code: "x.refund" agent_hint: "h" risk: RISK_L3 confirmation: CONFIRMATION_NEVER`),
-			"MANDATE1001", []string{"x.refund"}},
-		{"NEVER with side effects", rpc("A", `code: "x.mail" agent_hint: "h" risk: RISK_L1 side_effects: "email" permissions: "x.mail" confirmation: CONFIRMATION_NEVER`),
-			"MANDATE1001", []string{"x.mail"}},
-		{"reversible without recall", rpc("A", `code: "x.submit" reversible: true `+ok),
-			"MANDATE1002", []string{"x.submit"}},
-		{"recall names no command", rpc("A", `code: "x.submit" reversible: true recall: "x.nowhere" `+ok),
-			"MANDATE1002", []string{"x.submit"}},
-		{"recall without reversible", rpc("A", `code: "x.submit" recall: "x.undo" `+ok) + rpc("B", `code: "x.undo" `+ok),
-			"MANDATE1002", []string{"x.submit"}},
-		{"missing code", rpc("A", ok), "MANDATE1003", []string{""}},
-		{"missing risk", rpc("A", `code: "x.a" agent_hint: "h"`), "MANDATE1003", []string{"x.a"}},
-		{"missing agent hint", rpc("A", `code: "x.a" risk: RISK_L0`), "MANDATE1003", []string{"x.a"}},
-		{"malformed code: upper case", rpc("A", `code: "Ticket.Refund" `+ok), "MANDATE1004", []string{"Ticket.Refund"}},
-		{"malformed code: one segment", rpc("A", `code: "refund" `+ok), "MANDATE1004", []string{"refund"}},
-		{"malformed code: too long", rpc("A", `code: "x.`+strings.Repeat("a", 130)+`" `+ok), "MANDATE1004", []string{"x." + strings.Repeat("a", 130)}},
-		{"duplicate code", rpc("A", `code: "x.a" `+ok) + rpc("B", `code: "x.a" `+ok), "MANDATE1005", []string{"x.a"}},
-		{"malformed side effect", rpc("A", `code: "x.a" side_effects: "Payment_Gateway" permissions: "x.a" `+ok), "MANDATE1006", []string{"x.a"}},
-		{"malformed permission", rpc("A", `code: "x.a" permissions: "Pay Refund" `+ok), "MANDATE1006", []string{"x.a"}},
-		{"L4 without approver", rpc("A", `code: "x.close" agent_hint: "h" risk: RISK_L4 permissions: "x.close"`), "MANDATE1007", []string{"x.close"}},
-		{"side effects without permission", rpc("A", `code: "x.mail" side_effects: "email" `+ok), "MANDATE1008", []string{"x.mail"}},
-		{"subject_field missing", rpc("A", `code: "x.a" subject_field: "ticket_id" `+ok), "MANDATE1009", []string{"x.a"}},
-		{"sod field missing here", rpc("A", `code: "x.a" separation_of_duties: {conflicts_with: "x.b" field: "report_id"} `+ok) + rpc("B", `code: "x.b" `+ok),
-			"MANDATE1009", []string{"x.a"}},
-		{"sod names no command", rpc("A", `code: "x.a" separation_of_duties: {conflicts_with: "x.nowhere" field: "id"} `+ok), "MANDATE1010", []string{"x.a"}},
-		{"sod without field", rpc("A", `code: "x.a" separation_of_duties: {conflicts_with: "x.b"} `+ok) + rpc("B", `code: "x.b" `+ok), "MANDATE1010", []string{"x.a"}},
-		{"streaming", "  rpc A(Req) returns (stream Resp) { option (mandate.v1.command) = {code: \"x.a\" " + ok + "}; }\n", "MANDATE1011", []string{"x.a"}},
-		{"permission holder without permission", rpc("A", `code: "x.a" approver: {kind: APPROVER_KIND_PERMISSION_HOLDER} `+ok), "MANDATE1012", []string{"x.a"}},
-		{"example breaks a rule", rpc("A", `code: "x.a" examples: {description: "empty id" input: "{\"id\": \"\"}"} `+ok), "MANDATE1013", []string{"x.a"}},
-		{"example has an unknown field", rpc("A", `code: "x.a" examples: {input: "{\"idd\": \"1\"}"} `+ok), "MANDATE1013", []string{"x.a"}},
-		{"example is not JSON", rpc("A", `code: "x.a" examples: {input: "id=1"} `+ok), "MANDATE1013", []string{"x.a"}},
-		{"deadline too long", rpc("A", `code: "x.a" deadline: {seconds: 7200} `+ok), "MANDATE1014", []string{"x.a"}},
-		{"L0 with side effects", rpc("A", `code: "x.a" agent_hint: "h" risk: RISK_L0 side_effects: "email" permissions: "x.a"`), "MANDATE1015", []string{"x.a"}},
-	}
-	for _, tc := range cases {
+	for _, tc := range ruleCases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeFile(t, filepath.Join(dir, "fixture.proto"), fixtureHeader+tc.rpcs+"}\n")
 			set := compileProtos(t, dir, "fixture.proto")
 			out, err := compile.Compile(set, []string{"fixture.proto"})
+			// An error rule refuses the build; a warning rule lets it
+			// through and reports its findings with the output.
+			var findings []compile.Finding
 			var cerr *compile.Error
-			if !errors.As(err, &cerr) {
-				t.Fatalf("Compile() = %v, %v; want a refusal with %s", out != nil, err, tc.wantRule)
+			switch severity := ruleSeverity(t, tc.wantRule); {
+			case severity == compile.SeverityError && errors.As(err, &cerr):
+				findings = cerr.Findings
+			case severity == compile.SeverityWarning && err == nil:
+				findings = out.Warnings
+			default:
+				t.Fatalf("Compile() = %v, %v; want %s (%s)", out != nil, err, tc.wantRule, severity)
 			}
 			var got []string
-			for _, f := range cerr.Findings {
+			for _, f := range findings {
 				if f.Rule != tc.wantRule {
 					t.Errorf("unexpected finding %s", f)
 					continue
@@ -87,6 +110,9 @@ func TestRulesFire(t *testing.T) {
 				got = append(got, f.Code)
 				if !strings.Contains(f.String(), tc.wantRule) || f.Message == "" {
 					t.Errorf("finding %q does not name its rule and fix", f)
+				}
+				if f.Severity != ruleSeverity(t, tc.wantRule) {
+					t.Errorf("finding %q has severity %s, the table says %s", f, f.Severity, ruleSeverity(t, tc.wantRule))
 				}
 			}
 			if strings.Join(got, ",") != strings.Join(tc.wantCodes, ",") {
