@@ -12,9 +12,22 @@ import (
 	"github.com/mandate-dev/mandate/internal/callattr"
 	"github.com/mandate-dev/mandate/internal/contract"
 	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/manifestcheck"
 )
 
-// checkAttributes is request_check: every attribute a caller sent with the
+// checkRequest is request_check: the caller's manifest first (a relaying
+// service that holds other commands is refused before anything it sent is
+// read as this manifest means it), then its attributes.
+func (e *Executor) checkRequest(inv *invocation) *failure.Error {
+	if fe := manifestcheck.Check(inv.call.ManifestDigest, e.cfg.Manifest.Digest()); fe != nil {
+		// Not kept in the call: the refusal's message says it, checked.
+		inv.call.ManifestDigest = ""
+		return fe
+	}
+	return checkAttributes(inv)
+}
+
+// checkAttributes checks every attribute a caller sent with the
 // call is validated before anything else looks at it. A malformed value is
 // replaced by its marked rendering in the call, so that the refusal's own
 // audit row can hold it. The idempotency key is left to idempotency_check.

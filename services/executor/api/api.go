@@ -26,6 +26,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/manifestcheck"
 	"github.com/mandate-dev/mandate/internal/schema"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/executor"
@@ -142,6 +143,7 @@ func (s *Service) call(ctx context.Context, code string, input []byte) executor.
 		GrantID:        first(MetadataGrant),
 		ConversationID: first(MetadataConversation),
 		Tenant:         first(MetadataTenant),
+		ManifestDigest: first(manifestcheck.Header),
 	}
 	p, _ := identity.FromContext(ctx)
 	if p.Via == MCPBridgeService && !server.FromGateway(ctx) {
