@@ -9,6 +9,6 @@
 // other. NextID is an upsert on the counter row, which serialises id allocation per tenant and
 // rolls back with the transaction. ClaimKey is INSERT … ON CONFLICT DO NOTHING: a concurrent
 // claim of the same key waits on the first one's transaction and then sees its committed row.
-// Driver errors are classified by SQLSTATE (internal/storage/pg) into the helpdesk sentinels and
+// Driver errors are classified by SQLSTATE (never by message text) into the helpdesk sentinels and
 // never reach clients.
 package postgres

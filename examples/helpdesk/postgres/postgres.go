@@ -4,7 +4,6 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"time"
@@ -14,16 +13,22 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/mandate-dev/mandate/examples/helpdesk"
-	"github.com/mandate-dev/mandate/internal/storage/migrate"
-	"github.com/mandate-dev/mandate/internal/storage/pg"
 	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Migrations creates the helpdesk schema; migrator.Run (`mandate migrate`) applies it before New.
-var Migrations = migrate.Set{Service: "helpdesk", FS: mustSub(migrationFiles, "migrations")}
+// Migrations creates the helpdesk schema: the schema's name and its numbered SQL files
+// (NNNN_description.sql), applied in order before New. Its shape is that of Mandate's own
+// migration sets, so that `mandate migrate --sample` applies it with theirs; a backend of its
+// own applies such files with whatever migration tool it uses.
+var Migrations = struct {
+	// Service names the Postgres schema.
+	Service string
+	// FS holds the migration files at its root.
+	FS fs.FS
+}{Service: "helpdesk", FS: mustSub(migrationFiles, "migrations")}
 
 func mustSub(f fs.FS, dir string) fs.FS {
 	sub, err := fs.Sub(f, dir)
@@ -53,34 +58,9 @@ type querier interface {
 // InTx implements helpdesk.Store. The transaction is never retried: fn may have called the
 // payment gateway.
 func (s *Store) InTx(ctx context.Context, fn func(tx helpdesk.Tx) error) error {
-	return sentinel(pg.InTx(ctx, s.pool, func(t pgx.Tx) error {
+	return inTx(ctx, s.pool, func(t pgx.Tx) error {
 		return fn(&tx{reader: reader{t}, pgtx: t})
-	}))
-}
-
-// sentinel adds the helpdesk sentinel matching a classified database error (from begin or
-// commit); errors that already match one, and domain errors, are returned unchanged.
-func sentinel(err error) error {
-	switch {
-	case err == nil, errors.Is(err, helpdesk.ErrNotFound), errors.Is(err, helpdesk.ErrConflict), errors.Is(err, helpdesk.ErrUnavailable):
-		return err
-	case errors.Is(err, pg.ErrUnavailable):
-		return fmt.Errorf("%w: %w", helpdesk.ErrUnavailable, err)
-	case errors.Is(err, pg.ErrConflict):
-		return fmt.Errorf("%w: %w", helpdesk.ErrConflict, err)
-	case errors.Is(err, pg.ErrNotFound):
-		return fmt.Errorf("%w: %w", helpdesk.ErrNotFound, err)
-	}
-	return err
-}
-
-// wrap classifies a driver error by SQLSTATE and tags it with op; the message never carries
-// the driver's text.
-func wrap(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return sentinel(pg.Wrap("helpdesk: "+op, err))
+	})
 }
 
 // Reads outside a transaction run on the pool.
@@ -322,7 +302,7 @@ func (t *tx) InsertRefund(ctx context.Context, r helpdesk.Refund) error {
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 		r.Tenant, r.ID, r.TicketID, r.Amount.Currency, r.Amount.Minor, r.Reason, string(r.Status),
 		r.GatewayRef, r.RequestedBy, r.AgentID, r.InvocationID, r.IssuedAt)
-	if pg.Classify(err) == pg.KindForeignKeyViolation {
+	if isForeignKeyViolation(err) {
 		return fmt.Errorf("ticket %s: %w", r.TicketID, helpdesk.ErrNotFound)
 	}
 	return wrap("insert refund "+r.ID, err)
@@ -457,11 +437,11 @@ func (t *tx) CompleteKey(ctx context.Context, k helpdesk.IdempotencyKey, resultI
 
 func (t *tx) Receipt(ctx context.Context, invocationID string) (receipt.Receipt, bool, error) {
 	r, found, err := receipts.Get(ctx, t.pgtx, invocationID)
-	return r, found, sentinel(err)
+	return r, found, tag("receipt "+invocationID, err)
 }
 
 func (t *tx) RecordReceipt(ctx context.Context, r receipt.Receipt) error {
-	return sentinel(receipts.Record(ctx, t.pgtx, r))
+	return tag("record receipt "+r.InvocationID, receipts.Record(ctx, t.pgtx, r))
 }
 
 func nonNil[S ~[]E, E any](s S) S {
