@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/mandate-dev/mandate/internal/identity"
-	"github.com/mandate-dev/mandate/pkg/receipt"
+	"github.com/mandate-dev/mandate/pkg/backend"
 )
 
 // cmdErase is the code of the erasure command; idempotency keys are scoped by it.
@@ -31,13 +30,13 @@ type eraseInput struct {
 // ticket, succeeds with a receipt that counts zero tickets: the caller asked for the data to
 // be gone and it is, and a refusal would tell whoever asks whether an address was ever a
 // customer. With an idempotency key, repeating the same request returns the first receipt.
-func (d *desk) eraseCustomer(ctx context.Context, tx Tx, p identity.Principal, inv receipt.Invocation, in eraseInput) (Erasure, error) {
+func (d *desk) eraseCustomer(ctx context.Context, tx Tx, p backend.Caller, in eraseInput) (Erasure, error) {
 	in.CustomerEmail = strings.TrimSpace(in.CustomerEmail)
 	if in.CustomerEmail == "" || !strings.Contains(in.CustomerEmail, "@") {
 		return Erasure{}, invalidInput("/customer_email", "customer_email must be an email address")
 	}
 	in.CustomerEmail = strings.ToLower(in.CustomerEmail) // the same customer, the same digest
-	key := IdempotencyKey{Tenant: p.Tenant, UserID: p.UserID, Command: cmdErase, Key: inv.IdempotencyKey}
+	key := IdempotencyKey{Tenant: p.Tenant, UserID: p.UserID, Command: cmdErase, Key: p.IdempotencyKey}
 	if key.Key != "" {
 		prior, found, err := replay(ctx, tx, key, digestOf(in))
 		if err != nil {
@@ -53,7 +52,7 @@ func (d *desk) eraseCustomer(ctx context.Context, tx Tx, p identity.Principal, i
 	}
 	e := Erasure{
 		Tenant: p.Tenant, ID: fmt.Sprintf("CE-%d", n), Reason: in.Reason,
-		RequestedBy: p.UserID, AgentID: p.AgentID, InvocationID: inv.ID, ErasedAt: d.clock(),
+		RequestedBy: p.UserID, AgentID: p.AgentID, InvocationID: p.InvocationID, ErasedAt: d.clock(),
 	}
 	if e.TicketsErased, err = tx.EraseCustomer(ctx, p.Tenant, in.CustomerEmail, e.Tombstone()); err != nil {
 		return Erasure{}, err

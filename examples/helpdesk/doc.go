@@ -7,11 +7,12 @@
 // may act on whose report, and that an erased customer's email leaves every ticket of the tenant
 // (replaced by a tombstone naming the erasure, whose receipt never keeps the email).
 //
-// The backend serves only calls relayed by a Mandate service: the authenticated principal must
-// carry Via (a service token calling on behalf of the user, see internal/identity); a user or an
-// agent calling it directly is refused at scope_check with scope.not_via_executor. Refusals are
-// *failure.Error values whose stage and code the executor passes on unchanged; the codes are the
-// Code* constants of this package.
+// It is built on Mandate's exported packages only, as a backend outside Mandate's module is:
+// pkg/backend for who is calling and how to refuse, pkg/receipt for effect receipts. It serves
+// only calls relayed by a Mandate service (a service token calling on behalf of the user; a
+// pkg/backend Guard admits only those); a user or an agent calling it directly is refused at
+// scope_check with scope.not_via_executor. Refusals are *backend.Error values whose stage and
+// code the executor passes on unchanged; the codes are the Code* constants of this package.
 //
 // Every effectful command (refund, create, submit, recall and approve a report, erase a customer)
 // records an effect receipt (pkg/receipt) keyed by the invocation id in the same transaction as

@@ -3,31 +3,31 @@ package helpdesk
 import (
 	"google.golang.org/grpc/codes"
 
-	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/pkg/backend"
 )
 
 // Pipeline stages (DESIGN §5) the backend refuses at. The executor passes them on unchanged.
 const (
 	// StageScopeCheck refuses a caller who may not act on the record at all.
-	StageScopeCheck = "scope_check"
+	StageScopeCheck = backend.StageScopeCheck
 	// StageStateCheck refuses a record that is missing or in the wrong state.
-	StageStateCheck = "state_check"
+	StageStateCheck = backend.StageStateCheck
 	// StagePreInvariant refuses a request that would break a business invariant.
-	StagePreInvariant = "pre_invariant"
+	StagePreInvariant = backend.StagePreInvariant
 	// StageIdempotencyCheck refuses a misused idempotency key.
-	StageIdempotencyCheck = "idempotency_check"
+	StageIdempotencyCheck = backend.StageIdempotencyCheck
 	// StageSchemaValidate refuses input the schema cannot express as invalid (a page token).
-	StageSchemaValidate = "schema_validate"
+	StageSchemaValidate = backend.StageSchemaValidate
 	// StageDispatch is where a fault of the backend or of what it calls is reported.
-	StageDispatch = "dispatch"
+	StageDispatch = backend.StageDispatch
 )
 
 // Codes of the backend's own refusals, stable: clients and the audit trail key on them.
 // They are the sample's domain codes, not Mandate's: each refusal sets its gRPC code
 // (refuse), and Mandate passes it on unchanged. Where one of Mandate's codes fits, the
-// backend uses it: failure.CodeScopeDenied, CodeIdempotencyKeyReused,
-// CodeSchemaInvalidPageToken and CodeSchemaInvalid, and through pkg/receipt
-// CodeScopeNotViaExecutor, CodeIdempotencyInvalidKey and CodeReceiptFenced.
+// backend uses it: backend.CodeScopeDenied, CodeIdempotencyKeyReused,
+// CodeSchemaInvalidPageToken and CodeSchemaInvalid, and through pkg/backend and pkg/receipt
+// CodeScopeNotViaExecutor, CodeInvalidKey and CodeReceiptFenced.
 const (
 	// CodeNotFound: no such ticket or report in the caller's tenant (NotFound).
 	CodeNotFound = "state.not_found"
@@ -60,22 +60,22 @@ const (
 	CodeUnavailable = "helpdesk.unavailable"
 )
 
-// refuse returns a refusal with an explicit gRPC code: the backend's domain codes are not
-// in Mandate's table, so without one they would be failure.UnknownCode.
-func refuse(stage, code string, grpcCode codes.Code, msg string) *failure.Error {
-	e := failure.New(stage, code, msg)
+// refuse returns a refusal with an explicit gRPC code, so that each refusal says which it is
+// (NotFound, PermissionDenied, FailedPrecondition, …) where it is made.
+func refuse(stage, code string, grpcCode codes.Code, msg string) *backend.Error {
+	e := backend.Refuse(stage, code, msg)
 	e.Status = grpcCode
 	return e
 }
 
-func notFound(what, id string) *failure.Error {
+func notFound(what, id string) *backend.Error {
 	return refuse(StageStateCheck, CodeNotFound, codes.NotFound, what+" "+id+" does not exist")
 }
 
 // invalidInput refuses input the request validation should have caught already; the domain
 // checks again because it does not rely on being called through the gRPC server.
-func invalidInput(pointer, msg string) *failure.Error {
-	e := failure.New(StageSchemaValidate, failure.CodeSchemaInvalid, msg)
-	e.Violations = []failure.Violation{{Pointer: pointer, Rule: "helpdesk", Message: msg}}
+func invalidInput(pointer, msg string) *backend.Error {
+	e := backend.Refuse(StageSchemaValidate, backend.CodeSchemaInvalid, msg)
+	e.Violations = []backend.Violation{{Pointer: pointer, Rule: "helpdesk", Message: msg}}
 	return e
 }

@@ -9,9 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/mandate-dev/mandate/internal/failure"
-	"github.com/mandate-dev/mandate/internal/identity"
-	"github.com/mandate-dev/mandate/pkg/receipt"
+	"github.com/mandate-dev/mandate/pkg/backend"
 )
 
 // createReportInput is a new expense report. Its JSON encoding is the request digest of the
@@ -47,7 +45,7 @@ func (in createReportInput) check() error {
 
 // createReport creates a draft owned by the caller, in tx. With an idempotency key, repeating
 // the same request as the same user returns the report the first request created.
-func (d *desk) createReport(ctx context.Context, tx Tx, p identity.Principal, inv receipt.Invocation, in createReportInput) (ExpenseReport, error) {
+func (d *desk) createReport(ctx context.Context, tx Tx, p backend.Caller, in createReportInput) (ExpenseReport, error) {
 	if err := in.check(); err != nil {
 		return ExpenseReport{}, err
 	}
@@ -58,7 +56,7 @@ func (d *desk) createReport(ctx context.Context, tx Tx, p identity.Principal, in
 		}
 		return ExpenseReport{}, invalidInput("/lines", "the total of the lines is too large")
 	}
-	key := IdempotencyKey{Tenant: p.Tenant, UserID: p.UserID, Command: cmdCreateReport, Key: inv.IdempotencyKey}
+	key := IdempotencyKey{Tenant: p.Tenant, UserID: p.UserID, Command: cmdCreateReport, Key: p.IdempotencyKey}
 	if key.Key != "" {
 		prior, found, err := replay(ctx, tx, key, digestOf(in))
 		if err != nil {
@@ -90,7 +88,7 @@ func (d *desk) createReport(ctx context.Context, tx Tx, p identity.Principal, in
 
 // transition locks a report of the caller's tenant in tx, lets change check and modify it,
 // and stores the result.
-func (d *desk) transition(ctx context.Context, tx Tx, p identity.Principal, id string, change func(r *ExpenseReport) error) (ExpenseReport, error) {
+func (d *desk) transition(ctx context.Context, tx Tx, p backend.Caller, id string, change func(r *ExpenseReport) error) (ExpenseReport, error) {
 	r, err := tx.ReportForUpdate(ctx, p.Tenant, id)
 	if errors.Is(err, ErrNotFound) {
 		return ExpenseReport{}, notFound("expense report", id)
@@ -108,10 +106,10 @@ func (d *desk) transition(ctx context.Context, tx Tx, p identity.Principal, id s
 }
 
 // submitReport sends the owner's draft for approval.
-func (d *desk) submitReport(ctx context.Context, tx Tx, p identity.Principal, id, note string) (ExpenseReport, error) {
+func (d *desk) submitReport(ctx context.Context, tx Tx, p backend.Caller, id, note string) (ExpenseReport, error) {
 	return d.transition(ctx, tx, p, id, func(r *ExpenseReport) error {
 		if r.Owner != p.UserID {
-			return refuse(StageScopeCheck, failure.CodeScopeDenied, codes.PermissionDenied,
+			return refuse(StageScopeCheck, backend.CodeScopeDenied, codes.PermissionDenied,
 				"only the owner of expense report "+r.ID+" may submit it")
 		}
 		if r.State != ReportDraft {
@@ -124,10 +122,10 @@ func (d *desk) submitReport(ctx context.Context, tx Tx, p identity.Principal, id
 }
 
 // recallReport takes the owner's submitted report back to draft, before approval.
-func (d *desk) recallReport(ctx context.Context, tx Tx, p identity.Principal, id, reason string) (ExpenseReport, error) {
+func (d *desk) recallReport(ctx context.Context, tx Tx, p backend.Caller, id, reason string) (ExpenseReport, error) {
 	return d.transition(ctx, tx, p, id, func(r *ExpenseReport) error {
 		if r.Owner != p.UserID {
-			return refuse(StageScopeCheck, failure.CodeScopeDenied, codes.PermissionDenied,
+			return refuse(StageScopeCheck, backend.CodeScopeDenied, codes.PermissionDenied,
 				"only the owner of expense report "+r.ID+" may recall it")
 		}
 		switch r.State {
@@ -145,10 +143,10 @@ func (d *desk) recallReport(ctx context.Context, tx Tx, p identity.Principal, id
 }
 
 // approveReport approves a submitted report of the approver's org.
-func (d *desk) approveReport(ctx context.Context, tx Tx, p identity.Principal, id, comment string) (ExpenseReport, error) {
+func (d *desk) approveReport(ctx context.Context, tx Tx, p backend.Caller, id, comment string) (ExpenseReport, error) {
 	return d.transition(ctx, tx, p, id, func(r *ExpenseReport) error {
 		if r.OwnerOrg == "" || p.Org != r.OwnerOrg {
-			return refuse(StageScopeCheck, failure.CodeScopeDenied, codes.PermissionDenied,
+			return refuse(StageScopeCheck, backend.CodeScopeDenied, codes.PermissionDenied,
 				"expense report "+r.ID+" belongs to another organisation; only its own organisation approves it")
 		}
 		if p.UserID == r.Owner || p.UserID == r.SubmittedBy {

@@ -13,9 +13,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/mandate-dev/mandate/internal/failure"
-	"github.com/mandate-dev/mandate/internal/identity"
-	"github.com/mandate-dev/mandate/pkg/receipt"
+	"github.com/mandate-dev/mandate/pkg/backend"
 )
 
 // Search page sizes.
@@ -67,7 +65,7 @@ type pageToken struct {
 
 const pageTokenVersion = 1
 
-func (d *desk) searchTickets(ctx context.Context, p identity.Principal, in searchInput) ([]Ticket, string, error) {
+func (d *desk) searchTickets(ctx context.Context, p backend.Caller, in searchInput) ([]Ticket, string, error) {
 	f := normalizeFilter(in.Filter)
 	size := in.PageSize
 	if size <= 0 {
@@ -128,7 +126,7 @@ func encodePageToken(t pageToken) string {
 }
 
 func decodePageToken(s, search string) (TicketCursor, error) {
-	bad := refuse(StageSchemaValidate, failure.CodeSchemaInvalidPageToken, codes.InvalidArgument,
+	bad := refuse(StageSchemaValidate, backend.CodeSchemaInvalidPageToken, codes.InvalidArgument,
 		"page_token is not a token this search returned; start again without it")
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
@@ -141,7 +139,7 @@ func decodePageToken(s, search string) (TicketCursor, error) {
 	return TicketCursor{CreatedAt: time.UnixMicro(t.CreatedAt).UTC(), ID: t.ID}, nil
 }
 
-func (d *desk) getTicket(ctx context.Context, p identity.Principal, id string) (Ticket, error) {
+func (d *desk) getTicket(ctx context.Context, p backend.Caller, id string) (Ticket, error) {
 	t, err := d.store.Ticket(ctx, p.Tenant, id)
 	if errors.Is(err, ErrNotFound) {
 		return Ticket{}, notFound("ticket", id)
@@ -163,11 +161,11 @@ type refundInput struct {
 // issueRefund checks the ticket, has the gateway move the money and books it, in tx, which
 // holds the ticket's lock throughout: two concurrent refunds of one ticket are checked one after
 // the other, so together they never exceed what was paid.
-func (d *desk) issueRefund(ctx context.Context, tx Tx, p identity.Principal, inv receipt.Invocation, in refundInput) (Refund, error) {
+func (d *desk) issueRefund(ctx context.Context, tx Tx, p backend.Caller, in refundInput) (Refund, error) {
 	if in.Amount.Minor <= 0 || in.Amount.Currency == "" {
 		return Refund{}, invalidInput("/amount", "a refund must be a positive amount with a currency")
 	}
-	key := IdempotencyKey{Tenant: p.Tenant, UserID: p.UserID, Command: cmdRefund, Key: inv.IdempotencyKey}
+	key := IdempotencyKey{Tenant: p.Tenant, UserID: p.UserID, Command: cmdRefund, Key: p.IdempotencyKey}
 	if key.Key != "" {
 		prior, found, err := replay(ctx, tx, key, digestOf(in))
 		if err != nil {
@@ -194,7 +192,7 @@ func (d *desk) issueRefund(ctx context.Context, tx Tx, p identity.Principal, inv
 	r := Refund{
 		Tenant: p.Tenant, ID: fmt.Sprintf("RF-%d", n), TicketID: t.ID, Amount: in.Amount,
 		Reason: in.Reason, Status: RefundAccepted, RequestedBy: p.UserID, AgentID: p.AgentID,
-		InvocationID: inv.ID,
+		InvocationID: p.InvocationID,
 	}
 	// The gateway is called last, once everything that could refuse has been checked and
 	// while the ticket is locked, so a refusal never moves money. What remains is the commit
@@ -206,7 +204,7 @@ func (d *desk) issueRefund(ctx context.Context, tx Tx, p identity.Principal, inv
 		if ctx.Err() != nil {
 			return Refund{}, ctx.Err()
 		}
-		e := failure.Wrap(StageDispatch, CodeGatewayUnavailable, "the payment gateway did not accept the refund; nothing was refunded", err)
+		e := backend.Refuse(StageDispatch, CodeGatewayUnavailable, "the payment gateway did not accept the refund; nothing was refunded").WithCause(err)
 		e.Status, e.Retriable, e.Remedy = codes.Unavailable, true, "retry later"
 		return Refund{}, e
 	}
@@ -256,7 +254,7 @@ func replay(ctx context.Context, tx Tx, key IdempotencyKey, digest string) (prio
 		return "", false, err
 	}
 	if c.Digest != digest {
-		return "", false, refuse(StageIdempotencyCheck, failure.CodeIdempotencyKeyReused, codes.FailedPrecondition,
+		return "", false, refuse(StageIdempotencyCheck, backend.CodeIdempotencyKeyReused, codes.FailedPrecondition,
 			"this idempotency key was used with a different request; use a new key")
 	}
 	return c.ResultID, true, nil
