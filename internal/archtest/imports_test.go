@@ -79,3 +79,43 @@ func serviceOf(pkg string) string {
 	name, _, _ := strings.Cut(rest, "/")
 	return name
 }
+
+// TestExamplesImportNoInternalPackage: the sample backend is built as a backend outside this
+// module must be (DESIGN §10, "Mandate governs services it has never seen"), on the exported
+// packages alone (pkg/backend, pkg/receipt, the generated gen/...). No non-test file under
+// examples/ imports a package under internal/, which Go would refuse to another module. Tests
+// are exempt for now: they mint tokens and build servers and databases with Mandate's internal
+// helpers.
+func TestExamplesImportNoInternalPackage(t *testing.T) {
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports", module+"/examples/...")
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	packages := 0
+	for {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		packages++
+		for _, imp := range p.Imports {
+			if imp == module+"/internal" || strings.HasPrefix(imp, module+"/internal/") {
+				t.Errorf("%s imports %s: a backend is built on exported packages only (pkg/backend, pkg/receipt)", p.ImportPath, imp)
+			}
+		}
+	}
+	if packages == 0 {
+		t.Fatal("go list found no package under examples/")
+	}
+}
