@@ -185,7 +185,7 @@ func TestOAuthAppCannotApproveItself(t *testing.T) {
 	}
 	inv, _ := res.Meta["mandate.dev/invocation_id"].(string)
 	code, body := do(t, http.MethodGet, dev.base+"/v1/audit/invocations/"+inv, dev.tokens["olive"], "")
-	if code != http.StatusOK || !strings.Contains(jsonOf(body), `"assurance":"client_attested"`) {
+	if code != http.StatusOK || !strings.Contains(jsonOf(body), `"assurance":"client_attested"`) || !strings.Contains(jsonOf(body), `"trust_ceiling":"L3"`) {
 		t.Fatalf("the executed refund's rows: %d %s", code, jsonOf(body))
 	}
 	if n := executed(); n != 1 {

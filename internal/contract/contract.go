@@ -41,6 +41,14 @@ const (
 	ActorService = "service"
 )
 
+// Decision channels of an approval (Approval.channel): where a human said
+// yes or no. Each has its assurance below.
+const (
+	ChannelApprovalPage   = "approval_page"
+	ChannelMCPElicitation = "mcp_elicitation"
+	ChannelAPI            = "api"
+)
+
 // Assurances of an approval (Approval.assurance): how sure the trail is
 // that the approver, not someone holding their agent's credentials, decided.
 const (

@@ -24,6 +24,11 @@ func GenesisHash() []byte { return bytes.Clone(genesis) }
 // the same bytes as this one.
 const encodingVersion = "mandate.audit.record.v1\x00"
 
+// encodingVersion2 opens the encoding of a row whose approval records a trust ceiling: v1
+// with the ceiling after the approval's time. Rows without one keep v1, so every hash of
+// an earlier release still verifies.
+const encodingVersion2 = "mandate.audit.record.v2\x00"
+
 // ComputeHash returns SHA-256(prev || canonical encoding of r with seq). The encoding is
 // length-prefixed and fixed-order, so two different records can never encode alike; r must be
 // normalized ([Record.Normalize]) for the hash to match what a store computes.
@@ -74,7 +79,12 @@ func appendTime(b []byte, t time.Time) []byte {
 }
 
 func appendCanonical(b []byte, seq int64, r *Record) []byte {
-	b = append(b, encodingVersion...)
+	v2 := r.Approval != nil && r.Approval.TrustCeiling != ""
+	if v2 {
+		b = append(b, encodingVersion2...)
+	} else {
+		b = append(b, encodingVersion...)
+	}
 	b = appendStr(b, r.Tenant)
 	b = binary.BigEndian.AppendUint64(b, uint64(seq))
 	b = appendStr(b, r.InvocationID)
@@ -103,6 +113,9 @@ func appendCanonical(b []byte, seq int64, r *Record) []byte {
 		b = appendStr(b, a.Approver)
 		b = appendStr(b, a.Channel)
 		b = appendTime(b, a.DecidedAt)
+		if v2 {
+			b = appendStr(b, a.TrustCeiling)
+		}
 	} else {
 		b = appendBool(b, false)
 	}

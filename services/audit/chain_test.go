@@ -82,6 +82,10 @@ func TestHashCoversEveryField(t *testing.T) {
 			r.Approval.DecidedAt = time.Time{}
 			return audit.GenesisHash(), 1
 		}},
+		{"approval trust ceiling added", func(r *audit.Record) ([]byte, int64) {
+			r.Approval.TrustCeiling = "L2"
+			return audit.GenesisHash(), 1
+		}},
 		// Length prefixes keep field boundaries: moving a byte from one field to the next
 		// must change the encoding.
 		{"boundary shift", func(r *audit.Record) ([]byte, int64) {
@@ -348,4 +352,25 @@ func sha256Of(parts ...[]byte) []byte {
 		h.Write(p)
 	}
 	return h.Sum(nil)
+}
+
+// TestTrustCeilingKeepsV1Hashes: a row without a trust ceiling encodes as
+// the first release did (v1), so every stored hash still verifies; a row
+// with one is encoded v2, which no v1 row can collide with, and its
+// ceiling is covered.
+func TestTrustCeilingKeepsV1Hashes(t *testing.T) {
+	r := audit.Record{Tenant: "acme", InvocationID: "inv-1", Phase: audit.PhaseOutcome,
+		Approval: &audit.Approval{ChallengeID: "c", Approver: "carol", Channel: "mcp_elicitation"}}
+	if enc := audit.CanonicalEncoding(1, &r); !bytes.HasPrefix(enc, []byte("mandate.audit.record.v1\x00")) {
+		t.Fatalf("a row without a ceiling is not v1: %q", enc[:24])
+	}
+	r.Approval.TrustCeiling = "L3"
+	v2 := audit.CanonicalEncoding(1, &r)
+	if !bytes.HasPrefix(v2, []byte("mandate.audit.record.v2\x00")) {
+		t.Fatalf("a row with a ceiling is not v2: %q", v2[:24])
+	}
+	r.Approval.TrustCeiling = "L2"
+	if bytes.Equal(v2, audit.CanonicalEncoding(1, &r)) {
+		t.Fatal("the ceiling is not covered by the encoding")
+	}
 }

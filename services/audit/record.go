@@ -104,6 +104,9 @@ type Approval struct {
 	Channel string
 	// DecidedAt is when the approver decided; optional.
 	DecidedAt time.Time
+	// TrustCeiling is, for a client-attested approval, the tenant's trust
+	// ceiling ("L0" … "L4") when the call ran; empty otherwise.
+	TrustCeiling string
 }
 
 // Assurances of an approval: how sure the trail is that the approver, not
@@ -136,11 +139,11 @@ func (a Approval) MarshalJSON() ([]byte, error) {
 // every row states it without the chain hashing a second copy.
 func (a Approval) Assurance() string {
 	switch a.Channel {
-	case "approval_page":
+	case contract.ChannelApprovalPage:
 		return AssuranceSignedIn
-	case "mcp_elicitation":
+	case contract.ChannelMCPElicitation:
 		return AssuranceClientAttested
-	case "api":
+	case contract.ChannelAPI:
 		return AssuranceAPICredential
 	}
 	return AssuranceUnknown
@@ -404,6 +407,9 @@ func (r *Record) Validate() error {
 		}
 		if !a.DecidedAt.IsZero() && (a.DecidedAt.Before(minTime) || a.DecidedAt.After(maxTime)) {
 			return invalid("approval.decided_at", "is outside 1970..9999")
+		}
+		if c := a.TrustCeiling; c != "" && (len(c) != 2 || c[0] != 'L' || c[1] < '0' || c[1] > '4') {
+			return invalid("approval.trust_ceiling", "must be empty or one of L0 … L4")
 		}
 	}
 	return nil

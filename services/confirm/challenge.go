@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"regexp"
 	"time"
+
+	"github.com/mandate-dev/mandate/internal/contract"
 )
 
 // State is where a challenge is in its life. The strings are the names of
@@ -45,9 +47,9 @@ type ApproverPolicy struct {
 
 // Decision channels: where a human said yes or no.
 const (
-	ChannelApprovalPage   = "approval_page"
-	ChannelMCPElicitation = "mcp_elicitation"
-	ChannelAPI            = "api"
+	ChannelApprovalPage   = contract.ChannelApprovalPage
+	ChannelMCPElicitation = contract.ChannelMCPElicitation
+	ChannelAPI            = contract.ChannelAPI
 )
 
 // ValidChannel reports whether c is one of the decision channels.

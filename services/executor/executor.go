@@ -335,7 +335,10 @@ type invocation struct {
 	subject   string
 	idem      *IdemKey
 	approval  *mandatev1.Approval
-	start     time.Time
+	// trustCeiling is the tenant's trust ceiling, which a client-attested
+	// approval records.
+	trustCeiling string
+	start        time.Time
 	traceID   string
 	// ending is how the call ended, once a refusal, a fault or an outcome
 	// row says so.
@@ -389,6 +392,7 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	if !res.Active {
 		return nil, e.refuse(ctx, inv, StageAuthenticate, failure.CodeAuthorizationPrincipalInactive, "the principal is not active ("+res.Reason+")", "ask an administrator")
 	}
+	inv.trustCeiling = res.TrustCeiling
 
 	// request_check: the attributes the caller sent besides the arguments.
 	if fe := e.checkRequest(inv); fe != nil {
@@ -711,6 +715,9 @@ func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) e
 		return e.confirmFailure(ctx, inv, err)
 	}
 	inv.approval = &mandatev1.Approval{ChallengeId: g.GetChallengeId(), Approver: g.GetApprover(), Channel: g.GetChannel(), DecidedAt: g.GetDecidedAt()}
+	if g.GetChannel() == contract.ChannelMCPElicitation {
+		inv.approval.TrustCeiling = inv.trustCeiling
+	}
 	return nil
 }
 

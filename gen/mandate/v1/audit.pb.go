@@ -314,7 +314,12 @@ type Approval struct {
 	// credential), `client_attested` (the user's interactive MCP client
 	// answered a confirmation form), `api_credential` (the approver's own
 	// credential called the API) or `unknown`.
-	Assurance     string `protobuf:"bytes,5,opt,name=assurance,proto3" json:"assurance,omitempty"`
+	Assurance string `protobuf:"bytes,5,opt,name=assurance,proto3" json:"assurance,omitempty"`
+	// For a `client_attested` approval: the tenant's trust ceiling (`L0` …
+	// `L4`) when the approved call ran — the highest risk up to which an
+	// answer given in an app's own window counts as its user's decision.
+	// Empty for every other assurance.
+	TrustCeiling  string `protobuf:"bytes,6,opt,name=trust_ceiling,json=trustCeiling,proto3" json:"trust_ceiling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -380,6 +385,13 @@ func (x *Approval) GetDecidedAt() *timestamppb.Timestamp {
 func (x *Approval) GetAssurance() string {
 	if x != nil {
 		return x.Assurance
+	}
+	return ""
+}
+
+func (x *Approval) GetTrustCeiling() string {
+	if x != nil {
+		return x.TrustCeiling
 	}
 	return ""
 }
@@ -1384,14 +1396,15 @@ const file_mandate_v1_audit_proto_rawDesc = "" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit\x12)\n" +
 	"\x10unknown_outcomes\x18\x03 \x01(\bR\x0funknownOutcomes\"K\n" +
 	"\x16PendingIntentsResponse\x121\n" +
-	"\arecords\x18\x01 \x03(\v2\x17.mandate.v1.AuditRecordR\arecords\"\xbc\x01\n" +
+	"\arecords\x18\x01 \x03(\v2\x17.mandate.v1.AuditRecordR\arecords\"\xe1\x01\n" +
 	"\bApproval\x12!\n" +
 	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12\x1a\n" +
 	"\bapprover\x18\x02 \x01(\tR\bapprover\x12\x18\n" +
 	"\achannel\x18\x03 \x01(\tR\achannel\x129\n" +
 	"\n" +
 	"decided_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x1c\n" +
-	"\tassurance\x18\x05 \x01(\tR\tassurance\"\xf7\a\n" +
+	"\tassurance\x18\x05 \x01(\tR\tassurance\x12#\n" +
+	"\rtrust_ceiling\x18\x06 \x01(\tR\ftrustCeiling\"\xf7\a\n" +
 	"\vAuditRecord\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\tR\finvocationId\x12\x14\n" +
 	"\x05phase\x18\x02 \x01(\tR\x05phase\x12.\n" +

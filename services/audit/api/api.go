@@ -430,7 +430,7 @@ func fromProto(r *mandatev1.AuditRecord) (audit.Record, error) {
 		rec.Arguments = b
 	}
 	if ap := r.GetApproval(); ap != nil {
-		rec.Approval = &audit.Approval{ChallengeID: ap.GetChallengeId(), Approver: ap.GetApprover(), Channel: ap.GetChannel()}
+		rec.Approval = &audit.Approval{ChallengeID: ap.GetChallengeId(), Approver: ap.GetApprover(), Channel: ap.GetChannel(), TrustCeiling: ap.GetTrustCeiling()}
 		if ap.DecidedAt != nil {
 			rec.Approval.DecidedAt = ap.GetDecidedAt().AsTime()
 		}
@@ -461,7 +461,7 @@ func toProto(s *audit.Stored) *mandatev1.AuditRecord {
 		r.Duration = durationpb.New(s.Duration)
 	}
 	if a := s.Approval; a != nil {
-		r.Approval = &mandatev1.Approval{ChallengeId: a.ChallengeID, Approver: a.Approver, Channel: a.Channel, Assurance: a.Assurance()}
+		r.Approval = &mandatev1.Approval{ChallengeId: a.ChallengeID, Approver: a.Approver, Channel: a.Channel, Assurance: a.Assurance(), TrustCeiling: a.TrustCeiling}
 		if !a.DecidedAt.IsZero() {
 			r.Approval.DecidedAt = timestamppb.New(a.DecidedAt)
 		}

@@ -105,7 +105,7 @@ func Rec(tenant, inv string, phase audit.Phase) audit.Record {
 		r.Outcome = audit.OutcomeExecuted
 		r.ResultDigest = "sha256:res"
 		r.Duration = 1500 * time.Millisecond
-		r.Approval = &audit.Approval{ChallengeID: "ch-1", Approver: "alice", Channel: "elicitation", DecidedAt: Base.Add(-time.Second)}
+		r.Approval = &audit.Approval{ChallengeID: "ch-1", Approver: "alice", Channel: "mcp_elicitation", DecidedAt: Base.Add(-time.Second), TrustCeiling: "L3"}
 	}
 	return r
 }
@@ -246,6 +246,9 @@ func (s *suite) testValidation(t *testing.T) {
 		{"negative duration", func(r *audit.Record) { r.Duration = -1 }, "duration"},
 		{"time before 1970", func(r *audit.Record) { r.Time = time.Date(1969, 1, 1, 0, 0, 0, 0, time.UTC) }, "time"},
 		{"approval without approver", func(r *audit.Record) { r.Approval = &audit.Approval{ChallengeID: "c"} }, "approval"},
+		{"approval with a trust ceiling that is no risk", func(r *audit.Record) {
+			r.Approval = &audit.Approval{ChallengeID: "c", Approver: "a", Channel: "mcp_elicitation", TrustCeiling: "L9"}
+		}, "approval.trust_ceiling"},
 		{"outcome missing", func(r *audit.Record) { r.Phase, r.Outcome = audit.PhaseOutcome, "" }, "outcome"},
 		{"refused without code", func(r *audit.Record) {
 			r.Phase, r.Outcome, r.Stage = audit.PhaseOutcome, audit.OutcomeRefused, "permission_check"

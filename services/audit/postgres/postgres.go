@@ -170,6 +170,7 @@ var columns = []string{
 	"conversation_id", "mcp_session_id", "approval_challenge_id", "approver", "approval_channel",
 	"approval_decided_at", "outcome", "stage", "code", "message", "arguments", "arguments_digest",
 	"result_digest", "duration_ns", "trace_id", "manifest_digest", "prev_hash", "hash",
+	"approval_trust_ceiling",
 }
 
 var (
@@ -193,6 +194,7 @@ func scanRow(row pgx.CollectableRow) (audit.Stored, error) {
 		s                                    audit.Stored
 		phase, channel, risk, actor, outcome string
 		challenge, approver, approvalChannel *string
+		ceiling                              *string
 		decided                              *time.Time
 		args                                 []byte
 		duration                             int64
@@ -203,6 +205,7 @@ func scanRow(row pgx.CollectableRow) (audit.Stored, error) {
 		&s.ConversationID, &s.MCPSessionID, &challenge, &approver, &approvalChannel,
 		&decided, &outcome, &s.Stage, &s.Code, &s.Message, &args, &s.ArgumentsDigest,
 		&s.ResultDigest, &duration, &s.TraceID, &s.ManifestDigest, &s.PrevHash, &s.Hash,
+		&ceiling,
 	)
 	if err != nil {
 		return s, err
@@ -226,6 +229,9 @@ func scanRow(row pgx.CollectableRow) (audit.Stored, error) {
 		}
 		if decided != nil {
 			a.DecidedAt = decided.UTC()
+		}
+		if ceiling != nil {
+			a.TrustCeiling = *ceiling
 		}
 		s.Approval = a
 	}

@@ -48,6 +48,7 @@ var columnArrayTypes = []string{
 	"text[]", "text[]", "text[]", "text[]", "text[]",
 	"timestamptz[]", "text[]", "text[]", "text[]", "text[]", "text[]", "text[]",
 	"text[]", "bigint[]", "text[]", "text[]", "bytea[]", "bytea[]",
+	"text[]",
 }
 
 // queueInsert queues the INSERT of rows into audit.records; nothing when there are none. typed
@@ -59,7 +60,7 @@ func queueInsert(b *pgx.Batch, rows []*audit.Stored, typed bool) {
 	}
 	// The text columns share one backing array, as do the nullable ones:
 	// two allocations for a batch instead of one a column.
-	strs, ptrs := make([]string, 24*n), make([]*string, 4*n)
+	strs, ptrs := make([]string, 24*n), make([]*string, 5*n)
 	col := func(k int) []string { return strs[k*n : (k+1)*n : (k+1)*n] }
 	ptrCol := func(k int) []*string { return ptrs[k*n : (k+1)*n : (k+1)*n] }
 	var (
@@ -69,6 +70,7 @@ func queueInsert(b *pgx.Batch, rows []*audit.Stored, typed bool) {
 		argsDigest, resultDigest, traceID, manifestDigest       = col(19), col(20), col(21), col(22)
 		argsText                                                = col(23) // what args points at
 		challenge, approver, approvalChannel, args              = ptrCol(0), ptrCol(1), ptrCol(2), ptrCol(3)
+		ceiling                                                 = ptrCol(4)
 		seq, duration                                           = make([]int64, n), make([]int64, n)
 		at, decided                                             = make([]time.Time, n), make([]*time.Time, n)
 		idempotent, reversible                                  = make([]bool, n), make([]bool, n)
@@ -89,6 +91,9 @@ func queueInsert(b *pgx.Batch, rows []*audit.Stored, typed bool) {
 			if !a.DecidedAt.IsZero() {
 				decided[i] = &a.DecidedAt
 			}
+			if a.TrustCeiling != "" {
+				ceiling[i] = &a.TrustCeiling
+			}
 		}
 		outcome[i], stage[i], code[i], message[i] = string(r.Outcome), r.Stage, r.Code, r.Message
 		if len(r.Arguments) > 0 {
@@ -106,7 +111,7 @@ func queueInsert(b *pgx.Batch, rows []*audit.Stored, typed bool) {
 			idempotent, reversible, subject, user, actor, agent, model, modelVersion,
 			conversation, session, challenge, approver, approvalChannel,
 			decided, outcome, stage, code, message, args, argsDigest,
-			resultDigest, duration, traceID, manifestDigest, prevHash, hash)
+			resultDigest, duration, traceID, manifestDigest, prevHash, hash, ceiling)
 		return
 	}
 	// The same columns as arrays that pgx encodes without boxing each value (see arrays.go):
@@ -116,7 +121,7 @@ func queueInsert(b *pgx.Batch, rows []*audit.Stored, typed bool) {
 		subject, user, actor, agent, model, modelVersion        textArray
 		conversation, session, outcome, stage, code, message    textArray
 		argsDigest, resultDigest, traceID, manifestDigest       textArray
-		challenge, approver, approvalChannel, args              nullTextArray
+		challenge, approver, approvalChannel, args, ceiling     nullTextArray
 		seq, duration                                           int8Array
 		at                                                      timeArray
 		decided                                                 nullTimeArray
@@ -134,6 +139,7 @@ func queueInsert(b *pgx.Batch, rows []*audit.Stored, typed bool) {
 		manifestDigest: textArray{vals: manifestDigest},
 		challenge:      nullTextArray{vals: challenge}, approver: nullTextArray{vals: approver},
 		approvalChannel: nullTextArray{vals: approvalChannel}, args: nullTextArray{vals: args},
+		ceiling: nullTextArray{vals: ceiling},
 		seq: int8Array{vals: seq}, duration: int8Array{vals: duration},
 		at: timeArray{vals: at}, decided: nullTimeArray{vals: decided},
 		idempotent: boolArray{vals: idempotent}, reversible: boolArray{vals: reversible},
@@ -144,7 +150,7 @@ func queueInsert(b *pgx.Batch, rows []*audit.Stored, typed bool) {
 		&c.idempotent, &c.reversible, &c.subject, &c.user, &c.actor, &c.agent, &c.model, &c.modelVersion,
 		&c.conversation, &c.session, &c.challenge, &c.approver, &c.approvalChannel,
 		&c.decided, &c.outcome, &c.stage, &c.code, &c.message, &c.args, &c.argsDigest,
-		&c.resultDigest, &c.duration, &c.traceID, &c.manifestDigest, &c.prevHash, &c.hash)
+		&c.resultDigest, &c.duration, &c.traceID, &c.manifestDigest, &c.prevHash, &c.hash, &c.ceiling)
 }
 
 // textSize is how many bytes queueInsert's builder takes for rows: their arguments and their
