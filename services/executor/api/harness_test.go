@@ -95,6 +95,8 @@ type env struct {
 	writer  *audit.Writer
 	// pipeline is the executor itself.
 	pipeline *executor.Executor
+	// dir is the directory the executor resolves principals in.
+	dir directory.Store
 }
 
 func verifiers(t testing.TB, ctx context.Context) (*identity.Verifier, *identity.ServiceVerifier) {
@@ -320,7 +322,7 @@ func start(t testing.TB, st stores, opts ...func(*executor.Config)) *env {
 		cancel()
 	})
 	return &env{exec: esrv, conn: conn, gateway: gw, helpdesk: hstore, audit: b.auditStore, takeAuditAway: b.takeAuditAway,
-		confirm: confirmSvc, backend: backendConn, writer: writer, pipeline: exec}
+		confirm: confirmSvc, backend: backendConn, writer: writer, pipeline: exec, dir: b.dir}
 }
 
 func token(t testing.TB, tenant, user, agent string) string {
