@@ -10,7 +10,7 @@ import (
 
 	"github.com/mandate-dev/mandate/examples/helpdesk"
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
-	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/pkg/backend"
 )
 
 func erase(email string) *helpdeskv1.EraseCustomerRequest {
@@ -100,7 +100,7 @@ func TestEraseCustomerIdempotencyKey(t *testing.T) {
 			t.Errorf("retry with the same key = %v, want the first receipt %v", again, first)
 		}
 		_, err = e.exec.EraseCustomer(as(t, user("carol"), "erase-1"), erase("li.wei@example.com"))
-		checkRefusal(t, err, refusal{codes.FailedPrecondition, helpdesk.StageIdempotencyCheck, failure.CodeIdempotencyKeyReused})
+		checkRefusal(t, err, refusal{codes.FailedPrecondition, helpdesk.StageIdempotencyCheck, backend.CodeIdempotencyKeyReused})
 		if got := customerEmails(t, e, "acme", "T-1002"); got[0] != "li.wei@example.com" {
 			t.Errorf("a refused key erased li.wei: %v", got)
 		}
@@ -109,7 +109,7 @@ func TestEraseCustomerIdempotencyKey(t *testing.T) {
 
 func TestEraseCustomerRefusals(t *testing.T) {
 	e := start(t, memoryStore)
-	notVia := refusal{codes.PermissionDenied, helpdesk.StageScopeCheck, failure.CodeScopeNotViaExecutor}
+	notVia := refusal{codes.PermissionDenied, helpdesk.StageScopeCheck, backend.CodeScopeNotViaExecutor}
 	tests := []struct {
 		name string
 		call func() error

@@ -10,7 +10,7 @@ import (
 
 	"github.com/mandate-dev/mandate/examples/helpdesk"
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
-	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/pkg/backend"
 )
 
 const (
@@ -58,7 +58,7 @@ func TestExpenseReportCommands(t *testing.T) {
 			return c.CreateExpenseReport(ctx, req)
 		}
 	}
-	scopeDenied := &refusal{codes.PermissionDenied, helpdesk.StageScopeCheck, failure.CodeScopeDenied}
+	scopeDenied := &refusal{codes.PermissionDenied, helpdesk.StageScopeCheck, backend.CodeScopeDenied}
 	notDraft := &refusal{codes.FailedPrecondition, helpdesk.StageStateCheck, helpdesk.CodeNotDraft}
 	notSubmitted := &refusal{codes.FailedPrecondition, helpdesk.StageStateCheck, helpdesk.CodeNotSubmitted}
 	selfApproval := &refusal{codes.FailedPrecondition, helpdesk.StagePreInvariant, helpdesk.CodeSelfApproval}
@@ -223,7 +223,7 @@ func TestCreateExpenseReportIdempotent(t *testing.T) {
 
 		changed := createReq("Customer visit Lille", line("Train Paris-Lille", eur(5900), travel))
 		_, err = e.exec.CreateExpenseReport(as(t, user("alice"), "create-1"), changed)
-		checkRefusal(t, err, refusal{codes.FailedPrecondition, helpdesk.StageIdempotencyCheck, failure.CodeIdempotencyKeyReused})
+		checkRefusal(t, err, refusal{codes.FailedPrecondition, helpdesk.StageIdempotencyCheck, backend.CodeIdempotencyKeyReused})
 
 		bobs, err := e.exec.CreateExpenseReport(as(t, user("bob"), "create-1"), req)
 		mustOK(t, err)

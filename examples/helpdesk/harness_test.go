@@ -22,10 +22,10 @@ import (
 	"github.com/mandate-dev/mandate/examples/helpdesk/postgres"
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
+	"github.com/mandate-dev/mandate/pkg/backend"
 	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
@@ -320,8 +320,8 @@ func checkRefusal(t *testing.T, err error, want refusal) *mandatev1.CommandError
 	if info == nil || ce == nil {
 		t.Fatalf("status %v lacks ErrorInfo or CommandError details: %v", st.Code(), st.Details())
 	}
-	if info.GetReason() != want.err || info.GetDomain() != failure.Domain {
-		t.Errorf("ErrorInfo = %s/%s, want %s/%s", info.GetDomain(), info.GetReason(), failure.Domain, want.err)
+	if info.GetReason() != want.err || info.GetDomain() != backend.ErrorDomain {
+		t.Errorf("ErrorInfo = %s/%s, want %s/%s", info.GetDomain(), info.GetReason(), backend.ErrorDomain, want.err)
 	}
 	if ce.GetCode() != want.err || ce.GetStage() != want.stage {
 		t.Errorf("CommandError = %s/%s, want %s/%s (%s)", ce.GetStage(), ce.GetCode(), want.stage, want.err, ce.GetMessage())

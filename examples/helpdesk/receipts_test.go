@@ -13,8 +13,8 @@ import (
 	"github.com/mandate-dev/mandate/examples/helpdesk"
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/pkg/backend"
 	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
@@ -183,7 +183,7 @@ func TestFence(t *testing.T) {
 					t.Fatalf("receipt of an unknown invocation = %v, want NOT_EXECUTED", got)
 				}
 				_, err = c.call(redeliver(t, c.caller, id), e.exec)
-				ce := checkRefusal(t, err, refusal{codes.FailedPrecondition, helpdesk.StageIdempotencyCheck, failure.CodeReceiptFenced})
+				ce := checkRefusal(t, err, refusal{codes.FailedPrecondition, helpdesk.StageIdempotencyCheck, backend.CodeReceiptFenced})
 				if ce.GetRetriable() || ce.GetInvocationId() != id {
 					t.Errorf("refusal = %v, want not retriable, naming %s", ce, id)
 				}
@@ -207,7 +207,7 @@ func TestFence(t *testing.T) {
 func TestGetReceiptCallers(t *testing.T) {
 	forEachStore(t, func(t *testing.T, newStore func(*testing.T) helpdesk.Store) {
 		e := start(t, newStore, trusting("executor"))
-		notVia := refusal{codes.PermissionDenied, helpdesk.StageScopeCheck, failure.CodeScopeNotViaExecutor}
+		notVia := refusal{codes.PermissionDenied, helpdesk.StageScopeCheck, backend.CodeScopeNotViaExecutor}
 		req := &mandatev1.GetReceiptRequest{InvocationId: "inv-asked"}
 		tests := []struct {
 			name string
@@ -224,7 +224,7 @@ func TestGetReceiptCallers(t *testing.T) {
 			}, &notVia},
 			{"an untrusted service", func() error { return second(e.serviceReceipts("mcpbridge").GetReceipt(testCtx(t), req)) }, &notVia},
 			{"no token", func() error { return second(e.directReceipts.GetReceipt(testCtx(t), req)) },
-				&refusal{codes.Unauthenticated, identity.Stage, failure.CodeAuthenticationMissingCredentials}},
+				&refusal{codes.Unauthenticated, identity.Stage, backend.CodeAuthenticationMissingCredentials}},
 			{"no invocation id", func() error {
 				return second(e.receipts.GetReceipt(testCtx(t), &mandatev1.GetReceiptRequest{}))
 			}, &refusal{codes.InvalidArgument, "schema_validate", "schema.invalid"}},

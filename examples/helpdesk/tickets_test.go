@@ -16,8 +16,8 @@ import (
 	"github.com/mandate-dev/mandate/examples/helpdesk"
 	"github.com/mandate-dev/mandate/examples/helpdesk/memory"
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/pkg/backend"
 	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
@@ -35,7 +35,7 @@ func testTrust(t *testing.T, e *env, onlyExecutor bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	notVia := refusal{codes.PermissionDenied, helpdesk.StageScopeCheck, failure.CodeScopeNotViaExecutor}
+	notVia := refusal{codes.PermissionDenied, helpdesk.StageScopeCheck, backend.CodeScopeNotViaExecutor}
 	refund := &helpdeskv1.IssueRefundRequest{TicketId: "T-1001", Amount: eur(100), Reason: "Goodwill", CardholderReference: "CH4242424242"}
 	tests := []struct {
 		name string
@@ -71,11 +71,11 @@ func testTrust(t *testing.T, e *env, onlyExecutor bool) {
 			return err
 			// A service token alone authenticates (the executor asks for receipts with it),
 			// but a command is served only for the user a service relays.
-		}, &refusal{codes.Unauthenticated, identity.Stage, failure.CodeAuthenticationMissingCredentials}},
+		}, &refusal{codes.Unauthenticated, identity.Stage, backend.CodeAuthenticationMissingCredentials}},
 		{"no token", func() error {
 			_, err := e.direct.GetTicket(testCtx(t), &helpdeskv1.GetTicketRequest{TicketId: "T-1001"})
 			return err
-		}, &refusal{codes.Unauthenticated, identity.Stage, failure.CodeAuthenticationMissingCredentials}},
+		}, &refusal{codes.Unauthenticated, identity.Stage, backend.CodeAuthenticationMissingCredentials}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -137,7 +137,7 @@ func TestSearchTickets(t *testing.T) {
 			{"globex sees only its own", user("dave"), &helpdeskv1.SearchTicketsRequest{Query: "charged twice"}, []string{"T-2001"}, false, nil},
 			{"an agent sees its user's tenant", agent("support-bot", "alice"), &helpdeskv1.SearchTicketsRequest{Tags: []string{"billing"}}, []string{"T-1001", "T-1003"}, false, nil},
 			{"malformed page token", user("alice"), &helpdeskv1.SearchTicketsRequest{PageToken: "not-a-token"}, nil, false,
-				&refusal{codes.InvalidArgument, helpdesk.StageSchemaValidate, failure.CodeSchemaInvalidPageToken}},
+				&refusal{codes.InvalidArgument, helpdesk.StageSchemaValidate, backend.CodeSchemaInvalidPageToken}},
 			{"status outside the enum is refused by validation", user("alice"), &helpdeskv1.SearchTicketsRequest{Statuses: []helpdeskv1.TicketStatus{0}}, nil, false,
 				&refusal{codes.InvalidArgument, "schema_validate", "schema.invalid"}},
 		}
@@ -178,9 +178,9 @@ func TestSearchTickets(t *testing.T) {
 			resp, err := e.exec.SearchTickets(as(t, user("alice")), &helpdeskv1.SearchTicketsRequest{PageSize: new(int32(1))})
 			mustOK(t, err)
 			_, err = e.exec.SearchTickets(as(t, user("alice")), &helpdeskv1.SearchTicketsRequest{PageSize: new(int32(1)), Query: "charged", PageToken: resp.GetNextPageToken()})
-			checkRefusal(t, err, refusal{codes.InvalidArgument, helpdesk.StageSchemaValidate, failure.CodeSchemaInvalidPageToken})
+			checkRefusal(t, err, refusal{codes.InvalidArgument, helpdesk.StageSchemaValidate, backend.CodeSchemaInvalidPageToken})
 			_, err = e.exec.SearchTickets(as(t, user("dave")), &helpdeskv1.SearchTicketsRequest{PageSize: new(int32(1)), PageToken: resp.GetNextPageToken()})
-			checkRefusal(t, err, refusal{codes.InvalidArgument, helpdesk.StageSchemaValidate, failure.CodeSchemaInvalidPageToken})
+			checkRefusal(t, err, refusal{codes.InvalidArgument, helpdesk.StageSchemaValidate, backend.CodeSchemaInvalidPageToken})
 		})
 	})
 }
@@ -403,14 +403,14 @@ func TestRefundIdempotencyKey(t *testing.T) {
 			t.Errorf("retry with the same key: %s after %s, %d gateway refunds; want the same refund and 1", again.GetRefundId(), first.GetRefundId(), e.gw.Refunds())
 		}
 		_, err = e.exec.IssueRefund(as(t, user("carol"), "key-1"), req(2000))
-		checkRefusal(t, err, refusal{codes.FailedPrecondition, helpdesk.StageIdempotencyCheck, failure.CodeIdempotencyKeyReused})
+		checkRefusal(t, err, refusal{codes.FailedPrecondition, helpdesk.StageIdempotencyCheck, backend.CodeIdempotencyKeyReused})
 		other, err := e.exec.IssueRefund(as(t, user("carol"), "key-2"), req(1000))
 		mustOK(t, err)
 		if other.GetRefundId() == first.GetRefundId() || e.gw.Refunds() != 2 || e.gw.Moved()["EUR"] != 2000 {
 			t.Errorf("a new key: refund %s, gateway %d moving %v; want a second refund", other.GetRefundId(), e.gw.Refunds(), e.gw.Moved())
 		}
 		_, err = e.exec.IssueRefund(as(t, user("carol"), strings.Repeat("k", receipt.MaxIdempotencyKeyLen+1)), req(1000))
-		checkRefusal(t, err, refusal{codes.InvalidArgument, helpdesk.StageIdempotencyCheck, failure.CodeIdempotencyInvalidKey})
+		checkRefusal(t, err, refusal{codes.InvalidArgument, helpdesk.StageIdempotencyCheck, backend.CodeInvalidKey})
 		if e.gw.Refunds() != 2 {
 			t.Errorf("refused calls moved money: %d refunds", e.gw.Refunds())
 		}

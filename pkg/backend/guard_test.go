@@ -253,7 +253,7 @@ func refusalOf(t *testing.T, err error) (codes.Code, string, string) {
 	if info == nil || ce == nil {
 		t.Fatalf("status %v (%s) lacks ErrorInfo or CommandError: %v", st.Code(), st.Message(), st.Details())
 	}
-	if info.GetReason() != ce.GetCode() || info.GetMetadata()["stage"] != ce.GetStage() || info.GetDomain() != "mandate.dev" {
+	if info.GetReason() != ce.GetCode() || info.GetMetadata()["stage"] != ce.GetStage() || info.GetDomain() != backend.ErrorDomain {
 		t.Errorf("ErrorInfo %s/%s/%v disagrees with CommandError %s/%s", info.GetDomain(), info.GetReason(), info.GetMetadata(), ce.GetStage(), ce.GetCode())
 	}
 	return st.Code(), ce.GetStage(), ce.GetCode()

@@ -72,6 +72,10 @@ const (
 	CodeInternalError = failure.CodeInternalError
 )
 
+// ErrorDomain is the google.rpc.ErrorInfo domain of every refusal the executor and this
+// package send; a reason (code) is unique within it.
+const ErrorDomain = failure.Domain
+
 // Violation is one broken input rule of a CodeSchemaInvalid refusal.
 type Violation struct {
 	// Pointer is the JSON pointer of the offending field, e.g. "/amount/currencyCode".
