@@ -76,7 +76,7 @@ export MANDATE_DATABASE_URL="$DATABASE/$db?sslmode=disable"
 export MANDATE_DEV_SECRET=idle-rss-dev-secret-0123456789abcdef0123456789
 export MANDATE_SERVICE_SECRET=idle-rss-service-secret-0123456789abcdef01234
 export MANDATE_LOG_LEVEL=warn
-"$work/mandate" migrate >/dev/null
+"$work/mandate" migrate --sample >/dev/null
 "$work/mandate" policy apply -f examples/policy/demo.yaml >/dev/null
 
 # Service i listens on gRPC PORT_BASE+10i+1 and HTTP PORT_BASE+10i+2.
@@ -126,8 +126,14 @@ measure() {
     i=$(index_of "$s")
     bin=("$(binary_of "$set" "$s")")
     if [ "$set" = all-in-one ]; then bin+=("$s"); fi
+    # The services load no manifest unless named: the sample, by name. A
+    # baseline built before --manifest=sample existed fell back to it.
+    local manifest=()
+    if [ "$set" != baseline ]; then
+      case $s in catalog | confirm | executor | mcpbridge) manifest=(--manifest=sample) ;; esac
+    fi
     # shellcheck disable=SC2046 # args_of prints words
-    "${bin[@]}" $(args_of "$s") >"$work/$set-$s.log" 2>&1 &
+    "${bin[@]}" $(args_of "$s") "${manifest[@]}" >"$work/$set-$s.log" 2>&1 &
     pid=$!
     pids+=("$pid")
     started[$s]=$pid

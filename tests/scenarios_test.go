@@ -122,6 +122,8 @@ func newTopology(t *testing.T, opts topologyOptions) *topology {
 		"MANDATE_DEV_SECRET="+devSecret,
 		"MANDATE_SERVICE_SECRET="+serviceSecret,
 		"MANDATE_LOG_LEVEL=debug",
+		// No service falls back to the sample: it is asked for by name.
+		"MANDATE_MANIFEST=sample",
 	)
 	tp.env = append(tp.env, opts.env...)
 	t.Cleanup(tp.stop)
@@ -132,7 +134,7 @@ func newTopology(t *testing.T, opts topologyOptions) *topology {
 		})
 	})
 
-	tp.run("migrate")
+	tp.run("migrate", "--sample")
 	tp.run("policy", "apply", "-f", filepath.Join(root, "examples", "policy", "demo.yaml"))
 	if opts.noServices {
 		return tp

@@ -178,8 +178,8 @@ func TestServicesAsProcesses(t *testing.T) {
 	root, _ := filepath.Abs("..")
 	bin := mandateBinary(t, root)
 	s := &stack{t: t, bin: bin, logDir: t.TempDir(), http: map[string]string{}, env: append(os.Environ(),
-		"MANDATE_DATABASE_URL="+url, "MANDATE_DEV_SECRET="+devSecret, "MANDATE_SERVICE_SECRET="+serviceSecret)}
-	s.run("migrate")
+		"MANDATE_DATABASE_URL="+url, "MANDATE_DEV_SECRET="+devSecret, "MANDATE_SERVICE_SECRET="+serviceSecret, "MANDATE_MANIFEST=sample")}
+	s.run("migrate", "--sample")
 	s.run("policy", "apply", "-f", filepath.Join(root, "examples", "policy", "demo.yaml"))
 
 	s.start("audit")

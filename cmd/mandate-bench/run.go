@@ -362,8 +362,10 @@ func database(ctx context.Context, cfg config, f *fleet) (benchDB, string, error
 		return benchDB{}, "", err
 	}
 	f.after = append(f.after, drop) // once the services have stopped
-	f.env = append(f.env, "MANDATE_DATABASE_URL="+d.url, "MANDATE_DEV_SECRET="+topoDevSecret, "MANDATE_SERVICE_SECRET="+topoServiceSecret)
-	if err := f.once(ctx, "migrate"); err != nil {
+	// The services refuse to start without a manifest: the sample, by name.
+	f.env = append(f.env, "MANDATE_DATABASE_URL="+d.url, "MANDATE_DEV_SECRET="+topoDevSecret, "MANDATE_SERVICE_SECRET="+topoServiceSecret,
+		"MANDATE_MANIFEST=sample")
+	if err := f.once(ctx, "migrate", "--sample"); err != nil {
 		return benchDB{}, "", err
 	}
 	policyFile := filepath.Join(f.dir, "demo.yaml")

@@ -40,16 +40,17 @@ var commands = map[string]command{
 	"token":       {"mint a development token signed with the dev secret", runToken},
 	"migrate":     {"apply every service's database migrations (idempotent, safe to run concurrently)", runMigrate},
 	"policy":      {"manage the policy directory: `mandate policy apply -f FILE`", runPolicy},
+	"proto":       {"write the .proto files your service's build imports: `mandate proto export DIR`", runProto},
 	"audit":       {"run the audit service; `mandate audit query|verify` read the trail", runAudit},
 	"catalog":     {"run the catalog: tool lists per principal, manifest reads, ops.review", catalogcmd.Run},
 	"confirm":     {"run the confirm service and its approval pages", confirmcmd.Run},
-	"dev":         {"run the whole suite in one process on in-memory stores, with the helpdesk sample", runDev},
+	"dev":         {"run the whole suite in one process on in-memory stores: the helpdesk sample, or --manifest with its --backend and --policy", runDev},
 	"events":      {"follow domain events on NATS JetStream: `mandate events tail --tenant T`", runEvents},
 	"executor":    {"run the executor: the governed pipeline and proxy in front of the backends", executorcmd.Run},
 	"helpdesk":    {"run the helpdesk sample backend (serves only calls relayed by the executor)", helpdeskcmd.Run},
 	"mcpbridge":   {"run the MCP bridge (Streamable HTTP) over the catalog, executor and confirm services", mcpbridgecmd.Run},
 	"healthcheck": {"probe a service's /healthz or gRPC health; exit 0 only when serving (container health checks)", runHealthcheck},
-	"version":     {"print the module version, VCS commit, Go version and embedded manifest digest (--json)", runVersion},
+	"version":     {"print the module version, VCS commit, Go version and the digest of the manifest --manifest selects (--json)", runVersion},
 }
 
 // Run runs the subcommand named by args[0] and returns the exit code.
@@ -67,6 +68,7 @@ func Run(ctx context.Context, args []string, io IO) int {
 		usage(io.Stderr)
 		return 2
 	}
+	clicore.WarnUnknownVariables(io)
 	return clicore.ExitCode("mandate "+args[0], cmd.run(ctx, args[1:], io), io.Stderr)
 }
 

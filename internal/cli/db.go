@@ -19,17 +19,26 @@ import (
 )
 
 // migrationSets lists every service's migrations, in the order
-// `mandate migrate` applies them.
-func migrationSets() []migrate.Set {
-	return []migrate.Set{dirpg.Migrations, auditpg.Migrations, confirmpg.Migrations, execpg.Migrations, helppg.Migrations}
+// `mandate migrate` applies them, and the helpdesk sample's schema when
+// sample is asked for (--sample).
+func migrationSets(sample bool) []migrate.Set {
+	sets := []migrate.Set{dirpg.Migrations, auditpg.Migrations, confirmpg.Migrations, execpg.Migrations}
+	if sample {
+		sets = append(sets, helppg.Migrations)
+	}
+	return sets
 }
 
 // runMigrate applies every service's migrations.
 func runMigrate(ctx context.Context, args []string, io IO) error {
-	var url config.Secret
+	var (
+		url    config.Secret
+		sample bool
+	)
 	s := config.New("migrate", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
 	clicore.DatabaseFlag(s, &url)
+	s.Bool(&sample, "sample", false, "also create the schema of the helpdesk sample backend, which mandate helpdesk --store=postgres needs")
 	if err := s.Parse(args); err != nil {
 		return err
 	}
@@ -38,7 +47,7 @@ func runMigrate(ctx context.Context, args []string, io IO) error {
 		return err
 	}
 	defer pool.Close()
-	sets := migrationSets()
+	sets := migrationSets(sample)
 	if err := migrator.Run(ctx, pool, sets...); err != nil {
 		return err
 	}

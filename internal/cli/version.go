@@ -7,8 +7,8 @@ import (
 	"runtime"
 	"runtime/debug"
 
+	"github.com/mandate-dev/mandate/internal/cli/clicore"
 	"github.com/mandate-dev/mandate/internal/config"
-	"github.com/mandate-dev/mandate/internal/manifest"
 )
 
 // versionInfo is what `mandate version` reports: enough to tell which
@@ -25,8 +25,13 @@ type versionInfo struct {
 	Modified string `json:"modified"`
 	// Go is the toolchain that built the binary.
 	Go string `json:"go"`
-	// ManifestDigest is the digest of the embedded manifest (the commands
-	// this binary serves in `mandate dev`).
+	// Manifest says which manifest the digest is of: "sample" (the
+	// embedded helpdesk sample, which only `mandate dev` loads unasked) or
+	// the --manifest file.
+	Manifest string `json:"manifest"`
+	// ManifestDigest is the digest of that manifest: the one the services
+	// would load with the same --manifest and --descriptors (or
+	// MANDATE_MANIFEST and MANDATE_DESCRIPTORS).
 	ManifestDigest string `json:"manifest_digest"`
 }
 
@@ -59,30 +64,39 @@ func readVersion(bi *debug.BuildInfo, ok bool, digest string) versionInfo {
 }
 
 // runVersion prints the module version, VCS commit, Go version and the
-// embedded manifest's digest, one `key: value` per line or as JSON.
+// digest of the manifest --manifest selects (the embedded sample without
+// one), one `key: value` per line or as JSON.
 func runVersion(_ context.Context, args []string, io IO) error {
-	var asJSON bool
+	var (
+		asJSON bool
+		mf     clicore.ManifestFlags
+	)
 	s := config.New("version", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
 	s.Bool(&asJSON, "json", false, "print one JSON object instead of key: value lines")
+	mf.DeclareOptional(s)
 	if err := s.Parse(args); err != nil {
 		return err
 	}
 	if s.FlagSet().NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", s.FlagSet().Arg(0))
 	}
-	set, err := manifest.Embedded()
+	set, err := mf.Load()
 	if err != nil {
 		return err
 	}
 	bi, ok := debug.ReadBuildInfo()
 	v := readVersion(bi, ok, set.Digest())
+	v.Manifest = clicore.SampleManifest
+	if mf.Given() {
+		v.Manifest = mf.Path()
+	}
 	if asJSON {
 		enc := json.NewEncoder(io.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	}
-	_, err = fmt.Fprintf(io.Stdout, "version: %s\ncommit: %s\nmodified: %s\ngo: %s\nmanifest_digest: %s\n",
-		v.Version, v.Commit, v.Modified, v.Go, v.ManifestDigest)
+	_, err = fmt.Fprintf(io.Stdout, "version: %s\ncommit: %s\nmodified: %s\ngo: %s\nmanifest: %s\nmanifest_digest: %s\n",
+		v.Version, v.Commit, v.Modified, v.Go, v.Manifest, v.ManifestDigest)
 	return err
 }

@@ -45,7 +45,7 @@ func TestVersionCommand(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	keys := []string{"version", "commit", "modified", "go", "manifest_digest"}
+	keys := []string{"version", "commit", "modified", "go", "manifest", "manifest_digest"}
 	if len(lines) != len(keys) {
 		t.Fatalf("%d lines, want %d: %q", len(lines), len(keys), out)
 	}

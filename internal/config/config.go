@@ -74,6 +74,7 @@ func EnvName(flagName string) string {
 
 func (s *Set) usage(name, help string) string {
 	s.envNames[name] = EnvName(name)
+	declared.Store(EnvName(name), true)
 	return help + " (env " + EnvName(name) + ")"
 }
 

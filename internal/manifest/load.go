@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -214,3 +215,21 @@ func (s *Set) Files() *protoregistry.Files { return s.files }
 // Types returns dynamic types for every message, enum and extension of the
 // set.
 func (s *Set) Types() *protoregistry.Types { return s.types }
+
+// sampleDigest is the digest of the embedded sample manifest.
+var sampleDigest = sync.OnceValue(func() string {
+	var m struct {
+		Digest string `json:"digest"`
+	}
+	_ = json.Unmarshal(genmanifest.Manifest, &m)
+	return m.Digest
+})
+
+// SampleDigest returns the digest of the embedded helpdesk sample
+// manifest.
+func SampleDigest() string { return sampleDigest() }
+
+// IsSample reports whether s is the helpdesk sample manifest (embedded, or
+// the same files loaded from disk): the sample's own extras (its REST
+// routes, its schema) go only with it.
+func (s *Set) IsSample() bool { return s.Digest() == sampleDigest() }

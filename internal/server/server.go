@@ -58,6 +58,10 @@ type Config struct {
 	// GRPCOptions are added to the gRPC server (e.g. an unknown-service
 	// handler).
 	GRPCOptions []grpc.ServerOption
+	// ManifestDigest is the digest of the manifest the service runs,
+	// reported by /healthz so that an operator (and a test) sees which
+	// commands each service holds; empty for a service without one.
+	ManifestDigest string
 	// Metrics, when set, is served as GET /metrics without a token, for
 	// Prometheus to scrape (telemetry.Installed.Metrics); nil leaves
 	// /metrics a 404 like any unknown route.
@@ -275,7 +279,15 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"status":"NOT_SERVING"}`))
 		return
 	}
-	_, _ = w.Write([]byte(`{"status":"SERVING"}`))
+	if s.cfg.ManifestDigest == "" {
+		_, _ = w.Write([]byte(`{"status":"SERVING"}`))
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Status         string `json:"status"`
+		ManifestDigest string `json:"manifest_digest"`
+	}{"SERVING", s.cfg.ManifestDigest})
+	_, _ = w.Write(b)
 }
 
 func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {

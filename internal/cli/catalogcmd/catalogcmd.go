@@ -8,11 +8,13 @@ import (
 	"context"
 	"log/slog"
 
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/cli/clicore"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/manifestcheck"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/catalog"
 	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
@@ -29,7 +31,12 @@ type Deps struct {
 
 // Service is the catalog's API: tool lists, manifest reads, change
 // streams, and the ops.review command the executor relays.
-type Service struct{ api *catalogapi.Service }
+type Service struct {
+	api *catalogapi.Service
+	// digest is the manifest's: a Mandate service declaring another is
+	// refused (manifestcheck.Guard).
+	digest string
+}
 
 // Build builds the catalog; it is closed with cl.
 func Build(d Deps, cl *clicore.Closers) (*Service, error) {
@@ -39,7 +46,7 @@ func Build(d Deps, cl *clicore.Closers) (*Service, error) {
 		return nil, err
 	}
 	cl.Add(cat.Close)
-	return &Service{api: catalogapi.New(cat, d.Logger)}, nil
+	return &Service{api: catalogapi.New(cat, d.Logger), digest: d.Manifest.Digest()}, nil
 }
 
 // Register serves the CatalogService and its REST routes on srv.
@@ -50,8 +57,12 @@ func (c *Service) Register(srv *server.Server) {
 
 // RegisterAPI serves the CatalogService alone on srv, without REST routes:
 // `mandate dev` serves it on its backend server too, where the executor
-// dispatches ops.review like any backend command.
-func (c *Service) RegisterAPI(srv *server.Server) { c.api.Register(srv) }
+// dispatches ops.review like any backend command. A caller (the bridge,
+// the executor relaying ops.review) that declares another manifest is
+// refused with manifest.mismatch before any method runs.
+func (c *Service) RegisterAPI(srv *server.Server) {
+	srv.RegisterService(manifestcheck.Guard(&mandatev1.CatalogService_ServiceDesc, c.digest), c.api)
+}
 
 // Run runs the catalog: per-principal tool lists, manifest reads, change
 // streams, and the ops.review command (relayed by the executor).
@@ -93,5 +104,5 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if err != nil {
 		return err
 	}
-	return f.Serve(ctx, server.Config{Name: "mandate.v1.CatalogService", Auth: auth, Logger: log, Metrics: metrics}, svc.Register, nil)
+	return f.Serve(ctx, server.Config{Name: "mandate.v1.CatalogService", Auth: auth, Logger: log, Metrics: metrics, ManifestDigest: set.Digest()}, svc.Register, nil)
 }

@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/mandate-dev/mandate/internal/config"
 )
 
 // IO is what a command reads and writes.
@@ -24,6 +26,18 @@ type IO struct {
 	Stderr io.Writer
 	// Env looks up environment variables (os.LookupEnv in production).
 	Env func(string) (string, bool)
+	// Environ lists the environment (os.Environ in production), for the
+	// warning about MANDATE_* variables no command reads; nil: no check.
+	Environ func() []string
+}
+
+// WarnUnknownVariables warns on io.Stderr about every MANDATE_* variable of
+// the environment that no Mandate command reads (config.WarnUnknown): a
+// misspelt setting is reported, never ignored silently.
+func WarnUnknownVariables(io IO) {
+	if io.Environ != nil {
+		config.WarnUnknown(io.Stderr, io.Environ())
+	}
 }
 
 // RunFunc runs a command with its arguments (the command's name removed).
@@ -59,5 +73,7 @@ func ExitCode(name string, err error, stderr io.Writer) int {
 func Main(name string, run RunFunc) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return ExitCode(name, run(ctx, os.Args[1:], IO{Stdout: os.Stdout, Stderr: os.Stderr, Env: os.LookupEnv}), os.Stderr)
+	std := IO{Stdout: os.Stdout, Stderr: os.Stderr, Env: os.LookupEnv, Environ: os.Environ}
+	WarnUnknownVariables(std)
+	return ExitCode(name, run(ctx, os.Args[1:], std), os.Stderr)
 }

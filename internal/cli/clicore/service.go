@@ -18,6 +18,7 @@ import (
 	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
 	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/manifestcheck"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/internal/telemetry"
 )
@@ -205,22 +206,29 @@ func DirectoryStore(pool *pgxpool.Pool, log *slog.Logger, cl *Closers) directory
 
 // ServiceDialer returns how a service dials the other Mandate services: as
 // service `name` (a service token, with the caller's token relayed), with
-// the trace context on every call. Connections are closed with cl.
-func (f *ServiceFlags) ServiceDialer(name string, cl *Closers) (func(addr string) (*grpc.ClientConn, error), error) {
+// the trace context and the digest of the service's manifest on every
+// call (manifestcheck: a service running another manifest refuses).
+// Connections are closed with cl.
+func (f *ServiceFlags) ServiceDialer(name, manifestDigest string, cl *Closers) (func(addr string) (*grpc.ClientConn, error), error) {
 	src, err := identity.NewServiceTokenSource([]byte(f.ServiceSecret.Reveal()), f.Issuers[0], f.Audience[0], name, time.Hour)
 	if err != nil {
 		return nil, err
 	}
+	return Dialer(src, manifestDigest, cl), nil
+}
+
+// Dialer is ServiceDialer with the service's token source given.
+func Dialer(src identity.TokenSource, manifestDigest string, cl *Closers) func(addr string) (*grpc.ClientConn, error) {
 	return func(addr string) (*grpc.ClientConn, error) {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), telemetry.GRPCClientOption(),
-			grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)),
-			grpc.WithStreamInterceptor(identity.StreamClientInterceptor(src)))
+			grpc.WithChainUnaryInterceptor(identity.UnaryClientInterceptor(src), manifestcheck.UnaryClientInterceptor(manifestDigest)),
+			grpc.WithChainStreamInterceptor(identity.StreamClientInterceptor(src), manifestcheck.StreamClientInterceptor(manifestDigest)))
 		if err != nil {
 			return nil, fmt.Errorf("dialing %s: %w", addr, err)
 		}
 		cl.Add(func() { _ = conn.Close() })
 		return conn, nil
-	}, nil
+	}
 }
 
 // Serve runs a service command's server until ctx ends: a server as cfg

@@ -137,5 +137,5 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if err != nil {
 		return err
 	}
-	return f.Serve(ctx, server.Config{Name: "mandate.v1.ConfirmService", Auth: auth, Logger: log, Metrics: metrics}, svc.Register, nil)
+	return f.Serve(ctx, server.Config{Name: "mandate.v1.ConfirmService", Auth: auth, Logger: log, Metrics: metrics, ManifestDigest: set.Digest()}, svc.Register, nil)
 }

@@ -63,6 +63,9 @@ type Service struct {
 	api    *execapi.Service
 	exec   *executor.Executor
 	events []func(context.Context) error
+	// sample: the manifest is the helpdesk sample, whose REST routes
+	// (google.api.http) the executor serves.
+	sample bool
 }
 
 // Build builds the executor; what it opens is closed with cl.
@@ -92,7 +95,7 @@ func Build(d Deps, cl *clicore.Closers) (*Service, error) {
 	// Closed once the servers have stopped (Start), and here should the
 	// process fail before it runs; Close is idempotent.
 	cl.Add(exec.Close)
-	return &Service{api: execapi.New(exec, d.Manifest), exec: exec, events: events}, nil
+	return &Service{api: execapi.New(exec, d.Manifest), exec: exec, events: events, sample: d.Manifest.IsSample()}, nil
 }
 
 // ServerOptions are the options of the server the executor is registered
@@ -100,15 +103,20 @@ func Build(d Deps, cl *clicore.Closers) (*Service, error) {
 func (e *Service) ServerOptions() []grpc.ServerOption { return e.api.ServerOptions() }
 
 // Register serves the ExecutorService, the governed proxy and their REST
-// routes on srv, which must be built with ServerOptions.
+// routes on srv, which must be built with ServerOptions. The helpdesk
+// sample's own REST routes (/v1/tickets…) are served only with the sample
+// manifest: another deployment's commands are reached at
+// /v1/commands/{code}:execute.
 func (e *Service) Register(srv *server.Server) {
 	e.api.Register(srv)
 	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 		if err := mandatev1.RegisterExecutorServiceHandler(ctx, mux, conn); err != nil {
 			return err
 		}
-		// The sample's own REST routes (google.api.http) go through the
-		// governed proxy like every other call.
+		if !e.sample {
+			return nil
+		}
+		// They go through the governed proxy like every other call.
 		return helpdeskv1.RegisterHelpdeskServiceHandler(ctx, mux, conn)
 	})
 }
@@ -121,8 +129,19 @@ func (e *Service) Start(p *clicore.Group) {
 	p.OnStopped(e.exec.Close)
 }
 
-// parseBackends reads "pkg.Service=host:port,…".
-func parseBackends(list []string) (map[string]string, error) {
+// CheckBackends refuses a backend map that names no address for the
+// service of a published command.
+func CheckBackends(set *manifest.Set, backends map[string]string) error {
+	for _, c := range set.Commands() {
+		if _, ok := backends[c.RPC.Service]; !ok && c.Published() {
+			return errors.New("--backend names no address for " + c.RPC.Service + ", which serves " + c.Code)
+		}
+	}
+	return nil
+}
+
+// ParseBackends reads "pkg.Service=host:port,…".
+func ParseBackends(list []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, item := range list {
 		svc, addr, ok := strings.Cut(item, "=")
@@ -168,7 +187,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	var backendMap map[string]string
 	s.Check(func() error {
 		var err error
-		if backendMap, err = parseBackends(backends); err != nil {
+		if backendMap, err = ParseBackends(backends); err != nil {
 			return s.Errorf("backend", "%v", err)
 		}
 		if len(backendMap) == 0 {
@@ -190,16 +209,14 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if err != nil {
 		return err
 	}
-	for _, c := range set.Commands() {
-		if _, ok := backendMap[c.RPC.Service]; !ok && c.Published() {
-			return errors.New("--backend names no address for " + c.RPC.Service + ", which serves " + c.Code)
-		}
+	if err := CheckBackends(set, backendMap); err != nil {
+		return err
 	}
 	auth, err := f.Authenticator(ctx)
 	if err != nil {
 		return err
 	}
-	dial, err := f.ServiceDialer(executor.ServiceName, &cl)
+	dial, err := f.ServiceDialer(executor.ServiceName, set.Digest(), &cl)
 	if err != nil {
 		return err
 	}
@@ -239,6 +256,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if err != nil {
 		return err
 	}
-	return f.Serve(ctx, server.Config{Name: "mandate.v1.ExecutorService", Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: svc.ServerOptions()},
+	return f.Serve(ctx, server.Config{Name: "mandate.v1.ExecutorService", Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: svc.ServerOptions(),
+		ManifestDigest: set.Digest()},
 		svc.Register, svc.Start)
 }

@@ -189,7 +189,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if err != nil {
 		return err
 	}
-	dial, err := f.ServiceDialer(identity.MCPBridgeService, &cl)
+	dial, err := f.ServiceDialer(identity.MCPBridgeService, set.Digest(), &cl)
 	if err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		log.Warn("the advertise URL names no address the other replicas can reach: set --advertise-url when running more than one replica", "advertise", advertiseURL)
 	}
 	log.Info("MCP endpoint", "resource", resourceURL, "advertise", advertiseURL, "catalog", catalogAddr, "executor", executorAddr, "confirm", confirm)
-	return f.Serve(ctx, server.Config{Name: "mcpbridge", Auth: auth, Logger: log, Metrics: metrics}, svc.Register, svc.Start)
+	return f.Serve(ctx, server.Config{Name: "mcpbridge", Auth: auth, Logger: log, Metrics: metrics, ManifestDigest: set.Digest()}, svc.Register, svc.Start)
 }
 
 // defaultAuthorizationServers is what the bridge's protected-resource
