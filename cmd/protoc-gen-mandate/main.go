@@ -72,7 +72,13 @@ func run(in io.Reader, out, warnings io.Writer) error {
 func generate(req *pluginpb.CodeGeneratorRequest, warnings io.Writer) *pluginpb.CodeGeneratorResponse {
 	features := uint64(pluginpb.CodeGeneratorResponse_FEATURE_PROTO3_OPTIONAL)
 	resp := &pluginpb.CodeGeneratorResponse{SupportedFeatures: &features}
-	output, err := compile.Compile(&descriptorpb.FileDescriptorSet{File: req.GetProtoFile()}, req.GetFileToGenerate())
+	// Every deployment's manifest holds the catalog's own commands
+	// (ops.review), whether or not its protos import the catalog's.
+	fds, targets, err := compile.WithCatalogCommands(&descriptorpb.FileDescriptorSet{File: req.GetProtoFile()}, req.GetFileToGenerate())
+	var output *compile.Output
+	if err == nil {
+		output, err = compile.Compile(fds, targets)
+	}
 	if err != nil {
 		var cerr *compile.Error
 		if errors.As(err, &cerr) {
