@@ -2,14 +2,11 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 
 	helppg "github.com/mandate-dev/mandate/examples/helpdesk/postgres"
 	"github.com/mandate-dev/mandate/internal/cli/clicore"
 	"github.com/mandate-dev/mandate/internal/config"
-	"github.com/mandate-dev/mandate/internal/directory"
 	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
 	"github.com/mandate-dev/mandate/internal/storage/migrate"
 	"github.com/mandate-dev/mandate/internal/storage/migrate/migrator"
@@ -60,52 +57,5 @@ func runMigrate(ctx context.Context, args []string, io IO) error {
 		return err
 	}
 	_, err = fmt.Fprintf(io.Stdout, "migrations up to date: %d applied across %v\n", len(records), services)
-	return err
-}
-
-// runPolicy implements `mandate policy apply -f FILE`.
-func runPolicy(ctx context.Context, args []string, io IO) error {
-	if len(args) == 0 || args[0] != "apply" {
-		fmt.Fprintln(io.Stderr, joinLines(
-			"Usage: mandate policy apply -f FILE [--database-url URL]",
-			"",
-			"Applies a policy YAML file (tenants, features, roles, users, agents) to the",
-			"directory in one transaction. Applying the same file twice changes nothing; a",
-			"malformed file changes nothing and the error names the line.",
-		))
-		return clicore.ErrUsage
-	}
-	var (
-		url  config.Secret
-		file string
-	)
-	s := config.New("policy apply", io.Env)
-	s.FlagSet().SetOutput(io.Stderr)
-	clicore.DatabaseFlag(s, &url)
-	s.String(&file, "f", "", "policy YAML file")
-	s.Require("f", func() bool { return file == "" })
-	if err := s.Parse(args[1:]); err != nil {
-		return err
-	}
-	src, err := os.ReadFile(file) //nolint:gosec // the operator names the file
-	if err != nil {
-		return err
-	}
-	pool, err := clicore.OpenPool(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	store := dirpg.New(pool, dirpg.Options{})
-	defer store.Close()
-	sum, err := directory.Apply(ctx, store, src, directory.FileName(file))
-	if err != nil {
-		var perr *directory.PolicyError
-		if errors.As(err, &perr) {
-			return fmt.Errorf("%w (nothing was changed)", perr)
-		}
-		return err
-	}
-	_, err = fmt.Fprintf(io.Stdout, "applied %s: %s\n", file, sum)
 	return err
 }
