@@ -59,7 +59,7 @@ func TestServiceExportsItsSpansOnExit(t *testing.T) {
 		done <- Run(ctx, []string{"catalog", "--store", "memory", "--grpc-addr", "127.0.0.1:0", "--http-addr", httpAddr,
 			"--otlp-endpoint", endpoint},
 			IO{Stdout: &stdout, Stderr: &stderr, Env: func(k string) (string, bool) {
-				v, ok := map[string]string{"MANDATE_DEV_SECRET": testSecret, "MANDATE_SERVICE_SECRET": testServiceSecret}[k]
+				v, ok := map[string]string{"MANDATE_DEV_SECRET": testSecret, "MANDATE_SERVICE_SECRET": testServiceSecret, "MANDATE_MANIFEST": "sample"}[k]
 				return v, ok
 			}})
 	}()
@@ -103,7 +103,7 @@ func TestServiceExportsItsSpansOnExit(t *testing.T) {
 }
 
 func TestOTLPEndpointIsValidated(t *testing.T) {
-	env := map[string]string{"MANDATE_DEV_SECRET": testSecret, "MANDATE_SERVICE_SECRET": testServiceSecret, "MANDATE_OTLP_ENDPOINT": "jaeger:4317"}
+	env := map[string]string{"MANDATE_DEV_SECRET": testSecret, "MANDATE_SERVICE_SECRET": testServiceSecret, "MANDATE_OTLP_ENDPOINT": "jaeger:4317", "MANDATE_MANIFEST": "sample"}
 	for _, sub := range []string{"audit", "catalog", "confirm", "executor", "helpdesk", "dev"} {
 		args := []string{sub, "--store", "memory", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}
 		switch sub {
