@@ -90,7 +90,11 @@ func (b *Backend) Register(s grpc.ServiceRegistrar) {
 // caller is what is known of it, for the log.
 func (b *Backend) caller(ctx context.Context) (backend.Caller, error) {
 	inv, err := b.trust.FromContext(ctx)
-	return backend.CallerOf(inv), err
+	c, cerr := backend.CallerOf(ctx, inv)
+	if err != nil {
+		return c, err
+	}
+	return c, cerr
 }
 
 // receipts is the receipt.Store of the helpdesk: its receipts live in the Store's

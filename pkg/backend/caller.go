@@ -2,6 +2,9 @@ package backend
 
 import (
 	"context"
+	"regexp"
+
+	"google.golang.org/grpc/metadata"
 
 	"github.com/mandate-dev/mandate/pkg/receipt"
 )
@@ -13,7 +16,14 @@ const (
 	InvocationIDHeader = receipt.InvocationIDHeader
 	// IdempotencyKeyHeader carries the client's idempotency key; absent when it gave none.
 	IdempotencyKeyHeader = receipt.IdempotencyKeyHeader
+	// ManifestDigestHeader carries the digest of the manifest the executor governs the call
+	// with ("sha256:" and 64 lower-case hex digits); absent from an executor of an earlier
+	// release.
+	ManifestDigestHeader = "x-mandate-manifest-digest"
 )
+
+// manifestDigestRE is the shape of a manifest digest.
+var manifestDigestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // Caller is who a relayed call is made for and what the executor said about it. Every field
 // comes from a verified token or from the executor's metadata of the call.
@@ -43,6 +53,10 @@ type Caller struct {
 	InvocationID string
 	// IdempotencyKey is the client's idempotency key (IdempotencyKeyHeader); empty when none.
 	IdempotencyKey string
+	// ManifestDigest is the digest of the manifest the executor governed the call with
+	// (ManifestDigestHeader), for a backend that checks it runs the declaration it expects;
+	// empty when none was sent.
+	ManifestDigest string
 }
 
 // IsAgent reports whether an AI agent made the call for UserID.
@@ -52,7 +66,8 @@ func (c Caller) IsAgent() bool { return c.AgentID != "" }
 // authenticated user (a service token alone, or a server without the Guard) at authenticate
 // with CodeAuthenticationMissingCredentials, a call not relayed by the Guard's relay at
 // scope_check with CodeScopeNotViaExecutor, and executor metadata sent twice or too long
-// (MaxInvocationIDLen, MaxIdempotencyKeyLen) with CodeInvalidMetadata or CodeInvalidKey; each
+// (MaxInvocationIDLen, MaxIdempotencyKeyLen), and a manifest digest sent twice or malformed,
+// with CodeInvalidMetadata or CodeInvalidKey; each
 // refusal is an error carrying its gRPC status, which a handler returns as it is ([AsError]
 // reads its stage and code).
 //
@@ -68,19 +83,35 @@ func CallerFrom(ctx context.Context) (Caller, error) {
 	if err != nil {
 		return Caller{}, err
 	}
-	return CallerOf(inv), nil
+	c, err := CallerOf(ctx, inv)
+	if err != nil {
+		return Caller{}, err
+	}
+	return c, nil
 }
 
-// CallerOf is the Caller of an invocation pkg/receipt read (receipt.Trust.FromContext), for a
-// backend that names the services it trusts with a receipt.Trust of its own.
-func CallerOf(inv receipt.Invocation) Caller {
+// CallerOf is the Caller of an invocation that pkg/receipt read from ctx
+// (receipt.Trust.FromContext), for a backend that names the services it trusts with a
+// receipt.Trust of its own; it adds what pkg/receipt does not read (ManifestDigest), refused
+// as CallerFrom refuses it. The Caller holds what inv says even on refusal, for the log.
+func CallerOf(ctx context.Context, inv receipt.Invocation) (Caller, error) {
 	p := inv.Caller
-	return Caller{
+	c := Caller{
 		Tenant: p.Tenant, Org: p.Org, UserID: p.UserID,
 		AgentID: p.AgentID, Model: p.Model, ModelVersion: p.ModelVersion,
 		Issuer: p.Issuer, TokenID: p.TokenID, Relay: p.Via,
 		InvocationID: inv.ID, IdempotencyKey: inv.IdempotencyKey,
 	}
+	switch ds := metadata.ValueFromIncomingContext(ctx, ManifestDigestHeader); {
+	case len(ds) > 1:
+		return c, Refuse(StageRequestCheck, CodeInvalidMetadata, "more than one manifest digest")
+	case len(ds) == 1 && !manifestDigestRE.MatchString(ds[0]):
+		// Not echoed: it may be anything.
+		return c, Refuse(StageRequestCheck, CodeInvalidMetadata, "the manifest digest is malformed")
+	case len(ds) == 1:
+		c.ManifestDigest = ds[0]
+	}
+	return c, nil
 }
 
 // Bounds of the executor's metadata; longer values are refused, never truncated.

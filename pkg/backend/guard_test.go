@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -267,6 +268,7 @@ func TestGuardAdmitsOnlyCallsTheExecutorRelays(t *testing.T) {
 	bearer := func(tok string) context.Context {
 		return metadata.AppendToOutgoingContext(relayedBy(t, ""), "authorization", "Bearer "+tok)
 	}
+	digest := "sha256:" + strings.Repeat("ab", 32)
 	svcTok, err := identity.MintService(serviceSecret, issuer, audience, backend.DefaultRelay, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +281,7 @@ func TestGuardAdmitsOnlyCallsTheExecutorRelays(t *testing.T) {
 		wantStage string
 		wantErr   string
 	}{
-		{"the executor relays an agent", exec, relayedBy(t, agentTok, backend.InvocationIDHeader, "inv-1"), codes.OK, "", ""},
+		{"the executor relays an agent", exec, relayedBy(t, agentTok, backend.InvocationIDHeader, "inv-1", backend.ManifestDigestHeader, digest), codes.OK, "", ""},
 		{"no token at all", none, relayedBy(t, ""), codes.Unauthenticated, backend.StageAuthenticate, backend.CodeAuthenticationMissingCredentials},
 		{"the user calls directly", none, bearer(agentTok), codes.PermissionDenied, backend.StageScopeCheck, backend.CodeScopeNotViaExecutor},
 		{"another service relays", bridge, relayedBy(t, agentTok), codes.PermissionDenied, backend.StageScopeCheck, backend.CodeScopeNotViaExecutor},
@@ -313,9 +315,41 @@ func TestGuardAdmitsOnlyCallsTheExecutorRelays(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := backend.Caller{Tenant: "acme", Org: "support", UserID: "carol", AgentID: "agent-7", Model: "claude", ModelVersion: "4.5",
-				Issuer: issuer, TokenID: got.TokenID, Relay: "executor", InvocationID: "inv-1"}
+				Issuer: issuer, TokenID: got.TokenID, Relay: "executor", InvocationID: "inv-1", ManifestDigest: digest}
 			if got != want || got.TokenID == "" || !got.IsAgent() {
 				t.Errorf("Caller = %+v, want %+v with a token id", got, want)
+			}
+		})
+	}
+}
+
+// TestCallerFromRefusesBadMetadata: what the executor sends once is refused when it comes twice
+// or malformed; Open, which does not read its caller, is served (the Guard checks tokens only).
+func TestCallerFromRefusesBadMetadata(t *testing.T) {
+	e := start(t, devConfig())
+	tok := userToken(t, identity.MintRequest{User: "carol"})
+	exec := e.dial(backend.DefaultRelay)
+	digest := "sha256:" + strings.Repeat("0f", 32)
+	tests := []struct {
+		name      string
+		md        []string
+		wantStage string
+		wantErr   string
+	}{
+		{"two invocation ids", []string{backend.InvocationIDHeader, "inv-1", backend.InvocationIDHeader, "inv-2"}, backend.StageRequestCheck, backend.CodeInvalidMetadata},
+		{"an invocation id too long", []string{backend.InvocationIDHeader, strings.Repeat("i", backend.MaxInvocationIDLen+1)}, backend.StageRequestCheck, backend.CodeInvalidMetadata},
+		{"two idempotency keys", []string{backend.IdempotencyKeyHeader, "k1", backend.IdempotencyKeyHeader, "k2"}, backend.StageIdempotencyCheck, backend.CodeInvalidKey},
+		{"two manifest digests", []string{backend.ManifestDigestHeader, digest, backend.ManifestDigestHeader, digest}, backend.StageRequestCheck, backend.CodeInvalidMetadata},
+		{"a malformed manifest digest", []string{backend.ManifestDigestHeader, "md5:abc"}, backend.StageRequestCheck, backend.CodeInvalidMetadata},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := exec.Invoke(relayedBy(t, tok, tc.md...), "/backendtest.Probe/Who", wrapperspb.String(""), new(wrapperspb.StringValue))
+			if code, stage, reason := refusalOf(t, err); code != codes.InvalidArgument || stage != tc.wantStage || reason != tc.wantErr {
+				t.Fatalf("Who = %v %s/%s (%v), want InvalidArgument %s/%s", code, stage, reason, err, tc.wantStage, tc.wantErr)
+			}
+			if err := exec.Invoke(relayedBy(t, tok, tc.md...), "/backendtest.Probe/Open", wrapperspb.String(""), new(wrapperspb.StringValue)); err != nil {
+				t.Fatalf("Open = %v, want served", err)
 			}
 		})
 	}

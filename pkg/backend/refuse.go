@@ -22,6 +22,8 @@ import (
 const (
 	// StageAuthenticate refuses a caller without valid tokens (the Guard does).
 	StageAuthenticate = identity.Stage
+	// StageRequestCheck refuses malformed executor metadata (CallerFrom does).
+	StageRequestCheck = receipt.StageRequestCheck
 	// StageScopeCheck refuses a caller who may not act on the record at all.
 	StageScopeCheck = receipt.StageScopeCheck
 	// StageSchemaValidate refuses input the schema could not express as invalid.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/manifestcheck"
 	"github.com/mandate-dev/mandate/pkg/backend"
 )
 
@@ -74,6 +75,7 @@ func TestBackendSDKNamesWhatTheExecutorSends(t *testing.T) {
 	for _, c := range []struct{ sdk, executor string }{
 		{backend.InvocationIDHeader, MetadataInvocationID},
 		{backend.IdempotencyKeyHeader, MetadataIdempotencyKey},
+		{backend.ManifestDigestHeader, manifestcheck.Header},
 		{backend.DefaultRelay, ServiceName},
 	} {
 		if c.sdk != c.executor {
