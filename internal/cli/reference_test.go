@@ -22,6 +22,7 @@ var subcommandsWithSub = map[string][]string{
 	"policy": {"apply"},
 	"audit":  {"", "query", "verify"},
 	"events": {"tail"},
+	"proto":  {"export"},
 }
 
 // TestConfigurationReference keeps docs/configuration.md equal to what the
