@@ -95,6 +95,8 @@ type topologyOptions struct {
 	// noServices stops after migrate and policy apply: the test starts
 	// the services itself (e.g. in replicas).
 	noServices bool
+	// policy is the policy file applied instead of examples/policy/demo.yaml.
+	policy string
 }
 
 // newTopology builds the binary, creates a fresh database, runs
@@ -135,7 +137,11 @@ func newTopology(t *testing.T, opts topologyOptions) *topology {
 	})
 
 	tp.run("migrate", "--sample")
-	tp.run("policy", "apply", "-f", filepath.Join(root, "examples", "policy", "demo.yaml"))
+	policy := filepath.Join(root, "examples", "policy", "demo.yaml")
+	if opts.policy != "" {
+		policy = opts.policy
+	}
+	tp.run("policy", "apply", "-f", policy)
 	if opts.noServices {
 		return tp
 	}
