@@ -12,6 +12,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/fullstorydev/grpchan"
 	"google.golang.org/grpc"
 
 	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
@@ -278,8 +279,8 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	}
 	// Every connection states the manifest, as the separate services'
 	// do (manifestcheck).
-	internalConn := manifestcheck.Conn(inprocess.Conn(internalSrv, src), set.Digest())
-	backendConn := manifestcheck.Conn(inprocess.Conn(backendSrv, src), set.Digest())
+	internalConn := manifestConn(inprocess.Conn(internalSrv, src), set.Digest())
+	backendConn := manifestConn(inprocess.Conn(backendSrv, src), set.Digest())
 	backends := map[string]grpc.ClientConnInterface{catalogService: backendConn}
 	if inProcessHelpdesk {
 		backends[helpdeskService] = backendConn
@@ -330,7 +331,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	if err != nil {
 		return nil, err
 	}
-	local := manifestcheck.Conn(inprocess.Conn(srv, bridgeSrc), set.Digest())
+	local := manifestConn(inprocess.Conn(srv, bridgeSrc), set.Digest())
 	bridgeSvc, err := mcpbridgecmd.Build(mcpbridgecmd.Deps{
 		Catalog: local, Executor: local, Confirm: local,
 		Manifest: set, Verifier: users,
@@ -457,4 +458,12 @@ func openAPIHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(genopenapi.Document)
 	})
+}
+
+// manifestConn wraps an in-process channel of `mandate dev` so that every
+// call on it sends the manifest digest, as the services' dialers do. It
+// lives here, not in internal/manifestcheck, so that the per-service
+// binaries do not link grpchan.
+func manifestConn(cc grpc.ClientConnInterface, digest string) grpc.ClientConnInterface {
+	return grpchan.InterceptClientConn(cc, manifestcheck.UnaryClientInterceptor(digest), manifestcheck.StreamClientInterceptor(digest))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"regexp"
 
-	"github.com/fullstorydev/grpchan"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
@@ -60,12 +59,6 @@ func StreamClientInterceptor(digest string) grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		return streamer(withDigest(ctx, digest), desc, cc, method, opts...)
 	}
-}
-
-// Conn wraps a connection (an in-process channel of `mandate dev`) so that
-// every call on it sends digest, as ServiceDialer's connections do.
-func Conn(cc grpc.ClientConnInterface, digest string) grpc.ClientConnInterface {
-	return grpchan.InterceptClientConn(cc, UnaryClientInterceptor(digest), StreamClientInterceptor(digest))
 }
 
 // withDigest sets the header once: a relayed context may already carry
