@@ -60,25 +60,27 @@ func (a *oauthApp) connect(tenant, user string, attest bool) (consent, token str
 	sum := sha256.Sum256([]byte(verifier))
 	q := url.Values{"response_type": {"code"}, "client_id": {a.clientID}, "redirect_uri": {a.redirect}, "state": {"s"},
 		"code_challenge": {base64.RawURLEncoding.EncodeToString(sum[:])}, "code_challenge_method": {"S256"}, "resource": {a.base + "/mcp"}}
-	get := func(u string) (*http.Response, string) {
+	// get returns the page's Location header and body.
+	get := func(u string) (string, string) {
 		resp, err := browser.Get(u)
 		if err != nil {
 			a.t.Fatal(err)
 		}
 		defer func() { _ = resp.Body.Close() }()
 		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
+		return resp.Header.Get("Location"), string(b)
 	}
-	post := func(path string, form url.Values) *http.Response {
+	// post submits a form that must redirect and returns where to.
+	post := func(path string, form url.Values) string {
 		resp, err := browser.PostForm(a.base+path, form)
 		if err != nil {
 			a.t.Fatal(err)
 		}
-		_ = resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		if resp.StatusCode != http.StatusSeeOther {
 			a.t.Fatalf("POST %s: %d", path, resp.StatusCode)
 		}
-		return resp
+		return resp.Header.Get("Location")
 	}
 	field := func(re *regexp.Regexp, page string) string {
 		m := re.FindStringSubmatch(page)
@@ -87,16 +89,15 @@ func (a *oauthApp) connect(tenant, user string, attest bool) (consent, token str
 		}
 		return m[1]
 	}
-	resp, _ := get(a.base + "/authorize?" + q.Encode())
-	consentURL := a.base + resp.Header.Get("Location")
-	_, signin := get(consentURL)
-	resp = post("/authorize/signin", url.Values{"req": {field(hiddenReq, signin)}, "csrf": {field(hiddenCSRF, signin)}, "tenant": {tenant}, "user": {user}})
-	_, consent = get(a.base + resp.Header.Get("Location"))
+	loc, _ := get(a.base + "/authorize?" + q.Encode())
+	_, signin := get(a.base + loc)
+	loc = post("/authorize/signin", url.Values{"req": {field(hiddenReq, signin)}, "csrf": {field(hiddenCSRF, signin)}, "tenant": {tenant}, "user": {user}})
+	_, consent = get(a.base + loc)
 	form := url.Values{"req": {field(hiddenReq, consent)}, "csrf": {field(hiddenCSRF, consent)}, "decision": {"approve"}}
 	if attest {
 		form.Set("attest", "yes")
 	}
-	back, err := url.Parse(post("/authorize/consent", form).Header.Get("Location"))
+	back, err := url.Parse(post("/authorize/consent", form))
 	if err != nil || back.Query().Get("code") == "" {
 		a.t.Fatalf("consent redirect %v %v", back, err)
 	}

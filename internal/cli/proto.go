@@ -15,7 +15,6 @@ import (
 	"github.com/mandate-dev/mandate/internal/config"
 )
 
-
 // runProto is `mandate proto export DIR`: it writes the .proto files an
 // adopter's build imports — mandate/v1/*.proto and the vendored
 // buf/validate and google/api protos — with the vendored trees' LICENSE and

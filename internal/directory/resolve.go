@@ -19,7 +19,7 @@ const (
 	// ReasonCredentialRevoked: the token was issued before the user or
 	// the agent was last disabled; enabling them again does not bring it
 	// back.
-	ReasonCredentialRevoked = "credential.revoked"
+	ReasonCredentialRevoked = "credential.revoked" //nolint:gosec // G101: a reason code, not a credential
 )
 
 // Resolution is the directory's answer about one principal: a user acting directly, or an agent

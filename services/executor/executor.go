@@ -339,7 +339,7 @@ type invocation struct {
 	// approval records.
 	trustCeiling string
 	start        time.Time
-	traceID   string
+	traceID      string
 	// ending is how the call ended, once a refusal, a fault or an outcome
 	// row says so.
 	ending ending

@@ -140,7 +140,7 @@ func queueInsert(b *pgx.Batch, rows []*audit.Stored, typed bool) {
 		challenge:      nullTextArray{vals: challenge}, approver: nullTextArray{vals: approver},
 		approvalChannel: nullTextArray{vals: approvalChannel}, args: nullTextArray{vals: args},
 		ceiling: nullTextArray{vals: ceiling},
-		seq: int8Array{vals: seq}, duration: int8Array{vals: duration},
+		seq:     int8Array{vals: seq}, duration: int8Array{vals: duration},
 		at: timeArray{vals: at}, decided: nullTimeArray{vals: decided},
 		idempotent: boolArray{vals: idempotent}, reversible: boolArray{vals: reversible},
 		prevHash: byteaArray{vals: prevHash}, hash: byteaArray{vals: hash},
