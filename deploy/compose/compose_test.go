@@ -510,3 +510,50 @@ func TestDockerfileBuildsTheBinary(t *testing.T) {
 		t.Errorf("./cmd/mandate: %v", err)
 	}
 }
+
+// TestOwnServiceOverride: own-service.yaml turns the stack onto a
+// deployment's own manifest, policy and backend — every service that loads
+// a manifest loads the mounted one, the policy job applies the mounted
+// policy, the executor relays to the named backend — and refuses to load
+// without its two variables.
+func TestOwnServiceOverride(t *testing.T) {
+	opts, err := composecli.NewProjectOptions([]string{"compose.yaml", "own-service.yaml"},
+		composecli.WithName("mandate-test"), composecli.WithWorkingDirectory("."),
+		composecli.WithEnv([]string{"MANDATE_OWN_DIR=/srv/inventory", "MANDATE_OWN_BACKEND=inventory.v1.InventoryService=host.docker.internal:9300"}),
+		composecli.WithProfiles([]string{"tools"}), composecli.WithInterpolation(true), composecli.WithResolvedPaths(true), composecli.WithConsistency(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatalf("compose.yaml + own-service.yaml do not load: %v", err)
+	}
+	for _, name := range []string{"confirm", "catalog", "executor", "mcpbridge"} {
+		s := service(t, p, name)
+		if e := env(s); e["MANDATE_MANIFEST"] != "/etc/mandate/own/manifest.json" || e["MANDATE_DESCRIPTORS"] != "/etc/mandate/own/descriptors.binpb" {
+			t.Errorf("%s loads %q / %q", name, e["MANDATE_MANIFEST"], e["MANDATE_DESCRIPTORS"])
+		}
+		mounted := false
+		for _, v := range s.Volumes {
+			mounted = mounted || (v.Source == "/srv/inventory" && v.Target == "/etc/mandate/own" && v.ReadOnly)
+		}
+		if !mounted {
+			t.Errorf("%s does not mount MANDATE_OWN_DIR read-only: %+v", name, s.Volumes)
+		}
+	}
+	if got := env(service(t, p, "executor"))["MANDATE_BACKEND"]; got != "inventory.v1.InventoryService=host.docker.internal:9300,mandate.v1.CatalogService=catalog:9091" {
+		t.Errorf("executor backends %q", got)
+	}
+	if got := strings.Join(service(t, p, "policy").Command, " "); got != "policy apply -f /etc/mandate/own/policy.yaml" {
+		t.Errorf("policy job runs %q", got)
+	}
+
+	opts, err = composecli.NewProjectOptions([]string{"compose.yaml", "own-service.yaml"},
+		composecli.WithName("mandate-test"), composecli.WithWorkingDirectory("."), composecli.WithEnv(nil), composecli.WithInterpolation(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := opts.LoadProject(context.Background()); err == nil || !strings.Contains(err.Error(), "MANDATE_OWN_") {
+		t.Errorf("loads without MANDATE_OWN_DIR and MANDATE_OWN_BACKEND: %v", err)
+	}
+}
