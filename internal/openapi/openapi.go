@@ -201,7 +201,7 @@ func BuildDocument(files []protoreflect.FileDescriptor, opts Options) (*Document
 		services := fd.Services()
 		for i := range services.Len() {
 			sd := services.Get(i)
-			n, err := b.service(doc, sd)
+			n, err := b.service(doc, sd, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -218,12 +218,16 @@ type builder struct {
 	schemas map[string]Schema
 }
 
-// service adds the operations of sd and returns how many it added.
-func (b *builder) service(doc *Document, sd protoreflect.ServiceDescriptor) (int, error) {
+// service adds the operations of the methods of sd that include accepts
+// (nil: every method) and returns how many it added.
+func (b *builder) service(doc *Document, sd protoreflect.ServiceDescriptor, include func(protoreflect.MethodDescriptor) bool) (int, error) {
 	n := 0
 	methods := sd.Methods()
 	for i := range methods.Len() {
 		md := methods.Get(i)
+		if include != nil && !include(md) {
+			continue
+		}
 		rules := httpRules(md)
 		for j, rule := range rules {
 			method, tmpl := ruleMethod(rule)
