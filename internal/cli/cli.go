@@ -41,6 +41,7 @@ var commands = map[string]command{
 	"migrate":     {"apply every service's database migrations (idempotent, safe to run concurrently)", runMigrate},
 	"policy":      {"manage the policy directory: `mandate policy apply -f FILE`", runPolicy},
 	"proto":       {"write the .proto files your service's build imports: `mandate proto export DIR`", runProto},
+	"init":        {"scaffold a module for a service of your own: `mandate init DIR --service NAME`", runInit},
 	"audit":       {"run the audit service; `mandate audit query|verify` read the trail", runAudit},
 	"catalog":     {"run the catalog: tool lists per principal, manifest reads, ops.review", catalogcmd.Run},
 	"confirm":     {"run the confirm service and its approval pages", confirmcmd.Run},
