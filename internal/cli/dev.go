@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"sort"
 	"time"
@@ -17,7 +16,6 @@ import (
 
 	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
 	"github.com/mandate-dev/mandate/examples/policy"
-	genopenapi "github.com/mandate-dev/mandate/gen/openapi"
 	"github.com/mandate-dev/mandate/internal/cli/auditcmd"
 	"github.com/mandate-dev/mandate/internal/cli/catalogcmd"
 	"github.com/mandate-dev/mandate/internal/cli/clicore"
@@ -297,6 +295,8 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 		Audit: internalConn, Confirm: internalConn,
 		Backends:           backends,
 		ConfirmSideEffects: d.confirmSideEffects, Events: d.events, Logger: log,
+		// They share its server: its /openapi.json describes them too.
+		RESTServices: []string{"mandate.v1.CatalogService", "mandate.v1.AuditService", "mandate.v1.ConfirmService"},
 	}, cl)
 	if err != nil {
 		return nil, err
@@ -341,7 +341,6 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 		return nil, err
 	}
 	bridgeSvc.Register(srv)
-	srv.Handle("GET /openapi.json", openAPIHandler())
 
 	tokens := map[string]string{}
 	for _, p := range principals {
@@ -450,14 +449,6 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// openAPIHandler serves the generated OpenAPI document of the REST routes.
-func openAPIHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(genopenapi.Document)
-	})
 }
 
 // manifestConn wraps an in-process channel of `mandate dev` so that every

@@ -10,23 +10,25 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 
-	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/cli/clicore"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/openapi"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/executor"
 	execapi "github.com/mandate-dev/mandate/services/executor/api"
 	execmem "github.com/mandate-dev/mandate/services/executor/memory"
 	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
+	"github.com/mandate-dev/mandate/services/executor/restgateway"
 )
 
 // Deps are what the executor is built from.
@@ -54,8 +56,18 @@ type Deps struct {
 	AuditStreamMaxAge time.Duration
 	// Events configure the relay and purger of the event outbox.
 	Events EventsFlags
-	Logger *slog.Logger
+	// RESTServices are the other proto services whose REST routes share
+	// the executor's HTTP server (`mandate dev`: catalog, audit, confirm);
+	// its /openapi.json describes them too.
+	RESTServices []string
+	Logger       *slog.Logger
 }
+
+// openAPIDescription introduces the document served at /openapi.json.
+const openAPIDescription = "The REST surface of this executor, generated at startup from the manifest it loaded (docs/rest.md). " +
+	"Every command's own route (google.api.http) and `POST /v1/commands/{code}:execute` run the call through the governed " +
+	"pipeline. Field names are the proto names, 64-bit integers are strings, enums are names, unset message fields are `null`; " +
+	"every refusal is an RFC 9457 `application/problem+json` body naming the stage and the stable code."
 
 // Service is the executor's API, the governed proxy, and the loops of its
 // event outbox.
@@ -63,9 +75,10 @@ type Service struct {
 	api    *execapi.Service
 	exec   *executor.Executor
 	events []func(context.Context) error
-	// sample: the manifest is the helpdesk sample, whose REST routes
-	// (google.api.http) the executor serves.
-	sample bool
+	// routes are the REST routes (google.api.http) of the manifest's
+	// commands, and openAPI the document of what the server serves.
+	routes  *restgateway.Routes
+	openAPI []byte
 }
 
 // Build builds the executor; what it opens is closed with cl.
@@ -95,7 +108,15 @@ func Build(d Deps, cl *clicore.Closers) (*Service, error) {
 	// Closed once the servers have stopped (Start), and here should the
 	// process fail before it runs; Close is idempotent.
 	cl.Add(exec.Close)
-	return &Service{api: execapi.New(exec, d.Manifest), exec: exec, events: events, sample: d.Manifest.IsSample()}, nil
+	routes, err := restgateway.New(d.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := openapi.Deployment(d.Manifest, append([]string{mandatev1.ExecutorService_ServiceDesc.ServiceName}, d.RESTServices...), openapi.Options{Description: openAPIDescription})
+	if err != nil {
+		return nil, err
+	}
+	return &Service{api: execapi.New(exec, d.Manifest), exec: exec, events: events, routes: routes, openAPI: doc}, nil
 }
 
 // ServerOptions are the options of the server the executor is registered
@@ -103,22 +124,22 @@ func Build(d Deps, cl *clicore.Closers) (*Service, error) {
 func (e *Service) ServerOptions() []grpc.ServerOption { return e.api.ServerOptions() }
 
 // Register serves the ExecutorService, the governed proxy and their REST
-// routes on srv, which must be built with ServerOptions. The helpdesk
-// sample's own REST routes (/v1/tickets…) are served only with the sample
-// manifest: another deployment's commands are reached at
-// /v1/commands/{code}:execute.
+// routes on srv, which must be built with ServerOptions: Execute's, and
+// every command's own google.api.http route, read from the manifest's
+// descriptors, which reaches the command through the governed proxy like
+// every other call; /openapi.json describes them.
 func (e *Service) Register(srv *server.Server) {
 	e.api.Register(srv)
 	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 		if err := mandatev1.RegisterExecutorServiceHandler(ctx, mux, conn); err != nil {
 			return err
 		}
-		if !e.sample {
-			return nil
-		}
-		// They go through the governed proxy like every other call.
-		return helpdeskv1.RegisterHelpdeskServiceHandler(ctx, mux, conn)
+		return e.routes.Register(ctx, mux, conn)
 	})
+	srv.Handle("GET /openapi.json", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(e.openAPI)
+	}))
 }
 
 // Start runs the outbox's relay and purger in p, and closes the executor
