@@ -335,11 +335,18 @@ type invocation struct {
 	subject   string
 	idem      *IdemKey
 	approval  *mandatev1.Approval
-	// trustCeiling is the tenant's trust ceiling, which a client-attested
-	// approval records.
-	trustCeiling string
-	start        time.Time
-	traceID      string
+	// res is the directory's answer about the principal (authenticate).
+	res directory.Resolution
+	// canon is the arguments' canonical wire bytes (schema_validate),
+	// which the invocation digest covers.
+	canon []byte
+	// intentRows are the intent's stored rows (audit intent).
+	intentRows []*mandatev1.AuditRecord
+	// undo are the steps the chain runs, latest first, when a stage before
+	// dispatch ends the call (onUndo, compensate).
+	undo    []func(ctx context.Context, e *Executor)
+	start   time.Time
+	traceID string
 	// ending is how the call ended, once a refusal, a fault or an outcome
 	// row says so.
 	ending ending
@@ -370,255 +377,6 @@ func (e *Executor) Execute(ctx context.Context, call Call) (*Result, error) {
 	}
 	e.metrics.record(ctx, call, endingOf(inv, err), time.Since(begin))
 	return res, err
-}
-
-func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
-	// authenticate: the transport verified the token; the directory says
-	// whether the principal is still active.
-	p, ok := identity.FromContext(ctx)
-	if !ok || p.UserID == "" || p.Tenant == "" {
-		return nil, e.refuse(ctx, inv, StageAuthenticate, failure.CodeAuthenticationMissingCredentials, "a user or an agent acting for a user must call", "authenticate")
-	}
-	inv.p = p
-	var res directory.Resolution
-	if err := e.stage(ctx, StageAuthenticate, func(ctx context.Context) error {
-		var err error
-		res, err = e.cfg.Directory.Resolve(ctx, p.Tenant, p.UserID, p.AgentID)
-		res = res.Admit(p.IssuedAt)
-		return err
-	}); err != nil {
-		return nil, e.fault(ctx, inv, StageAuthenticate, failure.CodeDirectoryUnavailable, err)
-	}
-	if !res.Active {
-		return nil, e.refuse(ctx, inv, StageAuthenticate, failure.CodeAuthorizationPrincipalInactive, "the principal is not active ("+res.Reason+")", "ask an administrator")
-	}
-	inv.trustCeiling = res.TrustCeiling
-
-	// request_check: the attributes the caller sent besides the arguments.
-	if fe := e.checkRequest(inv); fe != nil {
-		return nil, e.refuseWith(ctx, inv, fe)
-	}
-
-	// load_definition
-	cmd, ok := e.cfg.Manifest.ByCode(inv.call.Code)
-	if !ok || !cmd.Published() {
-		return nil, e.refuse(ctx, inv, StageLoad, failure.CodeCommandNotFound, "no published command has this code", "pick another tool")
-	}
-	inv.cmd = cmd
-	inv.method, _ = e.cfg.Manifest.Method(cmd.Code)
-
-	// entitlement_check
-	if cmd.RequiredFeature != "" && !res.HasFeature(cmd.RequiredFeature) {
-		return nil, e.refuse(ctx, inv, StageEntitlement, failure.CodeEntitlementMissing, "the tenant is not entitled to "+cmd.RequiredFeature, "this command is not available to the tenant")
-	}
-	// permission_check, before parsing and before any human is asked.
-	var missing []string
-	for _, perm := range cmd.Permissions {
-		if !res.HasPermission(perm) {
-			missing = append(missing, perm)
-		}
-	}
-	if len(missing) > 0 {
-		return nil, e.refuse(ctx, inv, StagePermission, failure.CodeAuthorizationPermissionDenied,
-			"the caller lacks "+strings.Join(missing, ", "), "escalate to a user who holds "+strings.Join(missing, ", "))
-	}
-
-	// schema_validate
-	var msg *dynamicpb.Message
-	var err error
-	if inv.call.InputError != nil {
-		err = inv.call.InputError
-	} else {
-		msg, err = e.decoder.Decode(inv.method.Input(), inv.call.Input)
-	}
-	if err != nil {
-		var inv2 *schema.InvalidError
-		if errors.As(err, &inv2) {
-			fe := failure.New(StageSchema, failure.CodeSchemaInvalid, "the arguments break the command's schema")
-			fe.Remedy = "fix the arguments listed in violations"
-			for _, v := range inv2.Violations {
-				fe.Violations = append(fe.Violations, failure.Violation{Pointer: v.Pointer, Rule: v.Rule, Message: v.Message})
-			}
-			return nil, e.refuseWith(ctx, inv, fe)
-		}
-		return nil, e.fault(ctx, inv, StageSchema, failure.CodeInternalError, err)
-	}
-	inv.req = msg
-	// The bytes are the same with AllowPartial; it only skips a check that
-	// cannot fail (schema.CanLackRequired).
-	canon, err := proto.MarshalOptions{Deterministic: true, AllowPartial: !schema.CanLackRequired(msg.Descriptor())}.Marshal(msg)
-	if err != nil {
-		return nil, e.fault(ctx, inv, StageSchema, failure.CodeInternalError, err)
-	}
-	inv.argDigest = digest(cmd.Code, canon)
-	redacted, _ := schema.Redact(inv.call.Input, cmd.SensitiveFields)
-	inv.args = string(redacted)
-	inv.subject = subjectOf(msg, cmd.SubjectField)
-
-	// scope_check: the call is bound to the principal's tenant.
-	if inv.call.Tenant != "" && inv.call.Tenant != p.Tenant {
-		return nil, e.refuse(ctx, inv, StageScope, failure.CodeScopeTenantMismatch, "the call names another tenant", "not retriable")
-	}
-
-	// idempotency_check: a malformed key is refused before anyone is asked
-	// to approve a call that could never run.
-	if fe := checkIdempotencyKey(inv); fe != nil {
-		return nil, e.refuseWith(ctx, inv, fe)
-	}
-	if key := inv.call.IdempotencyKey; key != "" {
-		k := IdemKey{Tenant: p.Tenant, User: p.UserID, Command: cmd.Code, Key: key}
-		claim := Reservation{Digest: inv.argDigest, InvocationID: inv.id, TTL: e.cfg.IdempotencyTTL, Lease: e.deadline(cmd) + e.cfg.LeaseMargin}
-		saved, err := e.cfg.Store.Reserve(ctx, k, claim)
-		var abandoned *AbandonedError
-		previous := ""
-		switch {
-		case errors.As(err, &abandoned):
-			previous = abandoned.InvocationID
-		case err == nil && saved != nil && unknownEffect(saved):
-			previous = saved.InvocationID
-		}
-		if previous != "" {
-			// The call that holds this key never said how it ended: its
-			// backend's receipt decides between its result and a new run.
-			res, claimed, rerr := e.recoverKey(ctx, inv, k, claim, previous)
-			if rerr != nil || res != nil {
-				return res, rerr
-			}
-			saved, err = nil, nil
-			if !claimed {
-				err = ErrInFlight
-			}
-		}
-		switch {
-		case errors.Is(err, ErrInFlight):
-			fe := failure.New(StageIdempotency, failure.CodeIdempotencyInFlight, "a call with this idempotency key is still running")
-			fe.Retriable, fe.Remedy = true, "wait, then retry with the same key to read its result"
-			return nil, e.refuseWith(ctx, inv, fe)
-		case errors.Is(err, ErrKeyReused):
-			return nil, e.refuse(ctx, inv, StageIdempotency, failure.CodeIdempotencyKeyReused, "this idempotency key was used with different arguments", "use a new key for a new call")
-		case err != nil:
-			return nil, e.fault(ctx, inv, StageIdempotency, failure.CodeIdempotencyUnavailable, err)
-		case saved != nil:
-			// An attempt like any other: it leaves a row, naming the
-			// invocation whose response it returns.
-			e.outcomeAsync(ctx, inv, contract.OutcomeReplayed, StageIdempotency, failure.CodeIdempotencyReplayed,
-				"returned the response of "+saved.InvocationID+"; nothing was dispatched", nil)
-			return replay(saved)
-		}
-		inv.idem = &k
-	}
-	release := func() {
-		if inv.idem != nil {
-			if err := e.cfg.Store.Release(context.WithoutCancel(ctx), *inv.idem); err != nil {
-				e.logger(ctx, inv).Error("releasing idempotency key", "error", err)
-			}
-		}
-	}
-
-	// sod_check
-	if sod := cmd.SeparationOfDuties; sod != nil {
-		subject := subjectOf(msg, sod.Field)
-		done, err := e.cfg.Store.Executed(ctx, p.Tenant, p.UserID, sod.ConflictsWith, subject)
-		if err != nil {
-			release()
-			return nil, e.fault(ctx, inv, StageSoD, failure.CodeSoDUnavailable, err)
-		}
-		if done {
-			release()
-			return nil, e.refuse(ctx, inv, StageSoD, failure.CodeSoDConflict,
-				"the same user may not also run "+strings.Join(sod.ConflictsWith, ", ")+" on this "+sod.Field, "escalate to a different user")
-		}
-	}
-
-	// confirmation_check
-	if cmd.ConfirmationRequired || (e.cfg.ConfirmSideEffects && len(cmd.SideEffects) > 0) {
-		if err := e.confirm(ctx, inv, canon); err != nil {
-			release()
-			return nil, err
-		}
-	}
-
-	// audit intent: fail closed.
-	intent := e.record(inv, contract.PhaseIntent, contract.OutcomePending, "", "", "")
-	var intentRows []*mandatev1.AuditRecord
-	if err := e.stage(ctx, StageAudit, func(ctx context.Context) error {
-		resp, err := e.cfg.Audit.Append(ctx, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{intent}})
-		intentRows = resp.GetRecords()
-		return err
-	}); err != nil {
-		release()
-		e.logger(ctx, inv).Error("audit intent failed; not dispatching", "error", err)
-		fe := failure.Wrap(StageAudit, failure.CodeAuditUnavailable, "the audit trail is unavailable, so nothing was run", err)
-		fe.Retriable, fe.Remedy, fe.InvocationID = true, "retry later", inv.id
-		// The attempt is still recorded: its refusal waits in the spool.
-		inv.ending = ending{outcome: contract.OutcomeFailed, stage: StageAudit, code: failure.CodeAuditUnavailable}
-		e.spool(ctx, inv, e.record(inv, contract.PhaseOutcome, contract.OutcomeFailed, StageAudit, failure.CodeAuditUnavailable, fe.Message))
-		return nil, fe
-	}
-
-	// dispatch
-	deadline := e.deadline(cmd)
-	var out Reply
-	disp := Dispatch{
-		Command: cmd, Method: inv.method, Request: msg, InvocationID: inv.id,
-		IdempotencyKey: inv.call.IdempotencyKey, Deadline: deadline,
-	}
-	dispatchErr := e.stage(ctx, StageDispatch, func(ctx context.Context) error {
-		var err error
-		out, err = e.cfg.Dispatcher.Dispatch(ctx, disp)
-		return err
-	})
-	if dispatchErr != nil {
-		fe := backendFailure(dispatchErr)
-		fe.InvocationID = inv.id
-		outcome := contract.OutcomeFailed
-		switch {
-		case isRefusalStage(fe.Stage) || clientError(fe.Status):
-			outcome = contract.OutcomeRefused
-		case effectUnknown(fe.Code) && !errors.Is(dispatchErr, ErrNotSent):
-			// The call left for the backend and no answer came back: the
-			// effect may have happened. The backend's receipt says which;
-			// without one the trail says unknown, never failed.
-			r, known := e.resolve(ctx, disp)
-			switch {
-			case known && r.Executed:
-				out, dispatchErr = Reply{Message: r.Result}, nil
-			case known:
-				// The backend never ran it, and has fenced the invocation
-				// so that it never will: nothing was done, and a retry
-				// with the same key may run.
-				fe.Message = strings.TrimSuffix(fe.Message, "; the effect is unknown") + "; the backend did not execute the call, nothing was done"
-				fe.Retriable, fe.Remedy = true, "retry; the call did not run"
-				e.outcomeAsync(ctx, inv, contract.OutcomeFailed, fe.Stage, fe.Code, fe.Message, nil)
-				release()
-				return nil, fe
-			default:
-				outcome = contract.OutcomeUnknown
-				fe.Message = strings.TrimSuffix(fe.Message, "; the effect is unknown") + "; the effect is unknown"
-			}
-		}
-		if dispatchErr != nil {
-			e.outcomeAsync(ctx, inv, outcome, fe.Stage, fe.Code, fe.Message, nil)
-			if errors.Is(dispatchErr, ErrNotSent) {
-				// Nothing ran: a retry with the same key may run.
-				release()
-				return nil, fe
-			}
-			e.finish(ctx, inv, Saved{InvocationID: inv.id, Status: statusBytes(fe), AuditID: auditID(intentRows)}, nil)
-			return nil, fe
-		}
-	}
-	output := out.JSON
-	if output == nil {
-		var err error
-		if output, err = marshalOutput(out.Message); err != nil {
-			return nil, e.fault(ctx, inv, StageDispatch, failure.CodeHandlerFailed, err)
-		}
-	}
-	e.outcomeAsync(ctx, inv, contract.OutcomeExecuted, "", "", "", output)
-	aid := auditID(intentRows)
-	e.finish(ctx, inv, Saved{InvocationID: inv.id, Output: output, AuditID: aid}, output)
-	return &Result{InvocationID: inv.id, Output: output, Message: out.Message, Wire: out.Wire, AuditID: aid}, nil
 }
 
 // deadline is how long a dispatch of cmd may take.
@@ -716,7 +474,7 @@ func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) e
 	}
 	inv.approval = &mandatev1.Approval{ChallengeId: g.GetChallengeId(), Approver: g.GetApprover(), Channel: g.GetChannel(), DecidedAt: g.GetDecidedAt()}
 	if g.GetChannel() == contract.ChannelMCPElicitation {
-		inv.approval.TrustCeiling = inv.trustCeiling
+		inv.approval.TrustCeiling = inv.res.TrustCeiling
 	}
 	return nil
 }

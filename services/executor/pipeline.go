@@ -1,0 +1,75 @@
+package executor
+
+import (
+	"context"
+	"errors"
+)
+
+// A stage is one named step of the pipeline (docs/architecture/pipeline.md).
+// It reads and extends the invocation; it returns a result to end the call
+// early with success (a replayed response), an error to end it with that
+// refusal or fault (already recorded), or neither to hand the call on.
+type stage struct {
+	name string
+	run  func(e *Executor, ctx context.Context, inv *invocation) (*Result, error)
+	// settles marks the stage that decides the fate of the call's
+	// idempotency reservation itself (dispatch: a call that left for the
+	// backend keeps its key, one that provably never ran gives it back).
+	// Before it, the chain undoes every reservation when a stage refuses.
+	settles bool
+}
+
+// pipeline is every governed call's chain of stages, in order. The
+// constraints on the order (authenticate first, permission before schema
+// and before a human is asked, the audit intent right before dispatch) are
+// asserted by TestPipelineOrder.
+var pipeline = []stage{
+	{name: StageAuthenticate, run: (*Executor).authenticate},
+	{name: StageRequest, run: (*Executor).requestCheck},
+	{name: StageLoad, run: (*Executor).loadDefinition},
+	{name: StageEntitlement, run: (*Executor).entitlementCheck},
+	{name: StagePermission, run: (*Executor).permissionCheck},
+	{name: StageSchema, run: (*Executor).schemaValidate},
+	{name: StageScope, run: (*Executor).scopeCheck},
+	{name: StageIdempotency, run: (*Executor).idempotencyCheck},
+	{name: StageSoD, run: (*Executor).sodCheck},
+	{name: StageConfirmation, run: (*Executor).confirmationCheck},
+	{name: StageAudit, run: (*Executor).auditIntent},
+	{name: StageDispatch, run: (*Executor).dispatch, settles: true},
+}
+
+// errNoResult is the chain's answer if its last stage handed the call on,
+// which dispatch never does.
+var errNoResult = errors.New("executor: the pipeline ended without a result")
+
+// run takes the call through the pipeline. A refusal before the settling
+// stage undoes what earlier stages reserved (compensate), so no stage
+// releases by hand.
+func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
+	for i := range pipeline {
+		s := &pipeline[i]
+		res, err := s.run(e, ctx, inv)
+		if err == nil && res == nil {
+			continue
+		}
+		if err != nil && !s.settles {
+			inv.compensate(ctx, e)
+		}
+		return res, err
+	}
+	return nil, errNoResult
+}
+
+// onUndo registers what to undo if a later stage, before dispatch, ends
+// the call.
+func (inv *invocation) onUndo(undo func(ctx context.Context, e *Executor)) {
+	inv.undo = append(inv.undo, undo)
+}
+
+// compensate runs the registered undo steps, latest first, once.
+func (inv *invocation) compensate(ctx context.Context, e *Executor) {
+	for i := len(inv.undo) - 1; i >= 0; i-- {
+		inv.undo[i](context.WithoutCancel(ctx), e)
+	}
+	inv.undo = nil
+}

@@ -1,0 +1,65 @@
+package executor
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestPipelineOrder asserts the constraints the pipeline's order carries:
+// authenticate first; the request's own attributes checked before the
+// command is even looked up; permission before the arguments are parsed
+// (a caller who may not run a command learns nothing about its schema)
+// and before a human is asked; idempotency before a human is asked (an
+// approval is never spent on a retry the key answers); the audit intent
+// immediately before dispatch (nothing is dispatched without it); dispatch
+// last, and the only stage that settles the reservation itself.
+func TestPipelineOrder(t *testing.T) {
+	names := make([]string, len(pipeline))
+	for i, s := range pipeline {
+		names[i] = s.name
+		if s.run == nil {
+			t.Fatalf("stage %s has no body", s.name)
+		}
+	}
+	at := func(name string) int {
+		i := slices.Index(names, name)
+		if i < 0 {
+			t.Fatalf("the pipeline %v lacks %s", names, name)
+		}
+		return i
+	}
+	before := func(a, b string) {
+		if at(a) >= at(b) {
+			t.Errorf("%s must come before %s: %v", a, b, names)
+		}
+	}
+	if names[0] != StageAuthenticate {
+		t.Errorf("the pipeline starts with %s, not authenticate", names[0])
+	}
+	before(StageRequest, StageLoad)
+	before(StageLoad, StageEntitlement)
+	before(StageEntitlement, StagePermission)
+	before(StagePermission, StageSchema)
+	before(StagePermission, StageConfirmation)
+	before(StageSchema, StageIdempotency)
+	before(StageIdempotency, StageConfirmation)
+	before(StageSoD, StageConfirmation)
+	if at(StageAudit)+1 != at(StageDispatch) {
+		t.Errorf("the audit intent is not immediately before dispatch: %v", names)
+	}
+	if last := pipeline[len(pipeline)-1]; last.name != StageDispatch || !last.settles {
+		t.Errorf("the last stage is %s (settles %v), want dispatch", last.name, last.settles)
+	}
+	for _, s := range pipeline[:len(pipeline)-1] {
+		if s.settles {
+			t.Errorf("%s settles the reservation, but only dispatch may", s.name)
+		}
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		if seen[n] {
+			t.Errorf("stage %s runs twice", n)
+		}
+		seen[n] = true
+	}
+}

@@ -1,0 +1,29 @@
+package executor
+
+import (
+	"context"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/contract"
+	"github.com/mandate-dev/mandate/internal/failure"
+)
+
+// auditIntent makes the intent row durable, right before dispatch: it
+// fails closed — without the row nothing is dispatched, and the refusal
+// itself waits in the spool for the trail.
+func (e *Executor) auditIntent(ctx context.Context, inv *invocation) (*Result, error) {
+	intent := e.record(inv, contract.PhaseIntent, contract.OutcomePending, "", "", "")
+	if err := e.stage(ctx, StageAudit, func(ctx context.Context) error {
+		resp, err := e.cfg.Audit.Append(ctx, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{intent}})
+		inv.intentRows = resp.GetRecords()
+		return err
+	}); err != nil {
+		e.logger(ctx, inv).Error("audit intent failed; not dispatching", "error", err)
+		fe := failure.Wrap(StageAudit, failure.CodeAuditUnavailable, "the audit trail is unavailable, so nothing was run", err)
+		fe.Retriable, fe.Remedy, fe.InvocationID = true, "retry later", inv.id
+		inv.ending = ending{outcome: contract.OutcomeFailed, stage: StageAudit, code: failure.CodeAuditUnavailable}
+		e.spool(ctx, inv, e.record(inv, contract.PhaseOutcome, contract.OutcomeFailed, StageAudit, failure.CodeAuditUnavailable, fe.Message))
+		return nil, fe
+	}
+	return nil, nil
+}

@@ -1,0 +1,78 @@
+package executor
+
+import (
+	"context"
+	"errors"
+
+	"github.com/mandate-dev/mandate/internal/contract"
+	"github.com/mandate-dev/mandate/internal/failure"
+)
+
+// idempotencyCheck reserves the call's idempotency key (a lease), or
+// answers with the response the key already holds. A malformed key is
+// refused before anyone is asked to approve a call that could never run.
+// The reservation is undone by the chain if a later stage before dispatch
+// refuses.
+func (e *Executor) idempotencyCheck(ctx context.Context, inv *invocation) (*Result, error) {
+	if fe := checkIdempotencyKey(inv); fe != nil {
+		return nil, e.refuseWith(ctx, inv, fe)
+	}
+	key := inv.call.IdempotencyKey
+	if key == "" {
+		return nil, nil
+	}
+	k := IdemKey{Tenant: inv.p.Tenant, User: inv.p.UserID, Command: inv.cmd.Code, Key: key}
+	claim := Reservation{Digest: inv.argDigest, InvocationID: inv.id, TTL: e.cfg.IdempotencyTTL, Lease: e.deadline(inv.cmd) + e.cfg.LeaseMargin}
+	saved, err := e.cfg.Store.Reserve(ctx, k, claim)
+	var abandoned *AbandonedError
+	previous := ""
+	switch {
+	case errors.As(err, &abandoned):
+		previous = abandoned.InvocationID
+	case err == nil && saved != nil && unknownEffect(saved):
+		previous = saved.InvocationID
+	}
+	if previous != "" {
+		// The call that holds this key never said how it ended: its
+		// backend's receipt decides between its result and a new run.
+		res, claimed, rerr := e.recoverKey(ctx, inv, k, claim, previous)
+		if rerr != nil || res != nil {
+			return res, rerr
+		}
+		saved, err = nil, nil
+		if !claimed {
+			err = ErrInFlight
+		}
+	}
+	switch {
+	case errors.Is(err, ErrInFlight):
+		fe := failure.New(StageIdempotency, failure.CodeIdempotencyInFlight, "a call with this idempotency key is still running")
+		fe.Retriable, fe.Remedy = true, "wait, then retry with the same key to read its result"
+		return nil, e.refuseWith(ctx, inv, fe)
+	case errors.Is(err, ErrKeyReused):
+		return nil, e.refuse(ctx, inv, StageIdempotency, failure.CodeIdempotencyKeyReused, "this idempotency key was used with different arguments", "use a new key for a new call")
+	case err != nil:
+		return nil, e.fault(ctx, inv, StageIdempotency, failure.CodeIdempotencyUnavailable, err)
+	case saved != nil:
+		// An attempt like any other: it leaves a row, naming the
+		// invocation whose response it returns.
+		e.outcomeAsync(ctx, inv, contract.OutcomeReplayed, StageIdempotency, failure.CodeIdempotencyReplayed,
+			"returned the response of "+saved.InvocationID+"; nothing was dispatched", nil)
+		return replay(saved)
+	}
+	inv.idem = &k
+	inv.onUndo(func(ctx context.Context, e *Executor) { e.releaseKey(ctx, inv) })
+	return nil, nil
+}
+
+// releaseKey gives the call's idempotency reservation back, so that a
+// retry with the same key may run: the call did not run.
+func (e *Executor) releaseKey(ctx context.Context, inv *invocation) {
+	if inv.idem == nil {
+		return
+	}
+	if err := e.cfg.Store.Release(ctx, *inv.idem); err != nil {
+		e.logger(ctx, inv).Error("releasing idempotency key", "error", err)
+	}
+	inv.idem = nil
+}

@@ -1,0 +1,48 @@
+package executor
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/schema"
+)
+
+// schemaValidate decodes the arguments with the descriptor set (unknown
+// fields refused) and validates them, then derives what later stages and
+// the audit rows carry: the canonical bytes and their digest, the redacted
+// arguments, the subject.
+func (e *Executor) schemaValidate(ctx context.Context, inv *invocation) (*Result, error) {
+	var err error
+	if inv.call.InputError != nil {
+		err = inv.call.InputError
+	} else {
+		inv.req, err = e.decoder.Decode(inv.method.Input(), inv.call.Input)
+	}
+	if err != nil {
+		var bad *schema.InvalidError
+		if errors.As(err, &bad) {
+			fe := failure.New(StageSchema, failure.CodeSchemaInvalid, "the arguments break the command's schema")
+			fe.Remedy = "fix the arguments listed in violations"
+			for _, v := range bad.Violations {
+				fe.Violations = append(fe.Violations, failure.Violation{Pointer: v.Pointer, Rule: v.Rule, Message: v.Message})
+			}
+			return nil, e.refuseWith(ctx, inv, fe)
+		}
+		return nil, e.fault(ctx, inv, StageSchema, failure.CodeInternalError, err)
+	}
+	msg := inv.req
+	// The bytes are the same with AllowPartial; it only skips a check that
+	// cannot fail (schema.CanLackRequired).
+	inv.canon, err = proto.MarshalOptions{Deterministic: true, AllowPartial: !schema.CanLackRequired(msg.Descriptor())}.Marshal(msg)
+	if err != nil {
+		return nil, e.fault(ctx, inv, StageSchema, failure.CodeInternalError, err)
+	}
+	inv.argDigest = digest(inv.cmd.Code, inv.canon)
+	redacted, _ := schema.Redact(inv.call.Input, inv.cmd.SensitiveFields)
+	inv.args = string(redacted)
+	inv.subject = subjectOf(msg, inv.cmd.SubjectField)
+	return nil, nil
+}
