@@ -25,6 +25,8 @@ var notCodes = map[string]string{
 	"schema.utf8": "violation rule",
 	// Permissions.
 	"audit.read": "permission", "directory.manage": "permission",
+	// File names the build plugin writes.
+	"manifest.json": "file name", "manifest.go": "file name",
 	// OpenTelemetry resource attributes.
 	"service.name": "attribute", "service.version": "attribute",
 }
