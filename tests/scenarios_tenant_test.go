@@ -15,7 +15,7 @@ import (
 
 // TestScenarioCrossTenant: dave (globex) reaching for acme's records. A
 // call naming acme (x-mandate-tenant) is refused at scope_check with
-// scope.tenant_mismatch (DESIGN §5), a refund before anyone is asked; a token that claims dave is in acme is
+// scope.tenant_mismatch (docs/architecture/pipeline.md), a refund before anyone is asked; a token that claims dave is in acme is
 // refused at authenticate; an id that exists only in acme is not found in
 // globex; and the same id in both tenants reads globex's record. Nothing of
 // acme leaks, no money moves, nobody is asked, and every attempt is in the

@@ -1,6 +1,6 @@
-// Package helpdesk is the sample business backend Mandate is shown and tested with (DESIGN §8):
-// a gRPC server implementing helpdesk.v1.HelpdeskService over tenant-scoped tickets, refunds,
-// expense reports and customer erasures. It is an ordinary backend, not part of Mandate: it trusts Mandate's executor
+// Package helpdesk is the sample business backend Mandate is shown and tested with
+// (docs/architecture/topology.md): a gRPC server implementing helpdesk.v1.HelpdeskService over
+// tenant-scoped tickets, refunds, expense reports and customer erasures. It is an ordinary backend, not part of Mandate: it trusts Mandate's executor
 // to authorise, confirm, de-duplicate and audit each call, and only enforces what the business
 // itself owns — tenant isolation, state guards (submit only a draft, recall only before
 // approval), money invariants (never refund more than was paid, never mix currencies), who

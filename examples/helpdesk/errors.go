@@ -6,7 +6,8 @@ import (
 	"github.com/mandate-dev/mandate/pkg/backend"
 )
 
-// Pipeline stages (DESIGN §5) the backend refuses at. The executor passes them on unchanged.
+// Pipeline stages (docs/architecture/pipeline.md) the backend refuses at. The executor passes
+// them on unchanged.
 const (
 	// StageScopeCheck refuses a caller who may not act on the record at all.
 	StageScopeCheck = backend.StageScopeCheck

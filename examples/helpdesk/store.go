@@ -58,8 +58,8 @@ const (
 )
 
 // IdempotencyKey scopes a client's idempotency key to the tenant, the user it acts for and the
-// command, as DESIGN §5 does: the same key used by another user or for another command is a
-// different key.
+// command, as the executor does (docs/architecture/pipeline.md): the same key used by another
+// user or for another command is a different key.
 type IdempotencyKey struct {
 	Tenant  string
 	UserID  string

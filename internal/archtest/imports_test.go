@@ -81,9 +81,9 @@ func serviceOf(pkg string) string {
 }
 
 // TestExamplesImportNoInternalPackage: the sample backend is built as a backend outside this
-// module must be (DESIGN §10, "Mandate governs services it has never seen"), on the exported
-// packages alone (pkg/backend, pkg/receipt, the generated gen/...). No non-test file under
-// examples/ imports a package under internal/, which Go would refuse to another module. Tests
+// module must be (docs/architecture/topology.md: Mandate governs services it has never seen),
+// on the exported packages alone (pkg/backend, pkg/receipt, the generated gen/...). No non-test
+// file under examples/ imports a package under internal/, which Go would refuse to another module. Tests
 // are exempt for now: they mint tokens and build servers and databases with Mandate's internal
 // helpers.
 func TestExamplesImportNoInternalPackage(t *testing.T) {

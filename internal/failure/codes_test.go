@@ -13,8 +13,8 @@ import (
 	"github.com/mandate-dev/mandate/internal/failure"
 )
 
-// stages are the pipeline stages of DESIGN §5, plus decode: the REST
-// gateway's reading of a request before the pipeline.
+// stages are the pipeline stages of docs/architecture/pipeline.md, plus
+// decode: the REST gateway's reading of a request before the pipeline.
 var stages = []string{
 	"decode", "authenticate", "request_check", "load_definition", "entitlement_check", "permission_check",
 	"schema_validate", "scope_check", "idempotency_check", "sod_check", "confirmation_check", "audit", "dispatch",

@@ -2,7 +2,7 @@
 // and holds the one table of the codes they carry.
 //
 // A refusal or fault is an *Error with a pipeline stage and a stable code
-// (DESIGN §5); ToStatus turns any error into a gRPC status carrying
+// (docs/architecture/pipeline.md); ToStatus turns any error into a gRPC status carrying
 // google.rpc.ErrorInfo and mandate.v1.CommandError, and Problem turns a
 // status into an RFC 9457 problem+json body with the same code string. Raw
 // internal errors never reach a client: they become a generic

@@ -12,7 +12,8 @@
 // gRPC interceptors and the HTTP middleware here verify both and put the end
 // user's Principal (with Via set to the calling service) in the context.
 // Every refusal is an *Error with a stable `authentication.*` code from the
-// `authenticate` stage (DESIGN §5), and it never echoes the token or a key.
+// `authenticate` stage (docs/architecture/identity.md), and it never echoes
+// the token or a key.
 // Each verifier remembers the tokens it has verified — by SHA-256, at most
 // DefaultCacheSize, never past their `exp`, forgotten when the keys change —
 // so a token is checked once per process, not on every hop of every call.

@@ -10,7 +10,8 @@ import (
 )
 
 // publicServices are the only gRPC services reachable without a token:
-// health, so load balancers and orchestrators can probe us (DESIGN §6), and
+// health, so load balancers and orchestrators can probe us
+// (docs/architecture/identity.md), and
 // server reflection, so grpcurl and Postman can discover the API. Reflection
 // reveals the compiled-in descriptors and nothing the published OpenAPI
 // document (/openapi.json) does not; it never reaches a handler, a store or

@@ -22,7 +22,7 @@ type AuthenticatorConfig struct {
 	Services *ServiceVerifier
 	// AllowServiceOnly lets a service call with just its own token (no end
 	// user), yielding a KindService principal. Off by default because
-	// DESIGN §6 has services pass the caller's principal along.
+	// services pass the caller's principal along (docs/architecture/identity.md).
 	AllowServiceOnly bool
 }
 

@@ -1,5 +1,5 @@
 // Package backend is the SDK of a business backend that Mandate's executor dispatches to
-// (DESIGN §4–6, §10 "Mandate governs services it has never seen"). It is built on the packages
+// (docs/architecture/topology.md, docs/architecture/identity.md). It is built on the packages
 // Mandate's own services use, so a backend outside this module trusts the executor by exactly
 // the rules Mandate applies, without re-implementing them.
 //

@@ -1,5 +1,5 @@
 // Package receipt gives a Go business backend exactly-once effects under Mandate's executor
-// (DESIGN §10, "Outcomes tell the truth"). The executor dispatches every command call with an
+// (docs/architecture/pipeline.md, "Reconciliation through receipts"). The executor dispatches every command call with an
 // invocation id; a backend that uses this package records an effect receipt keyed by that id —
 // the gRPC method and the binary response — in the same database transaction as the effect
 // itself, so the receipt exists exactly when the effect committed. A redelivery of the same

@@ -75,7 +75,7 @@ const (
 	OutcomeReplayed Outcome = contract.OutcomeReplayed
 )
 
-// StageAudit is the pipeline stage of the audit trail (DESIGN §5). Its codes
+// StageAudit is the pipeline stage of the audit trail (docs/architecture/pipeline.md). Its codes
 // are failure.CodeAuditUnavailable, which the executor refuses with when the
 // intent cannot be recorded, and failure.CodeAuditOutcomeUnknown, of the
 // outcome rows reconciliation writes.

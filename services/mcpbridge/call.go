@@ -27,7 +27,7 @@ const (
 
 // Refusal is what an isError tool result says, in `_meta` under
 // MetaRefusal and as JSON in its second text block: the same code string as
-// the gRPC status and the REST problem body (DESIGN §5). It is never the
+// the gRPC status and the REST problem body (docs/architecture/pipeline.md). It is never the
 // result's structuredContent, which clients validate against the tool's
 // outputSchema — a refusal is not the tool's output.
 type Refusal struct {

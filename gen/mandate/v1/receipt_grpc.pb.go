@@ -29,9 +29,9 @@ const (
 // ReceiptService is served by a business backend, next to its own service,
 // for Mandate's executor: a backend records an effect receipt keyed by the
 // invocation id in the same transaction as the effect, and the executor asks
-// for it when it does not know how a dispatch ended (DESIGN §10). Only
-// Mandate services may call it; it has no REST route. pkg/receipt implements
-// it for Go backends.
+// for it when it does not know how a dispatch ended (Mandate's
+// docs/architecture/pipeline.md). Only Mandate services may call it; it has
+// no REST route. pkg/receipt implements it for Go backends.
 type ReceiptServiceClient interface {
 	// GetReceipt says whether the backend executed an invocation. When it has
 	// no receipt, it records NOT_EXECUTED for the invocation id in the same
@@ -65,9 +65,9 @@ func (c *receiptServiceClient) GetReceipt(ctx context.Context, in *GetReceiptReq
 // ReceiptService is served by a business backend, next to its own service,
 // for Mandate's executor: a backend records an effect receipt keyed by the
 // invocation id in the same transaction as the effect, and the executor asks
-// for it when it does not know how a dispatch ended (DESIGN §10). Only
-// Mandate services may call it; it has no REST route. pkg/receipt implements
-// it for Go backends.
+// for it when it does not know how a dispatch ended (Mandate's
+// docs/architecture/pipeline.md). Only Mandate services may call it; it has
+// no REST route. pkg/receipt implements it for Go backends.
 type ReceiptServiceServer interface {
 	// GetReceipt says whether the backend executed an invocation. When it has
 	// no receipt, it records NOT_EXECUTED for the invocation id in the same
