@@ -13,7 +13,7 @@ import (
 
 // Stage is the pipeline stage (DESIGN §5) every identity refusal belongs to,
 // so clients can tell "who are you" failures from later refusals.
-const Stage = "authenticate"
+const Stage = failure.StageAuthenticate
 
 // ErrorDomain is the google.rpc.ErrorInfo domain shared by all Mandate
 // refusals; reason alone is only unique within it.

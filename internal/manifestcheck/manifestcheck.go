@@ -17,7 +17,7 @@ const Header = "x-mandate-manifest-digest"
 // of what a call carries besides its arguments, after authenticate (so
 // the refusal names a principal and is audited) and before
 // load_definition (the definition the caller meant is not the one here).
-const Stage = "request_check"
+const Stage = failure.StageRequest
 
 var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 

@@ -84,7 +84,7 @@ func GatewayInputError(ctx context.Context) *schema.InvalidError {
 
 // inputRefusal is the server's own refusal of a call carrying faults.
 func inputRefusal(ie *schema.InvalidError) error {
-	e := failure.New("schema_validate", failure.CodeSchemaInvalid, "the request breaks its schema")
+	e := failure.New(failure.StageSchema, failure.CodeSchemaInvalid, "the request breaks its schema")
 	e.Remedy = "fix the fields listed in violations"
 	for _, v := range ie.Violations {
 		e.Violations = append(e.Violations, failure.Violation{Pointer: v.Pointer, Rule: v.Rule, Message: v.Message})

@@ -38,9 +38,9 @@ func (v *validator) check(req any) error {
 	}
 	var verr *protovalidate.ValidationError
 	if !errors.As(err, &verr) {
-		return failure.Internal("schema_validate", err)
+		return failure.Internal(failure.StageSchema, err)
 	}
-	e := failure.New("schema_validate", failure.CodeSchemaInvalid, "the request breaks its schema")
+	e := failure.New(failure.StageSchema, failure.CodeSchemaInvalid, "the request breaks its schema")
 	e.Remedy = "fix the fields listed in violations"
 	for _, viol := range verr.Violations {
 		var ptr strings.Builder

@@ -27,18 +27,18 @@ const (
 	// StageScopeCheck refuses a caller who may not act on the record at all.
 	StageScopeCheck = receipt.StageScopeCheck
 	// StageSchemaValidate refuses input the schema could not express as invalid.
-	StageSchemaValidate = "schema_validate"
+	StageSchemaValidate = failure.StageSchema
 	// StageIdempotencyCheck refuses a misused idempotency key.
 	StageIdempotencyCheck = receipt.StageIdempotencyCheck
 	// StageStateCheck refuses a record that is missing or in the wrong state.
-	StageStateCheck = "state_check"
+	StageStateCheck = failure.StageState
 	// StagePreInvariant refuses a request that would break a business invariant.
-	StagePreInvariant = "pre_invariant"
+	StagePreInvariant = failure.StagePreInvariant
 	// StageAssert refuses a request whose declared assertion does not hold.
 	StageAssert = "assert"
 	// StagePostInvariant refuses an effect that would leave an invariant broken (and is
 	// rolled back).
-	StagePostInvariant = "post_invariant"
+	StagePostInvariant = failure.StagePostInvariant
 	// StageDispatch reports a fault of the backend or of what it calls.
 	StageDispatch = receipt.StageDispatch
 )

@@ -71,7 +71,7 @@ func (h *Handler[Tx]) GetReceipt(ctx context.Context, req *mandatev1.GetReceiptR
 	}
 	if id == "" || len(id) > MaxInvocationIDLen {
 		// The server's validation refuses this first; the handler does not rely on it.
-		e := failure.New("schema_validate", failure.CodeSchemaInvalid, "invocation_id must be 1 to 128 bytes")
+		e := failure.New(failure.StageSchema, failure.CodeSchemaInvalid, "invocation_id must be 1 to 128 bytes")
 		e.Violations = []failure.Violation{{Pointer: "/invocationId", Rule: "string.len", Message: e.Message}}
 		return nil, e.GRPCStatus().Err()
 	}

@@ -31,11 +31,11 @@ const (
 // Pipeline stages (DESIGN §5) this package refuses at; the executor passes them on unchanged.
 const (
 	// StageRequestCheck refuses malformed executor metadata.
-	StageRequestCheck = "request_check"
+	StageRequestCheck = failure.StageRequest
 	// StageScopeCheck refuses a caller that did not come through Mandate.
-	StageScopeCheck = "scope_check"
+	StageScopeCheck = failure.StageScope
 	// StageIdempotencyCheck refuses a misused idempotency key or a fenced invocation.
-	StageIdempotencyCheck = "idempotency_check"
+	StageIdempotencyCheck = failure.StageIdempotency
 	// StageDispatch reports that the receipt store could not answer.
 	StageDispatch = "dispatch"
 )

@@ -10,11 +10,11 @@ const (
 	// StageAuthenticate refuses a caller the directory does not know as active.
 	StageAuthenticate = identity.Stage
 	// StageLoad refuses a command that does not exist for the caller.
-	StageLoad = "load_definition"
+	StageLoad = failure.StageLoad
 	// StagePermission refuses a caller lacking a permission.
-	StagePermission = "permission_check"
+	StagePermission = failure.StagePermission
 	// StageScope refuses a review that did not come through a Mandate service.
-	StageScope = "scope_check"
+	StageScope = failure.StageScope
 )
 
 // The catalog refuses with failure.CodeCommandNotFound,

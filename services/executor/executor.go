@@ -1,9 +1,7 @@
 // Package executor runs every command call through Mandate's one governed
-// pipeline, whatever the channel (MCP, gRPC, REST):
-//
-//	authenticate → load_definition → entitlement_check → permission_check →
-//	schema_validate → scope_check → idempotency_check → sod_check →
-//	confirmation_check → audit intent → dispatch → audit outcome → publish
+// pipeline, whatever the channel (MCP, gRPC, REST). The pipeline is the
+// ordered table of stages in pipeline.go (one file per stage, named by
+// mandate.v1.Stage); after dispatch come the audit outcome and publish.
 //
 // Each stage is a span and a named refusal. Authorisation comes before
 // parsing, so a caller who may not run a command learns nothing about its
@@ -51,22 +49,23 @@ import (
 
 var tracer = otel.Tracer("mandate/executor")
 
-// Stage names, in pipeline order.
+// Stage names (mandate.v1.Stage, through internal/failure). The pipeline's
+// order is the table in pipeline.go.
 const (
-	StageAuthenticate  = "authenticate"
-	StageRequest       = "request_check"
-	StageLoad          = "load_definition"
-	StageEntitlement   = "entitlement_check"
-	StagePermission    = "permission_check"
-	StageSchema        = "schema_validate"
-	StageScope         = "scope_check"
-	StageIdempotency   = "idempotency_check"
-	StageSoD           = "sod_check"
-	StageConfirmation  = "confirmation_check"
-	StageAudit         = "audit"
-	StageDispatch      = "dispatch"
-	StagePublish       = "publish"
-	stageAuditOutcome  = "audit_outcome"
+	StageAuthenticate  = failure.StageAuthenticate
+	StageRequest       = failure.StageRequest
+	StageLoad          = failure.StageLoad
+	StageEntitlement   = failure.StageEntitlement
+	StagePermission    = failure.StagePermission
+	StageSchema        = failure.StageSchema
+	StageScope         = failure.StageScope
+	StageIdempotency   = failure.StageIdempotency
+	StageSoD           = failure.StageSoD
+	StageConfirmation  = failure.StageConfirmation
+	StageAudit         = failure.StageAudit
+	StageDispatch      = failure.StageDispatch
+	StagePublish       = failure.StagePublish
+	stageAuditOutcome  = failure.StageAuditOutcome
 	defaultIdemTTL     = 24 * time.Hour
 	defaultDeadline    = 30 * time.Second
 	maxOutcomeAttempts = 8
@@ -733,7 +732,7 @@ func clientError(c grpccodes.Code) bool {
 // isRefusalStage lists the stages a backend may refuse at.
 func isRefusalStage(stage string) bool {
 	switch stage {
-	case "state_check", "pre_invariant", "assert", "post_invariant", StageScope, StageSchema, StageIdempotency:
+	case failure.StageState, failure.StagePreInvariant, "assert", failure.StagePostInvariant, StageScope, StageSchema, StageIdempotency:
 		return true
 	}
 	return false

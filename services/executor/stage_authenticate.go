@@ -13,7 +13,7 @@ import (
 func (e *Executor) authenticate(ctx context.Context, inv *invocation) (*Result, error) {
 	p, ok := identity.FromContext(ctx)
 	if !ok || p.UserID == "" || p.Tenant == "" {
-		return nil, e.refuse(ctx, inv, StageAuthenticate, failure.CodeAuthenticationMissingCredentials, "a user or an agent acting for a user must call", "authenticate")
+		return nil, e.refuse(ctx, inv, StageAuthenticate, failure.CodeAuthenticationMissingCredentials, "a user or an agent acting for a user must call", "authenticate as a user, or as an agent acting for one")
 	}
 	inv.p = p
 	if err := e.stage(ctx, StageAuthenticate, func(ctx context.Context) error {

@@ -1,20 +1,25 @@
 package mcpbridge
 
+import (
+	"github.com/mandate-dev/mandate/internal/contract"
+	"github.com/mandate-dev/mandate/internal/failure"
+)
+
 // Names of the other services' contract the bridge relies on: stages it
 // tells apart and values of their messages. Refusal codes are the table's
 // (failure.Code*).
 const (
 	// stageRequest, stageSchema and stageDispatch are the executor's
 	// stages of a call's attributes, its input and its result.
-	stageRequest  = "request_check"
-	stageSchema   = "schema_validate"
-	stageDispatch = "dispatch"
+	stageRequest  = failure.StageRequest
+	stageSchema   = failure.StageSchema
+	stageDispatch = failure.StageDispatch
 	// stageConfirmation is the stage of the confirm service's refusals.
-	stageConfirmation = "confirmation_check"
+	stageConfirmation = failure.StageConfirmation
 
 	// channelMCPElicitation is the confirm service's decision channel of an
 	// answer given through MCP elicitation.
-	channelMCPElicitation = "mcp_elicitation"
+	channelMCPElicitation = contract.ChannelMCPElicitation
 	// approverPermissionHolder is the approver kind of a challenge that
 	// someone holding a permission, not the requester, must decide.
 	approverPermissionHolder = "PERMISSION_HOLDER"

@@ -21,18 +21,142 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Stage names a step of the pipeline, or a stage a backend refuses at.
+// Every refusal and failure names its stage; on the wire (CommandError.stage,
+// REST problem+json `stage`, the MCP refusal in `_meta`) the stage is the
+// value's name without `STAGE_`, in lower case: STAGE_PERMISSION_CHECK is
+// `permission_check`. This enum is the one list of stages; the executor's
+// order of them is docs/architecture/pipeline.md.
+type Stage int32
+
+const (
+	Stage_STAGE_UNSPECIFIED Stage = 0
+	// Before any stage: the request could not be read at all (gateway).
+	Stage_STAGE_DECODE Stage = 1
+	// The caller's token and whether the directory says it is active.
+	Stage_STAGE_AUTHENTICATE Stage = 2
+	// The attributes sent besides the arguments: conversation, grant,
+	// trace context, manifest digest.
+	Stage_STAGE_REQUEST_CHECK Stage = 3
+	// The command exists and is published.
+	Stage_STAGE_LOAD_DEFINITION Stage = 4
+	// The tenant has the command's required feature.
+	Stage_STAGE_ENTITLEMENT_CHECK Stage = 5
+	// The caller's user holds the command's permissions.
+	Stage_STAGE_PERMISSION_CHECK Stage = 6
+	// The arguments decode and validate against the command's input.
+	Stage_STAGE_SCHEMA_VALIDATE Stage = 7
+	// The call stays in the caller's tenant (and, at a backend, came through
+	// the executor).
+	Stage_STAGE_SCOPE_CHECK Stage = 8
+	// The idempotency key is reserved or answers with its first response.
+	Stage_STAGE_IDEMPOTENCY_CHECK Stage = 9
+	// Separation of duties.
+	Stage_STAGE_SOD_CHECK Stage = 10
+	// A human's confirmation, where the declaration asks for one.
+	Stage_STAGE_CONFIRMATION_CHECK Stage = 11
+	// The audit intent, durable before dispatch.
+	Stage_STAGE_AUDIT Stage = 12
+	// The call to the backend.
+	Stage_STAGE_DISPATCH Stage = 13
+	// Backend: the record is missing or in the wrong state.
+	Stage_STAGE_STATE_CHECK Stage = 14
+	// Backend: the request would break a business invariant.
+	Stage_STAGE_PRE_INVARIANT Stage = 15
+	// Backend: an assertion inside the effect failed.
+	Stage_STAGE_ASSERT Stage = 16
+	// Backend: the effect would leave an invariant broken.
+	Stage_STAGE_POST_INVARIANT Stage = 17
+	// The audit outcome, after dispatch.
+	Stage_STAGE_AUDIT_OUTCOME Stage = 18
+	// The response, execution and event recorded after success.
+	Stage_STAGE_PUBLISH Stage = 19
+)
+
+// Enum value maps for Stage.
+var (
+	Stage_name = map[int32]string{
+		0:  "STAGE_UNSPECIFIED",
+		1:  "STAGE_DECODE",
+		2:  "STAGE_AUTHENTICATE",
+		3:  "STAGE_REQUEST_CHECK",
+		4:  "STAGE_LOAD_DEFINITION",
+		5:  "STAGE_ENTITLEMENT_CHECK",
+		6:  "STAGE_PERMISSION_CHECK",
+		7:  "STAGE_SCHEMA_VALIDATE",
+		8:  "STAGE_SCOPE_CHECK",
+		9:  "STAGE_IDEMPOTENCY_CHECK",
+		10: "STAGE_SOD_CHECK",
+		11: "STAGE_CONFIRMATION_CHECK",
+		12: "STAGE_AUDIT",
+		13: "STAGE_DISPATCH",
+		14: "STAGE_STATE_CHECK",
+		15: "STAGE_PRE_INVARIANT",
+		16: "STAGE_ASSERT",
+		17: "STAGE_POST_INVARIANT",
+		18: "STAGE_AUDIT_OUTCOME",
+		19: "STAGE_PUBLISH",
+	}
+	Stage_value = map[string]int32{
+		"STAGE_UNSPECIFIED":        0,
+		"STAGE_DECODE":             1,
+		"STAGE_AUTHENTICATE":       2,
+		"STAGE_REQUEST_CHECK":      3,
+		"STAGE_LOAD_DEFINITION":    4,
+		"STAGE_ENTITLEMENT_CHECK":  5,
+		"STAGE_PERMISSION_CHECK":   6,
+		"STAGE_SCHEMA_VALIDATE":    7,
+		"STAGE_SCOPE_CHECK":        8,
+		"STAGE_IDEMPOTENCY_CHECK":  9,
+		"STAGE_SOD_CHECK":          10,
+		"STAGE_CONFIRMATION_CHECK": 11,
+		"STAGE_AUDIT":              12,
+		"STAGE_DISPATCH":           13,
+		"STAGE_STATE_CHECK":        14,
+		"STAGE_PRE_INVARIANT":      15,
+		"STAGE_ASSERT":             16,
+		"STAGE_POST_INVARIANT":     17,
+		"STAGE_AUDIT_OUTCOME":      18,
+		"STAGE_PUBLISH":            19,
+	}
+)
+
+func (x Stage) Enum() *Stage {
+	p := new(Stage)
+	*p = x
+	return p
+}
+
+func (x Stage) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Stage) Descriptor() protoreflect.EnumDescriptor {
+	return file_mandate_v1_errors_proto_enumTypes[0].Descriptor()
+}
+
+func (Stage) Type() protoreflect.EnumType {
+	return &file_mandate_v1_errors_proto_enumTypes[0]
+}
+
+func (x Stage) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Stage.Descriptor instead.
+func (Stage) EnumDescriptor() ([]byte, []int) {
+	return file_mandate_v1_errors_proto_rawDescGZIP(), []int{0}
+}
+
 // CommandError is the detail attached to every refusal or failure of a
 // command call. The same `code` string appears in the gRPC status (as
 // `google.rpc.ErrorInfo.reason` with domain `mandate.dev`), in REST
 // problem+json bodies and in MCP tool results.
-//
-// Stages, in pipeline order: authenticate, load_definition,
-// entitlement_check, permission_check, schema_validate, scope_check,
-// idempotency_check, sod_check, confirmation_check, audit, dispatch,
-// state_check, pre_invariant, assert, post_invariant, publish.
 type CommandError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The pipeline stage that refused or failed, e.g. `permission_check`.
+	// The stage that refused or failed: the name of a Stage value, e.g.
+	// `permission_check` (STAGE_PERMISSION_CHECK). It stays a string on the
+	// wire, as released clients read it.
 	Stage string `protobuf:"bytes,1,opt,name=stage,proto3" json:"stage,omitempty"`
 	// The stable, dotted error code, e.g. `authorization.permission_denied`.
 	Code string `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
@@ -234,7 +358,29 @@ const file_mandate_v1_errors_proto_rawDesc = "" +
 	"\tViolation\x12\x18\n" +
 	"\apointer\x18\x01 \x01(\tR\apointer\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessageB9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
+	"\amessage\x18\x03 \x01(\tR\amessage*\xe4\x03\n" +
+	"\x05Stage\x12\x15\n" +
+	"\x11STAGE_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fSTAGE_DECODE\x10\x01\x12\x16\n" +
+	"\x12STAGE_AUTHENTICATE\x10\x02\x12\x17\n" +
+	"\x13STAGE_REQUEST_CHECK\x10\x03\x12\x19\n" +
+	"\x15STAGE_LOAD_DEFINITION\x10\x04\x12\x1b\n" +
+	"\x17STAGE_ENTITLEMENT_CHECK\x10\x05\x12\x1a\n" +
+	"\x16STAGE_PERMISSION_CHECK\x10\x06\x12\x19\n" +
+	"\x15STAGE_SCHEMA_VALIDATE\x10\a\x12\x15\n" +
+	"\x11STAGE_SCOPE_CHECK\x10\b\x12\x1b\n" +
+	"\x17STAGE_IDEMPOTENCY_CHECK\x10\t\x12\x13\n" +
+	"\x0fSTAGE_SOD_CHECK\x10\n" +
+	"\x12\x1c\n" +
+	"\x18STAGE_CONFIRMATION_CHECK\x10\v\x12\x0f\n" +
+	"\vSTAGE_AUDIT\x10\f\x12\x12\n" +
+	"\x0eSTAGE_DISPATCH\x10\r\x12\x15\n" +
+	"\x11STAGE_STATE_CHECK\x10\x0e\x12\x17\n" +
+	"\x13STAGE_PRE_INVARIANT\x10\x0f\x12\x10\n" +
+	"\fSTAGE_ASSERT\x10\x10\x12\x18\n" +
+	"\x14STAGE_POST_INVARIANT\x10\x11\x12\x17\n" +
+	"\x13STAGE_AUDIT_OUTCOME\x10\x12\x12\x11\n" +
+	"\rSTAGE_PUBLISH\x10\x13B9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
 
 var (
 	file_mandate_v1_errors_proto_rawDescOnce sync.Once
@@ -248,13 +394,15 @@ func file_mandate_v1_errors_proto_rawDescGZIP() []byte {
 	return file_mandate_v1_errors_proto_rawDescData
 }
 
+var file_mandate_v1_errors_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_mandate_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_mandate_v1_errors_proto_goTypes = []any{
-	(*CommandError)(nil), // 0: mandate.v1.CommandError
-	(*Violation)(nil),    // 1: mandate.v1.Violation
+	(Stage)(0),           // 0: mandate.v1.Stage
+	(*CommandError)(nil), // 1: mandate.v1.CommandError
+	(*Violation)(nil),    // 2: mandate.v1.Violation
 }
 var file_mandate_v1_errors_proto_depIdxs = []int32{
-	1, // 0: mandate.v1.CommandError.violations:type_name -> mandate.v1.Violation
+	2, // 0: mandate.v1.CommandError.violations:type_name -> mandate.v1.Violation
 	1, // [1:1] is the sub-list for method output_type
 	1, // [1:1] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
@@ -272,13 +420,14 @@ func file_mandate_v1_errors_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mandate_v1_errors_proto_rawDesc), len(file_mandate_v1_errors_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_mandate_v1_errors_proto_goTypes,
 		DependencyIndexes: file_mandate_v1_errors_proto_depIdxs,
+		EnumInfos:         file_mandate_v1_errors_proto_enumTypes,
 		MessageInfos:      file_mandate_v1_errors_proto_msgTypes,
 	}.Build()
 	File_mandate_v1_errors_proto = out.File

@@ -27,10 +27,9 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // ExecutorService is the only path to a business backend. Every call, from
-// any channel, runs the governed pipeline: authenticate, load_definition,
-// entitlement_check, permission_check, schema_validate, scope_check,
-// idempotency_check, sod_check, confirmation_check, audit intent, dispatch,
-// audit outcome, publish. Refusals carry a mandate.v1.CommandError.
+// any channel, runs the governed pipeline, whose stages are mandate.v1.Stage
+// (docs/architecture/pipeline.md gives their order). Refusals carry a
+// mandate.v1.CommandError naming the stage.
 //
 // The executor also serves every published command's own RPC (e.g.
 // examples.helpdesk.v1.HelpdeskService/IssueRefund) on its gRPC port
@@ -63,10 +62,9 @@ func (c *executorServiceClient) Execute(ctx context.Context, in *ExecuteRequest,
 // for forward compatibility.
 //
 // ExecutorService is the only path to a business backend. Every call, from
-// any channel, runs the governed pipeline: authenticate, load_definition,
-// entitlement_check, permission_check, schema_validate, scope_check,
-// idempotency_check, sod_check, confirmation_check, audit intent, dispatch,
-// audit outcome, publish. Refusals carry a mandate.v1.CommandError.
+// any channel, runs the governed pipeline, whose stages are mandate.v1.Stage
+// (docs/architecture/pipeline.md gives their order). Refusals carry a
+// mandate.v1.CommandError naming the stage.
 //
 // The executor also serves every published command's own RPC (e.g.
 // examples.helpdesk.v1.HelpdeskService/IssueRefund) on its gRPC port

@@ -71,10 +71,10 @@ func (s *Service) Register(g grpc.ServiceRegistrar) { mandatev1.RegisterAuditSer
 func (s *Service) Append(ctx context.Context, req *mandatev1.AppendRequest) (*mandatev1.AppendResponse, error) {
 	p, ok := identity.FromContext(ctx)
 	if !ok {
-		return nil, failure.New("authenticate", failure.CodeAuthenticationMissingCredentials, "no principal")
+		return nil, failure.New(failure.StageAuthenticate, failure.CodeAuthenticationMissingCredentials, "no principal")
 	}
 	if p.Kind != identity.KindService && p.Via == "" {
-		return nil, failure.New("permission_check", failure.CodeAuthorizationPermissionDenied, "only Mandate services append to the audit trail")
+		return nil, failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied, "only Mandate services append to the audit trail")
 	}
 	// The executor alone may append on its own authority, with no user
 	// relayed (the rows it spooled while the trail was unavailable): each
@@ -82,7 +82,7 @@ func (s *Service) Append(ctx context.Context, req *mandatev1.AppendRequest) (*ma
 	// caller's tenant.
 	ownAuthority := p.Kind == identity.KindService && p.Via == "" && p.Tenant == ""
 	if ownAuthority && p.ServiceName != identity.ExecutorService {
-		return nil, failure.New("permission_check", failure.CodeAuthorizationPermissionDenied, "a service appends for the caller it relays; only the executor appends on its own authority")
+		return nil, failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied, "a service appends for the caller it relays; only the executor appends on its own authority")
 	}
 	stored, err := s.append(ctx, p.Tenant, ownAuthority, req.GetRecords(), toProto)
 	if err != nil {
@@ -100,15 +100,15 @@ func (s *Service) append(ctx context.Context, tenant string, ownAuthority bool, 
 		t := tenant
 		switch {
 		case ownAuthority && r.GetTenant() == "":
-			return nil, failure.New("schema_validate", failure.CodeSchemaInvalid, fmt.Sprintf("record %d names no tenant", i))
+			return nil, failure.New(failure.StageSchema, failure.CodeSchemaInvalid, fmt.Sprintf("record %d names no tenant", i))
 		case ownAuthority:
 			t = r.GetTenant()
 		case r.GetTenant() != "" && r.GetTenant() != tenant:
-			return nil, failure.New("scope_check", failure.CodeScopeTenantMismatch, fmt.Sprintf("record %d names another tenant", i))
+			return nil, failure.New(failure.StageScope, failure.CodeScopeTenantMismatch, fmt.Sprintf("record %d names another tenant", i))
 		}
 		rec, err := fromProto(r)
 		if err != nil {
-			return nil, failure.New("schema_validate", failure.CodeSchemaInvalid, fmt.Sprintf("record %d: %v", i, err))
+			return nil, failure.New(failure.StageSchema, failure.CodeSchemaInvalid, fmt.Sprintf("record %d: %v", i, err))
 		}
 		rec.Tenant = t
 		recs = append(recs, rec)
@@ -141,10 +141,10 @@ func (s *Service) AppendStream(stream grpc.BidiStreamingServer[mandatev1.AppendS
 	ctx := stream.Context()
 	p, ok := identity.FromContext(ctx)
 	if !ok {
-		return failure.New("authenticate", failure.CodeAuthenticationMissingCredentials, "no principal")
+		return failure.New(failure.StageAuthenticate, failure.CodeAuthenticationMissingCredentials, "no principal")
 	}
 	if p.Kind != identity.KindService || p.Via != "" || p.Tenant != "" || p.ServiceName != identity.ExecutorService {
-		return failure.New("permission_check", failure.CodeAuthorizationPermissionDenied, "only the executor, on its own authority, appends on a stream")
+		return failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied, "only the executor, on its own authority, appends on a stream")
 	}
 	var (
 		sendMu sync.Mutex
@@ -224,10 +224,10 @@ func (s *Service) AppendStream(stream grpc.BidiStreamingServer[mandatev1.AppendS
 func (s *Service) PendingIntents(ctx context.Context, req *mandatev1.PendingIntentsRequest) (*mandatev1.PendingIntentsResponse, error) {
 	p, ok := identity.FromContext(ctx)
 	if !ok {
-		return nil, failure.New("authenticate", failure.CodeAuthenticationMissingCredentials, "no principal")
+		return nil, failure.New(failure.StageAuthenticate, failure.CodeAuthenticationMissingCredentials, "no principal")
 	}
 	if p.Kind != identity.KindService || p.Via != "" || p.Tenant != "" || p.ServiceName != identity.ExecutorService {
-		return nil, failure.New("permission_check", failure.CodeAuthorizationPermissionDenied, "only the executor, on its own authority, lists pending intents")
+		return nil, failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied, "only the executor, on its own authority, lists pending intents")
 	}
 	limit := int(req.GetLimit())
 	if limit <= 0 {
@@ -365,7 +365,7 @@ func (s *Service) Watch(req *mandatev1.WatchRequest, stream grpc.ServerStreaming
 func (s *Service) reader(ctx context.Context) (string, error) {
 	p, ok := identity.FromContext(ctx)
 	if !ok {
-		return "", failure.New("authenticate", failure.CodeAuthenticationMissingCredentials, "no principal")
+		return "", failure.New(failure.StageAuthenticate, failure.CodeAuthenticationMissingCredentials, "no principal")
 	}
 	res, err := s.directory.Resolve(ctx, p.Tenant, p.UserID, p.AgentID)
 	res = res.Admit(p.IssuedAt)
@@ -373,10 +373,10 @@ func (s *Service) reader(ctx context.Context) (string, error) {
 		return "", s.mapErr(ctx, "resolve", err)
 	}
 	if !res.Active {
-		return "", failure.New("permission_check", failure.CodeAuthorizationPrincipalInactive, "the principal is not active ("+res.Reason+")")
+		return "", failure.New(failure.StagePermission, failure.CodeAuthorizationPrincipalInactive, "the principal is not active ("+res.Reason+")")
 	}
 	if !res.HasPermission(ReadPermission) {
-		e := failure.New("permission_check", failure.CodeAuthorizationPermissionDenied, "reading the audit trail needs "+ReadPermission)
+		e := failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied, "reading the audit trail needs "+ReadPermission)
 		e.Remedy = "ask a user who holds " + ReadPermission
 		return "", e
 	}
@@ -390,7 +390,7 @@ func (s *Service) mapErr(ctx context.Context, op string, err error) error {
 	case errors.Is(err, audit.ErrInvalidPageToken):
 		return failure.New("", failure.CodeRequestInvalidPageToken, "the page token is malformed or belongs to other filters")
 	case errors.Is(err, audit.ErrInvalid):
-		return failure.New("schema_validate", failure.CodeSchemaInvalid, err.Error())
+		return failure.New(failure.StageSchema, failure.CodeSchemaInvalid, err.Error())
 	case errors.Is(err, audit.ErrNotFound):
 		return failure.New("", failure.CodeAuditNotFound, "not found")
 	case audit.Retryable(err):

@@ -251,7 +251,7 @@ func (s *suite) testValidation(t *testing.T) {
 		}, "approval.trust_ceiling"},
 		{"outcome missing", func(r *audit.Record) { r.Phase, r.Outcome = audit.PhaseOutcome, "" }, "outcome"},
 		{"refused without code", func(r *audit.Record) {
-			r.Phase, r.Outcome, r.Stage = audit.PhaseOutcome, audit.OutcomeRefused, "permission_check"
+			r.Phase, r.Outcome, r.Stage = audit.PhaseOutcome, audit.OutcomeRefused, failure.StagePermission
 		}, "code"},
 		{"outcome pending", func(r *audit.Record) { r.Phase, r.Outcome = audit.PhaseOutcome, audit.OutcomePending }, "outcome"},
 	}
@@ -292,7 +292,7 @@ func (s *suite) testRoundTrip(t *testing.T) {
 	full.Message = "naïve ✓ message with \"quotes\" and \\ backslashes"
 	full.Arguments = []byte("{ \"b\" : [1, 2.50, \"x\"],\n \"a\": {\"é\": null, \"\\u0041\": true} }")
 	empty := audit.Record{Tenant: "acme", InvocationID: "minimal", Phase: audit.PhaseOutcome, Channel: audit.ChannelREST,
-		Command: "ticket.search", Outcome: audit.OutcomeRefused, Stage: "authenticate", Code: failure.CodeAuthenticationInvalidToken}
+		Command: "ticket.search", Outcome: audit.OutcomeRefused, Stage: failure.StageAuthenticate, Code: failure.CodeAuthenticationInvalidToken}
 	stored := mustAppend(t, w, full, empty)
 
 	if got := stored[0].Time; !got.Equal(time.Date(2026, 2, 3, 3, 5, 6, 789123000, time.UTC)) || got.Location() != time.UTC {
@@ -507,7 +507,7 @@ func dataset(t *testing.T, w *audit.Writer) []audit.Stored {
 		if outcome.Outcome != audit.OutcomeExecuted {
 			outcome.Stage, outcome.Code = "dispatch", failure.CodeHandlerFailed
 			if outcome.Outcome == audit.OutcomeRefused {
-				outcome.Stage, outcome.Code = "sod_check", failure.CodeSoDConflict
+				outcome.Stage, outcome.Code = failure.StageSoD, failure.CodeSoDConflict
 			}
 		}
 		if risk >= audit.RiskL3 {
@@ -549,7 +549,7 @@ func (s *suite) testQueryFilters(t *testing.T) {
 		{"command", audit.Filter{Command: "ticket.refund"}, func(r *audit.Stored) bool { return r.Command == "ticket.refund" }},
 		{"outcome refused", audit.Filter{Outcomes: []audit.Outcome{audit.OutcomeRefused}}, func(r *audit.Stored) bool { return r.Outcome == audit.OutcomeRefused }},
 		{"outcome pending", audit.Filter{Outcomes: []audit.Outcome{audit.OutcomePending}}, func(r *audit.Stored) bool { return r.Phase == audit.PhaseIntent }},
-		{"stage", audit.Filter{Stage: "sod_check"}, func(r *audit.Stored) bool { return r.Stage == "sod_check" }},
+		{"stage", audit.Filter{Stage: failure.StageSoD}, func(r *audit.Stored) bool { return r.Stage == failure.StageSoD }},
 		{"approved", audit.Filter{Approved: &yes}, func(r *audit.Stored) bool { return r.Approval != nil }},
 		{"not approved", audit.Filter{Approved: &no}, func(r *audit.Stored) bool { return r.Approval == nil }},
 		{"approver", audit.Filter{Approver: "dave"}, func(r *audit.Stored) bool { return r.Approval != nil && r.Approval.Approver == "dave" }},
@@ -760,7 +760,7 @@ func (s *suite) testGet(t *testing.T) {
 	mustAppend(t, w, Rec("acme", "inv-2", audit.PhaseIntent))
 	out := mustAppend(t, w, Rec("acme", "inv-1", audit.PhaseOutcome))
 	refused := Rec("acme", "inv-3", audit.PhaseOutcome)
-	refused.Outcome, refused.Stage, refused.Code = audit.OutcomeRefused, "permission_check", failure.CodeAuthorizationPermissionDenied
+	refused.Outcome, refused.Stage, refused.Code = audit.OutcomeRefused, failure.StagePermission, failure.CodeAuthorizationPermissionDenied
 	mustAppend(t, w, refused)
 	tests := []struct {
 		name    string

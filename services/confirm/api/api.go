@@ -16,7 +16,7 @@ import (
 )
 
 // Stage is the pipeline stage every confirmation refusal names.
-const Stage = "confirmation_check"
+const Stage = failure.StageConfirmation
 
 // Service implements mandate.v1.ConfirmService.
 type Service struct {
