@@ -99,7 +99,7 @@ const (
 type Spec struct {
 	// Code is the stable, dotted code.
 	Code string
-	// Stages are the pipeline stages (DESIGN §5) that report the code, in
+	// Stages are the pipeline stages (mandate.v1.Stage; docs/architecture/pipeline.md) that report the code, in
 	// pipeline order; empty for a code reported outside the pipeline (an
 	// API of its own, the REST gateway).
 	Stages []string

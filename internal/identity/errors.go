@@ -11,7 +11,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/failure"
 )
 
-// Stage is the pipeline stage (DESIGN §5) every identity refusal belongs to,
+// Stage is the pipeline stage (mandate.v1.Stage; docs/architecture/pipeline.md) every identity refusal belongs to,
 // so clients can tell "who are you" failures from later refusals.
 const Stage = failure.StageAuthenticate
 
@@ -81,7 +81,7 @@ func (e *Error) GRPCStatus() *status.Status {
 	return withDetails
 }
 
-// remedy tells an agent what to do next, as DESIGN §5 asks every refusal
+// remedy tells an agent what to do next, as docs/architecture/pipeline.md asks every refusal
 // to: the table's remedy of the code.
 func remedy(code string) string {
 	if s, ok := failure.Lookup(code); ok {

@@ -12,7 +12,7 @@ import (
 	"github.com/mandate-dev/mandate/pkg/receipt"
 )
 
-// Pipeline stages (DESIGN §5) a backend refuses at. The executor passes a backend's refusal at
+// Pipeline stages (mandate.v1.Stage; docs/architecture/pipeline.md) a backend refuses at. The executor passes a backend's refusal at
 // StageStateCheck, StagePreInvariant, StageAssert, StagePostInvariant, StageScopeCheck,
 // StageSchemaValidate or StageIdempotencyCheck on to the agent with its stage and code. At any
 // other stage it keeps the code, reported at StageDispatch, under a client-error gRPC code

@@ -28,7 +28,7 @@ const (
 	MaxIdempotencyKeyLen = 255
 )
 
-// Pipeline stages (DESIGN §5) this package refuses at; the executor passes them on unchanged.
+// Pipeline stages (mandate.v1.Stage; docs/architecture/pipeline.md) this package refuses at; the executor passes them on unchanged.
 const (
 	// StageRequestCheck refuses malformed executor metadata.
 	StageRequestCheck = failure.StageRequest

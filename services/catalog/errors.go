@@ -5,7 +5,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/identity"
 )
 
-// Pipeline stages (DESIGN §5) the catalog refuses at.
+// Pipeline stages (mandate.v1.Stage; docs/architecture/pipeline.md) the catalog refuses at.
 const (
 	// StageAuthenticate refuses a caller the directory does not know as active.
 	StageAuthenticate = identity.Stage

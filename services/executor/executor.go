@@ -137,7 +137,7 @@ type Config struct {
 	Dispatcher Dispatcher
 	Store      Store
 	// ConfirmSideEffects makes every command with declared side effects
-	// require confirmation (DESIGN §2, "when the deployment says so").
+	// require confirmation (docs/architecture/confirmation.md, "when the deployment says so").
 	ConfirmSideEffects bool
 	// IdempotencyTTL is how long a key is remembered (default 24h).
 	IdempotencyTTL time.Duration
