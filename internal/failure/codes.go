@@ -211,7 +211,7 @@ var table = []Spec{
 	{Code: CodeSoDUnavailable, Stages: []string{StageSoD}, GRPC: codes.Unavailable, HTTP: http.StatusServiceUnavailable, Retriable: true, Remedy: "retry later",
 		Meaning: "the separation-of-duties history could not be read; nothing was run"},
 	{Code: CodeConfirmationRequired, Stages: []string{StageConfirmation}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity, Retriable: true,
-		Remedy:  "ask the user to approve at the approval URL, then call again with the challenge id as approval grant and the same arguments",
+		Remedy:  "the approver the refusal names decides at the approval URL; then call again with the same arguments and the challenge id where grant_in and grant_name say (MCP _meta mandate.dev/approval, header X-Mandate-Approval-Grant, metadata x-mandate-approval-grant or the approval_grant_id field)",
 		Meaning: "a human must confirm the call; carries the challenge id and approval URL"},
 	{Code: CodeConfirmationPending, Stages: []string{StageConfirmation}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity, Retriable: true, Remedy: "wait for the approver (Await), then retry",
 		Meaning: "nobody has decided the challenge yet"},

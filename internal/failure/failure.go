@@ -34,6 +34,10 @@ type Error struct {
 	InvocationID string
 	ChallengeID  string
 	ApprovalURL  string
+	// GrantIn and GrantName say where a call carries the challenge id when
+	// it is made again (CommandError.grant_in, grant_name);
+	// ApproverPermission is who must approve under four eyes.
+	GrantIn, GrantName, ApproverPermission string
 	// Status overrides the gRPC code derived from Code.
 	Status codes.Code
 	cause  error
@@ -78,6 +82,7 @@ func (e *Error) GRPCStatus() *status.Status {
 		Stage: e.Stage, Code: e.Code, Message: e.Message,
 		Retriable: e.Retriable, Remedy: e.Remedy,
 		InvocationId: e.InvocationID, ChallengeId: e.ChallengeID, ApprovalUrl: e.ApprovalURL,
+		GrantIn: e.GrantIn, GrantName: e.GrantName, ApproverPermission: e.ApproverPermission,
 	}
 	for _, v := range e.Violations {
 		ce.Violations = append(ce.Violations, &mandatev1.Violation{Pointer: v.Pointer, Rule: v.Rule, Message: v.Message})
@@ -147,6 +152,7 @@ func FromStatus(st *status.Status) (*Error, bool) {
 				Stage: x.GetStage(), Code: x.GetCode(), Message: x.GetMessage(),
 				Retriable: x.GetRetriable(), Remedy: x.GetRemedy(),
 				InvocationID: x.GetInvocationId(), ChallengeID: x.GetChallengeId(), ApprovalURL: x.GetApprovalUrl(),
+				GrantIn: x.GetGrantIn(), GrantName: x.GetGrantName(), ApproverPermission: x.GetApproverPermission(),
 			}
 			for _, v := range x.GetViolations() {
 				fe.Violations = append(fe.Violations, Violation{Pointer: v.GetPointer(), Rule: v.GetRule(), Message: v.GetMessage()})
@@ -212,19 +218,23 @@ type ProblemViolation struct {
 // ProblemBody is an RFC 9457 problem document with Mandate's extension
 // members.
 type ProblemBody struct {
-	Type         string             `json:"type"`
-	Title        string             `json:"title"`
-	Status       int                `json:"status"`
-	Detail       string             `json:"detail,omitempty"`
-	Instance     string             `json:"instance,omitempty"`
-	Code         string             `json:"code"`
-	Stage        string             `json:"stage,omitempty"`
-	Retriable    bool               `json:"retriable"`
-	Remedy       string             `json:"remedy,omitempty"`
-	InvocationID string             `json:"invocation_id,omitempty"`
-	ChallengeID  string             `json:"challenge_id,omitempty"`
-	ApprovalURL  string             `json:"approval_url,omitempty"`
-	Errors       []ProblemViolation `json:"errors,omitempty"`
+	Type         string `json:"type"`
+	Title        string `json:"title"`
+	Status       int    `json:"status"`
+	Detail       string `json:"detail,omitempty"`
+	Instance     string `json:"instance,omitempty"`
+	Code         string `json:"code"`
+	Stage        string `json:"stage,omitempty"`
+	Retriable    bool   `json:"retriable"`
+	Remedy       string `json:"remedy,omitempty"`
+	InvocationID string `json:"invocation_id,omitempty"`
+	ChallengeID  string `json:"challenge_id,omitempty"`
+	ApprovalURL  string `json:"approval_url,omitempty"`
+	// GrantIn, GrantName and ApproverPermission: see CommandError.
+	GrantIn            string             `json:"grant_in,omitempty"`
+	GrantName          string             `json:"grant_name,omitempty"`
+	ApproverPermission string             `json:"approver_permission,omitempty"`
+	Errors             []ProblemViolation `json:"errors,omitempty"`
 }
 
 // CarriesCode reports whether a status carries a Mandate code (a
@@ -281,6 +291,7 @@ func Problem(st *status.Status, instance string) ProblemBody {
 		case *mandatev1.CommandError:
 			p.Code, p.Stage, p.Retriable, p.Remedy = x.GetCode(), x.GetStage(), x.GetRetriable(), x.GetRemedy()
 			p.InvocationID, p.ChallengeID, p.ApprovalURL = x.GetInvocationId(), x.GetChallengeId(), x.GetApprovalUrl()
+			p.GrantIn, p.GrantName, p.ApproverPermission = x.GetGrantIn(), x.GetGrantName(), x.GetApproverPermission()
 			if x.GetMessage() != "" {
 				p.Detail = x.GetMessage()
 			}

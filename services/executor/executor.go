@@ -275,6 +275,10 @@ type Call struct {
 	MCPSessionID   string
 	// Channel is "mcp", "grpc" or "rest".
 	Channel string
+	// Proxy reports that the call came as the command's own RPC (its gRPC
+	// method, or its REST route through the gateway) rather than as an
+	// ExecuteRequest: a grant then travels in metadata or a header.
+	Proxy bool
 	// Tenant, when the channel names one, must be the principal's.
 	Tenant string
 	// InputError, when set, is what the channel found wrong with the input
@@ -459,7 +463,7 @@ func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) e
 		fe := failure.New(StageConfirmation, failure.CodeConfirmationRequired, "a human must confirm this call")
 		fe.ChallengeID, fe.ApprovalURL = ch.GetChallengeId(), ch.GetApprovalUrl()
 		fe.Retriable = true
-		fe.Remedy = "ask the user to approve at the approval URL, then call again with approval_grant_id set to the challenge id and the same arguments"
+		continueWith(fe, inv)
 		return e.refuseWith(ctx, inv, fe)
 	}
 	var g *mandatev1.Grant
@@ -801,4 +805,57 @@ func auditID(stored []*mandatev1.AuditRecord) string {
 	var buf [96]byte
 	b := append(append(buf[:0], stored[0].GetTenant()...), '/')
 	return string(strconv.AppendInt(b, stored[0].GetSeq(), 10))
+}
+
+// Where a call carries its grant when it is made again, per channel
+// (CommandError.grant_in and grant_name).
+const (
+	grantInMCPMeta      = "mcp_meta"
+	grantInHTTPHeader   = "http_header"
+	grantInGRPCMetadata = "grpc_metadata"
+	grantInField        = "request_field"
+	// grantMCPMeta is the bridge's `_meta` key of a grant (mcpbridge's
+	// MetaApproval), grantHeader the REST header and gRPC metadata key.
+	grantMCPMeta = "mandate.dev/approval"
+	grantHeader  = "X-Mandate-Approval-Grant"
+	grantField   = "approval_grant_id"
+)
+
+// continueWith tells a confirmation.required refusal, in its structured
+// fields and its remedy, who decides and exactly how the caller's channel
+// sends the call again with the grant: `_meta` over MCP, a header on a
+// command's own REST route, metadata on its own gRPC method, the
+// approval_grant_id field of an ExecuteRequest.
+func continueWith(fe *failure.Error, inv *invocation) {
+	switch {
+	case inv.call.Channel == "mcp":
+		fe.GrantIn, fe.GrantName = grantInMCPMeta, grantMCPMeta
+	case inv.call.Proxy && inv.call.Channel == "rest":
+		fe.GrantIn, fe.GrantName = grantInHTTPHeader, grantHeader
+	case inv.call.Proxy:
+		fe.GrantIn, fe.GrantName = grantInGRPCMetadata, strings.ToLower(grantHeader)
+	default:
+		fe.GrantIn, fe.GrantName = grantInField, grantField
+	}
+	who := "ask the user you act for to approve it"
+	switch {
+	case inv.cmd.Approver.Kind == "PERMISSION_HOLDER" && inv.cmd.Approver.Permission != "":
+		fe.ApproverPermission = inv.cmd.Approver.Permission
+		who = "another user, who holds " + fe.ApproverPermission + " (not " + inv.p.UserID + "), must approve it"
+	case inv.p.AgentID == "":
+		who = "approve it yourself"
+	}
+	// The id itself is in challenge_id: the remedy names where it goes.
+	var again string
+	switch fe.GrantIn {
+	case grantInMCPMeta:
+		again = "call " + inv.cmd.Code + " again with the same arguments and the challenge id in _meta[\"" + grantMCPMeta + "\"]"
+	case grantInHTTPHeader:
+		again = "send the same request again with the challenge id in the header " + grantHeader
+	case grantInGRPCMetadata:
+		again = "call the same method again with the same request and the challenge id in the metadata " + fe.GrantName
+	default:
+		again = "call " + inv.cmd.Code + " again with the same input and the challenge id in " + grantField
+	}
+	fe.Remedy = who + " at the approval URL, then " + again
 }

@@ -31,15 +31,21 @@ const (
 // result's structuredContent, which clients validate against the tool's
 // outputSchema — a refusal is not the tool's output.
 type Refusal struct {
-	Code         string      `json:"code"`
-	Stage        string      `json:"stage,omitempty"`
-	Message      string      `json:"message"`
-	Retriable    bool        `json:"retriable"`
-	Remedy       string      `json:"remedy,omitempty"`
-	InvocationID string      `json:"invocation_id,omitempty"`
-	ChallengeID  string      `json:"challenge_id,omitempty"`
-	ApprovalURL  string      `json:"approval_url,omitempty"`
-	Violations   []Violation `json:"violations,omitempty"`
+	Code         string `json:"code"`
+	Stage        string `json:"stage,omitempty"`
+	Message      string `json:"message"`
+	Retriable    bool   `json:"retriable"`
+	Remedy       string `json:"remedy,omitempty"`
+	InvocationID string `json:"invocation_id,omitempty"`
+	ChallengeID  string `json:"challenge_id,omitempty"`
+	ApprovalURL  string `json:"approval_url,omitempty"`
+	// GrantIn and GrantName say how to send the call again once approved
+	// (over MCP: `_meta`, mandate.dev/approval); ApproverPermission, under
+	// four eyes, what the approving user must hold.
+	GrantIn            string      `json:"grant_in,omitempty"`
+	GrantName          string      `json:"grant_name,omitempty"`
+	ApproverPermission string      `json:"approver_permission,omitempty"`
+	Violations         []Violation `json:"violations,omitempty"`
 }
 
 // Violation is one broken input rule of a schema.invalid refusal.
@@ -230,6 +236,7 @@ func (b *Bridge) refusal(ctx context.Context, name string, err error) (*mcp.Call
 	r := Refusal{
 		Code: p.Code, Stage: p.Stage, Message: p.Detail, Retriable: p.Retriable, Remedy: p.Remedy,
 		InvocationID: p.InvocationID, ChallengeID: p.ChallengeID, ApprovalURL: p.ApprovalURL,
+		GrantIn: p.GrantIn, GrantName: p.GrantName, ApproverPermission: p.ApproverPermission,
 	}
 	if r.Message == "" {
 		r.Message = p.Title
@@ -246,9 +253,13 @@ func (b *Bridge) refusal(ctx context.Context, name string, err error) (*mcp.Call
 		text += " Remedy: " + r.Remedy + "."
 	}
 	if r.Code == failure.CodeConfirmationRequired && r.ApprovalURL != "" {
-		text = fmt.Sprintf("%s needs a human's approval before it runs. Ask your user to open %s and approve it, "+
+		who := "Ask your user to open " + r.ApprovalURL + " and approve it"
+		if r.ApproverPermission != "" {
+			who = "Another person, who holds " + r.ApproverPermission + " (not your user), must open " + r.ApprovalURL + " and approve it; tell your user so"
+		}
+		text = fmt.Sprintf("%s needs a human's approval before it runs. %s, "+
 			"then call %s again with the same arguments and _meta {%q: %q}.",
-			name, r.ApprovalURL, name, MetaApproval, r.ChallengeID)
+			name, who, name, MetaApproval, r.ChallengeID)
 	}
 	return refusalResult(text, r, body), nil
 }

@@ -173,9 +173,22 @@ type CommandError struct {
 	// For confirmation.required: the challenge a human must decide.
 	ChallengeId string `protobuf:"bytes,8,opt,name=challenge_id,json=challengeId,proto3" json:"challenge_id,omitempty"`
 	// For confirmation.required: where a human can decide the challenge.
-	ApprovalUrl   string `protobuf:"bytes,9,opt,name=approval_url,json=approvalUrl,proto3" json:"approval_url,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ApprovalUrl string `protobuf:"bytes,9,opt,name=approval_url,json=approvalUrl,proto3" json:"approval_url,omitempty"`
+	// For confirmation.required: where the call again carries the challenge
+	// id, on the channel this call came in on: `mcp_meta` (the tools/call's
+	// `_meta`), `http_header`, `grpc_metadata` or `request_field` (a field
+	// of the ExecuteRequest, or of its JSON body on REST).
+	GrantIn string `protobuf:"bytes,10,opt,name=grant_in,json=grantIn,proto3" json:"grant_in,omitempty"`
+	// For confirmation.required: the name to put the challenge id under in
+	// grant_in: `mandate.dev/approval`, `X-Mandate-Approval-Grant`,
+	// `x-mandate-approval-grant` or `approval_grant_id`.
+	GrantName string `protobuf:"bytes,11,opt,name=grant_name,json=grantName,proto3" json:"grant_name,omitempty"`
+	// For confirmation.required under four eyes: the permission the user who
+	// approves must hold; the caller's own user may not. Empty when the
+	// caller's user approves.
+	ApproverPermission string `protobuf:"bytes,12,opt,name=approver_permission,json=approverPermission,proto3" json:"approver_permission,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *CommandError) Reset() {
@@ -271,6 +284,27 @@ func (x *CommandError) GetApprovalUrl() string {
 	return ""
 }
 
+func (x *CommandError) GetGrantIn() string {
+	if x != nil {
+		return x.GrantIn
+	}
+	return ""
+}
+
+func (x *CommandError) GetGrantName() string {
+	if x != nil {
+		return x.GrantName
+	}
+	return ""
+}
+
+func (x *CommandError) GetApproverPermission() string {
+	if x != nil {
+		return x.ApproverPermission
+	}
+	return ""
+}
+
 // Violation is one broken input rule.
 type Violation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -342,7 +376,7 @@ var File_mandate_v1_errors_proto protoreflect.FileDescriptor
 const file_mandate_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"\x17mandate/v1/errors.proto\x12\n" +
-	"mandate.v1\"\xaa\x02\n" +
+	"mandate.v1\"\x95\x03\n" +
 	"\fCommandError\x12\x14\n" +
 	"\x05stage\x18\x01 \x01(\tR\x05stage\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x18\n" +
@@ -354,7 +388,12 @@ const file_mandate_v1_errors_proto_rawDesc = "" +
 	"violations\x12#\n" +
 	"\rinvocation_id\x18\a \x01(\tR\finvocationId\x12!\n" +
 	"\fchallenge_id\x18\b \x01(\tR\vchallengeId\x12!\n" +
-	"\fapproval_url\x18\t \x01(\tR\vapprovalUrl\"S\n" +
+	"\fapproval_url\x18\t \x01(\tR\vapprovalUrl\x12\x19\n" +
+	"\bgrant_in\x18\n" +
+	" \x01(\tR\agrantIn\x12\x1d\n" +
+	"\n" +
+	"grant_name\x18\v \x01(\tR\tgrantName\x12/\n" +
+	"\x13approver_permission\x18\f \x01(\tR\x12approverPermission\"S\n" +
 	"\tViolation\x12\x18\n" +
 	"\apointer\x18\x01 \x01(\tR\apointer\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x18\n" +

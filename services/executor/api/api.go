@@ -213,6 +213,7 @@ func (s *Service) proxy(_ any, ss grpc.ServerStream) error {
 	md, _ := s.manifest.Method(cmd.Code)
 	req := dynamicpb.NewMessage(md.Input())
 	call := s.call(ctx, cmd.Code, nil)
+	call.Proxy = true
 	// AllowPartial only skips a required-field check that cannot fail.
 	if err := schema.Unmarshal(proto.UnmarshalOptions{Resolver: s.manifest.Types(), AllowPartial: !schema.CanLackRequired(md.Input())}, in.payload, req); err != nil {
 		call.InputError = &schema.InvalidError{Violations: []schema.Violation{{Rule: "schema.decode", Message: "the request is not a valid " + string(md.Input().FullName())}}}
