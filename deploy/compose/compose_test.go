@@ -557,3 +557,25 @@ func TestOwnServiceOverride(t *testing.T) {
 		t.Errorf("loads without MANDATE_OWN_DIR and MANDATE_OWN_BACKEND: %v", err)
 	}
 }
+
+// TestNoRaceWithPostgresInit: Postgres is healthy only once it answers
+// over TCP (the image's temporary init server listens on the socket
+// alone), and the Dockerfile names no remote syntax image, so a build
+// needs nothing from a registry beyond the base images.
+func TestNoRaceWithPostgresInit(t *testing.T) {
+	p := load(t)
+	hc := service(t, p, "postgres").HealthCheck
+	if hc == nil || !strings.Contains(strings.Join(hc.Test, " "), "pg_isready -h 127.0.0.1") {
+		t.Errorf("postgres health check %+v does not check over TCP", hc)
+	}
+	df, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(df), "# syntax=") {
+		t.Error("the Dockerfile names a syntax image, which every build fetches from a registry")
+	}
+	if got := env(service(t, p, "mcpbridge"))["MANDATE_ADVERTISE_URL"]; got != "http://mcpbridge:8085" {
+		t.Errorf("the bridge advertises %q", got)
+	}
+}

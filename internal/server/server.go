@@ -31,6 +31,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -128,7 +129,10 @@ func New(cfg Config) (*Server, error) {
 		Stream: []grpc.StreamServerInterceptor{s.recoverStream, s.stopStream, s.gatewayStream, cfg.Auth.StreamServerInterceptor(), s.inputStream, v.stream},
 	}
 	opts := append([]grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(func(ri *stats.RPCTagInfo) bool {
+			// Health probes are not traffic worth a trace.
+			return !strings.HasPrefix(ri.FullMethodName, "/grpc.health.v1.Health/")
+		}))),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.ChainUnaryInterceptor(s.chain.Unary...),
 		grpc.ChainStreamInterceptor(s.chain.Stream...),
@@ -221,8 +225,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	httpSrv := &http.Server{
 		Handler: otelhttp.NewHandler(http.MaxBytesHandler(s.http, int64(s.cfg.MaxRecvBytes)), s.cfg.Name,
-			// A scrape every few seconds is not traffic worth a span.
-			otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Path != MetricsPath })),
+			// A scrape or a health probe every few seconds is not traffic
+			// worth a trace.
+			otelhttp.WithFilter(traced)),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}
@@ -384,4 +389,10 @@ func routingErrorHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.Marsh
 		p.Code = failure.CodeRequestMalformed
 	}
 	WriteProblem(w, p)
+}
+
+// traced reports whether an HTTP request gets a trace: not the health
+// probes and metric scrapes that orchestrators send every few seconds.
+func traced(r *http.Request) bool {
+	return r.URL.Path != MetricsPath && r.URL.Path != "/healthz"
 }

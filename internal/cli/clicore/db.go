@@ -2,6 +2,7 @@ package clicore
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -16,7 +17,13 @@ func DatabaseFlag(s *config.Set, url *config.Secret) {
 	s.Require("database-url", func() bool { return !url.Set() })
 }
 
-// OpenPool opens a Postgres pool on url.
+// DatabaseWait is how long a command keeps trying a database that does
+// not answer yet when it starts (a Postgres still initialising, a
+// container started at the same time), before it gives up with the reason.
+const DatabaseWait = 60 * time.Second
+
+// OpenPool opens a Postgres pool on url, waiting up to DatabaseWait for a
+// server that does not answer yet.
 func OpenPool(ctx context.Context, url config.Secret) (*pgxpool.Pool, error) {
-	return pg.Open(ctx, url.Reveal(), pg.Options{})
+	return pg.Open(ctx, url.Reveal(), pg.Options{WaitFor: DatabaseWait})
 }

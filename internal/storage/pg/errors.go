@@ -177,6 +177,10 @@ type Error struct {
 	Kind Kind
 	// Err is the original error; never show it to clients.
 	Err error
+	// Reason, when set, says why in words safe to show (no host, user or
+	// driver text): "connection refused", a SQLSTATE and the server's
+	// message.
+	Reason string
 }
 
 // Error returns "op: <generic description>"; it never includes the driver's message.
@@ -189,6 +193,9 @@ func (e *Error) Error() string {
 		msg = "database error"
 	default:
 		msg = Sentinel(e.Kind).Error()
+	}
+	if e.Reason != "" {
+		msg += " (" + e.Reason + ")"
 	}
 	if e.Op == "" {
 		return msg

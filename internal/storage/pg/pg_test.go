@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -368,4 +369,65 @@ func closedAddr(t *testing.T) string {
 	addr := l.Addr().String()
 	_ = l.Close()
 	return addr
+}
+
+// TestOpenWaitsForAServerThatIsNotUpYet: with WaitFor, Open keeps pinging
+// a server that refuses connections, and succeeds once it listens; on
+// giving up, the message says why (connection refused) without the
+// address or the password.
+func TestOpenWaitsForAServerThatIsNotUpYet(t *testing.T) {
+	addr := closedAddr(t)
+	start := time.Now()
+	_, err := pg.Open(context.Background(), "postgres://postgres:hunter2@"+addr+"/postgres?sslmode=disable",
+		pg.Options{ConnectTimeout: time.Second, PingTimeout: time.Second, WaitFor: 700 * time.Millisecond})
+	if !errors.Is(err, pg.ErrUnavailable) || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), " attempts in 700ms") {
+		t.Fatalf("err = %v, want ErrUnavailable saying connection refused after the attempts", err)
+	}
+	if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("message leaks connection details: %q", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Open gave up after %v, want within about WaitFor", d)
+	}
+
+	// A proxy that starts forwarding to the real server only after a while
+	// stands for a server that is still starting.
+	_, dsn := pgtest.NewURL(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyAddr, target := lis.Addr().String(), u.Host
+	_ = lis.Close() // refused until the proxy comes up
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		l, err := net.Listen("tcp", proxyAddr)
+		if err != nil {
+			return
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+			go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+		}
+	}()
+	u.Host = proxyAddr
+	pool, err := pg.Open(context.Background(), u.String(), pg.Options{ConnectTimeout: time.Second, PingTimeout: time.Second, WaitFor: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("Open through a server that came up late: %v", err)
+	}
+	pool.Close()
 }

@@ -3,8 +3,13 @@ package pg
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -24,8 +29,13 @@ type Options struct {
 	// ConnectTimeout bounds establishing one connection (dial, TLS, auth). Default 5s; a
 	// connect_timeout in the DSN wins.
 	ConnectTimeout time.Duration
-	// PingTimeout bounds the initial ping that Open performs. Default 5s.
+	// PingTimeout bounds each ping that Open performs. Default 5s.
 	PingTimeout time.Duration
+	// WaitFor is how long Open keeps trying a server that does not answer
+	// yet (one starting up, or not listening yet), with a growing pause
+	// between pings; 0 pings once. A server that refuses for good (bad
+	// password, unknown database) ends the wait at once.
+	WaitFor time.Duration
 	// ApplicationName is reported in pg_stat_activity. Default "mandate"; an application_name in
 	// the DSN wins.
 	ApplicationName string
@@ -101,15 +111,55 @@ func Open(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, error) 
 	if err != nil {
 		return nil, Wrap("pg: open", err)
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, opts.PingTimeout)
-	defer cancel()
-	if err := pool.Ping(pingCtx); err != nil {
-		pool.Close()
+	deadline := time.Now().Add(opts.WaitFor)
+	pause := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		pingCtx, cancel := context.WithTimeout(ctx, opts.PingTimeout)
+		err := pool.Ping(pingCtx)
+		cancel()
+		if err == nil {
+			return pool, nil
+		}
 		kind := Classify(err)
 		if kind == KindCanceled && ctx.Err() == nil {
 			kind = KindUnavailable // our own ping timeout expired: the server did not answer
 		}
-		return nil, &Error{Op: "pg: ping", Kind: kind, Err: err}
+		if kind != KindUnavailable || !time.Now().Add(pause).Before(deadline) {
+			pool.Close()
+			op := "pg: ping"
+			if opts.WaitFor > 0 {
+				op = fmt.Sprintf("pg: ping (%d attempts in %s)", attempt, opts.WaitFor)
+			}
+			return nil, &Error{Op: op, Kind: kind, Err: err, Reason: reason(err)}
+		}
+		select {
+		case <-ctx.Done():
+			pool.Close()
+			return nil, &Error{Op: "pg: ping", Kind: KindCanceled, Err: ctx.Err()}
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 2*time.Second)
 	}
-	return pool, nil
+}
+
+// reason says in a few words why a connection failed, from the error's
+// kind and never from its text, which may name hosts and users: the
+// server's SQLSTATE and its own message (which names neither), or what
+// the network said.
+func reason(err error) string {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		return "SQLSTATE " + pgErr.Code + ": " + pgErr.Message
+	}
+	var dnsErr *net.DNSError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.As(err, &dnsErr):
+		return "host not found"
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
+		return "no answer within the ping timeout"
+	}
+	return ""
 }
