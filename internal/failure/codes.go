@@ -68,6 +68,7 @@ const (
 	CodeConfirmationAlreadyRedeemed    = "confirmation.already_redeemed"
 	CodeConfirmationGrantMismatch      = "confirmation.grant_mismatch"
 	CodeConfirmationRevoked            = "confirmation.revoked"
+	CodeConfirmationTooManyOpen        = "confirmation.too_many_open"
 	CodeConfirmationApproverNotAllowed = "confirmation.approver_not_allowed"
 	CodeConfirmationNotFound           = "confirmation.not_found"
 	CodeConfirmationInvalidState       = "confirmation.invalid_state"
@@ -223,6 +224,9 @@ var table = []Spec{
 		Meaning: "the challenge was approved or declined before"},
 	{Code: CodeConfirmationAlreadyRedeemed, Stages: []string{StageConfirmation}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
 		Remedy: "ask the user again: call the command again to open a new challenge", Meaning: "the grant was used already; an approval is good for one call"},
+	{Code: CodeConfirmationTooManyOpen, Stages: []string{StageConfirmation}, GRPC: codes.ResourceExhausted, HTTP: http.StatusTooManyRequests, Retriable: true,
+		Remedy:  "wait until approvals you asked for are decided or expire, then call again",
+		Meaning: "the caller already has the most approvals waiting that one requester may hold; nobody was asked"},
 	{Code: CodeConfirmationRevoked, Stages: []string{StageConfirmation}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
 		Remedy:  "ask the user again: call the command again to open a new challenge",
 		Meaning: "the call was asked for before its user or agent was last disabled (access revoked); an approval given then does not survive the revocation"},

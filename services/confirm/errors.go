@@ -41,6 +41,7 @@ var (
 	ErrAlreadyRedeemed    = &Error{Code: failure.CodeConfirmationAlreadyRedeemed, Message: "the grant was already used; an approval is good for one call"}
 	ErrGrantMismatch      = &Error{Code: failure.CodeConfirmationGrantMismatch, Message: "the grant was given for another invocation (other arguments, principal or idempotency key); consent does not carry over"}
 	ErrRevoked            = &Error{Code: failure.CodeConfirmationRevoked, Message: "the call was asked for before its user's or agent's access was last revoked; ask again"}
+	ErrTooManyOpen        = &Error{Code: failure.CodeConfirmationTooManyOpen, Message: "too many approvals requested by this caller are still waiting"}
 	ErrRefused            = &Error{Code: failure.CodeConfirmationRefused, Message: "the approver declined the call"}
 	ErrPending            = &Error{Code: failure.CodeConfirmationPending, Message: "nobody has decided yet; wait for the approver"}
 	ErrUnavailable        = &Error{Code: failure.CodeConfirmationUnavailable, Message: "the confirmation store is unavailable"}

@@ -32,15 +32,26 @@ type Config struct {
 	// "https://confirm.example.com"; a challenge's approval URL is
 	// ApprovalBaseURL + ApprovalPath + id. Empty: no approval URL.
 	ApprovalBaseURL string
+	// MaxOpenPerRequester bounds the challenges one requester (a user, or
+	// an agent acting for one) holds pending at once, so that an agent
+	// cannot flood its approvers (default DefaultMaxOpenPerRequester). An
+	// Open past it is refused with confirmation.too_many_open until some
+	// are decided or expire. Concurrent Opens may pass it by a few.
+	MaxOpenPerRequester int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultMaxOpenPerRequester is how many challenges one requester may hold
+// pending at once unless Config says otherwise.
+const DefaultMaxOpenPerRequester = 20
 
 // Service applies the confirmation rules on top of a Store. Every method
 // takes the verified caller (identity.Principal, from the transport's
 // authentication) and refuses with an *Error whose code says why. It is
 // safe for concurrent use.
 type Service struct {
+	maxOpen  int
 	store    Store
 	dir      directory.Resolver
 	commands Commands
@@ -61,8 +72,15 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MaxOpenPerRequester < 0 {
+		return nil, errors.New("confirm: Config.MaxOpenPerRequester must not be negative")
+	}
+	if cfg.MaxOpenPerRequester == 0 {
+		cfg.MaxOpenPerRequester = DefaultMaxOpenPerRequester
+	}
 	return &Service{
-		store: cfg.Store, dir: cfg.Directory, commands: cfg.Commands,
+		maxOpen: cfg.MaxOpenPerRequester,
+		store:   cfg.Store, dir: cfg.Directory, commands: cfg.Commands,
 		baseURL: strings.TrimRight(cfg.ApprovalBaseURL, "/"), log: cfg.Logger,
 	}, nil
 }
@@ -123,6 +141,15 @@ func (s *Service) Open(ctx context.Context, p identity.Principal, req OpenReques
 	policy, err := policyOf(cmd)
 	if err != nil {
 		return Challenge{}, err
+	}
+	open, err := s.store.CountPending(ctx, p.Tenant, p.UserID, p.AgentID)
+	if err != nil {
+		return Challenge{}, err
+	}
+	if open >= s.maxOpen {
+		s.log.WarnContext(ctx, "challenge refused: too many open", "tenant", p.Tenant, "user", p.UserID, "agent", p.AgentID,
+			"open", open, "invocation_id", req.InvocationID)
+		return Challenge{}, refuse(ErrTooManyOpen, fmt.Sprintf("%d approvals requested by this caller are still waiting (at most %d); wait until some are decided or expire", open, s.maxOpen))
 	}
 	prompt, err := RenderPrompt(cmd, PromptInput{
 		ArgumentsJSON: req.ArgumentsJSON, WithheldFields: req.WithheldFields,

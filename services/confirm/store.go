@@ -31,6 +31,11 @@ type Store interface {
 	// pending and not expired, newest first.
 	ListPending(ctx context.Context, tenant string, limit int) ([]Challenge, error)
 
+	// CountPending returns how many of the tenant's challenges that are
+	// pending and not expired were requested by user through agent ("" for
+	// the user acting directly).
+	CountPending(ctx context.Context, tenant, user, agent string) (int, error)
+
 	// Decide records d on a PENDING, unexpired challenge: APPROVED or
 	// DECLINED, DecidedBy, DecidedAt (store clock) and DecisionChannel.
 	// ErrNotFound, ErrAlreadyDecided (approved, declined or redeemed before)

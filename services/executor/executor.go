@@ -487,6 +487,12 @@ func (e *Executor) confirmFailure(ctx context.Context, inv *invocation, err erro
 	if errors.As(err, &fe) {
 		c := *fe
 		c.Stage = StageConfirmation
+		if spec, ok := failure.Lookup(c.Code); ok && spec.Retriable {
+			c.Retriable = true
+			if c.Remedy == "" {
+				c.Remedy = spec.Remedy
+			}
+		}
 		return e.refuseWith(ctx, inv, &c)
 	}
 	return e.fault(ctx, inv, StageConfirmation, failure.CodeConfirmationUnavailable, err)

@@ -42,6 +42,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"ConcurrentRedeem", s.testConcurrentRedeem},
 		{"ConcurrentDecide", s.testConcurrentDecide},
 		{"ListPending", s.testListPending},
+		{"CountPending", s.testCountPending},
 		{"Watch", s.testWatch},
 		{"WatchExpiry", s.testWatchExpiry},
 		{"WatchEnds", s.testWatchEnds},
@@ -443,6 +444,40 @@ func (s *suite) testListPending(t *testing.T) {
 	}
 	if got, _ := b.ListPending(ctx, "acme", 1); len(got) != 1 || got[0].ID != ids[3] {
 		t.Fatalf("ListPending limit 1 = %v", got)
+	}
+}
+
+// testCountPending: only the requester's own pending, unexpired
+// challenges of the tenant count.
+func (s *suite) testCountPending(t *testing.T) {
+	b := s.newBackend(t)
+	ctx := testCtx(t)
+	mine := make([]confirm.Challenge, 3)
+	for i := range mine {
+		mine[i] = create(t, b, Challenge("acme", fmt.Sprintf("inv-mine-%d", i)), time.Minute)
+	}
+	direct := Challenge("acme", "inv-direct")
+	direct.RequesterAgent = ""
+	create(t, b, direct, time.Minute)
+	other := Challenge("acme", "inv-other")
+	other.RequesterUser = "carol"
+	create(t, b, other, time.Minute)
+	create(t, b, Challenge("globex", "inv-globex"), time.Minute)
+	expiring := create(t, b, Challenge("acme", "inv-expiring"), 200*time.Millisecond)
+	if _, err := b.Decide(ctx, "acme", mine[0].ID, approve); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, b, "acme", expiring.ID, confirm.StateExpired)
+	for _, c := range []struct {
+		tenant, user, agent string
+		want                int
+	}{
+		{"acme", "alice", "support-bot", 2}, {"acme", "alice", "", 1}, {"acme", "carol", "support-bot", 1},
+		{"globex", "alice", "support-bot", 1}, {"acme", "bob", "", 0},
+	} {
+		if n, err := b.CountPending(ctx, c.tenant, c.user, c.agent); err != nil || n != c.want {
+			t.Errorf("CountPending(%s, %s, %q) = %d, %v; want %d", c.tenant, c.user, c.agent, n, err, c.want)
+		}
 	}
 }
 

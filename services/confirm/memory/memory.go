@@ -182,6 +182,24 @@ func (s *Store) ListPending(_ context.Context, tenant string, limit int) ([]conf
 	return out, nil
 }
 
+// CountPending implements confirm.Store.
+func (s *Store) CountPending(_ context.Context, tenant, user, agent string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, errClosed
+	}
+	now := s.clock()
+	n := 0
+	for _, c := range s.byID {
+		if c.Tenant == tenant && c.RequesterUser == user && c.RequesterAgent == agent &&
+			confirm.EffectiveState(c.State, c.ExpiresAt, now) == confirm.StatePending {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // Decide implements confirm.Store.
 func (s *Store) Decide(_ context.Context, tenant, id string, d confirm.Decision) (confirm.Challenge, error) {
 	if d.By == "" {

@@ -244,6 +244,18 @@ func (s *Store) ListPending(ctx context.Context, tenant string, limit int) ([]co
 	return out, mapErr("list pending challenges", err)
 }
 
+// CountPending implements confirm.Store.
+func (s *Store) CountPending(ctx context.Context, tenant, user, agent string) (int, error) {
+	if s.isClosed() {
+		return 0, errClosed
+	}
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM confirm.challenges
+		WHERE tenant = $1 AND requester_user = $2 AND requester_agent = $3 AND state = 'PENDING' AND expires_at > now()`,
+		tenant, user, agent).Scan(&n)
+	return n, mapErr("count pending challenges", err)
+}
+
 // Decide implements confirm.Store.
 func (s *Store) Decide(ctx context.Context, tenant, id string, d confirm.Decision) (confirm.Challenge, error) {
 	if d.By == "" {
