@@ -434,6 +434,40 @@ func (s *Service) Redeem(ctx context.Context, p identity.Principal, id, digest s
 	return g, nil
 }
 
+// Release gives back the grant of challenge id, which the executor redeemed
+// for the invocation p is making (digest) and whose call provably did not
+// run: nothing was dispatched, or the backend's receipt says it was not
+// executed. The approval can then be redeemed once more, by the same
+// invocation digest only: still one effect per approval.
+func (s *Service) Release(ctx context.Context, p identity.Principal, id, digest string) (Challenge, error) {
+	if err := relayed(p, "release a grant"); err != nil {
+		return Challenge{}, err
+	}
+	if !ValidDigest(digest) {
+		return Challenge{}, Invalid("invocation_digest", "must be 64 lower-case hex characters")
+	}
+	if !ValidID(id) {
+		return Challenge{}, ErrNotFound
+	}
+	if _, err := s.resolve(ctx, p); err != nil {
+		return Challenge{}, err
+	}
+	c, err := s.store.Get(ctx, p.Tenant, id)
+	if err != nil {
+		return Challenge{}, err
+	}
+	if c.RequesterUser != p.UserID || c.RequesterAgent != p.AgentID {
+		return Challenge{}, refuse(ErrGrantMismatch, "the grant was given for another principal's invocation")
+	}
+	released, err := s.store.Release(ctx, p.Tenant, id, digest)
+	if err != nil {
+		return Challenge{}, err
+	}
+	s.log.InfoContext(ctx, "grant released: its call did not run", "tenant", p.Tenant, "challenge_id", id,
+		"invocation_id", released.InvocationID, "command", released.Command)
+	return released, nil
+}
+
 // pendingWindow bounds how many of a tenant's pending challenges Pending
 // reads before filtering them by visibility.
 const pendingWindow = 500

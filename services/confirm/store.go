@@ -48,6 +48,13 @@ type Store interface {
 	// ErrAlreadyRedeemed; ErrExpired; ErrPending (nobody decided yet).
 	Redeem(ctx context.Context, tenant, id, digest string) (Challenge, error)
 
+	// Release moves a REDEEMED, unexpired challenge whose InvocationDigest
+	// equals digest back to APPROVED, so that it can be redeemed once more
+	// (its call provably did not run). Releasing an APPROVED one changes
+	// nothing. Otherwise: ErrNotFound; ErrGrantMismatch (another digest);
+	// ErrExpired; ErrPending, ErrRefused as Redeem.
+	Release(ctx context.Context, tenant, id, digest string) (Challenge, error)
+
 	// Watch sends the challenge as it is now, then again whenever it changes
 	// (through any process sharing the store) or expires, until it is no
 	// longer PENDING; then it closes the channel. It also closes the channel
@@ -107,6 +114,25 @@ func RedeemRefusal(stored State, digestMatches, expired bool) error {
 	case stored == StatePending:
 		return ErrPending
 	case stored == StateApproved:
+		return nil
+	}
+	return refuse(ErrUnavailable, "challenge in unknown state "+string(stored))
+}
+
+// ReleaseRefusal is why a challenge in state stored cannot be released
+// (nil: it can, or it is APPROVED already). Stores call it so that every
+// implementation refuses alike.
+func ReleaseRefusal(stored State, digestMatches, expired bool) error {
+	switch {
+	case !digestMatches:
+		return ErrGrantMismatch
+	case stored == StateDeclined:
+		return ErrRefused
+	case expired:
+		return ErrExpired
+	case stored == StatePending:
+		return ErrPending
+	case stored == StateApproved, stored == StateRedeemed:
 		return nil
 	}
 	return refuse(ErrUnavailable, "challenge in unknown state "+string(stored))

@@ -95,6 +95,7 @@ type AuditClient interface {
 type ConfirmClient interface {
 	Open(ctx context.Context, in *mandatev1.OpenRequest, opts ...grpc.CallOption) (*mandatev1.Challenge, error)
 	Redeem(ctx context.Context, in *mandatev1.RedeemRequest, opts ...grpc.CallOption) (*mandatev1.Grant, error)
+	Release(ctx context.Context, in *mandatev1.ReleaseRequest, opts ...grpc.CallOption) (*mandatev1.Challenge, error)
 }
 
 // ErrNotSent marks a dispatch error whose call provably never reached the
@@ -347,9 +348,16 @@ type invocation struct {
 	intentRows []*mandatev1.AuditRecord
 	// undo are the steps the chain runs, latest first, when a stage before
 	// dispatch ends the call (onUndo, compensate).
-	undo    []func(ctx context.Context, e *Executor)
-	start   time.Time
-	traceID string
+	undo []func(ctx context.Context, e *Executor)
+	// redeemedDigest is the invocation digest a grant was redeemed for
+	// (confirmation_check), "" when none was.
+	redeemedDigest string
+	// priorNotRun: the call that held this idempotency key before provably
+	// never ran (its backend fenced it), so a grant it redeemed is not
+	// spent (recoverKey).
+	priorNotRun bool
+	start       time.Time
+	traceID     string
 	// ending is how the call ended, once a refusal, a fault or an outcome
 	// row says so.
 	ending ending
@@ -421,6 +429,7 @@ func (e *Executor) recoverKey(ctx context.Context, inv *invocation, k IdemKey, c
 		if cerr != nil {
 			return nil, false, e.fault(ctx, inv, StageIdempotency, failure.CodeIdempotencyUnavailable, cerr)
 		}
+		inv.priorNotRun = ok
 		return nil, ok, nil
 	}
 	fe := failure.New(StageIdempotency, failure.CodeIdempotencyOutcomeUnknown,
@@ -467,14 +476,32 @@ func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) e
 		return e.refuseWith(ctx, inv, fe)
 	}
 	var g *mandatev1.Grant
-	err := e.stage(ctx, StageConfirmation, func(ctx context.Context) error {
+	redeem := func(ctx context.Context) error {
 		var err error
 		g, err = e.cfg.Confirm.Redeem(ctx, &mandatev1.RedeemRequest{ChallengeId: inv.call.GrantID, InvocationDigest: d})
 		return confirmError(err)
-	})
+	}
+	err := e.stage(ctx, StageConfirmation, redeem)
+	if err != nil && inv.priorNotRun && errors.Is(err, &failure.Error{Code: failure.CodeConfirmationAlreadyRedeemed}) {
+		// The earlier invocation of this key redeemed the grant and
+		// provably never ran (its backend fenced it): the approval was not
+		// spent on an effect, so this retry of the same invocation digest
+		// gets it back.
+		e.logger(ctx, inv).Info("the grant's earlier call did not run; releasing it for the retry", "challenge_id", inv.call.GrantID)
+		err = e.stage(ctx, StageConfirmation, func(ctx context.Context) error {
+			if _, err := e.cfg.Confirm.Release(ctx, &mandatev1.ReleaseRequest{ChallengeId: inv.call.GrantID, InvocationDigest: d}); err != nil {
+				return confirmError(err)
+			}
+			return redeem(ctx)
+		})
+	}
 	if err != nil {
 		return e.confirmFailure(ctx, inv, err)
 	}
+	// Until the call is dispatched, the approval is not spent: a stage that
+	// ends the call before (the audit intent failing) gives it back.
+	inv.redeemedDigest = d
+	inv.onUndo(func(ctx context.Context, e *Executor) { e.releaseGrant(ctx, inv) })
 	inv.approval = &mandatev1.Approval{ChallengeId: g.GetChallengeId(), Approver: g.GetApprover(), Channel: g.GetChannel(), DecidedAt: g.GetDecidedAt()}
 	if g.GetChannel() == contract.ChannelMCPElicitation {
 		inv.approval.TrustCeiling = inv.res.TrustCeiling
@@ -864,4 +891,19 @@ func continueWith(fe *failure.Error, inv *invocation) {
 		again = "call " + inv.cmd.Code + " again with the same input and the challenge id in " + grantField
 	}
 	fe.Remedy = who + " at the approval URL, then " + again
+}
+
+// releaseGrant gives back the grant the call redeemed, when the call
+// provably did not run; the confirm service allows it for the same
+// invocation digest only. A failure is logged: the approval is then spent,
+// as before this existed, and the caller asks again.
+func (e *Executor) releaseGrant(ctx context.Context, inv *invocation) {
+	if inv.redeemedDigest == "" {
+		return
+	}
+	if _, err := e.cfg.Confirm.Release(ctx, &mandatev1.ReleaseRequest{ChallengeId: inv.call.GrantID, InvocationDigest: inv.redeemedDigest}); err != nil {
+		e.logger(ctx, inv).Warn("giving the grant of a call that did not run back failed; the approval is spent", "challenge_id", inv.call.GrantID, "error", err)
+		return
+	}
+	inv.redeemedDigest = ""
 }

@@ -12,7 +12,8 @@ import (
 // dispatch sends the call to its backend and records how it ended. It
 // settles the idempotency reservation itself: a call that left for the
 // backend keeps its key (its response, or its failure, is what a retry
-// gets), one that provably never ran gives it back. An answer lost on the
+// gets), one that provably never ran gives it back, and the grant it
+// redeemed with it. An answer lost on the
 // way is settled from the backend's receipt, or recorded as unknown.
 func (e *Executor) dispatch(ctx context.Context, inv *invocation) (*Result, error) {
 	cmd, msg := inv.cmd, inv.req
@@ -50,6 +51,7 @@ func (e *Executor) dispatch(ctx context.Context, inv *invocation) (*Result, erro
 				fe.Retriable, fe.Remedy = true, "retry; the call did not run"
 				e.outcomeAsync(ctx, inv, contract.OutcomeFailed, fe.Stage, fe.Code, fe.Message, nil)
 				e.releaseKey(context.WithoutCancel(ctx), inv)
+				e.releaseGrant(context.WithoutCancel(ctx), inv)
 				return nil, fe
 			default:
 				outcome = contract.OutcomeUnknown
@@ -61,6 +63,7 @@ func (e *Executor) dispatch(ctx context.Context, inv *invocation) (*Result, erro
 			if errors.Is(dispatchErr, ErrNotSent) {
 				// Nothing ran: a retry with the same key may run.
 				e.releaseKey(context.WithoutCancel(ctx), inv)
+				e.releaseGrant(context.WithoutCancel(ctx), inv)
 				return nil, fe
 			}
 			e.finish(ctx, inv, Saved{InvocationID: inv.id, Status: statusBytes(fe), AuditID: auditID(inv.intentRows)}, nil)

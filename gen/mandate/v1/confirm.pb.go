@@ -793,6 +793,61 @@ func (x *RedeemRequest) GetInvocationDigest() string {
 	return ""
 }
 
+// ReleaseRequest gives a redeemed grant back.
+type ReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The challenge id.
+	ChallengeId string `protobuf:"bytes,1,opt,name=challenge_id,json=challengeId,proto3" json:"challenge_id,omitempty"`
+	// The digest of the invocation the grant was redeemed for.
+	InvocationDigest string `protobuf:"bytes,2,opt,name=invocation_digest,json=invocationDigest,proto3" json:"invocation_digest,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ReleaseRequest) Reset() {
+	*x = ReleaseRequest{}
+	mi := &file_mandate_v1_confirm_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRequest) ProtoMessage() {}
+
+func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_confirm_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_confirm_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ReleaseRequest) GetChallengeId() string {
+	if x != nil {
+		return x.ChallengeId
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetInvocationDigest() string {
+	if x != nil {
+		return x.InvocationDigest
+	}
+	return ""
+}
+
 // Grant is a redeemed approval.
 type Grant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -810,7 +865,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_mandate_v1_confirm_proto_msgTypes[7]
+	mi := &file_mandate_v1_confirm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +877,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_confirm_proto_msgTypes[7]
+	mi := &file_mandate_v1_confirm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +890,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_confirm_proto_rawDescGZIP(), []int{7}
+	return file_mandate_v1_confirm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Grant) GetChallengeId() string {
@@ -937,6 +992,10 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\rRedeemRequest\x12-\n" +
 	"\fchallenge_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\vchallengeId\x12B\n" +
+	"\x11invocation_digest\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x10invocationDigest\"\x83\x01\n" +
+	"\x0eReleaseRequest\x12-\n" +
+	"\fchallenge_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\vchallengeId\x12B\n" +
 	"\x11invocation_digest\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x10invocationDigest\"\x9b\x01\n" +
 	"\x05Grant\x12!\n" +
 	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12\x1a\n" +
@@ -954,13 +1013,14 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10DECISION_APPROVE\x10\x01\x12\x14\n" +
-	"\x10DECISION_DECLINE\x10\x022\x8d\x04\n" +
+	"\x10DECISION_DECLINE\x10\x022\xcd\x04\n" +
 	"\x0eConfirmService\x12Q\n" +
 	"\x04Open\x12\x17.mandate.v1.OpenRequest\x1a\x15.mandate.v1.Challenge\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/challenges\x12i\n" +
 	"\x03Get\x12$.mandate.v1.ConfirmServiceGetRequest\x1a\x15.mandate.v1.Challenge\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/challenges/{challenge_id}\x12k\n" +
 	"\x06Decide\x12\x19.mandate.v1.DecideRequest\x1a\x15.mandate.v1.Challenge\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/challenges/{challenge_id}:decide\x12g\n" +
 	"\x05Await\x12\x18.mandate.v1.AwaitRequest\x1a\x15.mandate.v1.Challenge\"+\x82\xd3\xe4\x93\x02%\x12#/v1/challenges/{challenge_id}:await0\x01\x12g\n" +
-	"\x06Redeem\x12\x19.mandate.v1.RedeemRequest\x1a\x11.mandate.v1.Grant\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/challenges/{challenge_id}:redeemB9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
+	"\x06Redeem\x12\x19.mandate.v1.RedeemRequest\x1a\x11.mandate.v1.Grant\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/challenges/{challenge_id}:redeem\x12>\n" +
+	"\aRelease\x12\x1a.mandate.v1.ReleaseRequest\x1a\x15.mandate.v1.Challenge\"\x00B9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
 
 var (
 	file_mandate_v1_confirm_proto_rawDescOnce sync.Once
@@ -975,7 +1035,7 @@ func file_mandate_v1_confirm_proto_rawDescGZIP() []byte {
 }
 
 var file_mandate_v1_confirm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_mandate_v1_confirm_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_mandate_v1_confirm_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_mandate_v1_confirm_proto_goTypes = []any{
 	(ChallengeState)(0),              // 0: mandate.v1.ChallengeState
 	(Decision)(0),                    // 1: mandate.v1.Decision
@@ -986,31 +1046,34 @@ var file_mandate_v1_confirm_proto_goTypes = []any{
 	(*DecideRequest)(nil),            // 6: mandate.v1.DecideRequest
 	(*AwaitRequest)(nil),             // 7: mandate.v1.AwaitRequest
 	(*RedeemRequest)(nil),            // 8: mandate.v1.RedeemRequest
-	(*Grant)(nil),                    // 9: mandate.v1.Grant
-	(*timestamppb.Timestamp)(nil),    // 10: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 11: google.protobuf.Duration
+	(*ReleaseRequest)(nil),           // 9: mandate.v1.ReleaseRequest
+	(*Grant)(nil),                    // 10: mandate.v1.Grant
+	(*timestamppb.Timestamp)(nil),    // 11: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 12: google.protobuf.Duration
 }
 var file_mandate_v1_confirm_proto_depIdxs = []int32{
 	2,  // 0: mandate.v1.Challenge.prompt:type_name -> mandate.v1.Prompt
 	0,  // 1: mandate.v1.Challenge.state:type_name -> mandate.v1.ChallengeState
-	10, // 2: mandate.v1.Challenge.created_at:type_name -> google.protobuf.Timestamp
-	10, // 3: mandate.v1.Challenge.expires_at:type_name -> google.protobuf.Timestamp
-	10, // 4: mandate.v1.Challenge.decided_at:type_name -> google.protobuf.Timestamp
-	11, // 5: mandate.v1.OpenRequest.ttl:type_name -> google.protobuf.Duration
+	11, // 2: mandate.v1.Challenge.created_at:type_name -> google.protobuf.Timestamp
+	11, // 3: mandate.v1.Challenge.expires_at:type_name -> google.protobuf.Timestamp
+	11, // 4: mandate.v1.Challenge.decided_at:type_name -> google.protobuf.Timestamp
+	12, // 5: mandate.v1.OpenRequest.ttl:type_name -> google.protobuf.Duration
 	1,  // 6: mandate.v1.DecideRequest.decision:type_name -> mandate.v1.Decision
-	10, // 7: mandate.v1.Grant.decided_at:type_name -> google.protobuf.Timestamp
+	11, // 7: mandate.v1.Grant.decided_at:type_name -> google.protobuf.Timestamp
 	4,  // 8: mandate.v1.ConfirmService.Open:input_type -> mandate.v1.OpenRequest
 	5,  // 9: mandate.v1.ConfirmService.Get:input_type -> mandate.v1.ConfirmServiceGetRequest
 	6,  // 10: mandate.v1.ConfirmService.Decide:input_type -> mandate.v1.DecideRequest
 	7,  // 11: mandate.v1.ConfirmService.Await:input_type -> mandate.v1.AwaitRequest
 	8,  // 12: mandate.v1.ConfirmService.Redeem:input_type -> mandate.v1.RedeemRequest
-	3,  // 13: mandate.v1.ConfirmService.Open:output_type -> mandate.v1.Challenge
-	3,  // 14: mandate.v1.ConfirmService.Get:output_type -> mandate.v1.Challenge
-	3,  // 15: mandate.v1.ConfirmService.Decide:output_type -> mandate.v1.Challenge
-	3,  // 16: mandate.v1.ConfirmService.Await:output_type -> mandate.v1.Challenge
-	9,  // 17: mandate.v1.ConfirmService.Redeem:output_type -> mandate.v1.Grant
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
+	9,  // 13: mandate.v1.ConfirmService.Release:input_type -> mandate.v1.ReleaseRequest
+	3,  // 14: mandate.v1.ConfirmService.Open:output_type -> mandate.v1.Challenge
+	3,  // 15: mandate.v1.ConfirmService.Get:output_type -> mandate.v1.Challenge
+	3,  // 16: mandate.v1.ConfirmService.Decide:output_type -> mandate.v1.Challenge
+	3,  // 17: mandate.v1.ConfirmService.Await:output_type -> mandate.v1.Challenge
+	10, // 18: mandate.v1.ConfirmService.Redeem:output_type -> mandate.v1.Grant
+	3,  // 19: mandate.v1.ConfirmService.Release:output_type -> mandate.v1.Challenge
+	14, // [14:20] is the sub-list for method output_type
+	8,  // [8:14] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name
@@ -1027,7 +1090,7 @@ func file_mandate_v1_confirm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mandate_v1_confirm_proto_rawDesc), len(file_mandate_v1_confirm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

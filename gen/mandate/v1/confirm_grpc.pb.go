@@ -19,11 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ConfirmService_Open_FullMethodName   = "/mandate.v1.ConfirmService/Open"
-	ConfirmService_Get_FullMethodName    = "/mandate.v1.ConfirmService/Get"
-	ConfirmService_Decide_FullMethodName = "/mandate.v1.ConfirmService/Decide"
-	ConfirmService_Await_FullMethodName  = "/mandate.v1.ConfirmService/Await"
-	ConfirmService_Redeem_FullMethodName = "/mandate.v1.ConfirmService/Redeem"
+	ConfirmService_Open_FullMethodName    = "/mandate.v1.ConfirmService/Open"
+	ConfirmService_Get_FullMethodName     = "/mandate.v1.ConfirmService/Get"
+	ConfirmService_Decide_FullMethodName  = "/mandate.v1.ConfirmService/Decide"
+	ConfirmService_Await_FullMethodName   = "/mandate.v1.ConfirmService/Await"
+	ConfirmService_Redeem_FullMethodName  = "/mandate.v1.ConfirmService/Redeem"
+	ConfirmService_Release_FullMethodName = "/mandate.v1.ConfirmService/Release"
 )
 
 // ConfirmServiceClient is the client API for ConfirmService service.
@@ -47,6 +48,11 @@ type ConfirmServiceClient interface {
 	// Redeems an approved challenge for the invocation it was opened for:
 	// atomic and single use. Executor only.
 	Redeem(ctx context.Context, in *RedeemRequest, opts ...grpc.CallOption) (*Grant, error)
+	// Gives a redeemed grant back, for the same invocation digest, when the
+	// call it was redeemed for provably did not run (nothing was dispatched,
+	// or the backend's receipt says not executed): the retry of that
+	// invocation can still use the human's approval, once. Executor only.
+	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*Challenge, error)
 }
 
 type confirmServiceClient struct {
@@ -116,6 +122,16 @@ func (c *confirmServiceClient) Redeem(ctx context.Context, in *RedeemRequest, op
 	return out, nil
 }
 
+func (c *confirmServiceClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*Challenge, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Challenge)
+	err := c.cc.Invoke(ctx, ConfirmService_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConfirmServiceServer is the server API for ConfirmService service.
 // All implementations must embed UnimplementedConfirmServiceServer
 // for forward compatibility.
@@ -137,6 +153,11 @@ type ConfirmServiceServer interface {
 	// Redeems an approved challenge for the invocation it was opened for:
 	// atomic and single use. Executor only.
 	Redeem(context.Context, *RedeemRequest) (*Grant, error)
+	// Gives a redeemed grant back, for the same invocation digest, when the
+	// call it was redeemed for provably did not run (nothing was dispatched,
+	// or the backend's receipt says not executed): the retry of that
+	// invocation can still use the human's approval, once. Executor only.
+	Release(context.Context, *ReleaseRequest) (*Challenge, error)
 	mustEmbedUnimplementedConfirmServiceServer()
 }
 
@@ -161,6 +182,9 @@ func (UnimplementedConfirmServiceServer) Await(*AwaitRequest, grpc.ServerStreami
 }
 func (UnimplementedConfirmServiceServer) Redeem(context.Context, *RedeemRequest) (*Grant, error) {
 	return nil, status.Error(codes.Unimplemented, "method Redeem not implemented")
+}
+func (UnimplementedConfirmServiceServer) Release(context.Context, *ReleaseRequest) (*Challenge, error) {
+	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
 }
 func (UnimplementedConfirmServiceServer) mustEmbedUnimplementedConfirmServiceServer() {}
 func (UnimplementedConfirmServiceServer) testEmbeddedByValue()                        {}
@@ -266,6 +290,24 @@ func _ConfirmService_Redeem_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConfirmService_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfirmServiceServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfirmService_Release_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfirmServiceServer).Release(ctx, req.(*ReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConfirmService_ServiceDesc is the grpc.ServiceDesc for ConfirmService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -288,6 +330,10 @@ var ConfirmService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Redeem",
 			Handler:    _ConfirmService_Redeem_Handler,
+		},
+		{
+			MethodName: "Release",
+			Handler:    _ConfirmService_Release_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

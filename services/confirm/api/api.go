@@ -177,6 +177,20 @@ func (s *Service) Redeem(ctx context.Context, req *mandatev1.RedeemRequest) (*ma
 	return &mandatev1.Grant{ChallengeId: g.ChallengeID, Approver: g.Approver, DecidedAt: timestamppb.New(g.DecidedAt), Channel: g.Channel}, nil
 }
 
+// Release gives back a grant whose call did not run, for the relayed
+// requester's same invocation.
+func (s *Service) Release(ctx context.Context, req *mandatev1.ReleaseRequest) (*mandatev1.Challenge, error) {
+	p, err := principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.confirm.Release(ctx, p, req.GetChallengeId(), req.GetInvocationDigest())
+	if err != nil {
+		return nil, s.mapErr(ctx, "release", err)
+	}
+	return s.toProto(&c), nil
+}
+
 // Failure maps a confirm error to the wire error clients see: refusals keep
 // their code under the confirmation_check stage; anything unexpected
 // becomes internal.error with its cause left for the logs. The approval

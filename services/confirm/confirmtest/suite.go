@@ -39,6 +39,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"DecideAfterExpiry", s.testDecideAfterExpiry},
 		{"Redeem", s.testRedeem},
 		{"RedeemRefusals", s.testRedeemRefusals},
+		{"Release", s.testRelease},
 		{"ConcurrentRedeem", s.testConcurrentRedeem},
 		{"ConcurrentDecide", s.testConcurrentDecide},
 		{"ListPending", s.testListPending},
@@ -283,6 +284,50 @@ func (s *suite) testRedeem(t *testing.T) {
 	}
 	if g := confirm.GrantOf(got); g.Approver != "alice" || g.ChallengeID != c.ID || g.Channel != confirm.ChannelAPI {
 		t.Fatalf("grant %+v", g)
+	}
+}
+
+// testRelease: a redeemed grant given back for its own digest can be
+// redeemed once more; another digest, a pending or declined challenge, or
+// an unknown one cannot be released.
+func (s *suite) testRelease(t *testing.T) {
+	b := s.newBackend(t)
+	ctx := testCtx(t)
+	c := create(t, b, Challenge("acme", "inv-release"), time.Minute)
+	if _, err := b.Release(ctx, "acme", c.ID, c.InvocationDigest); !errors.Is(err, confirm.ErrPending) {
+		t.Errorf("releasing a pending challenge: %v, want ErrPending", err)
+	}
+	if _, err := b.Decide(ctx, "acme", c.ID, approve); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Redeem(ctx, "acme", c.ID, c.InvocationDigest); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Release(ctx, "acme", c.ID, Digest("another")); !errors.Is(err, confirm.ErrGrantMismatch) {
+		t.Errorf("releasing for another digest: %v, want ErrGrantMismatch", err)
+	}
+	got, err := b.Release(ctx, "acme", c.ID, c.InvocationDigest)
+	if err != nil || got.State != confirm.StateApproved || !got.RedeemedAt.IsZero() || got.DecidedBy != "alice" {
+		t.Fatalf("released %+v %v", got, err)
+	}
+	if again, err := b.Release(ctx, "acme", c.ID, c.InvocationDigest); err != nil || again.State != confirm.StateApproved {
+		t.Fatalf("releasing twice: %+v %v", again, err)
+	}
+	if _, err := b.Redeem(ctx, "acme", c.ID, c.InvocationDigest); err != nil {
+		t.Fatalf("redeeming the released grant: %v", err)
+	}
+	if _, err := b.Redeem(ctx, "acme", c.ID, c.InvocationDigest); !errors.Is(err, confirm.ErrAlreadyRedeemed) {
+		t.Fatalf("a released grant redeemed twice: %v", err)
+	}
+	if _, err := b.Release(ctx, "globex", c.ID, c.InvocationDigest); !errors.Is(err, confirm.ErrNotFound) {
+		t.Errorf("releasing another tenant's challenge: %v, want ErrNotFound", err)
+	}
+	declined := create(t, b, Challenge("acme", "inv-declined"), time.Minute)
+	if _, err := b.Decide(ctx, "acme", declined.ID, confirm.Decision{Approve: false, By: "alice", Channel: confirm.ChannelAPI}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Release(ctx, "acme", declined.ID, declined.InvocationDigest); !errors.Is(err, confirm.ErrRefused) {
+		t.Errorf("releasing a declined challenge: %v, want ErrRefused", err)
 	}
 }
 

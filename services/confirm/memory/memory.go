@@ -250,6 +250,28 @@ func (s *Store) Redeem(_ context.Context, tenant, id, digest string) (confirm.Ch
 	return view(c, now), nil
 }
 
+// Release implements confirm.Store.
+func (s *Store) Release(_ context.Context, tenant, id, digest string) (confirm.Challenge, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return confirm.Challenge{}, errClosed
+	}
+	c, ok := s.byID[id]
+	if !ok || c.Tenant != tenant {
+		return confirm.Challenge{}, confirm.ErrNotFound
+	}
+	now := s.clock()
+	if err := confirm.ReleaseRefusal(c.State, c.InvocationDigest == digest, !now.Before(c.ExpiresAt)); err != nil {
+		return confirm.Challenge{}, err
+	}
+	if c.State == confirm.StateRedeemed {
+		c.State, c.RedeemedAt = confirm.StateApproved, time.Time{}
+		s.hub.Notify(id)
+	}
+	return view(c, now), nil
+}
+
 // Watch implements confirm.Store.
 func (s *Store) Watch(ctx context.Context, tenant, id string) (<-chan confirm.Challenge, error) {
 	sub := s.hub.Subscribe(id)

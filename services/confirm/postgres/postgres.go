@@ -290,6 +290,21 @@ func (s *Store) Redeem(ctx context.Context, tenant, id, digest string) (confirm.
 		})
 }
 
+// Release implements confirm.Store.
+func (s *Store) Release(ctx context.Context, tenant, id, digest string) (confirm.Challenge, error) {
+	return s.transition(ctx, "release grant", tenant, id,
+		`UPDATE confirm.challenges SET state = 'APPROVED', redeemed_at = NULL
+		WHERE tenant = $1 AND id = $2 AND state IN ('REDEEMED', 'APPROVED') AND invocation_digest = $3 AND expires_at > now()
+		RETURNING `+columns,
+		[]any{tenant, id, digest},
+		func(stored confirm.State, storedDigest string, expired bool) error {
+			if err := confirm.ReleaseRefusal(stored, storedDigest == digest, expired); err != nil {
+				return err
+			}
+			return nil
+		})
+}
+
 // transition runs a conditional UPDATE that changes the row only when its
 // precondition holds. When it changes nothing, the row is read again to tell
 // the caller why (refusal); should the re-read show the precondition

@@ -97,6 +97,8 @@ type env struct {
 	pipeline *executor.Executor
 	// dir is the directory the executor resolves principals in.
 	dir directory.Store
+	// execStore is the executor's own store (idempotency, executions).
+	execStore executor.Store
 }
 
 func verifiers(t testing.TB, ctx context.Context) (*identity.Verifier, *identity.ServiceVerifier) {
@@ -322,7 +324,7 @@ func start(t testing.TB, st stores, opts ...func(*executor.Config)) *env {
 		cancel()
 	})
 	return &env{exec: esrv, conn: conn, gateway: gw, helpdesk: hstore, audit: b.auditStore, takeAuditAway: b.takeAuditAway,
-		confirm: confirmSvc, backend: backendConn, writer: writer, pipeline: exec, dir: b.dir}
+		confirm: confirmSvc, backend: backendConn, writer: writer, pipeline: exec, dir: b.dir, execStore: b.execStore}
 }
 
 func token(t testing.TB, tenant, user, agent string) string {

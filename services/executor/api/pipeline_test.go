@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/services/audit"
+	"github.com/mandate-dev/mandate/services/confirm"
 )
 
 const (
@@ -323,6 +325,20 @@ func testAuditUnavailableFailsClosed(t *testing.T, st stores) {
 	}
 	if n := e.gateway.Refunds(); n != 0 {
 		t.Fatalf("the payment gateway counted %d refunds with the audit trail down, want 0", n)
+	}
+	// The call never ran, so carol's approval is not spent: the grant is
+	// approved again, for the same invocation digest, once.
+	ch, err := e.confirm.Get(context.Background(), carol, challenge)
+	if err != nil || ch.State != confirm.StateApproved {
+		t.Fatalf("the grant after a call that did not run: %s %v", ch.State, err)
+	}
+	relay := carolsBot
+	relay.Via = "executor"
+	if _, err := e.confirm.Redeem(context.Background(), relay, challenge, ch.InvocationDigest); err != nil {
+		t.Fatalf("the retry of the same invocation cannot redeem the grant: %v", err)
+	}
+	if _, err := e.confirm.Redeem(context.Background(), relay, challenge, ch.InvocationDigest); !errors.Is(err, confirm.ErrAlreadyRedeemed) {
+		t.Fatalf("a released grant redeemed twice: %v", err)
 	}
 }
 
