@@ -14,7 +14,9 @@ import (
 // The retry with the same key and grant finds the holder dead, the
 // backend fences it as not executed, and the approval — not spent on any
 // effect — is released and redeemed for the retry: the refund runs once.
-func TestGrantOfACallThatNeverRanIsNotSpent(t *testing.T) { eachStore(t, testGrantOfACallThatNeverRanIsNotSpent) }
+func TestGrantOfACallThatNeverRanIsNotSpent(t *testing.T) {
+	eachStore(t, testGrantOfACallThatNeverRanIsNotSpent)
+}
 
 func testGrantOfACallThatNeverRanIsNotSpent(t *testing.T, st stores) {
 	e := start(t, st)
