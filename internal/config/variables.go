@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/mandate-dev/mandate/internal/suggest"
 	"io"
 	"slices"
 	"sort"
@@ -98,40 +99,5 @@ func WarnUnknown(w io.Writer, environ []string) {
 // is close enough to be a misspelling (at most a third of the name's
 // letters after the prefix differ), else "".
 func nearest(name string, candidates []string) string {
-	best, bestD := "", -1
-	for _, c := range candidates {
-		if d := distance(name, c); bestD < 0 || d < bestD {
-			best, bestD = c, d
-		}
-	}
-	limit := (len(name) - len("MANDATE_")) / 3
-	if limit < 1 {
-		limit = 1
-	}
-	if bestD < 0 || bestD > limit {
-		return ""
-	}
-	return best
-}
-
-// distance is the Levenshtein distance of a and b (bytes: the names are
-// ASCII).
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return suggest.Nearest(name, candidates, (len(name)-len("MANDATE_"))/3)
 }

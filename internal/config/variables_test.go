@@ -43,17 +43,6 @@ func TestUnknownVariables(t *testing.T) {
 	}
 }
 
-func TestDistance(t *testing.T) {
-	for _, tc := range []struct {
-		a, b string
-		want int
-	}{{"", "", 0}, {"abc", "abc", 0}, {"abc", "abd", 1}, {"abc", "ab", 1}, {"kitten", "sitting", 3}} {
-		if got := distance(tc.a, tc.b); got != tc.want {
-			t.Errorf("distance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
-		}
-	}
-}
-
 func TestDeclaredRecordsEveryFlag(t *testing.T) {
 	s := New("x", nil)
 	var v string

@@ -2,6 +2,7 @@ package directory
 
 import (
 	"fmt"
+	"github.com/mandate-dev/mandate/internal/suggest"
 	"slices"
 	"sort"
 	"strings"
@@ -166,38 +167,10 @@ func holdsAll(held map[string]bool, perms []string) bool {
 // suggestion names the nearest of names to s, when it is near enough to be
 // a typo of it: at most a third of s's length in edits (at least one).
 func suggestion(s string, names []string) string {
-	best, bestD := "", -1
-	for _, n := range names {
-		if d := editDistance(s, n); bestD < 0 || d < bestD {
-			best, bestD = n, d
-		}
+	if n := suggest.Nearest(s, names, len(s)/3); n != "" {
+		return fmt.Sprintf(" (did you mean %q?)", n)
 	}
-	if bestD < 0 || bestD > max(1, len(s)/3) {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes:
-// permission and feature names are ASCII.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return ""
 }
 
 func sortedKeys(m map[string]bool) []string {

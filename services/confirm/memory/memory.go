@@ -232,26 +232,29 @@ func (s *Store) Decide(_ context.Context, tenant, id string, d confirm.Decision)
 
 // Redeem implements confirm.Store.
 func (s *Store) Redeem(_ context.Context, tenant, id, digest string) (confirm.Challenge, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return confirm.Challenge{}, errClosed
-	}
-	c, ok := s.byID[id]
-	if !ok || c.Tenant != tenant {
-		return confirm.Challenge{}, confirm.ErrNotFound
-	}
-	now := s.clock()
-	if err := confirm.RedeemRefusal(c.State, c.InvocationDigest == digest, !now.Before(c.ExpiresAt)); err != nil {
-		return confirm.Challenge{}, err
-	}
-	c.State, c.RedeemedAt = confirm.StateRedeemed, now
-	s.hub.Notify(id)
-	return view(c, now), nil
+	return s.grant(tenant, id, func(c *confirm.Challenge, now time.Time) error {
+		if err := confirm.RedeemRefusal(c.State, c.InvocationDigest == digest, !now.Before(c.ExpiresAt)); err != nil {
+			return err
+		}
+		c.State, c.RedeemedAt = confirm.StateRedeemed, now
+		return nil
+	})
 }
 
 // Release implements confirm.Store.
 func (s *Store) Release(_ context.Context, tenant, id, digest string) (confirm.Challenge, error) {
+	return s.grant(tenant, id, func(c *confirm.Challenge, now time.Time) error {
+		if err := confirm.ReleaseRefusal(c.State, c.InvocationDigest == digest, !now.Before(c.ExpiresAt)); err != nil {
+			return err
+		}
+		c.State, c.RedeemedAt = confirm.StateApproved, time.Time{}
+		return nil
+	})
+}
+
+// grant applies move to the tenant's challenge id under the store's lock
+// and returns it as it then is; the challenge's watchers are woken.
+func (s *Store) grant(tenant, id string, move func(c *confirm.Challenge, now time.Time) error) (confirm.Challenge, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -262,13 +265,10 @@ func (s *Store) Release(_ context.Context, tenant, id, digest string) (confirm.C
 		return confirm.Challenge{}, confirm.ErrNotFound
 	}
 	now := s.clock()
-	if err := confirm.ReleaseRefusal(c.State, c.InvocationDigest == digest, !now.Before(c.ExpiresAt)); err != nil {
+	if err := move(c, now); err != nil {
 		return confirm.Challenge{}, err
 	}
-	if c.State == confirm.StateRedeemed {
-		c.State, c.RedeemedAt = confirm.StateApproved, time.Time{}
-		s.hub.Notify(id)
-	}
+	s.hub.Notify(id)
 	return view(c, now), nil
 }
 
