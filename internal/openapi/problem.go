@@ -62,6 +62,10 @@ func problemSchema() Schema {
 			"invocation_id": str("The invocation the refusal belongs to; it is in the audit trail."),
 			"challenge_id":  str("For `confirmation.required`: the challenge a human must decide."),
 			"approval_url":  Schema{"type": "string", "format": "uri", "description": "For `confirmation.required`: where a human can decide the challenge."},
+			"grant_in": Schema{"type": "string", "enum": []any{"mcp_meta", "http_header", "grpc_metadata", "request_field"},
+				"description": "For `confirmation.required`: where the same call, made again once approved, carries the challenge id."},
+			"grant_name":          str("For `confirmation.required`: the name to put the challenge id under, e.g. the header `X-Mandate-Approval-Grant`."),
+			"approver_permission": str("For `confirmation.required` under four eyes: the permission the approving user must hold; the caller's user may not approve."),
 			"errors": Schema{
 				"type":        "array",
 				"description": "For `schema.invalid`: every violated rule.",
