@@ -208,7 +208,10 @@ func unavailable(err error) bool {
 	}
 	st := failure.ToStatus(err)
 	switch st.Code() {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted:
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted,
+		// A fault of the trail (its store failing in a way it did not
+		// classify) says nothing against the row: keep it and try again.
+		codes.Internal, codes.Unknown:
 		return true
 	}
 	fe, ok := failure.FromStatus(st)

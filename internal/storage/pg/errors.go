@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5"
@@ -92,6 +91,7 @@ const (
 	codeCrashShutdown        = "57P02"
 	codeCannotConnectNow     = "57P03"
 	codeTooManyConnections   = "53300"
+	codeReadOnlyTransaction  = "25006"
 )
 
 // Classify returns the kind of err. It looks at the SQLSTATE of a *pgconn.PgError anywhere in
@@ -130,7 +130,13 @@ func classifyCode(code string) Kind {
 	case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeTooManyConnections:
 		return KindUnavailable
 	}
-	if strings.HasPrefix(code, "08") { // class 08: connection exception
+	switch code[:min(2, len(code))] {
+	case "08", // connection exception
+		"53", // insufficient resources: disk full, out of memory, too many connections
+		"58": // system error: I/O error, an undefined file
+		return KindUnavailable
+	}
+	if code == codeReadOnlyTransaction { // a standby, or a database made read-only: not the row's fault
 		return KindUnavailable
 	}
 	return KindOther
