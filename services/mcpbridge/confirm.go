@@ -108,6 +108,9 @@ func (b *Bridge) elicitForm(ctx context.Context, req *mcp.CallToolRequest, call 
 			"tool", call.Code, "challenge_id", id, "error", err)
 		return b.refusal(ctx, call.Code, refused)
 	}
+	if res.Action == "cancel" {
+		return b.cancelled(ctx, call, id, refused)
+	}
 	approve := res.Action == "accept"
 	if err := b.decideElicited(ctx, id, approve); err != nil && !isCode(err, failure.CodeConfirmationAlreadyDecided) {
 		// Nothing was recorded: the challenge stays open at the approval
@@ -119,6 +122,20 @@ func (b *Bridge) elicitForm(ctx context.Context, req *mcp.CallToolRequest, call 
 	b.log.InfoContext(ctx, "mcpbridge: confirmation answered through elicitation",
 		"tool", call.Code, "challenge_id", id, "action", res.Action, "approved", approve)
 	return b.runWithGrant(ctx, req, call, id)
+}
+
+// cancelled answers a confirmation form the human dismissed: nothing is
+// decided (cancel is neither yes nor no), the challenge stays open on the
+// approval page, and the refusal says so instead of calling it declined.
+func (b *Bridge) cancelled(ctx context.Context, call toolCall, id string, refused error) (*mcp.CallToolResult, error) {
+	b.log.InfoContext(ctx, "mcpbridge: confirmation form cancelled; nothing decided", "tool", call.Code, "challenge_id", id)
+	fe, ok := refusalOf(refused)
+	if !ok {
+		return b.refusal(ctx, call.Code, refused)
+	}
+	c := *fe
+	c.Message = "the confirmation was cancelled: nothing was decided, and the challenge stays open at the approval URL"
+	return b.refusal(ctx, call.Code, &c)
 }
 
 // decideElicited records the answer the session's human gave through MCP

@@ -371,8 +371,9 @@ var (
 // client shows carol the confirm service's prompt as a form. Accept runs
 // the refund once, recorded as approved by carol through mcp_elicitation
 // (assurance client_attested: finance-bot runs in a client carol operates);
-// the form asks for nothing else, so accept is the yes. Decline and cancel
-// are refused by the executor with confirmation.refused and move no money. A 2025-11-25
+// the form asks for nothing else, so accept is the yes. Decline is refused
+// by the executor with confirmation.refused and moves no money; cancel
+// decides nothing, leaves the challenge open and says it was cancelled. A 2025-11-25
 // client is asked with elicitation/create on its session; a 2026-07-28
 // client gets an input_required result, which the SDK client answers with
 // its elicitation handler and retries (MRTR).
@@ -392,7 +393,7 @@ func testConfirmationThroughElicitation(t *testing.T, proto string) {
 		{"accept", &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, 1, confirm.StateRedeemed},
 		{"accept without content", &mcp.ElicitResult{Action: "accept"}, 1, confirm.StateRedeemed},
 		{"decline", &mcp.ElicitResult{Action: "decline"}, 0, confirm.StateDeclined},
-		{"cancel", &mcp.ElicitResult{Action: "cancel"}, 0, confirm.StateDeclined},
+		{"cancel", &mcp.ElicitResult{Action: "cancel"}, 0, confirm.StatePending},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -418,6 +419,16 @@ func testConfirmationThroughElicitation(t *testing.T, proto string) {
 			schema, _ := json.Marshal(form.RequestedSchema)
 			if string(schema) != `{"properties":{},"type":"object"}` {
 				t.Fatalf("requested schema %s", schema)
+			}
+			if tc.state == confirm.StatePending {
+				// Cancel decides nothing: the challenge stays open on the
+				// approval page, and the refusal says it was cancelled.
+				r := refusalOf(t, res)
+				if c.State != confirm.StatePending || c.DecidedBy != "" || !strings.Contains(r.Message, "cancelled") || strings.Contains(r.Message, "declined") ||
+					(r.Code != failure.CodeConfirmationRequired && r.Code != failure.CodeConfirmationPending) || st.gateway.Refunds() != 0 {
+					t.Fatalf("after cancel: challenge %s decided by %q, refusal %+v", c.State, c.DecidedBy, r)
+				}
+				return
 			}
 			if c.State != tc.state || c.DecidedBy != "carol" || c.DecisionChannel != confirm.ChannelMCPElicitation {
 				t.Fatalf("challenge after %s: state %s, decided by %q on %q", tc.name, c.State, c.DecidedBy, c.DecisionChannel)

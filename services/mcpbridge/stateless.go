@@ -201,6 +201,17 @@ func (b *Bridge) resume(ctx context.Context, req *mcp.CallToolRequest, p identit
 	if !ok || ans == nil {
 		return b.invalidState(ctx, call, fmt.Sprintf("the retry carries no elicitation answer under inputResponses[%q]", InputConfirm))
 	}
+	if ans.Action == "cancel" {
+		// Nothing is decided: the call runs with the grant, which the
+		// executor refuses as still pending (audited), unless someone
+		// approved it on the page meanwhile.
+		call.GrantID = st.Challenge
+		out, err := b.execute(ctx, call)
+		if err != nil {
+			return b.cancelled(ctx, call, st.Challenge, err)
+		}
+		return b.result(ctx, req, call, out), nil
+	}
 	approve := ans.Action == "accept"
 	if err := b.decideElicited(ctx, st.Challenge, approve); err != nil {
 		if isCode(err, failure.CodeConfirmationAlreadyDecided) {
