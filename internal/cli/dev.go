@@ -322,6 +322,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	for _, p := range authServer.Paths() {
 		srv.Handle(p, authServer.Handler())
 	}
+	srv.Handle("GET "+DevSignInPath, devSignIn(base, []byte(devSecret.Reveal()), principals))
 	// The bridge calls the catalog, the executor and the confirm service
 	// through the server's in-process channel, as the separate bridge does
 	// over gRPC: with its service token, relaying the caller's. The
@@ -398,6 +399,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 		}
 		fmt.Fprintf(io.Stdout, "  %-6s %s\n", pr.user, link)
 	}
+	fmt.Fprintf(io.Stdout, "Used or expired? Fresh ones at %s%s (this machine only).\n", base, DevSignInPath)
 	if !set.IsSample() {
 		fmt.Fprintf(io.Stdout, "\nCall a command: POST http://%s/v1/commands/{code}:execute {\"input\":{…}}\n\nCtrl-C stops it.\n", srv.HTTPAddr())
 		return &p, nil
