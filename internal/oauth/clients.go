@@ -131,9 +131,16 @@ func checkClientMetadata(md clientMetadata) *oauthError {
 
 var schemeRE = regexp.MustCompile(`^[a-z][a-z0-9+.-]*$`)
 
+// hostSchemes are the private-use schemes of MCP hosts that predate RFC
+// 8252's reverse-domain rule (a scheme without a dot): accepted by name,
+// so that a scheme of the operating system (ms-settings:, view-source:,
+// tel:) never is.
+var hostSchemes = map[string]bool{"cursor": true, "vscode": true, "vscode-insiders": true}
+
 // checkRedirectURI accepts https URIs, http URIs on a loopback host
-// (RFC 8252 §7.3) and private-use schemes of native apps (§7.1), without
-// fragment or user info.
+// (RFC 8252 §7.3) and private-use schemes of native apps (§7.1): a reverse
+// domain name the app owns (com.example.app:/cb), or one of hostSchemes;
+// never with fragment or user info.
 func checkRedirectURI(raw string) error {
 	if len(raw) > maxURILength {
 		return fmt.Errorf("redirect URI longer than %d bytes", maxURILength)
@@ -162,6 +169,9 @@ func checkRedirectURI(raw string) error {
 	default:
 		if !schemeRE.MatchString(u.Scheme) {
 			return fmt.Errorf("redirect URI %q has an invalid scheme", raw)
+		}
+		if !strings.Contains(u.Scheme, ".") && !hostSchemes[u.Scheme] {
+			return fmt.Errorf("redirect URI scheme %q is not a private-use scheme: use https, http on a loopback host, or a reverse domain name you own (RFC 8252 §7.1), e.g. com.example.app", u.Scheme)
 		}
 	}
 	return nil
@@ -228,6 +238,13 @@ func (s *Server) client(ctx context.Context, id string) (*Client, *oauthError) {
 	c, err := s.fetchMetadataDocument(ctx, id)
 	if err != nil {
 		s.log.InfoContext(ctx, "oauth: client ID metadata document refused", "client_id", id, "reason", err.Error())
+		var fetched fetchedError
+		if errors.As(err, &fetched) {
+			// One answer for every way a fetched document fails (no answer,
+			// a status, a size, a content): the error page must not tell an
+			// unauthenticated caller what a URL it named answers.
+			return nil, oerr(errInvalidClient, "the client ID metadata document could not be fetched, or is not valid client metadata")
+		}
 		return nil, oerr(errInvalidClient, "the client ID metadata document could not be used: %v", err)
 	}
 	s.st.mu.Lock()
@@ -264,11 +281,24 @@ func (s *Server) checkMetadataDocumentURL(id string) (*url.URL, error) {
 	return u, nil
 }
 
+// fetchedError is a failure of fetching or reading a metadata document,
+// as opposed to its URL breaking the rules: its details are logged, never
+// shown.
+type fetchedError struct{ error }
+
 func (s *Server) fetchMetadataDocument(ctx context.Context, id string) (*Client, error) {
 	u, err := s.checkMetadataDocumentURL(id)
 	if err != nil {
 		return nil, err
 	}
+	c, err := s.fetchCheckedDocument(ctx, u, id)
+	if err != nil {
+		return nil, fetchedError{err}
+	}
+	return c, nil
+}
+
+func (s *Server) fetchCheckedDocument(ctx context.Context, u *url.URL, id string) (*Client, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil) //nolint:gosec // G704: fetching the client's document is the point; the URL is checked above
 	if err != nil {
 		return nil, errors.New("client_id is not a fetchable URL")

@@ -383,6 +383,9 @@ func TestRegistration(t *testing.T) {
 		{"no redirect_uris", `{"client_name":"x"}`, "invalid_redirect_uri"},
 		{"plain http off loopback", `{"redirect_uris":["http://app.example/cb"]}`, "invalid_redirect_uri"},
 		{"javascript", `{"redirect_uris":["javascript:alert(1)"]}`, "invalid_redirect_uri"},
+		{"an operating system's scheme", `{"redirect_uris":["ms-settings:privacy"]}`, "invalid_redirect_uri"},
+		{"view-source", `{"redirect_uris":["view-source:https://app.example/cb"]}`, "invalid_redirect_uri"},
+		{"a scheme without a domain", `{"redirect_uris":["myapp:/cb"]}`, "invalid_redirect_uri"},
 		{"fragment", `{"redirect_uris":["https://app.example/cb#x"]}`, "invalid_redirect_uri"},
 		{"relative", `{"redirect_uris":["/cb"]}`, "invalid_redirect_uri"},
 		{"implicit grant", `{"redirect_uris":["https://app.example/cb"],"grant_types":["implicit"]}`, "invalid_client_metadata"},
@@ -407,6 +410,10 @@ func TestRegistration(t *testing.T) {
 	consent := b.signIn(b.start(authParams(m["client_id"].(string), "cursor://anysphere.cursor-retrieval/oauth/callback", challenge, "")), "carol")
 	if !strings.Contains(consent.csp, "form-action 'self' cursor:") {
 		t.Fatalf("CSP %q", consent.csp)
+	}
+	// A reverse-domain private-use scheme (RFC 8252 §7.1) is a native app's.
+	if status, m := h.postJSON("/register", `{"client_name":"Native","redirect_uris":["com.example.app:/oauth2redirect"]}`); status != http.StatusCreated {
+		t.Fatalf("reverse-domain scheme: %d %v", status, m)
 	}
 }
 
@@ -450,16 +457,27 @@ func TestClientIDMetadataDocument(t *testing.T) {
 	if p, err := h.verifier.Verify(context.Background(), tok["access_token"].(string)); err != nil || !strings.HasPrefix(p.AgentID, "doc-client-") {
 		t.Fatalf("principal %+v %v", p, err)
 	}
+	fetchedPages := map[string]bool{}
 	for name, id := range map[string]string{
 		"client_id not its own URL": liar, "carries a secret": secretful, "too large": big,
 		"redirects": docSrv.URL + "/moved.json", "too slow": docSrv.URL + "/slow.json", "not found": docSrv.URL + "/none.json",
 		"root path": docSrv.URL + "/",
 	} {
 		t.Run(name, func(t *testing.T) {
-			if p := h.browser().get("/authorize?" + authParams(id, cb, challenge, "").Encode()); p.status != http.StatusBadRequest || p.location != "" {
+			p := h.browser().get("/authorize?" + authParams(id, cb, challenge, "").Encode())
+			if p.status != http.StatusBadRequest || p.location != "" {
 				t.Fatalf("%d %q", p.status, p.location)
 			}
+			if name != "root path" { // refused by its URL, before any fetch
+				fetchedPages[strings.ReplaceAll(p.body, id, "ID")] = true
+			}
 		})
+	}
+	// Whatever a fetched URL answered — a status, a size, a slow or a wrong
+	// document — the page says the same, so it is no oracle of what an
+	// unauthenticated caller's URL serves.
+	if len(fetchedPages) != 1 {
+		t.Errorf("the error pages of fetched documents differ (%d kinds): they tell what a URL answered", len(fetchedPages))
 	}
 	t.Run("plain http needs LoopbackClientIDs", func(t *testing.T) {
 		strict := newHarness(t)
