@@ -2,12 +2,13 @@ package config
 
 import (
 	"fmt"
-	"github.com/mandate-dev/mandate/internal/suggest"
 	"io"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/mandate-dev/mandate/internal/suggest"
 )
 
 // FlagVariables are the variables of every flag of every Mandate command

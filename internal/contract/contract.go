@@ -49,6 +49,16 @@ const (
 	ChannelAPI            = "api"
 )
 
+// Where a call carries an approved challenge's id (its grant), per channel:
+// the MCP `_meta` key, the gRPC metadata key, the REST header (the same
+// name, as HTTP spells it) and the ExecuteRequest field.
+const (
+	GrantMeta     = "mandate.dev/approval"
+	GrantMetadata = "x-mandate-approval-grant"
+	GrantHeader   = "X-Mandate-Approval-Grant"
+	GrantField    = "approval_grant_id"
+)
+
 // Assurances of an approval (Approval.assurance): how sure the trail is
 // that the approver, not someone holding their agent's credentials, decided.
 const (

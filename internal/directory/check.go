@@ -2,12 +2,12 @@ package directory
 
 import (
 	"fmt"
-	"github.com/mandate-dev/mandate/internal/suggest"
 	"slices"
 	"sort"
 	"strings"
 
 	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/suggest"
 )
 
 // CheckFinding is one thing [CheckPolicy] found in a policy file, measured
@@ -93,7 +93,7 @@ func CheckPolicy(pol Policy, commands []*manifest.Command, platform []string) []
 
 // approverPermissionHolder is the manifest's name of the approver kind
 // that names a permission.
-const approverPermissionHolder = "PERMISSION_HOLDER"
+const approverPermissionHolder = manifest.ApproverPermissionHolder
 
 // unapprovable finds the commands of a tenant that some user may request
 // and no one else may approve.

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/mandate-dev/mandate/internal/manifest"
 	"io"
 	"regexp"
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/mandate-dev/mandate/internal/manifest"
 )
 
 // DefaultPolicyFile is the file name used in error messages when none is given.

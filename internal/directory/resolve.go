@@ -2,9 +2,10 @@ package directory
 
 import (
 	"context"
-	"github.com/mandate-dev/mandate/internal/manifest"
 	"slices"
 	"time"
+
+	"github.com/mandate-dev/mandate/internal/manifest"
 )
 
 // Reasons a Resolution is inactive. They are stable strings, fit for audit records and refusal

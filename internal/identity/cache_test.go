@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"net/http"
 	"strings"
 	"sync"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 // clock is a settable time source for verifiers under test.

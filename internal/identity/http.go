@@ -2,8 +2,9 @@ package identity
 
 import (
 	"encoding/json"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"net/http"
+
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 // healthPath is the only HTTP path served without a token.

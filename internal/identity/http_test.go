@@ -2,13 +2,14 @@ package identity
 
 import (
 	"encoding/json"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 func whoamiHandler() http.Handler {

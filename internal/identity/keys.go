@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"io"
 	"net/http"
 	"net/url"
@@ -23,6 +22,8 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 const (

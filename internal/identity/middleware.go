@@ -4,8 +4,9 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"strings"
+
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 // OnBehalfOfHeader carries the end user's original bearer token on

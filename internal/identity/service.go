@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"regexp"
 	"slices"
 	"sync"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 // serviceSubjectPrefix makes a service's `sub` impossible to confuse with a

@@ -2,11 +2,12 @@ package identity
 
 import (
 	"context"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"testing"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 // TestUserAndServiceTokensNeverCross proves both directions: a user or

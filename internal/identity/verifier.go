@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"net/http"
 	"slices"
 	"time"
@@ -12,6 +11,8 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/json"
 	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 const (

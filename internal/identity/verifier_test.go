@@ -6,12 +6,13 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"strings"
 	"testing"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 // explicitNull marshals as JSON null so a claim can be present but null.

@@ -66,6 +66,12 @@ type Command struct {
 	OutputSchema    json.RawMessage `json:"output_schema"`
 }
 
+// Approver kinds (Approver.Kind), as the manifest spells them.
+const (
+	ApproverRequestingUser   = "REQUESTING_USER"
+	ApproverPermissionHolder = "PERMISSION_HOLDER"
+)
+
 // Approver says who may approve a confirmation of the command.
 type Approver struct {
 	// Kind is "REQUESTING_USER" or "PERMISSION_HOLDER".

@@ -3,9 +3,10 @@ package audit
 import (
 	"context"
 	"fmt"
-	"github.com/mandate-dev/mandate/internal/failure"
 	"log/slog"
 	"time"
+
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 // reconcileBatch is how many pending intents one round of Reconcile handles.

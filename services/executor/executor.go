@@ -847,11 +847,9 @@ const (
 	grantInHTTPHeader   = "http_header"
 	grantInGRPCMetadata = "grpc_metadata"
 	grantInField        = "request_field"
-	// grantMCPMeta is the bridge's `_meta` key of a grant (mcpbridge's
-	// MetaApproval), grantHeader the REST header and gRPC metadata key.
-	grantMCPMeta = "mandate.dev/approval"
-	grantHeader  = "X-Mandate-Approval-Grant"
-	grantField   = "approval_grant_id"
+	grantMCPMeta        = contract.GrantMeta
+	grantHeader         = contract.GrantHeader
+	grantField          = contract.GrantField
 )
 
 // continueWith tells a confirmation.required refusal, in its structured
@@ -866,13 +864,13 @@ func continueWith(fe *failure.Error, inv *invocation) {
 	case inv.call.Proxy && inv.call.Channel == "rest":
 		fe.GrantIn, fe.GrantName = grantInHTTPHeader, grantHeader
 	case inv.call.Proxy:
-		fe.GrantIn, fe.GrantName = grantInGRPCMetadata, strings.ToLower(grantHeader)
+		fe.GrantIn, fe.GrantName = grantInGRPCMetadata, contract.GrantMetadata
 	default:
 		fe.GrantIn, fe.GrantName = grantInField, grantField
 	}
 	who := "ask the user you act for to approve it"
 	switch {
-	case inv.cmd.Approver.Kind == "PERMISSION_HOLDER" && inv.cmd.Approver.Permission != "":
+	case inv.cmd.Approver.Kind == manifest.ApproverPermissionHolder && inv.cmd.Approver.Permission != "":
 		fe.ApproverPermission = inv.cmd.Approver.Permission
 		who = "another user, who holds " + fe.ApproverPermission + " (not " + inv.p.UserID + "), must approve it"
 	case inv.p.AgentID == "":

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/contract"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
@@ -92,7 +93,7 @@ const (
 	MetaIdempotencyKey = "mandate.dev/idempotency_key"
 	// MetaApproval is the id of an approved grant (the challenge id of a
 	// confirmation.required refusal).
-	MetaApproval = "mandate.dev/approval"
+	MetaApproval = contract.GrantMeta
 )
 
 // extraCaller is the key of auth.TokenInfo.Extra under which the

@@ -3,6 +3,7 @@ package mcpbridge
 import (
 	"github.com/mandate-dev/mandate/internal/contract"
 	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/manifest"
 )
 
 // Names of the other services' contract the bridge relies on: stages it
@@ -22,7 +23,7 @@ const (
 	channelMCPElicitation = contract.ChannelMCPElicitation
 	// approverPermissionHolder is the approver kind of a challenge that
 	// someone holding a permission, not the requester, must decide.
-	approverPermissionHolder = "PERMISSION_HOLDER"
+	approverPermissionHolder = manifest.ApproverPermissionHolder
 
 	// reviewCommand is the catalog's review, which the bridge narrates.
 	reviewCommand = "ops.review"

@@ -298,10 +298,7 @@ func (s *Store) Release(ctx context.Context, tenant, id, digest string) (confirm
 		RETURNING `+columns,
 		[]any{tenant, id, digest},
 		func(stored confirm.State, storedDigest string, expired bool) error {
-			if err := confirm.ReleaseRefusal(stored, storedDigest == digest, expired); err != nil {
-				return err
-			}
-			return nil
+			return confirm.ReleaseRefusal(stored, storedDigest == digest, expired)
 		})
 }
 

@@ -23,6 +23,7 @@ import (
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/callattr"
+	"github.com/mandate-dev/mandate/internal/contract"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
@@ -35,7 +36,7 @@ import (
 // Metadata a caller may send with a call.
 const (
 	MetadataIdempotencyKey = "idempotency-key"
-	MetadataGrant          = "x-mandate-approval-grant"
+	MetadataGrant          = contract.GrantMetadata
 	MetadataConversation   = "x-mandate-conversation"
 	MetadataMCPSession     = "x-mandate-mcp-session"
 	MetadataTenant         = "x-mandate-tenant"
