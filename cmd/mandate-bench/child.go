@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mandate-dev/mandate/internal/cli"
+	"github.com/mandate-dev/mandate/internal/app"
 )
 
 const (
@@ -174,7 +174,7 @@ func runChild(ctx context.Context, statsAddr string, args []string) error {
 		return err
 	}
 	defer stop()
-	if code := cli.Run(ctx, args, cli.IO{Stdout: os.Stdout, Stderr: os.Stderr, Env: os.LookupEnv}); code != 0 {
+	if code := app.Run(ctx, args, app.IO{Stdout: os.Stdout, Stderr: os.Stderr, Env: os.LookupEnv}); code != 0 {
 		return fmt.Errorf("mandate %v exited with %d", args, code)
 	}
 	return nil

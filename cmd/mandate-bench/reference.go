@@ -21,7 +21,7 @@ import (
 	"github.com/mandate-dev/mandate/examples/helpdesk"
 	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
-	"github.com/mandate-dev/mandate/internal/cli"
+	"github.com/mandate-dev/mandate/internal/app"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/tooldesc"
@@ -148,7 +148,7 @@ func referenceBackend(ctx context.Context, addr string) (searchFunc, func(), err
 	if secret == "" {
 		return nil, nil, errors.New("a reference over a backend service needs MANDATE_SERVICE_SECRET")
 	}
-	src, err := identity.NewServiceTokenSource([]byte(secret), cli.DefaultIssuer, cli.DefaultAudience, executor.ServiceName, time.Hour)
+	src, err := identity.NewServiceTokenSource([]byte(secret), app.DefaultIssuer, app.DefaultAudience, executor.ServiceName, time.Hour)
 	if err != nil {
 		return nil, nil, err
 	}

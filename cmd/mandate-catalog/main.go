@@ -9,8 +9,8 @@ package main
 import (
 	"os"
 
-	"github.com/mandate-dev/mandate/internal/cli/catalogcmd"
-	"github.com/mandate-dev/mandate/internal/cli/clicore"
+	"github.com/mandate-dev/mandate/internal/app/catalogcmd"
+	"github.com/mandate-dev/mandate/internal/app/clicore"
 )
 
 func main() { os.Exit(clicore.Main("mandate-catalog", catalogcmd.Run)) }

@@ -13,8 +13,8 @@ package main
 import (
 	"os"
 
-	"github.com/mandate-dev/mandate/internal/cli/clicore"
-	"github.com/mandate-dev/mandate/internal/cli/confirmcmd"
+	"github.com/mandate-dev/mandate/internal/app/clicore"
+	"github.com/mandate-dev/mandate/internal/app/confirmcmd"
 )
 
 func main() { os.Exit(clicore.Main("mandate-confirm", confirmcmd.Run)) }

@@ -9,8 +9,8 @@ package main
 import (
 	"os"
 
-	"github.com/mandate-dev/mandate/internal/cli/clicore"
-	"github.com/mandate-dev/mandate/internal/cli/executorcmd"
+	"github.com/mandate-dev/mandate/internal/app/clicore"
+	"github.com/mandate-dev/mandate/internal/app/executorcmd"
 )
 
 func main() { os.Exit(clicore.Main("mandate-executor", executorcmd.Run)) }

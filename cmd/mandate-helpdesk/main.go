@@ -9,8 +9,8 @@ package main
 import (
 	"os"
 
-	"github.com/mandate-dev/mandate/internal/cli/clicore"
-	"github.com/mandate-dev/mandate/internal/cli/helpdeskcmd"
+	"github.com/mandate-dev/mandate/internal/app/clicore"
+	"github.com/mandate-dev/mandate/internal/app/helpdeskcmd"
 )
 
 func main() { os.Exit(clicore.Main("mandate-helpdesk", helpdeskcmd.Run)) }

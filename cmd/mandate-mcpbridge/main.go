@@ -9,8 +9,8 @@ package main
 import (
 	"os"
 
-	"github.com/mandate-dev/mandate/internal/cli/clicore"
-	"github.com/mandate-dev/mandate/internal/cli/mcpbridgecmd"
+	"github.com/mandate-dev/mandate/internal/app/clicore"
+	"github.com/mandate-dev/mandate/internal/app/mcpbridgecmd"
 )
 
 func main() { os.Exit(clicore.Main("mandate-mcpbridge", mcpbridgecmd.Run)) }

@@ -8,12 +8,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/mandate-dev/mandate/internal/cli"
+	"github.com/mandate-dev/mandate/internal/app"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Run(ctx, os.Args[1:], cli.IO{Stdout: os.Stdout, Stderr: os.Stderr, Env: os.LookupEnv, Environ: os.Environ})
+	code := app.Run(ctx, os.Args[1:], app.IO{Stdout: os.Stdout, Stderr: os.Stderr, Env: os.LookupEnv, Environ: os.Environ})
 	stop()
 	os.Exit(code)
 }

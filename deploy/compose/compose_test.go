@@ -17,7 +17,7 @@ import (
 	composecli "github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 
-	"github.com/mandate-dev/mandate/internal/cli"
+	"github.com/mandate-dev/mandate/internal/app"
 )
 
 // binary is where the Dockerfile installs mandate; health checks call it.
@@ -86,7 +86,7 @@ func env(s types.ServiceConfig) map[string]string {
 func flags(t *testing.T, sub []string) map[string]string {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := cli.Run(context.Background(), append(slices.Clone(sub), "-h"), cli.IO{Stdout: &out, Stderr: &errOut,
+	code := app.Run(context.Background(), append(slices.Clone(sub), "-h"), app.IO{Stdout: &out, Stderr: &errOut,
 		Env: func(string) (string, bool) { return "", false }})
 	if code != 0 {
 		t.Fatalf("`mandate %s` is not a mandate subcommand (exit %d):\n%s%s", strings.Join(sub, " "), code, out.String(), errOut.String())

@@ -25,7 +25,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/mandate-dev/mandate/internal/cli"
+	"github.com/mandate-dev/mandate/internal/app"
 )
 
 // kubernetesVersion is the release whose schemas the chart is validated
@@ -452,7 +452,7 @@ func containerEnv(o object) map[string]string {
 func flagVars(t *testing.T, sub string) map[string]bool {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := cli.Run(context.Background(), []string{sub, "-h"}, cli.IO{Stdout: &out, Stderr: &errOut,
+	code := app.Run(context.Background(), []string{sub, "-h"}, app.IO{Stdout: &out, Stderr: &errOut,
 		Env: func(string) (string, bool) { return "", false }})
 	if code != 0 {
 		t.Fatalf("`mandate %s` is not a subcommand (exit %d)", sub, code)

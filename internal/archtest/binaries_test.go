@@ -75,8 +75,8 @@ var methodKeepers = map[string]string{
 
 // TestPerServiceBinariesLinkOneService: the dependency graph of
 // cmd/mandate-<service> holds no package of another service (services/Y,
-// the helpdesk sample, internal/cli/<Y>cmd), nor the all-in-one
-// internal/cli, nor a library only another service uses.
+// the helpdesk sample, internal/app/<Y>cmd), nor the all-in-one
+// internal/app, nor a library only another service uses.
 func TestPerServiceBinariesLinkOneService(t *testing.T) {
 	mains := goList(t, "-f", "{{if eq .Name \"main\"}}{{.ImportPath}}{{end}}", module+"/cmd/...")
 	for _, m := range strings.Fields(mains) {
@@ -127,10 +127,10 @@ func ownerOf(pkg string) string {
 	if pkg == module+"/examples/helpdesk" || strings.HasPrefix(pkg, module+"/examples/helpdesk/") {
 		return "helpdesk"
 	}
-	if pkg == module+"/internal/cli" {
+	if pkg == module+"/internal/app" {
 		return "all-in-one"
 	}
-	if rest, ok := strings.CutPrefix(pkg, module+"/internal/cli/"); ok {
+	if rest, ok := strings.CutPrefix(pkg, module+"/internal/app/"); ok {
 		if name, ok := strings.CutSuffix(rest, "cmd"); ok && !strings.Contains(name, "/") {
 			return name
 		}

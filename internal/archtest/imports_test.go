@@ -119,3 +119,52 @@ func TestExamplesImportNoInternalPackage(t *testing.T) {
 		t.Fatal("go list found no package under examples/")
 	}
 }
+
+// compositionRoots are the only packages outside services/ that may import
+// a service's packages: the commands, and internal/app, which assembles
+// services into processes (and into test topologies, internal/app/servicetest).
+var compositionRoots = []string{module + "/cmd/", module + "/internal/app"}
+
+// TestOnlyTheCompositionRootImportsServices: everything else a service is
+// built from (internal/..., pkg/..., gen/..., examples/...) sits below the
+// services, so no non-test file outside services/ and the composition root
+// imports services/... — a shared package that reached up into a service
+// would make every other service link it.
+func TestOnlyTheCompositionRootImportsServices(t *testing.T) {
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports", module+"/...")
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	checked := 0
+	for {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if serviceOf(p.ImportPath) != "" || slices.ContainsFunc(compositionRoots, func(root string) bool {
+			return p.ImportPath == strings.TrimSuffix(root, "/") || strings.HasPrefix(p.ImportPath, strings.TrimSuffix(root, "/")+"/")
+		}) {
+			continue
+		}
+		checked++
+		for _, imp := range p.Imports {
+			if serviceOf(imp) != "" {
+				t.Errorf("%s imports %s: only cmd/ and internal/app (the composition root) import services", p.ImportPath, imp)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("go list found no package outside services/ and the composition root")
+	}
+}

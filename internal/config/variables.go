@@ -12,7 +12,7 @@ import (
 )
 
 // FlagVariables are the variables of every flag of every Mandate command
-// (a test in internal/cli keeps the list equal to what the commands
+// (a test in internal/app keeps the list equal to what the commands
 // declare): the variables a deployment may set for any of them.
 var FlagVariables = []string{
 	"MANDATE_ACTOR_KIND", "MANDATE_ADVERTISE_URL", "MANDATE_AGENT", "MANDATE_ALL", "MANDATE_APPROVAL_BASE_URL",

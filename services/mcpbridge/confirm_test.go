@@ -28,7 +28,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
-	"github.com/mandate-dev/mandate/internal/servicetest"
+	"github.com/mandate-dev/mandate/internal/app/servicetest"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/catalog"
 	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"

@@ -15,7 +15,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/internal/server/inprocess"
-	"github.com/mandate-dev/mandate/internal/servicetest"
+	"github.com/mandate-dev/mandate/internal/app/servicetest"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/confirm"
 	"github.com/mandate-dev/mandate/services/executor"

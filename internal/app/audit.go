@@ -1,0 +1,292 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mandate-dev/mandate/internal/app/auditcmd"
+	"github.com/mandate-dev/mandate/internal/app/clicore"
+	"github.com/mandate-dev/mandate/internal/config"
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/services/audit"
+	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
+	"github.com/mandate-dev/mandate/services/executor"
+	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
+)
+
+// runAudit dispatches `mandate audit`: the service (auditcmd, which the
+// mandate-audit binary runs too) and the operator tools that read and
+// resolve the trail in the database.
+func runAudit(ctx context.Context, args []string, io IO) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "query":
+			return runAuditQuery(ctx, args[1:], io)
+		case "verify":
+			return runAuditVerify(ctx, args[1:], io)
+		case "resolve":
+			return runAuditResolve(ctx, args[1:], io)
+		}
+	}
+	return auditcmd.Run(ctx, args, io)
+}
+
+// auditDB opens the audit store directly, for operator tools.
+func auditDB(ctx context.Context, url config.Secret, cl *clicore.Closers) (*auditpg.Store, error) {
+	pool, err := clicore.OpenPool(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	cl.Add(pool.Close)
+	st := auditpg.New(pool, auditpg.Options{})
+	cl.Add(st.Close)
+	return st, nil
+}
+
+func runAuditQuery(ctx context.Context, args []string, io IO) error {
+	var (
+		url                                                  config.Secret
+		tenant, format, from, to, agent, model, sideEffect   string
+		command, stage, approver, conversation, phase, token string
+		actorKinds, risks, outcomes                          []string
+		approved                                             string
+		limit                                                int
+	)
+	s := config.New("audit query", io.Env)
+	s.FlagSet().SetOutput(io.Stderr)
+	clicore.DatabaseFlag(s, &url)
+	s.String(&tenant, "tenant", "", "tenant whose trail to read")
+	s.String(&format, "format", "table", "table or json")
+	s.String(&from, "from", "", "only records at or after this RFC 3339 time")
+	s.String(&to, "to", "", "only records before this RFC 3339 time")
+	s.Strings(&actorKinds, "actor-kind", nil, "user, agent, service")
+	s.String(&agent, "agent", "", "only this agent")
+	s.String(&model, "model", "", "only this model")
+	s.Strings(&risks, "risk", nil, "L0 … L4")
+	s.String(&sideEffect, "side-effect", "", "only commands declaring this side effect")
+	s.String(&command, "command", "", "only this command code")
+	s.Strings(&outcomes, "outcome", nil, "executed, refused, failed, unknown, replayed, pending")
+	s.String(&stage, "stage", "", "only this stage")
+	s.String(&approved, "approved", "", "true or false")
+	s.String(&approver, "approver", "", "only calls approved by this user")
+	s.String(&conversation, "conversation", "", "only this conversation")
+	s.String(&phase, "phase", "", "intent or outcome")
+	s.Int(&limit, "limit", 50, "page size (1–1000)")
+	s.String(&token, "page-token", "", "continue from a previous page")
+	s.Require("tenant", func() bool { return tenant == "" })
+	filter := audit.Filter{}
+	s.Check(func() error {
+		var errs []error
+		if format != "table" && format != "json" {
+			errs = append(errs, s.Errorf("format", "must be table or json"))
+		}
+		for name, v := range map[string]string{"from": from, "to": to} {
+			if v == "" {
+				continue
+			}
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				errs = append(errs, s.Errorf(name, "must be an RFC 3339 time"))
+			}
+			if name == "from" {
+				filter.From = t
+			} else {
+				filter.To = t
+			}
+		}
+		switch approved {
+		case "":
+		case "true", "false":
+			b := approved == "true"
+			filter.Approved = &b
+		default:
+			errs = append(errs, s.Errorf("approved", "must be true or false"))
+		}
+		return errors.Join(errs...)
+	})
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	filter.Tenant, filter.AgentID, filter.Model, filter.SideEffect = tenant, agent, model, sideEffect
+	filter.Command, filter.Stage, filter.Approver, filter.ConversationID = command, stage, approver, conversation
+	filter.Phase, filter.PageSize, filter.PageToken = audit.Phase(phase), limit, token
+	for _, k := range actorKinds {
+		filter.ActorKinds = append(filter.ActorKinds, audit.ActorKind(k))
+	}
+	for _, r := range risks {
+		filter.Risks = append(filter.Risks, audit.Risk(r))
+	}
+	for _, o := range outcomes {
+		filter.Outcomes = append(filter.Outcomes, audit.Outcome(o))
+	}
+	var cl clicore.Closers
+	defer cl.Close()
+	st, err := auditDB(ctx, url, &cl)
+	if err != nil {
+		return err
+	}
+	page, err := st.Query(ctx, filter)
+	if err != nil {
+		return err
+	}
+	if format == "json" {
+		enc := json.NewEncoder(io.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Records       []audit.Stored `json:"records"`
+			NextPageToken string         `json:"next_page_token"`
+		}{page.Records, page.NextPageToken})
+	}
+	tw := tabwriter.NewWriter(io.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTIME\tPHASE\tCOMMAND\tRISK\tACTOR\tUSER\tAGENT\tOUTCOME\tCODE\tAPPROVER\tINVOCATION")
+	for _, r := range page.Records {
+		approver := ""
+		if r.Approval != nil {
+			approver = r.Approval.Approver + " (" + r.Approval.Assurance() + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.Time.UTC().Format(time.RFC3339),
+			r.Phase, r.Command, r.Risk, r.ActorKind, r.UserID, r.AgentID, r.Outcome, r.Code, approver, r.InvocationID)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if page.NextPageToken != "" {
+		fmt.Fprintf(io.Stdout, "\nmore: --page-token %s\n", page.NextPageToken)
+	}
+	return nil
+}
+
+func runAuditVerify(ctx context.Context, args []string, io IO) error {
+	var (
+		url    config.Secret
+		tenant string
+	)
+	s := config.New("audit verify", io.Env)
+	s.FlagSet().SetOutput(io.Stderr)
+	clicore.DatabaseFlag(s, &url)
+	s.String(&tenant, "tenant", "", "tenant whose chain to walk")
+	s.Require("tenant", func() bool { return tenant == "" })
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	var cl clicore.Closers
+	defer cl.Close()
+	st, err := auditDB(ctx, url, &cl)
+	if err != nil {
+		return err
+	}
+	rep, err := st.Verify(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if rep.OK {
+		fmt.Fprintf(io.Stdout, "chain of tenant %s intact: %d records, head seq %d\n", tenant, rep.Rows, rep.Head.Seq)
+		return nil
+	}
+	b := rep.Break
+	fmt.Fprintf(io.Stdout, "chain of tenant %s BROKEN at seq %d (invocation %s, phase %s): %s — %s\n",
+		tenant, b.Seq, orDash(b.InvocationID), orDash(string(b.Phase)), b.Problem, b.Detail)
+	return fmt.Errorf("audit chain broken at seq %d", b.Seq)
+}
+
+func orDash(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "-"
+	}
+	return s
+}
+
+// runAuditResolve records an operator's verdict on an invocation whose
+// outcome is unknown — its backend could not say whether it ran and never
+// will (no receipts, or its records are gone) — and releases the
+// idempotency key that call holds: "not-executed" lets a retry run,
+// "executed" makes retries answer that it ran. The verdict is a row of
+// its own in the chain (phase resolution), next to the unknown one.
+func runAuditResolve(ctx context.Context, args []string, io IO) error {
+	var (
+		url                        config.Secret
+		tenant, invocation, as, by string
+		reason                     string
+	)
+	s := config.New("audit resolve", io.Env)
+	s.FlagSet().SetOutput(io.Stderr)
+	clicore.DatabaseFlag(s, &url)
+	s.String(&tenant, "tenant", "", "tenant of the invocation")
+	s.String(&invocation, "invocation", "", "the invocation whose outcome is unknown")
+	s.String(&as, "as", "", "the verdict: executed or not-executed")
+	s.String(&by, "by", "", "who decides (recorded as the resolution's user)")
+	s.String(&reason, "reason", "", "why, e.g. what the system of record shows (recorded)")
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"tenant", &tenant}, {"invocation", &invocation}, {"as", &as}, {"by", &by}, {"reason", &reason}} {
+		s.Require(f.name, func() bool { return *f.v == "" })
+	}
+	s.Check(func() error {
+		if as != "executed" && as != "not-executed" {
+			return s.Errorf("as", "must be executed or not-executed")
+		}
+		return nil
+	})
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	var cl clicore.Closers
+	defer cl.Close()
+	st, err := auditDB(ctx, url, &cl)
+	if err != nil {
+		return err
+	}
+	rows, err := st.Get(ctx, tenant, invocation)
+	if err != nil {
+		return err
+	}
+	var unknown *audit.Stored
+	for i := range rows {
+		switch {
+		case rows[i].Phase == audit.PhaseResolution:
+			return fmt.Errorf("invocation %s was resolved already (seq %d)", invocation, rows[i].Seq)
+		case rows[i].Phase == audit.PhaseOutcome && rows[i].Outcome == audit.OutcomeUnknown:
+			unknown = &rows[i]
+		}
+	}
+	if unknown == nil {
+		return fmt.Errorf("invocation %s has no unknown outcome to resolve", invocation)
+	}
+	rec := unknown.Record.Clone()
+	rec.Phase, rec.Time, rec.Arguments, rec.Duration, rec.ResultDigest = audit.PhaseResolution, time.Now(), nil, 0, ""
+	rec.UserID, rec.AgentID, rec.Model, rec.ModelVersion, rec.ActorKind = by, "", "", "", audit.ActorUser
+	rec.Stage, rec.Message = audit.StageAudit, "resolved by "+by+": "+reason
+	var saved *executor.Saved
+	if as == "executed" {
+		rec.Outcome, rec.Code = audit.OutcomeExecuted, failure.CodeAuditResolvedExecuted
+		v := executor.ResolvedExecuted(invocation, by, reason)
+		saved = &v
+	} else {
+		rec.Outcome, rec.Code = audit.OutcomeFailed, failure.CodeAuditResolvedNotExecuted
+	}
+	w := audit.NewWriter(st, audit.WriterOptions{})
+	cl.Add(func() { _ = w.Close() })
+	stored, err := w.Append(ctx, rec)
+	if err != nil {
+		return err
+	}
+	held, err := execpg.New(st.Pool(), execpg.Options{}).Resolve(ctx, tenant, invocation, saved)
+	if err != nil {
+		return fmt.Errorf("the resolution is recorded (seq %d), but releasing the idempotency key failed: %w", stored[0].Seq, err)
+	}
+	key := "it held no idempotency key"
+	if held {
+		key = "its idempotency key now replays that it ran"
+		if saved == nil {
+			key = "its idempotency key is released: a retry runs"
+		}
+	}
+	fmt.Fprintf(io.Stdout, "invocation %s of tenant %s resolved as %s (seq %d); %s\n", invocation, tenant, as, stored[0].Seq, key)
+	return nil
+}

@@ -1,0 +1,141 @@
+// Package confirmcmd builds the confirm service and its approval pages and
+// runs them as a command: `mandate confirm` and the mandate-confirm binary.
+// `mandate dev` builds them with the same Build. It imports no other
+// service, so that mandate-confirm links only the confirm service.
+package confirmcmd
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/app/clicore"
+	"github.com/mandate-dev/mandate/internal/config"
+	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/services/confirm"
+	confirmapi "github.com/mandate-dev/mandate/services/confirm/api"
+	confirmmem "github.com/mandate-dev/mandate/services/confirm/memory"
+	"github.com/mandate-dev/mandate/services/confirm/page"
+	confirmpg "github.com/mandate-dev/mandate/services/confirm/postgres"
+)
+
+// Deps are what the confirm service is built from.
+type Deps struct {
+	Store     confirm.Store
+	Sessions  confirm.SessionStore
+	Directory directory.Resolver
+	Manifest  *manifest.Set
+	// BaseURL is the public origin of the approval pages.
+	BaseURL string
+	// LoginSecret signs the one-time sign-in links of the approval pages,
+	// issued by one of Issuers.
+	LoginSecret []byte
+	Issuers     []string
+	Logger      *slog.Logger
+}
+
+// Service is the confirm service's API and its approval pages.
+type Service struct {
+	api   *confirmapi.Service
+	pages http.Handler
+}
+
+// Build builds the confirm service and its approval pages.
+func Build(d Deps) (*Service, error) {
+	svc, err := confirm.New(confirm.Config{Store: d.Store, Directory: d.Directory, Commands: d.Manifest, ApprovalBaseURL: d.BaseURL, Logger: d.Logger})
+	if err != nil {
+		return nil, err
+	}
+	pages, err := page.New(page.Config{
+		Confirm: svc, Sessions: d.Sessions, Directory: d.Directory, LoginSecret: d.LoginSecret,
+		Issuers: d.Issuers, BaseURL: d.BaseURL, Logger: d.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Service{api: confirmapi.New(svc, d.Logger), pages: pages}, nil
+}
+
+// Register serves the ConfirmService, its REST routes and the approval
+// pages on srv.
+func (c *Service) Register(srv *server.Server) {
+	c.RegisterAPI(srv)
+	srv.HandleGateway(func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+		return mandatev1.RegisterConfirmServiceHandler(ctx, mux, conn)
+	})
+	srv.Handle(page.Pattern, c.pages)
+}
+
+// RegisterAPI serves the ConfirmService alone on srv, without REST routes
+// or pages: `mandate dev` serves it to the executor on an internal server.
+func (c *Service) RegisterAPI(srv *server.Server) { c.api.Register(srv) }
+
+// Run runs the confirm service and its approval pages.
+func Run(ctx context.Context, args []string, io clicore.IO) error {
+	var (
+		f       clicore.ServiceFlags
+		mf      clicore.ManifestFlags
+		baseURL string
+	)
+	s := config.New("confirm", io.Env)
+	s.FlagSet().SetOutput(io.Stderr)
+	f.Declare(s, "127.0.0.1:9093", "127.0.0.1:8083")
+	mf.Declare(s)
+	s.String(&baseURL, "approval-base-url", "", "public origin of the approval pages (default http://<http-addr>)")
+	s.Check(func() error {
+		if !f.DevSecret.Set() {
+			return s.Errorf("dev-secret", "is required: it signs the one-time sign-in links of the approval page")
+		}
+		return nil
+	})
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	if baseURL == "" {
+		baseURL = "http://" + f.HTTPAddr
+	}
+	log := f.Logger(io.Stderr, "confirm")
+	var cl clicore.Closers
+	defer cl.Close()
+	metrics, err := f.Tracing(ctx, io, "confirm", log, &cl)
+	if err != nil {
+		return err
+	}
+	set, err := mf.Load()
+	if err != nil {
+		return err
+	}
+	auth, err := f.Authenticator(ctx)
+	if err != nil {
+		return err
+	}
+	var (
+		store    confirm.Store
+		sessions confirm.SessionStore
+	)
+	pool, err := f.Pool(ctx, &cl)
+	if err != nil {
+		return err
+	}
+	if pool != nil {
+		ps := confirmpg.New(pool, confirmpg.Options{Logger: log})
+		cl.Add(ps.Close)
+		store, sessions = ps, ps
+	} else {
+		ms := confirmmem.New(confirmmem.Options{})
+		cl.Add(ms.Close)
+		store, sessions = ms, ms
+	}
+	svc, err := Build(Deps{Store: store, Sessions: sessions, Directory: f.Directory(pool, &cl), Manifest: set,
+		BaseURL: baseURL, LoginSecret: []byte(f.DevSecret.Reveal()), Issuers: f.Issuers, Logger: log})
+	if err != nil {
+		return err
+	}
+	return f.Serve(ctx, server.Config{Name: "mandate.v1.ConfirmService", Auth: auth, Logger: log, Metrics: metrics, ManifestDigest: set.Digest()}, svc.Register, nil)
+}
