@@ -15,6 +15,9 @@ const (
 	PhaseOutcome = "outcome"
 	// PhaseResolution settles an invocation whose outcome row says unknown.
 	PhaseResolution = "resolution"
+	// PhaseCheck records a check (ExecutorService.Check): a call judged,
+	// never run. Its outcome is the verdict.
+	PhaseCheck = "check"
 )
 
 // Outcomes (AuditRecord.outcome). Intent rows carry OutcomePending.
@@ -25,6 +28,10 @@ const (
 	OutcomeFailed   = "failed"
 	OutcomeUnknown  = "unknown"
 	OutcomeReplayed = "replayed"
+	// OutcomeAllowed and OutcomeApprovalRequired are verdicts, on check
+	// rows only (a refused check is OutcomeRefused, with stage and code).
+	OutcomeAllowed          = "allowed"
+	OutcomeApprovalRequired = "approval_required"
 )
 
 // Channels a call comes in on (AuditRecord.channel).

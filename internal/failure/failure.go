@@ -78,15 +78,7 @@ func (e *Error) GRPCStatus() *status.Status {
 		code = GRPCCode(e.Code)
 	}
 	st := status.New(code, e.Message)
-	ce := &mandatev1.CommandError{
-		Stage: e.Stage, Code: e.Code, Message: e.Message,
-		Retriable: e.Retriable, Remedy: e.Remedy,
-		InvocationId: e.InvocationID, ChallengeId: e.ChallengeID, ApprovalUrl: e.ApprovalURL,
-		GrantIn: e.GrantIn, GrantName: e.GrantName, ApproverPermission: e.ApproverPermission,
-	}
-	for _, v := range e.Violations {
-		ce.Violations = append(ce.Violations, &mandatev1.Violation{Pointer: v.Pointer, Rule: v.Rule, Message: v.Message})
-	}
+	ce := e.Proto()
 	meta := map[string]string{}
 	if e.Stage != "" {
 		meta["stage"] = e.Stage
@@ -99,6 +91,20 @@ func (e *Error) GRPCStatus() *status.Status {
 		return st
 	}
 	return withDetails
+}
+
+// Proto is the error as the CommandError detail every channel carries.
+func (e *Error) Proto() *mandatev1.CommandError {
+	ce := &mandatev1.CommandError{
+		Stage: e.Stage, Code: e.Code, Message: e.Message,
+		Retriable: e.Retriable, Remedy: e.Remedy,
+		InvocationId: e.InvocationID, ChallengeId: e.ChallengeID, ApprovalUrl: e.ApprovalURL,
+		GrantIn: e.GrantIn, GrantName: e.GrantName, ApproverPermission: e.ApproverPermission,
+	}
+	for _, v := range e.Violations {
+		ce.Violations = append(ce.Violations, &mandatev1.Violation{Pointer: v.Pointer, Rule: v.Rule, Message: v.Message})
+	}
+	return ce
 }
 
 // Internal is the error clients see for a fault whose details must stay

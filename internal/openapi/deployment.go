@@ -14,8 +14,12 @@ import (
 	"github.com/mandate-dev/mandate/internal/manifest"
 )
 
-// ExecutePath is the route of ExecutorService.Execute.
-const ExecutePath = "/v1/commands/{code}:execute"
+// ExecutePath is the route of ExecutorService.Execute, CheckPath of
+// ExecutorService.Check.
+const (
+	ExecutePath = "/v1/commands/{code}:execute"
+	CheckPath   = "/v1/commands/{code}:check"
+)
 
 // Headers a caller may send with a command, over its own route or
 // Execute (the executor reads them from the call's metadata).
@@ -126,16 +130,10 @@ func Deployment(set *manifest.Set, services []string, opts Options) ([]byte, err
 	return buf.Bytes(), nil
 }
 
-// typeExecute narrows Execute to the set's commands: `code` to their
-// codes, `input` to one of their input messages, `result` to one of their
-// output messages, and declares the caller headers.
+// typeExecute narrows Execute and Check to the set's commands: `code` to
+// their codes, `input` to one of their input messages, Execute's `result`
+// to one of their output messages, and declares the caller headers.
 func typeExecute(doc *Document, b *builder, set *manifest.Set) error {
-	item := doc.Paths[ExecutePath]
-	if item == nil || item["post"] == nil {
-		return nil
-	}
-	op := item["post"]
-	op.Parameters = withHeaders(op.Parameters)
 	var codes []string
 	var inputs, outputs []Schema
 	seenIn, seenOut := map[string]bool{}, map[string]bool{}
@@ -156,25 +154,18 @@ func typeExecute(doc *Document, b *builder, set *manifest.Set) error {
 			outputs = append(outputs, b.ref(md.Output()))
 		}
 	}
-	for i, p := range op.Parameters {
-		if p.In == "path" && p.Name == "code" && len(codes) > 0 {
-			s := cloneSchema(p.Schema)
-			s["enum"] = codes
-			op.Parameters[i].Schema = s
+	for _, path := range []string{ExecutePath, CheckPath} {
+		item := doc.Paths[path]
+		if item == nil || item["post"] == nil {
+			continue
+		}
+		if err := typeCommandCall(item["post"], path, codes, inputs); err != nil {
+			return err
 		}
 	}
-	if op.RequestBody == nil {
-		return fmt.Errorf("openapi: %s has no request body", ExecutePath)
+	if doc.Paths[ExecutePath] == nil {
+		return nil
 	}
-	media := op.RequestBody.Content["application/json"]
-	req := cloneSchema(media.Schema)
-	props, ok := req["properties"].(map[string]any)
-	if !ok {
-		return fmt.Errorf("openapi: the request body of %s has no properties", ExecutePath)
-	}
-	props["input"] = oneOfCommands(props["input"], inputs, "The command's input as a JSON object (proto field names): one of the input messages of the deployment's commands, that of the command named by `code`.")
-	media.Schema = req
-	op.RequestBody.Content["application/json"] = media
 	resp, ok := b.schemas["mandate.v1.ExecuteResponse"]
 	if !ok {
 		return nil
@@ -184,6 +175,33 @@ func typeExecute(doc *Document, b *builder, set *manifest.Set) error {
 		rp["result"] = oneOfCommands(rp["result"], outputs, "The command's result as a JSON object (proto field names, unset fields left out): the output message of the command named by `code`.")
 	}
 	b.schemas["mandate.v1.ExecuteResponse"] = resp
+	return nil
+}
+
+// typeCommandCall types the request of a route that takes an
+// ExecuteRequest: the caller headers, `code` one of codes, `input` one of
+// inputs.
+func typeCommandCall(op *Operation, path string, codes []string, inputs []Schema) error {
+	op.Parameters = withHeaders(op.Parameters)
+	for i, p := range op.Parameters {
+		if p.In == "path" && p.Name == "code" && len(codes) > 0 {
+			s := cloneSchema(p.Schema)
+			s["enum"] = codes
+			op.Parameters[i].Schema = s
+		}
+	}
+	if op.RequestBody == nil {
+		return fmt.Errorf("openapi: %s has no request body", path)
+	}
+	media := op.RequestBody.Content["application/json"]
+	req := cloneSchema(media.Schema)
+	props, ok := req["properties"].(map[string]any)
+	if !ok {
+		return fmt.Errorf("openapi: the request body of %s has no properties", path)
+	}
+	props["input"] = oneOfCommands(props["input"], inputs, "The command's input as a JSON object (proto field names): one of the input messages of the deployment's commands, that of the command named by `code`.")
+	media.Schema = req
+	op.RequestBody.Content["application/json"] = media
 	return nil
 }
 

@@ -62,7 +62,7 @@ func refsOf(t *testing.T, s any) []string {
 func TestDeploymentDescribesTheAdoptersCommands(t *testing.T) {
 	doc := deployment(t, adopterSet(t), "mandate.v1.ExecutorService")
 	paths := keys(get(t, doc, "paths").(map[string]any))
-	want := []string{"/v1/commands/{code}:execute", "/v2/drafts/{report.id}", "/v2/reports/{report_id}"}
+	want := []string{"/v1/commands/{code}:check", "/v1/commands/{code}:execute", "/v2/drafts/{report.id}", "/v2/reports/{report_id}"}
 	if !slices.Equal(paths, want) {
 		t.Fatalf("paths %v, want %v (no sample route, no other service)", paths, want)
 	}
@@ -84,20 +84,22 @@ func TestDeploymentDescribesTheAdoptersCommands(t *testing.T) {
 		t.Errorf("DELETE query %v, want the fields the path leaves", query)
 	}
 	wantHeaders := []string{"Idempotency-Key", "X-Mandate-Approval-Grant", "X-Mandate-Conversation"}
-	for _, op := range []any{update, del, get(t, doc, "paths", openapi.ExecutePath, "post")} {
+	for _, op := range []any{update, del, get(t, doc, "paths", openapi.ExecutePath, "post"), get(t, doc, "paths", openapi.CheckPath, "post")} {
 		if got := headerNames(t, op); !slices.Equal(got, wantHeaders) {
 			t.Errorf("%v: headers %v, want %v", get(t, op, "operationId"), got, wantHeaders)
 		}
 	}
 	exec := get(t, doc, "paths", openapi.ExecutePath, "post")
-	var codes []any
-	for _, p := range get(t, exec, "parameters").([]any) {
-		if p.(map[string]any)["name"] == "code" {
-			codes = get(t, p, "schema", "enum").([]any)
+	for _, op := range []any{exec, get(t, doc, "paths", openapi.CheckPath, "post")} {
+		var codes []any
+		for _, p := range get(t, op, "parameters").([]any) {
+			if p.(map[string]any)["name"] == "code" {
+				codes = get(t, p, "schema", "enum").([]any)
+			}
 		}
-	}
-	if len(codes) != 4 || !slices.Contains(codes, any("acme.report.archive_all")) {
-		t.Errorf("code enum %v, want the four commands", codes)
+		if len(codes) != 4 || !slices.Contains(codes, any("acme.report.archive_all")) {
+			t.Errorf("%v: code enum %v, want the four commands", get(t, op, "operationId"), codes)
+		}
 	}
 	input := get(t, exec, "requestBody", "content", "application/json", "schema", "properties", "input")
 	if got := refsOf(t, input); !slices.Equal(got, []string{"#/components/schemas/acme.reports.v1.ArchiveAllRequest",

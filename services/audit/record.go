@@ -25,6 +25,10 @@ const (
 	// unknown (mandate audit resolve): Outcome executed or failed, who (UserID) and why
 	// (Message). The unknown row stays; the resolution is its own link in the chain.
 	PhaseResolution Phase = contract.PhaseResolution
+	// PhaseCheck records a check (ExecutorService.Check): a call judged and
+	// never run. Its Outcome is the verdict: allowed, approval_required, or
+	// refused or failed with the stage and code the call would meet.
+	PhaseCheck Phase = contract.PhaseCheck
 )
 
 // Channel is the transport the call came in on.
@@ -73,6 +77,10 @@ const (
 	// OutcomeReplayed records a call that an idempotency key answered with
 	// the response of an earlier invocation: nothing was dispatched.
 	OutcomeReplayed Outcome = contract.OutcomeReplayed
+	// OutcomeAllowed and OutcomeApprovalRequired are verdicts of a check
+	// (PhaseCheck rows only).
+	OutcomeAllowed          Outcome = contract.OutcomeAllowed
+	OutcomeApprovalRequired Outcome = contract.OutcomeApprovalRequired
 )
 
 // StageAudit is the pipeline stage of the audit trail (docs/architecture/pipeline.md). Its codes
@@ -355,10 +363,20 @@ func (r *Record) Validate() error {
 		case r.UserID == "" || r.Message == "":
 			return invalid("message", "a resolution row says who resolved it (user_id) and why (message)")
 		}
+	case PhaseCheck:
+		switch r.Outcome {
+		case OutcomeAllowed:
+		case OutcomeApprovalRequired, OutcomeRefused, OutcomeFailed:
+			if r.Stage == "" || r.Code == "" {
+				return invalid("code", "stage and code are required when a check's verdict is "+string(r.Outcome))
+			}
+		default:
+			return invalid("outcome", "must be allowed, approval_required, refused or failed on a check row")
+		}
 	case "":
 		return invalid("phase", "is required")
 	default:
-		return invalid("phase", "must be intent, outcome or resolution")
+		return invalid("phase", "must be intent, outcome, resolution or check")
 	}
 	if !r.Channel.Valid() {
 		return invalid("channel", "must be mcp, grpc or rest")
@@ -440,11 +458,14 @@ func (r Risk) Valid() bool { return len(r) == 2 && r[0] == 'L' && r[1] >= '0' &&
 // Valid reports whether o is a known outcome.
 func (o Outcome) Valid() bool {
 	switch o {
-	case OutcomePending, OutcomeExecuted, OutcomeRefused, OutcomeFailed, OutcomeUnknown, OutcomeReplayed:
+	case OutcomePending, OutcomeExecuted, OutcomeRefused, OutcomeFailed, OutcomeUnknown, OutcomeReplayed,
+		OutcomeAllowed, OutcomeApprovalRequired:
 		return true
 	}
 	return false
 }
 
-// Valid reports whether p is intent or outcome.
-func (p Phase) Valid() bool { return p == PhaseIntent || p == PhaseOutcome || p == PhaseResolution }
+// Valid reports whether p is a known phase.
+func (p Phase) Valid() bool {
+	return p == PhaseIntent || p == PhaseOutcome || p == PhaseResolution || p == PhaseCheck
+}

@@ -14,12 +14,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/app/servicetest"
 	"github.com/mandate-dev/mandate/internal/directory"
 	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
-	"github.com/mandate-dev/mandate/internal/app/servicetest"
 	"github.com/mandate-dev/mandate/services/audit"
 	auditmem "github.com/mandate-dev/mandate/services/audit/memory"
 	"github.com/mandate-dev/mandate/services/confirm"

@@ -96,6 +96,8 @@ type ConfirmClient interface {
 	Open(ctx context.Context, in *mandatev1.OpenRequest, opts ...grpc.CallOption) (*mandatev1.Challenge, error)
 	Redeem(ctx context.Context, in *mandatev1.RedeemRequest, opts ...grpc.CallOption) (*mandatev1.Grant, error)
 	Release(ctx context.Context, in *mandatev1.ReleaseRequest, opts ...grpc.CallOption) (*mandatev1.Challenge, error)
+	// Get reads a challenge, for a check of a call that carries a grant.
+	Get(ctx context.Context, in *mandatev1.ConfirmServiceGetRequest, opts ...grpc.CallOption) (*mandatev1.Challenge, error)
 }
 
 // ErrNotSent marks a dispatch error whose call provably never reached the
@@ -361,6 +363,13 @@ type invocation struct {
 	// ending is how the call ended, once a refusal, a fault or an outcome
 	// row says so.
 	ending ending
+	// checking: the call is checked, not run (Executor.Check). Its stages
+	// decide and have no effect, and its refusals write no row of their
+	// own: the check's row records the verdict.
+	checking bool
+	// needsApproval is, in check mode, the confirmation the call would need
+	// (confirmationVerdict); nil when it needs none.
+	needsApproval *failure.Error
 }
 
 // Execute runs one call through the pipeline. Errors are *failure.Error
@@ -563,6 +572,9 @@ func (e *Executor) refuseWith(ctx context.Context, inv *invocation, fe *failure.
 	_, span := tracer.Start(ctx, fe.Stage, trace.WithAttributes(attribute.String("mandate.code", fe.Code)))
 	span.SetStatus(codes.Error, fe.Code)
 	span.End()
+	if inv.checking {
+		return fe
+	}
 	e.outcome(ctx, inv, contract.OutcomeRefused, fe.Stage, fe.Code, fe.Message, nil)
 	e.logger(ctx, inv).Info("refused", "stage", fe.Stage, "code", fe.Code)
 	return fe
@@ -579,7 +591,9 @@ func (e *Executor) fault(ctx context.Context, inv *invocation, stage, code strin
 	if spec, _ := failure.Lookup(code); spec.Retriable {
 		fe.Retriable, fe.Remedy = true, spec.Remedy
 	}
-	e.outcome(ctx, inv, contract.OutcomeFailed, stage, code, fe.Message, nil)
+	if !inv.checking {
+		e.outcome(ctx, inv, contract.OutcomeFailed, stage, code, fe.Message, nil)
+	}
 	return fe
 }
 
@@ -591,6 +605,12 @@ func (e *Executor) outcome(ctx context.Context, inv *invocation, outcome, stage,
 	if result != nil {
 		rec.ResultDigest = digest("result", result)
 	}
+	e.appendRow(ctx, inv, rec)
+}
+
+// appendRow appends a row that ends an invocation (an outcome, a check),
+// with its duration.
+func (e *Executor) appendRow(ctx context.Context, inv *invocation, rec *mandatev1.AuditRecord) {
 	if d := e.cfg.Now().Sub(inv.start); d > 0 {
 		rec.Duration = durationpb.New(d)
 	}

@@ -17,6 +17,11 @@ type stage struct {
 	// backend keeps its key, one that provably never ran gives it back).
 	// Before it, the chain undoes every reservation when a stage refuses.
 	settles bool
+	// check is the stage in check mode (Executor.Check): every decision,
+	// no effect. nil means run itself has none (it only reads), so it runs
+	// as it is; a stage with an effect (a reservation, a challenge, the
+	// intent, the dispatch) has a check of its own, which may do nothing.
+	check func(e *Executor, ctx context.Context, inv *invocation) (*Result, error)
 }
 
 // pipeline is every governed call's chain of stages, in order. The
@@ -31,12 +36,15 @@ var pipeline = []stage{
 	{name: StagePermission, run: (*Executor).permissionCheck},
 	{name: StageSchema, run: (*Executor).schemaValidate},
 	{name: StageScope, run: (*Executor).scopeCheck},
-	{name: StageIdempotency, run: (*Executor).idempotencyCheck},
+	{name: StageIdempotency, run: (*Executor).idempotencyCheck, check: (*Executor).idempotencyKeyCheck},
 	{name: StageSoD, run: (*Executor).sodCheck},
-	{name: StageConfirmation, run: (*Executor).confirmationCheck},
-	{name: StageAudit, run: (*Executor).auditIntent},
-	{name: StageDispatch, run: (*Executor).dispatch, settles: true},
+	{name: StageConfirmation, run: (*Executor).confirmationCheck, check: (*Executor).confirmationVerdict},
+	{name: StageAudit, run: (*Executor).auditIntent, check: skipInCheck},
+	{name: StageDispatch, run: (*Executor).dispatch, settles: true, check: skipInCheck},
 }
+
+// skipInCheck is the check mode of a stage that is nothing but an effect.
+func skipInCheck(*Executor, context.Context, *invocation) (*Result, error) { return nil, nil }
 
 // errNoResult is the chain's answer if its last stage handed the call on,
 // which dispatch never does.
@@ -45,10 +53,23 @@ var errNoResult = errors.New("executor: the pipeline ended without a result")
 // run takes the call through the pipeline. A refusal before the settling
 // stage undoes what earlier stages reserved (compensate), so no stage
 // releases by hand.
+//
+// In check mode (inv.checking) each stage runs its check instead, where it
+// has one, and a chain that ends without a result found nothing to refuse.
 func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 	for i := range pipeline {
 		s := &pipeline[i]
-		res, err := s.run(e, ctx, inv)
+		body := s.run
+		if inv.checking {
+			if s.check != nil {
+				body = s.check
+			}
+			if _, err := body(e, ctx, inv); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		res, err := body(e, ctx, inv)
 		if err == nil && res == nil {
 			continue
 		}
@@ -56,6 +77,9 @@ func (e *Executor) run(ctx context.Context, inv *invocation) (*Result, error) {
 			inv.compensate(ctx, e)
 		}
 		return res, err
+	}
+	if inv.checking {
+		return nil, nil
 	}
 	return nil, errNoResult
 }

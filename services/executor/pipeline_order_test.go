@@ -55,6 +55,18 @@ func TestPipelineOrder(t *testing.T) {
 			t.Errorf("%s settles the reservation, but only dispatch may", s.name)
 		}
 	}
+	// Check mode: every stage with an effect has a check of its own that
+	// decides without it (a reservation, a challenge, the intent, the
+	// dispatch); the others only read.
+	for _, s := range pipeline {
+		effect := slices.Contains([]string{StageIdempotency, StageConfirmation, StageAudit, StageDispatch}, s.name)
+		if effect && s.check == nil {
+			t.Errorf("%s has an effect and no check: Executor.Check would run it", s.name)
+		}
+		if !effect && s.check != nil {
+			t.Errorf("%s has a check of its own, but is listed as a stage without effect", s.name)
+		}
+	}
 	seen := map[string]bool{}
 	for _, n := range names {
 		if seen[n] {

@@ -1,13 +1,72 @@
 package executor
 
-import "context"
+import (
+	"context"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/failure"
+)
 
 // confirmationCheck asks a human where the declaration (or the
 // deployment, for side effects) says so: it opens a challenge, or redeems
 // the grant the call carries (confirm).
 func (e *Executor) confirmationCheck(ctx context.Context, inv *invocation) (*Result, error) {
-	if !inv.cmd.ConfirmationRequired && (!e.cfg.ConfirmSideEffects || len(inv.cmd.SideEffects) == 0) {
+	if !e.needsConfirmation(inv) {
 		return nil, nil
 	}
 	return nil, e.confirm(ctx, inv, inv.canon)
+}
+
+// needsConfirmation reports whether a human must confirm the call.
+func (e *Executor) needsConfirmation(inv *invocation) bool {
+	return inv.cmd.ConfirmationRequired || (e.cfg.ConfirmSideEffects && len(inv.cmd.SideEffects) > 0)
+}
+
+// confirmationVerdict is confirmation_check in check mode. Without a grant
+// the call would open a challenge: the verdict is approval required, with
+// who approves and how the approved call is sent again. With a grant, the
+// challenge is read, not redeemed: approved for exactly this invocation
+// lets the call through; undecided still needs the approval; anything else
+// is the refusal Redeem would give.
+func (e *Executor) confirmationVerdict(ctx context.Context, inv *invocation) (*Result, error) {
+	if !e.needsConfirmation(inv) {
+		return nil, nil
+	}
+	if inv.call.GrantID == "" {
+		fe := failure.New(StageConfirmation, failure.CodeConfirmationRequired, "a human must confirm this call")
+		fe.Retriable = true
+		continueWith(fe, inv)
+		inv.needsApproval = fe
+		return nil, nil
+	}
+	var ch *mandatev1.Challenge
+	if err := e.stage(ctx, StageConfirmation, func(ctx context.Context) error {
+		var err error
+		ch, err = e.cfg.Confirm.Get(ctx, &mandatev1.ConfirmServiceGetRequest{ChallengeId: inv.call.GrantID})
+		return confirmError(err)
+	}); err != nil {
+		return nil, e.confirmFailure(ctx, inv, err)
+	}
+	refuse := func(code, msg string) (*Result, error) {
+		return nil, e.confirmFailure(ctx, inv, failure.New(StageConfirmation, code, msg))
+	}
+	switch {
+	case ch.GetInvocationDigest() != invocationDigest(inv, inv.canon):
+		return refuse(failure.CodeConfirmationGrantMismatch, "the grant was given for another invocation (other arguments, principal or idempotency key)")
+	case ch.GetState() == mandatev1.ChallengeState_CHALLENGE_STATE_APPROVED:
+		return nil, nil
+	case ch.GetState() == mandatev1.ChallengeState_CHALLENGE_STATE_PENDING:
+		fe := failure.New(StageConfirmation, failure.CodeConfirmationPending, "nobody has decided yet; wait for the approver")
+		fe.Retriable, fe.ChallengeID, fe.ApprovalURL = true, ch.GetChallengeId(), ch.GetApprovalUrl()
+		continueWith(fe, inv)
+		inv.needsApproval = fe
+		return nil, nil
+	case ch.GetState() == mandatev1.ChallengeState_CHALLENGE_STATE_DECLINED:
+		return refuse(failure.CodeConfirmationRefused, "the approver declined this call")
+	case ch.GetState() == mandatev1.ChallengeState_CHALLENGE_STATE_EXPIRED:
+		return refuse(failure.CodeConfirmationExpired, "nobody decided in time; ask again")
+	case ch.GetState() == mandatev1.ChallengeState_CHALLENGE_STATE_REDEEMED:
+		return refuse(failure.CodeConfirmationAlreadyRedeemed, "the grant was already used by its call")
+	}
+	return refuse(failure.CodeConfirmationInvalidState, "the challenge is in no state a call can use")
 }

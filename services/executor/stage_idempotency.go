@@ -76,3 +76,33 @@ func (e *Executor) releaseKey(ctx context.Context, inv *invocation) {
 	}
 	inv.idem = nil
 }
+
+// idempotencyKeyCheck is idempotency_check in check mode: the key's form
+// is checked and the key is read, never reserved (Store.Peek). A key in
+// use with other arguments, or by a call still running, is the refusal
+// the call would get; a free key, one holding a response to replay, and
+// one whose holder died (the call would ask its backend's receipt) let
+// the call through.
+func (e *Executor) idempotencyKeyCheck(ctx context.Context, inv *invocation) (*Result, error) {
+	if fe := checkIdempotencyKey(inv); fe != nil {
+		return nil, e.refuseWith(ctx, inv, fe)
+	}
+	key := inv.call.IdempotencyKey
+	if key == "" {
+		return nil, nil
+	}
+	k := IdemKey{Tenant: inv.p.Tenant, User: inv.p.UserID, Command: inv.cmd.Code, Key: key}
+	_, err := e.cfg.Store.Peek(ctx, k, inv.argDigest)
+	var abandoned *AbandonedError
+	switch {
+	case err == nil, errors.As(err, &abandoned):
+		return nil, nil
+	case errors.Is(err, ErrInFlight):
+		fe := failure.New(StageIdempotency, failure.CodeIdempotencyInFlight, "a call with this idempotency key is still running")
+		fe.Retriable, fe.Remedy = true, "wait, then retry with the same key to read its result"
+		return nil, e.refuseWith(ctx, inv, fe)
+	case errors.Is(err, ErrKeyReused):
+		return nil, e.refuse(ctx, inv, StageIdempotency, failure.CodeIdempotencyKeyReused, "this idempotency key was used with different arguments", "use a new key for a new call")
+	}
+	return nil, e.fault(ctx, inv, StageIdempotency, failure.CodeIdempotencyUnavailable, err)
+}

@@ -24,6 +24,11 @@ type Store interface {
 	//   - ErrKeyReused when the key was used with a different digest.
 	// Records expire r.TTL after they were reserved.
 	Reserve(ctx context.Context, key IdemKey, r Reservation) (*Saved, error)
+	// Peek answers what Reserve would for a call with this key and digest,
+	// and claims nothing (a check, Executor.Check): (nil, nil) when the key
+	// is free, the saved response, ErrInFlight, an *AbandonedError or
+	// ErrKeyReused.
+	Peek(ctx context.Context, key IdemKey, digest string) (*Saved, error)
 	// Reclaim hands the key to the call r describes, atomically, when its
 	// record still belongs to invocation previous and that call provably
 	// never ran (its backend fenced it): the record is abandoned in flight

@@ -24,6 +24,65 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Verdict is what a check found the call would meet.
+type Verdict int32
+
+const (
+	// Not set.
+	Verdict_VERDICT_UNSPECIFIED Verdict = 0
+	// Every decision lets the call through: it would be dispatched.
+	Verdict_VERDICT_ALLOWED Verdict = 1
+	// A human must approve it first; reason says who (approver_permission)
+	// and how the approved call is sent again (grant_in, grant_name).
+	Verdict_VERDICT_APPROVAL_REQUIRED Verdict = 2
+	// A stage would refuse it; reason is that refusal (stage and code), as
+	// the call would get it.
+	Verdict_VERDICT_REFUSED Verdict = 3
+)
+
+// Enum value maps for Verdict.
+var (
+	Verdict_name = map[int32]string{
+		0: "VERDICT_UNSPECIFIED",
+		1: "VERDICT_ALLOWED",
+		2: "VERDICT_APPROVAL_REQUIRED",
+		3: "VERDICT_REFUSED",
+	}
+	Verdict_value = map[string]int32{
+		"VERDICT_UNSPECIFIED":       0,
+		"VERDICT_ALLOWED":           1,
+		"VERDICT_APPROVAL_REQUIRED": 2,
+		"VERDICT_REFUSED":           3,
+	}
+)
+
+func (x Verdict) Enum() *Verdict {
+	p := new(Verdict)
+	*p = x
+	return p
+}
+
+func (x Verdict) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Verdict) Descriptor() protoreflect.EnumDescriptor {
+	return file_mandate_v1_executor_proto_enumTypes[0].Descriptor()
+}
+
+func (Verdict) Type() protoreflect.EnumType {
+	return &file_mandate_v1_executor_proto_enumTypes[0]
+}
+
+func (x Verdict) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Verdict.Descriptor instead.
+func (Verdict) EnumDescriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{0}
+}
+
 // ExecuteRequest names a command and its input.
 type ExecuteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -131,6 +190,72 @@ func (x *ExecuteRequest) GetInputJson() []byte {
 	return nil
 }
 
+// CheckResponse is the verdict on a call that was checked, not run.
+type CheckResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The check's own id: its audit row's invocation id (phase `check`).
+	CheckId string  `protobuf:"bytes,1,opt,name=check_id,json=checkId,proto3" json:"check_id,omitempty"`
+	Verdict Verdict `protobuf:"varint,2,opt,name=verdict,proto3,enum=mandate.v1.Verdict" json:"verdict,omitempty"`
+	// The refusal (VERDICT_REFUSED), or the confirmation the call needs
+	// (VERDICT_APPROVAL_REQUIRED, code `confirmation.required`, or
+	// `confirmation.pending` when the grant it carries is not decided yet).
+	// Unset when the call is allowed.
+	Reason        *CommandError `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckResponse) Reset() {
+	*x = CheckResponse{}
+	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckResponse) ProtoMessage() {}
+
+func (x *CheckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
+func (*CheckResponse) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CheckResponse) GetCheckId() string {
+	if x != nil {
+		return x.CheckId
+	}
+	return ""
+}
+
+func (x *CheckResponse) GetVerdict() Verdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return Verdict_VERDICT_UNSPECIFIED
+}
+
+func (x *CheckResponse) GetReason() *CommandError {
+	if x != nil {
+		return x.Reason
+	}
+	return nil
+}
+
 // ExecuteResponse is the command's result.
 type ExecuteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -153,7 +278,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	mi := &file_mandate_v1_executor_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -165,7 +290,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	mi := &file_mandate_v1_executor_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -178,7 +303,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{1}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ExecuteResponse) GetInvocationId() string {
@@ -221,7 +346,7 @@ var File_mandate_v1_executor_proto protoreflect.FileDescriptor
 const file_mandate_v1_executor_proto_rawDesc = "" +
 	"\n" +
 	"\x19mandate/v1/executor.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xcb\x02\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17mandate/v1/errors.proto\"\xcb\x02\n" +
 	"\x0eExecuteRequest\x12\x1e\n" +
 	"\x04code\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x04code\x12-\n" +
@@ -231,16 +356,26 @@ const file_mandate_v1_executor_proto_rawDesc = "" +
 	"\x0fconversation_id\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x0econversationId\x12$\n" +
 	"\x0eresult_as_json\x18\x06 \x01(\bR\fresultAsJson\x12(\n" +
 	"\n" +
-	"input_json\x18\a \x01(\fB\t\xbaH\x06z\x04\x18\x80\x80@R\tinputJson\"\xbf\x01\n" +
+	"input_json\x18\a \x01(\fB\t\xbaH\x06z\x04\x18\x80\x80@R\tinputJson\"\x8b\x01\n" +
+	"\rCheckResponse\x12\x19\n" +
+	"\bcheck_id\x18\x01 \x01(\tR\acheckId\x12-\n" +
+	"\averdict\x18\x02 \x01(\x0e2\x13.mandate.v1.VerdictR\averdict\x120\n" +
+	"\x06reason\x18\x03 \x01(\v2\x18.mandate.v1.CommandErrorR\x06reason\"\xbf\x01\n" +
 	"\x0fExecuteResponse\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\tR\finvocationId\x12/\n" +
 	"\x06result\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06result\x12\x19\n" +
 	"\baudit_id\x18\x03 \x01(\tR\aauditId\x12\x1a\n" +
 	"\breplayed\x18\x04 \x01(\bR\breplayed\x12\x1f\n" +
 	"\vresult_json\x18\x05 \x01(\fR\n" +
-	"resultJson2}\n" +
+	"resultJson*k\n" +
+	"\aVerdict\x12\x17\n" +
+	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fVERDICT_ALLOWED\x10\x01\x12\x1d\n" +
+	"\x19VERDICT_APPROVAL_REQUIRED\x10\x02\x12\x13\n" +
+	"\x0fVERDICT_REFUSED\x10\x032\xe3\x01\n" +
 	"\x0fExecutorService\x12j\n" +
-	"\aExecute\x12\x1a.mandate.v1.ExecuteRequest\x1a\x1b.mandate.v1.ExecuteResponse\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/commands/{code}:executeB9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
+	"\aExecute\x12\x1a.mandate.v1.ExecuteRequest\x1a\x1b.mandate.v1.ExecuteResponse\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/commands/{code}:execute\x12d\n" +
+	"\x05Check\x12\x1a.mandate.v1.ExecuteRequest\x1a\x19.mandate.v1.CheckResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/commands/{code}:checkB9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
 
 var (
 	file_mandate_v1_executor_proto_rawDescOnce sync.Once
@@ -254,22 +389,30 @@ func file_mandate_v1_executor_proto_rawDescGZIP() []byte {
 	return file_mandate_v1_executor_proto_rawDescData
 }
 
-var file_mandate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_mandate_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_mandate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_mandate_v1_executor_proto_goTypes = []any{
-	(*ExecuteRequest)(nil),  // 0: mandate.v1.ExecuteRequest
-	(*ExecuteResponse)(nil), // 1: mandate.v1.ExecuteResponse
-	(*structpb.Struct)(nil), // 2: google.protobuf.Struct
+	(Verdict)(0),            // 0: mandate.v1.Verdict
+	(*ExecuteRequest)(nil),  // 1: mandate.v1.ExecuteRequest
+	(*CheckResponse)(nil),   // 2: mandate.v1.CheckResponse
+	(*ExecuteResponse)(nil), // 3: mandate.v1.ExecuteResponse
+	(*structpb.Struct)(nil), // 4: google.protobuf.Struct
+	(*CommandError)(nil),    // 5: mandate.v1.CommandError
 }
 var file_mandate_v1_executor_proto_depIdxs = []int32{
-	2, // 0: mandate.v1.ExecuteRequest.input:type_name -> google.protobuf.Struct
-	2, // 1: mandate.v1.ExecuteResponse.result:type_name -> google.protobuf.Struct
-	0, // 2: mandate.v1.ExecutorService.Execute:input_type -> mandate.v1.ExecuteRequest
-	1, // 3: mandate.v1.ExecutorService.Execute:output_type -> mandate.v1.ExecuteResponse
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	4, // 0: mandate.v1.ExecuteRequest.input:type_name -> google.protobuf.Struct
+	0, // 1: mandate.v1.CheckResponse.verdict:type_name -> mandate.v1.Verdict
+	5, // 2: mandate.v1.CheckResponse.reason:type_name -> mandate.v1.CommandError
+	4, // 3: mandate.v1.ExecuteResponse.result:type_name -> google.protobuf.Struct
+	1, // 4: mandate.v1.ExecutorService.Execute:input_type -> mandate.v1.ExecuteRequest
+	1, // 5: mandate.v1.ExecutorService.Check:input_type -> mandate.v1.ExecuteRequest
+	3, // 6: mandate.v1.ExecutorService.Execute:output_type -> mandate.v1.ExecuteResponse
+	2, // 7: mandate.v1.ExecutorService.Check:output_type -> mandate.v1.CheckResponse
+	6, // [6:8] is the sub-list for method output_type
+	4, // [4:6] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_mandate_v1_executor_proto_init() }
@@ -277,18 +420,20 @@ func file_mandate_v1_executor_proto_init() {
 	if File_mandate_v1_executor_proto != nil {
 		return
 	}
+	file_mandate_v1_errors_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mandate_v1_executor_proto_rawDesc), len(file_mandate_v1_executor_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   2,
+			NumEnums:      1,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_mandate_v1_executor_proto_goTypes,
 		DependencyIndexes: file_mandate_v1_executor_proto_depIdxs,
+		EnumInfos:         file_mandate_v1_executor_proto_enumTypes,
 		MessageInfos:      file_mandate_v1_executor_proto_msgTypes,
 	}.Build()
 	File_mandate_v1_executor_proto = out.File

@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	ExecutorService_Execute_FullMethodName = "/mandate.v1.ExecutorService/Execute"
+	ExecutorService_Check_FullMethodName   = "/mandate.v1.ExecutorService/Check"
 )
 
 // ExecutorServiceClient is the client API for ExecutorService service.
@@ -37,6 +38,19 @@ const (
 type ExecutorServiceClient interface {
 	// Runs one command.
 	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*ExecuteResponse, error)
+	// Answers whether a call would pass, without running it: the same
+	// pipeline in check mode, every decision and no effect. It authenticates
+	// the caller, reads the request's attributes, looks the command up,
+	// checks entitlement, permission, the arguments' schema, the tenant scope
+	// and separation of duties, and where a human must confirm, says so (and
+	// who), or reads the grant the call carries without redeeming it. No
+	// idempotency key is reserved or read, no challenge is opened, no grant
+	// redeemed, no intent written, nothing dispatched. The check itself
+	// leaves one audit row, phase `check`, whose outcome is the verdict.
+	// A check cannot know what the backend would say (its state guards and
+	// invariants), whether the idempotency key would replay, or whether a
+	// revocation since the grant was approved voids it.
+	Check(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*CheckResponse, error)
 }
 
 type executorServiceClient struct {
@@ -51,6 +65,16 @@ func (c *executorServiceClient) Execute(ctx context.Context, in *ExecuteRequest,
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ExecuteResponse)
 	err := c.cc.Invoke(ctx, ExecutorService_Execute_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) Check(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*CheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_Check_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +96,19 @@ func (c *executorServiceClient) Execute(ctx context.Context, in *ExecuteRequest,
 type ExecutorServiceServer interface {
 	// Runs one command.
 	Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error)
+	// Answers whether a call would pass, without running it: the same
+	// pipeline in check mode, every decision and no effect. It authenticates
+	// the caller, reads the request's attributes, looks the command up,
+	// checks entitlement, permission, the arguments' schema, the tenant scope
+	// and separation of duties, and where a human must confirm, says so (and
+	// who), or reads the grant the call carries without redeeming it. No
+	// idempotency key is reserved or read, no challenge is opened, no grant
+	// redeemed, no intent written, nothing dispatched. The check itself
+	// leaves one audit row, phase `check`, whose outcome is the verdict.
+	// A check cannot know what the backend would say (its state guards and
+	// invariants), whether the idempotency key would replay, or whether a
+	// revocation since the grant was approved voids it.
+	Check(context.Context, *ExecuteRequest) (*CheckResponse, error)
 	mustEmbedUnimplementedExecutorServiceServer()
 }
 
@@ -84,6 +121,9 @@ type UnimplementedExecutorServiceServer struct{}
 
 func (UnimplementedExecutorServiceServer) Execute(context.Context, *ExecuteRequest) (*ExecuteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Execute not implemented")
+}
+func (UnimplementedExecutorServiceServer) Check(context.Context, *ExecuteRequest) (*CheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
 }
 func (UnimplementedExecutorServiceServer) mustEmbedUnimplementedExecutorServiceServer() {}
 func (UnimplementedExecutorServiceServer) testEmbeddedByValue()                         {}
@@ -124,6 +164,24 @@ func _ExecutorService_Execute_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutorService_Check_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExecuteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).Check(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_Check_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).Check(ctx, req.(*ExecuteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExecutorService_ServiceDesc is the grpc.ServiceDesc for ExecutorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -134,6 +192,10 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Execute",
 			Handler:    _ExecutorService_Execute_Handler,
+		},
+		{
+			MethodName: "Check",
+			Handler:    _ExecutorService_Check_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -37,6 +37,7 @@ func Run(t *testing.T, newStore func(t *testing.T) audit.Store) {
 		{"Pagination", s.testPagination},
 		{"PaginationStableUnderAppends", s.testPaginationStable},
 		{"Get", s.testGet},
+		{"CheckRows", s.testCheckRows},
 		{"TenantIsolation", s.testTenantIsolation},
 		{"Watch", s.testWatch},
 		{"Reconcile", s.testReconcile},
@@ -1156,5 +1157,46 @@ func (s *suite) testUnresolvedUnknowns(t *testing.T) {
 	mustAppend(t, w, res)
 	if got := list(); got != "globex/u-2" {
 		t.Fatalf("after u-1's resolution = %s", got)
+	}
+}
+
+// testCheckRows: a check's row (phase check) takes a verdict as its
+// outcome — allowed, or approval_required, refused or failed with stage
+// and code — and nothing else; it is chained, read back by Get, and opens
+// nothing for reconciliation to settle.
+func (s *suite) testCheckRows(t *testing.T) {
+	st := s.newStore(t)
+	w := newWriter(t, st, audit.WriterOptions{})
+	allowed := Rec("acme", "chk-1", audit.PhaseCheck)
+	allowed.Outcome = audit.OutcomeAllowed
+	approval := Rec("acme", "chk-2", audit.PhaseCheck)
+	approval.Outcome, approval.Stage, approval.Code = audit.OutcomeApprovalRequired, failure.StageConfirmation, failure.CodeConfirmationRequired
+	refused := Rec("acme", "chk-3", audit.PhaseCheck)
+	refused.Outcome, refused.Stage, refused.Code = audit.OutcomeRefused, failure.StagePermission, failure.CodeAuthorizationPermissionDenied
+	mustAppend(t, w, allowed, approval, refused)
+	for _, want := range []audit.Record{allowed, approval, refused} {
+		rows, err := st.Get(testCtx(t), "acme", want.InvocationID)
+		if err != nil || len(rows) != 1 || rows[0].Phase != audit.PhaseCheck || rows[0].Outcome != want.Outcome || rows[0].Code != want.Code {
+			t.Fatalf("Get(%s) = %+v, %v; want its one check row", want.InvocationID, rows, err)
+		}
+	}
+	mustVerify(t, st, "acme", 3)
+	for _, bad := range []func(r *audit.Record){
+		func(r *audit.Record) { r.Outcome = audit.OutcomeExecuted },
+		func(r *audit.Record) { r.Outcome = audit.OutcomePending },
+		func(r *audit.Record) { r.Outcome = audit.OutcomeApprovalRequired },                 // without stage and code
+		func(r *audit.Record) { r.Outcome, r.Stage, r.Code = audit.OutcomeRefused, "", "" }, // ditto
+	} {
+		r := Rec("acme", "chk-bad", audit.PhaseCheck)
+		bad(&r)
+		if _, err := w.Append(testCtx(t), r); !errors.Is(err, audit.ErrInvalid) {
+			t.Fatalf("a check row with outcome %q stage %q: %v, want ErrInvalid", r.Outcome, r.Stage, err)
+		}
+	}
+	// An allowed verdict on an outcome row is no outcome.
+	r := Rec("acme", "out-allowed", audit.PhaseOutcome)
+	r.Outcome = audit.OutcomeAllowed
+	if _, err := w.Append(testCtx(t), r); !errors.Is(err, audit.ErrInvalid) {
+		t.Fatalf("an outcome row with a check's verdict: %v, want ErrInvalid", err)
 	}
 }

@@ -87,6 +87,40 @@ func (s *Service) Register(g grpc.ServiceRegistrar) { mandatev1.RegisterExecutor
 
 // Execute runs one command.
 func (s *Service) Execute(ctx context.Context, req *mandatev1.ExecuteRequest) (*mandatev1.ExecuteResponse, error) {
+	res, err := s.exec.Execute(ctx, s.requestCall(ctx, req))
+	if err != nil {
+		return nil, err
+	}
+	resp := &mandatev1.ExecuteResponse{InvocationId: res.InvocationID, AuditId: res.AuditID, Replayed: res.Replayed}
+	if req.GetResultAsJson() {
+		resp.ResultJson = res.Output
+		return resp, nil
+	}
+	resp.Result = &structpb.Struct{}
+	if err := protojson.Unmarshal(res.Output, resp.Result); err != nil {
+		return nil, failure.Internal(executor.StageDispatch, err)
+	}
+	return resp, nil
+}
+
+// Check answers whether the call would pass, running nothing. A refusal
+// is the verdict, not an error: the RPC fails only when no verdict could
+// be reached.
+func (s *Service) Check(ctx context.Context, req *mandatev1.ExecuteRequest) (*mandatev1.CheckResponse, error) {
+	v, err := s.exec.Check(ctx, s.requestCall(ctx, req))
+	if err != nil {
+		return nil, err
+	}
+	resp := &mandatev1.CheckResponse{CheckId: v.CheckID, Verdict: v.Verdict}
+	if v.Reason != nil {
+		resp.Reason = v.Reason.Proto()
+	}
+	return resp, nil
+}
+
+// requestCall is the call an ExecuteRequest makes, with what its metadata
+// adds.
+func (s *Service) requestCall(ctx context.Context, req *mandatev1.ExecuteRequest) executor.Call {
 	input := []byte("{}")
 	var inputErr *schema.InvalidError
 	switch {
@@ -114,20 +148,7 @@ func (s *Service) Execute(ctx context.Context, req *mandatev1.ExecuteRequest) (*
 	if c := req.GetConversationId(); c != "" {
 		call.ConversationID = c
 	}
-	res, err := s.exec.Execute(ctx, call)
-	if err != nil {
-		return nil, err
-	}
-	resp := &mandatev1.ExecuteResponse{InvocationId: res.InvocationID, AuditId: res.AuditID, Replayed: res.Replayed}
-	if req.GetResultAsJson() {
-		resp.ResultJson = res.Output
-		return resp, nil
-	}
-	resp.Result = &structpb.Struct{}
-	if err := protojson.Unmarshal(res.Output, resp.Result); err != nil {
-		return nil, failure.Internal(executor.StageDispatch, err)
-	}
-	return resp, nil
+	return call
 }
 
 // call reads the channel and the optional metadata of a call.

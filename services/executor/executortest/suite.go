@@ -28,6 +28,7 @@ func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
 		{"ReplayFailure", s.testReplayFailure},
 		{"ReplayIsACopy", s.testReplayIsACopy},
 		{"KeyReused", s.testKeyReused},
+		{"Peek", s.testPeek},
 		{"Release", s.testRelease},
 		{"Expiry", s.testExpiry},
 		{"Scopes", s.testScopes},
@@ -1131,5 +1132,46 @@ func (s *suite) testResolve(t *testing.T) {
 	wantReplay(t, st, Key(), "d1", Success("inv-2"))
 	if ok, err := st.Resolve(ctx, "acme", "inv-404", nil); ok || err != nil {
 		t.Fatalf("Resolve of an invocation with no key = %v, %v", ok, err)
+	}
+}
+
+// testPeek: Peek answers what Reserve would, for each state of a key, and
+// claims nothing — a peeked free key is still free.
+func (s *suite) testPeek(t *testing.T) {
+	st := s.newStore(t)
+	ctx := testCtx(t)
+	key := Key()
+	peek := func(digest string) (*executor.Saved, error) {
+		t.Helper()
+		return st.Peek(ctx, key, digest)
+	}
+	if saved, err := peek("d1"); saved != nil || err != nil {
+		t.Fatalf("Peek of a free key = (%+v, %v), want (nil, nil)", saved, err)
+	}
+	mustReserve(t, st, key, "d1", TTL) // the peek claimed nothing
+	if _, err := peek("d1"); !errors.Is(err, executor.ErrInFlight) {
+		t.Fatalf("Peek of a key in flight: %v, want ErrInFlight", err)
+	}
+	if _, err := peek("d2"); !errors.Is(err, executor.ErrKeyReused) {
+		t.Fatalf("Peek with another digest: %v, want ErrKeyReused", err)
+	}
+	mustFinish(t, st, executor.Finish{Key: &key, Saved: Success("inv-1")})
+	saved, err := peek("d1")
+	if err != nil || saved == nil || !sameSaved(*saved, Success("inv-1")) {
+		t.Fatalf("Peek of a finished key = (%+v, %v), want its saved response", saved, err)
+	}
+	wantReplay(t, st, key, "d1", Success("inv-1")) // and it is still there
+
+	leased := executor.IdemKey{Tenant: "acme", User: "alice", Command: "ticket.refund", Key: "leased"}
+	if _, err := st.Reserve(ctx, leased, executor.Reservation{Digest: "d1", InvocationID: "inv-dead", TTL: TTL, Lease: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(expiryWait)
+	var abandoned *executor.AbandonedError
+	if _, err := st.Peek(ctx, leased, "d1"); !errors.As(err, &abandoned) || abandoned.InvocationID != "inv-dead" {
+		t.Fatalf("Peek of a key whose lease lapsed: %v, want an AbandonedError naming inv-dead", err)
+	}
+	if _, err := st.Peek(ctx, executor.IdemKey{Tenant: "acme"}, "d1"); err == nil {
+		t.Fatal("Peek of an incomplete key: no error")
 	}
 }

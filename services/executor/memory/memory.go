@@ -104,6 +104,32 @@ func (s *Store) Reserve(ctx context.Context, key executor.IdemKey, r executor.Re
 	return nil, nil
 }
 
+// Peek implements executor.Store.
+func (s *Store) Peek(ctx context.Context, key executor.IdemKey, digest string) (*executor.Saved, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := validKey(key); err != nil {
+		return nil, fail("peek", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opts.Now()
+	rec, ok := s.idem[key]
+	switch {
+	case !ok || !now.Before(rec.expiresAt):
+		return nil, nil
+	case rec.digest != digest:
+		return nil, executor.ErrKeyReused
+	case !rec.finished && !rec.leaseUntil.IsZero() && !now.Before(rec.leaseUntil):
+		return nil, &executor.AbandonedError{InvocationID: rec.invocation}
+	case !rec.finished:
+		return nil, executor.ErrInFlight
+	}
+	saved := cloneSaved(rec.saved)
+	return &saved, nil
+}
+
 func newRecord(now time.Time, r executor.Reservation) *record {
 	rec := &record{digest: r.Digest, expiresAt: now.Add(r.TTL), invocation: r.InvocationID}
 	if r.Lease > 0 {

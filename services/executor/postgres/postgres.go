@@ -128,6 +128,34 @@ func (s *Store) Reserve(ctx context.Context, key executor.IdemKey, r executor.Re
 	return nil, executor.ErrInFlight
 }
 
+// Peek implements executor.Store with one read.
+func (s *Store) Peek(ctx context.Context, key executor.IdemKey, digest string) (*executor.Saved, error) {
+	const op = "executor: peek"
+	if err := validKey(key); err != nil {
+		return nil, invalid(op, err)
+	}
+	var (
+		recDigest                    string
+		finished, expired, abandoned bool
+		saved                        executor.Saved
+	)
+	err := s.pool.QueryRow(ctx, sqlReadRecord, key.Tenant, key.User, key.Command, key.Key, s.now()).Scan(
+		&recDigest, &finished, &expired, &abandoned, &saved.InvocationID, &saved.Output, &saved.Status, &saved.AuditID)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), err == nil && expired:
+		return nil, nil
+	case err != nil:
+		return nil, mapErr(ctx, op, err)
+	case recDigest != digest:
+		return nil, executor.ErrKeyReused
+	case abandoned:
+		return nil, &executor.AbandonedError{InvocationID: saved.InvocationID}
+	case !finished:
+		return nil, executor.ErrInFlight
+	}
+	return &saved, nil
+}
+
 // Reclaim implements executor.Store in one statement.
 func (s *Store) Reclaim(ctx context.Context, key executor.IdemKey, previous string, r executor.Reservation) (bool, error) {
 	const op = "executor: reclaim"

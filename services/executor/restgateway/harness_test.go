@@ -13,12 +13,12 @@ import (
 
 	"github.com/mandate-dev/mandate/examples/helpdesk"
 	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
+	"github.com/mandate-dev/mandate/internal/app/servicetest"
 	"github.com/mandate-dev/mandate/internal/directory"
 	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
-	"github.com/mandate-dev/mandate/internal/app/servicetest"
 	"github.com/mandate-dev/mandate/services/audit"
 	auditmem "github.com/mandate-dev/mandate/services/audit/memory"
 	"github.com/mandate-dev/mandate/services/confirm"
