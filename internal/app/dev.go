@@ -302,7 +302,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 		return nil, err
 	}
 	srv, err := server.New(server.Config{Name: "mandate", GRPCAddr: d.grpcAddr, HTTPAddr: d.httpAddr, Auth: auth, Logger: log, Metrics: metrics,
-		GRPCOptions: execSvc.ServerOptions(), ManifestDigest: set.Digest()})
+		GRPCOptions: execSvc.ServerOptions(), ProxiedMethod: executorcmd.ProxiedMethod(set), ManifestDigest: set.Digest()})
 	if err != nil {
 		return nil, err
 	}

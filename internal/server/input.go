@@ -161,6 +161,7 @@ type checkedBody struct {
 // path and query parameters and arrange for the body's check.
 func (s *Server) checkRequest(next runtime.HandlerFunc) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
+		routeGateway(r)
 		if _, err := s.cfg.Auth.Authenticate(r.Context(), r.Header.Values("Authorization"), r.Header.Values(identity.OnBehalfOfHeader)); err != nil {
 			if identity.ErrorCode(err) == failure.CodeAuthenticationMissingCredentials {
 				w.Header().Set("WWW-Authenticate", "Bearer")

@@ -67,6 +67,12 @@ type Config struct {
 	// Prometheus to scrape (telemetry.Installed.Metrics); nil leaves
 	// /metrics a 404 like any unknown route.
 	Metrics http.Handler
+	// ProxiedMethod reports whether the gRPC server's unknown-service
+	// handler (GRPCOptions) serves a full method name, such as a governed
+	// command of the executor's proxy. The RPC metrics name the methods
+	// registered on the server and these; any other method a caller names
+	// is reported as _OTHER, so made-up names cannot add series.
+	ProxiedMethod func(fullMethod string) bool
 }
 
 // MetricsPath is where Config.Metrics is served.
@@ -97,6 +103,9 @@ type Server struct {
 	// stopping is closed when shutdown begins, ending long-lived streams
 	// (Watch, Await) so GracefulStop does not wait for its timeout.
 	stopping chan struct{}
+	// methods are the full names of the methods registered on the gRPC
+	// server, set by Run before it serves (boundedStats reads them).
+	methods map[string]bool
 }
 
 // New builds the servers and binds the listeners, so the addresses are
@@ -129,10 +138,10 @@ func New(cfg Config) (*Server, error) {
 		Stream: []grpc.StreamServerInterceptor{s.recoverStream, s.stopStream, s.gatewayStream, cfg.Auth.StreamServerInterceptor(), s.inputStream, v.stream},
 	}
 	opts := append([]grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(func(ri *stats.RPCTagInfo) bool {
+		grpc.StatsHandler(boundedStats{Handler: otelgrpc.NewServerHandler(otelgrpc.WithFilter(func(ri *stats.RPCTagInfo) bool {
 			// Health probes are not traffic worth a trace.
 			return !strings.HasPrefix(ri.FullMethodName, "/grpc.health.v1.Health/")
-		}))),
+		})), known: s.knownMethod}),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.ChainUnaryInterceptor(s.chain.Unary...),
 		grpc.ChainStreamInterceptor(s.chain.Stream...),
@@ -223,8 +232,9 @@ func (s *Server) Run(ctx context.Context) error {
 			return fmt.Errorf("server: registering gateway: %w", err)
 		}
 	}
+	s.listMethods()
 	httpSrv := &http.Server{
-		Handler: otelhttp.NewHandler(http.MaxBytesHandler(s.http, int64(s.cfg.MaxRecvBytes)), s.cfg.Name,
+		Handler: otelhttp.NewHandler(http.MaxBytesHandler(s.labelRoute(s.http), int64(s.cfg.MaxRecvBytes)), s.cfg.Name,
 			// A scrape or a health probe every few seconds is not traffic
 			// worth a trace.
 			otelhttp.WithFilter(traced)),

@@ -248,7 +248,7 @@ func Install(ctx context.Context, service string, cfg Config) (Installed, error)
 	if metricExp != nil || promReader != nil {
 		// One provider, one or two readers: every instrument reaches both
 		// the collector and /metrics.
-		opts := []sdkmetric.Option{sdkmetric.WithResource(res)}
+		opts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithView(views()...)}
 		if metricExp != nil {
 			opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(metricExp,
 				sdkmetric.WithInterval(r.interval), sdkmetric.WithTimeout(r.timeout))))

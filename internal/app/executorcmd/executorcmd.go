@@ -277,7 +277,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if err != nil {
 		return err
 	}
-	return f.Serve(ctx, server.Config{Name: "mandate.v1.ExecutorService", Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: svc.ServerOptions(),
+	return f.Serve(ctx, server.Config{Name: "mandate.v1.ExecutorService", Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: svc.ServerOptions(), ProxiedMethod: ProxiedMethod(set),
 		ManifestDigest: set.Digest()},
 		svc.Register, svc.Start)
 }

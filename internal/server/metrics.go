@@ -1,0 +1,109 @@
+package server
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"google.golang.org/grpc/stats"
+)
+
+// The request metrics of a server (otelhttp's on the HTTP listener,
+// otelgrpc's on the gRPC one) are served unauthenticated at /metrics, so
+// no label may take a value a caller makes up: each new value is a new
+// series, kept for the life of the process. The HTTP metrics name the
+// route by the pattern that matched (a template registered here, or "/"
+// for everything the gateway did not route), never the path; the
+// attributes otelhttp takes from the Host header and the request line
+// are dropped by the view telemetry.Install sets. The gRPC metrics name
+// a method only when the server serves it.
+
+// routeKey is the semantic-convention key of the route attribute.
+const routeKey = attribute.Key("http.route")
+
+// otherMethod stands, on the RPC metrics, for a method the server does
+// not serve (the semantic conventions' _OTHER; otelgrpc drops the leading
+// slash).
+const otherMethod = "/_OTHER"
+
+// labelRoute adds to the request's metrics the route that serves it: the
+// pattern of the mux's handler, stripped of its method ("GET /healthz" is
+// "/healthz"). The gateway's middleware refines "/" to the REST route
+// that matched (routeGateway). A request no pattern serves gets no route.
+func (s *Server) labelRoute(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if l, ok := otelhttp.LabelerFromContext(r.Context()); ok {
+			if _, pattern := s.http.Handler(r); pattern != "" {
+				l.Add(routeKey.String(patternRoute(pattern)))
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// routeGateway names the REST route the gateway matched, a template of
+// the registered routes ("/v1/commands/{code=*}:execute"), on the
+// request's metrics; the labeler keeps the last value of a key, so it
+// replaces labelRoute's "/".
+func routeGateway(r *http.Request) {
+	l, ok := otelhttp.LabelerFromContext(r.Context())
+	if !ok {
+		return
+	}
+	if p, ok := runtime.HTTPPattern(r.Context()); ok {
+		l.Add(routeKey.String(p.String()))
+	}
+}
+
+// patternRoute is the path part of a ServeMux pattern ("[METHOD ][HOST]/PATH").
+func patternRoute(pattern string) string {
+	for i := 0; i < len(pattern); i++ {
+		if pattern[i] == '/' {
+			return pattern[i:]
+		}
+	}
+	return pattern
+}
+
+// boundedStats is the gRPC stats handler with the method of an RPC the
+// server does not serve renamed otherMethod before the handler sees it:
+// grpc-go tags every RPC with the name the caller sent, served or not,
+// and otelgrpc would make it a label.
+type boundedStats struct {
+	stats.Handler
+	known func(string) bool
+}
+
+func (b boundedStats) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	if !b.known(info.FullMethodName) {
+		renamed := *info
+		renamed.FullMethodName = otherMethod
+		info = &renamed
+	}
+	return b.Handler.TagRPC(ctx, info)
+}
+
+// listMethods records the methods registered on the gRPC server, before
+// it serves: every service is registered by then (gRPC refuses a
+// registration once it serves), so the set is final.
+func (s *Server) listMethods() {
+	s.methods = map[string]bool{}
+	for svc, info := range s.grpc.GetServiceInfo() {
+		for _, m := range info.Methods {
+			s.methods["/"+svc+"/"+m.Name] = true
+		}
+	}
+}
+
+// knownMethod reports whether the server serves a full method name:
+// registered on it, or served by its unknown-service handler
+// (Config.ProxiedMethod). Before Run has listed the registered methods,
+// nothing is served.
+func (s *Server) knownMethod(fullMethod string) bool {
+	if s.methods[fullMethod] {
+		return true
+	}
+	return s.cfg.ProxiedMethod != nil && s.cfg.ProxiedMethod(fullMethod)
+}
