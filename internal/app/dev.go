@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/fullstorydev/grpchan"
@@ -315,7 +318,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	// interactive agent of its user, with the dev tokens' kind of JWT.
 	authServer, err := oauth.New(oauth.Config{Issuer: base, Resource: base + "/mcp", Directory: dirStore, Users: devUsers(principals),
 		TokenSecret: []byte(devSecret.Reveal()), TokenIssuer: DefaultIssuer, TokenAudience: DefaultAudience, Verifier: users,
-		LoopbackClientIDs: true, Logger: log})
+		LoopbackDev: loopbackListen(d.httpAddr), Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -459,4 +462,21 @@ func randomHex(n int) string {
 // binaries do not link grpchan.
 func manifestConn(cc grpc.ClientConnInterface, digest string) grpc.ClientConnInterface {
 	return grpchan.InterceptClientConn(cc, manifestcheck.UnaryClientInterceptor(digest), manifestcheck.StreamClientInterceptor(digest))
+}
+
+// loopbackListen reports whether addr (host:port) listens on this machine
+// only. Then the OAuth server may fetch client ID metadata documents from
+// loopback addresses, as a host under development serves them; listening
+// on any other address, it fetches from public ones only, so that whoever
+// reaches it cannot make it fetch from the machine or its network.
+func loopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }

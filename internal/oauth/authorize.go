@@ -48,7 +48,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	c, oe := s.client(r.Context(), q.Get("client_id"))
+	c, oe := s.client(r, q.Get("client_id"))
 	if oe != nil {
 		s.errorPage(w, r, http.StatusBadRequest, "Unknown application", "The application that sent you here is not known to Mandate: "+oe.Description+".")
 		return

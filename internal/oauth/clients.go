@@ -217,8 +217,9 @@ func isMetadataDocumentID(id string) bool {
 
 // client returns the client a client_id names: a registered one, or the
 // client its metadata document describes, fetched (and cached for
-// metadataTTL) with a short timeout and a size limit.
-func (s *Server) client(ctx context.Context, id string) (*Client, *oauthError) {
+// metadataTTL) within the fetcher's bounds on r's behalf.
+func (s *Server) client(r *http.Request, id string) (*Client, *oauthError) {
+	ctx := r.Context()
 	if id == "" {
 		return nil, oerr(errInvalidRequest, "client_id is required")
 	}
@@ -235,17 +236,30 @@ func (s *Server) client(ctx context.Context, id string) (*Client, *oauthError) {
 	if !isMetadataDocumentID(id) {
 		return nil, oerr(errInvalidClient, "unknown client_id; register first")
 	}
-	c, err := s.fetchMetadataDocument(ctx, id)
+	u, err := s.checkMetadataDocumentURL(id)
+	if err != nil {
+		// The URL's own text breaks the rules: saying how tells the caller
+		// nothing it did not write.
+		s.log.InfoContext(ctx, "oauth: client ID metadata document refused", "client_id", id, "reason", err.Error())
+		return nil, oerr(errInvalidClient, "the client ID metadata document could not be used: %v", err)
+	}
+	// One answer for every way a fetched document fails (no answer, an
+	// address that is not public, a status, a size, a content, a failure
+	// remembered, too many fetches): the error page must not tell an
+	// unauthenticated caller what a URL it named answers, nor where it is.
+	uniform := oerr(errInvalidClient, "the client ID metadata document could not be fetched, or is not valid client metadata (try again in a minute)")
+	switch {
+	case s.fetch.failed(id):
+		s.log.InfoContext(ctx, "oauth: client ID metadata document refused", "client_id", id, "reason", "it failed less than "+failureTTL.String()+" ago")
+		return nil, uniform
+	case !s.fetch.allow(clientAddr(r)):
+		s.log.WarnContext(ctx, "oauth: client ID metadata document refused", "client_id", id, "reason", errRateLimited.Error(), "client_addr", clientAddr(r))
+		return nil, uniform
+	}
+	c, err = s.fetch.fetch(ctx, id, func(ctx context.Context) (*Client, error) { return s.fetchDocument(ctx, u, id) })
 	if err != nil {
 		s.log.InfoContext(ctx, "oauth: client ID metadata document refused", "client_id", id, "reason", err.Error())
-		var fetched fetchedError
-		if errors.As(err, &fetched) {
-			// One answer for every way a fetched document fails (no answer,
-			// a status, a size, a content): the error page must not tell an
-			// unauthenticated caller what a URL it named answers.
-			return nil, oerr(errInvalidClient, "the client ID metadata document could not be fetched, or is not valid client metadata")
-		}
-		return nil, oerr(errInvalidClient, "the client ID metadata document could not be used: %v", err)
+		return nil, uniform
 	}
 	s.st.mu.Lock()
 	defer s.st.mu.Unlock()
@@ -266,7 +280,7 @@ func (s *Server) checkMetadataDocumentURL(id string) (*url.URL, error) {
 	}
 	switch {
 	case u.Scheme == "https":
-	case u.Scheme == "http" && s.cfg.LoopbackClientIDs && isLoopback(u.Hostname()):
+	case u.Scheme == "http" && s.cfg.LoopbackDev && isLoopback(u.Hostname()):
 	default:
 		return nil, errors.New("client_id must be an https URL")
 	}
@@ -281,32 +295,21 @@ func (s *Server) checkMetadataDocumentURL(id string) (*url.URL, error) {
 	return u, nil
 }
 
-// fetchedError is a failure of fetching or reading a metadata document,
-// as opposed to its URL breaking the rules: its details are logged, never
-// shown.
-type fetchedError struct{ error }
-
-func (s *Server) fetchMetadataDocument(ctx context.Context, id string) (*Client, error) {
-	u, err := s.checkMetadataDocumentURL(id)
-	if err != nil {
-		return nil, err
-	}
-	c, err := s.fetchCheckedDocument(ctx, u, id)
-	if err != nil {
-		return nil, fetchedError{err}
-	}
-	return c, nil
-}
-
-func (s *Server) fetchCheckedDocument(ctx context.Context, u *url.URL, id string) (*Client, error) {
+// fetchDocument fetches the document at u, which checkMetadataDocumentURL
+// accepted, and checks that it describes the client id. Its errors are
+// logged, never shown.
+func (s *Server) fetchDocument(ctx context.Context, u *url.URL, id string) (*Client, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil) //nolint:gosec // G704: fetching the client's document is the point; the URL is checked above
 	if err != nil {
 		return nil, errors.New("client_id is not a fetchable URL")
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := s.cfg.HTTPClient.Do(req) //nolint:gosec // G704: as above
+	resp, err := s.fetch.client.Do(req) //nolint:gosec // G704: as above; the transport connects to public addresses only
 	if err != nil {
-		return nil, errors.New("fetching it failed")
+		if errors.Is(err, errNonPublicAddress) {
+			return nil, fmt.Errorf("its host resolves to an address this server does not fetch from: %w", err)
+		}
+		return nil, fmt.Errorf("fetching it failed: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {

@@ -25,6 +25,17 @@
 // the user approves the client again, which re-enables the agent for new
 // tokens only.
 //
+// A client ID metadata document is fetched by whoever names its URL at the
+// authorization endpoint, without a credential, so the fetch is bounded:
+// https only, and each connection goes to a public unicast address, judged
+// by the dialer on the address resolved (no loopback, private, link-local,
+// multicast or other special-purpose one; loopback and plain http on a
+// loopback host only in loopback-dev, Config.LoopbackDev); no proxy, no
+// redirect followed, a timeout, 5 KiB of document. A failure is remembered
+// for a minute, so asking again does not fetch again; fetches are rate
+// limited per client address and in all; and every way a fetch fails gets
+// the same error page, so it tells nothing of what the URL answered.
+//
 // State (clients, codes, refresh tokens, sign-ins) lives in memory: it is a
 // development server, and a restart makes clients register again. In
 // production the bridge names the deployment's OIDC issuer instead.

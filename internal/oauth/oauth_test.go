@@ -445,8 +445,8 @@ func TestClientIDMetadataDocument(t *testing.T) {
 	})
 
 	h := newHarness(t, func(c *oauth.Config) {
-		c.LoopbackClientIDs = true
-		c.HTTPClient = &http.Client{Timeout: 300 * time.Millisecond, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		c.LoopbackDev = true
+		c.FetchTimeout = 300 * time.Millisecond
 	})
 	verifier, challenge := pkce("doc")
 	code := h.authorizeAs("carol", good, cb, challenge)
@@ -479,7 +479,7 @@ func TestClientIDMetadataDocument(t *testing.T) {
 	if len(fetchedPages) != 1 {
 		t.Errorf("the error pages of fetched documents differ (%d kinds): they tell what a URL answered", len(fetchedPages))
 	}
-	t.Run("plain http needs LoopbackClientIDs", func(t *testing.T) {
+	t.Run("plain http needs LoopbackDev", func(t *testing.T) {
 		strict := newHarness(t)
 		if p := strict.browser().get("/authorize?" + authParams(good, cb, challenge, "").Encode()); p.status != http.StatusBadRequest {
 			t.Fatalf("%d %q", p.status, p.location)

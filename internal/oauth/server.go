@@ -61,12 +61,17 @@ type Config struct {
 	// Verifier lets revocation recognise an access token. Optional: without
 	// it only refresh tokens can be revoked by value.
 	Verifier *identity.Verifier
-	// LoopbackClientIDs accepts http client ID metadata documents on
-	// loopback hosts as well as https ones (development).
-	LoopbackClientIDs bool
-	// HTTPClient fetches client ID metadata documents. Default: 5 s
-	// timeout, no redirects.
-	HTTPClient *http.Client
+	// LoopbackDev says the server serves this machine only (`mandate dev`
+	// listening on a loopback address): client ID metadata documents may
+	// then be fetched from loopback addresses, and over plain http from a
+	// loopback host. Otherwise a document must be https and every
+	// connection to it goes to a public unicast address. Private,
+	// link-local, multicast and other special-purpose addresses are
+	// refused either way.
+	LoopbackDev bool
+	// FetchTimeout bounds fetching one client ID metadata document.
+	// Default: DefaultFetchTimeout.
+	FetchTimeout time.Duration
 	// AccessTTL, RefreshTTL and CodeTTL default to DefaultAccessTTL,
 	// DefaultRefreshTTL and DefaultCodeTTL.
 	AccessTTL, RefreshTTL, CodeTTL time.Duration
@@ -82,6 +87,7 @@ type Server struct {
 	cfg      Config
 	log      *slog.Logger
 	st       *state
+	fetch    *fetcher
 	mux      *http.ServeMux
 	origin   string // scheme://host of Issuer
 	secure   bool
@@ -137,16 +143,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{
-			Timeout:       5 * time.Second,
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
+	if cfg.FetchTimeout <= 0 {
+		cfg.FetchTimeout = DefaultFetchTimeout
 	}
 	cfg.TokenSecret = slices.Clone(cfg.TokenSecret)
 	cfg.Users = slices.Clone(cfg.Users)
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, st: newState(), mux: http.NewServeMux(),
+		fetch:  newFetcher(cfg.FetchTimeout, cfg.LoopbackDev, cfg.Now),
 		origin: iss.Scheme + "://" + iss.Host, secure: iss.Scheme == "https",
 		prefix: strings.TrimSuffix(iss.Path, "/"),
 	}
