@@ -218,6 +218,72 @@ func mustAbs(t *testing.T, p string) string {
 	return a
 }
 
+// builder is the one service that builds the mandate image.
+const builder = "migrate"
+
+// checkImageBuiltOnce: every service that runs the mandate image names the
+// same tag and never pulls it; exactly one builds it (Compose builds once
+// per service with `build:`, and every build of a tag leaves the previous
+// image dangling); and every other one but the tools service depends on
+// that one, so `up` of any service builds the image first.
+func checkImageBuiltOnce(t *testing.T, p *types.Project) {
+	t.Helper()
+	image := service(t, p, builder).Image
+	if !strings.HasPrefix(image, "mandate:") {
+		t.Fatalf("%s runs image %q, want the mandate image", builder, image)
+	}
+	var builders, users []string
+	for name, s := range p.Services {
+		if s.Build != nil {
+			builders = append(builders, name)
+		}
+		if s.Image != image {
+			if s.Build != nil || strings.HasPrefix(s.Image, "mandate") {
+				t.Errorf("%s runs image %q, not the shared %q", name, s.Image, image)
+			}
+			continue
+		}
+		users = append(users, name)
+		if s.PullPolicy != types.PullPolicyNever {
+			t.Errorf("%s: pull_policy %q, want never: %s exists only where it is built", name, s.PullPolicy, image)
+		}
+		if name == builder || slices.Contains(s.Profiles, "tools") {
+			continue
+		}
+		if d, ok := s.DependsOn[builder]; !ok || d.Condition != types.ServiceConditionCompletedSuccessfully {
+			t.Errorf("%s does not wait for %s, which builds its image", name, builder)
+		}
+	}
+	if !slices.Equal(builders, []string{builder}) {
+		t.Errorf("services with build: %v, want only %s", builders, builder)
+	}
+	if len(users) < 1+len(longRunning) {
+		t.Errorf("only %v run %s", users, image)
+	}
+}
+
+// TestImageBuiltOnce: `up --build` builds the mandate image once, in the
+// stack and in the own-service override alike.
+func TestImageBuiltOnce(t *testing.T) {
+	checkImageBuiltOnce(t, load(t))
+	checkImageBuiltOnce(t, load(t, "MANDATE_IMAGE=mandate:v9"))
+	if got := service(t, load(t, "MANDATE_IMAGE=mandate:v9"), "executor").Image; got != "mandate:v9" {
+		t.Errorf("MANDATE_IMAGE=mandate:v9 runs %q", got)
+	}
+	opts, err := composecli.NewProjectOptions([]string{"compose.yaml", "own-service.yaml"},
+		composecli.WithName("mandate-test"), composecli.WithWorkingDirectory("."),
+		composecli.WithEnv([]string{"MANDATE_OWN_DIR=/srv/inventory", "MANDATE_OWN_BACKEND=inventory.v1.InventoryService=host.docker.internal:9300"}),
+		composecli.WithProfiles([]string{"tools"}), composecli.WithInterpolation(true), composecli.WithResolvedPaths(true), composecli.WithConsistency(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkImageBuiltOnce(t, p)
+}
+
 // TestHealthChecksProbeTheServicesOwnPort: each long-running service
 // checks its own /healthz with the binary the image ships, on the port its
 // MANDATE_HTTP_ADDR binds, and the check is a valid `mandate healthcheck`.
@@ -257,9 +323,6 @@ func TestEnvironmentIsFlags(t *testing.T) {
 	for name, s := range p.Services {
 		if s.Image == "" || !strings.HasPrefix(s.Image, "mandate:") {
 			continue // postgres, jaeger
-		}
-		if s.Build == nil {
-			t.Errorf("%s does not build the mandate image", name)
 		}
 		sub, args := subcommand(s.Command)
 		if len(sub) == 0 { // the tools service: variables of the operator tools
