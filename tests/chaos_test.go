@@ -324,7 +324,7 @@ func TestChaosBackendKilledUnderLoad(t *testing.T) {
 // audit service would call them unknown. Every key ends with exactly one
 // report, and every intent with an outcome taken from a receipt.
 func TestChaosExecutorKilledUnderLoad(t *testing.T) {
-	flags := []string{"--default-deadline", "2s", "--lease-margin", "1s", "--reconcile-after", "4s", "--reconcile-interval", "300ms"}
+	flags := []string{"--default-deadline", "2s", "--lease", "1500ms", "--reconcile-after", "4s", "--reconcile-interval", "300ms"}
 	tp := newTopology(t, topologyOptions{executorArgs: flags})
 	args := tp.executorArgs(flags...)
 	l := startChaosLoad(tp, 6, 6)
@@ -488,7 +488,7 @@ func (pg *ownPostgres) stop(t *testing.T) {
 func TestChaosPostgresStoppedUnderLoad(t *testing.T) {
 	pg := startOwnPostgres(t)
 	tp := newTopology(t, topologyOptions{databaseURL: pg.url(), executorArgs: []string{
-		"--default-deadline", "2s", "--lease-margin", "1s", "--reconcile-after", "4s", "--reconcile-interval", "300ms"}})
+		"--default-deadline", "2s", "--lease", "1500ms", "--reconcile-after", "4s", "--reconcile-interval", "300ms"}})
 	l := startChaosLoad(tp, 4, 4)
 	time.Sleep(400 * time.Millisecond)
 	pg.stop(t)

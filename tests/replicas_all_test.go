@@ -642,7 +642,7 @@ func TestReplicasListChangedOnEveryBridge(t *testing.T) {
 // verifies; the session held by the lost bridge fails cleanly within
 // seconds, and a new session works.
 func TestReplicasLoseOneUnderLoad(t *testing.T) {
-	rt := newReplicaTopology(t, "--default-deadline", "2s", "--lease-margin", "1s", "--reconcile-after", "4s", "--reconcile-interval", "300ms")
+	rt := newReplicaTopology(t, "--default-deadline", "2s", "--lease", "1500ms", "--reconcile-after", "4s", "--reconcile-interval", "300ms")
 	endpoint := "http://" + rt.lb["mcpbridge"].http + "/mcp"
 	tok := rt.token("acme", "alice", "support-bot")
 	held, _ := replicaSession(t, endpoint, tok)

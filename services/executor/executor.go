@@ -69,9 +69,9 @@ const (
 	defaultIdemTTL     = 24 * time.Hour
 	defaultDeadline    = 30 * time.Second
 	maxOutcomeAttempts = 8
-	// leaseMargin is how long past its deadline an idempotency claim
-	// stays in flight before it counts as abandoned.
-	leaseMargin = time.Minute
+	// defaultLease is how long an idempotency claim stays held without a
+	// renewal; the executor renews its calls' claims every third of it.
+	defaultLease = 6 * time.Second
 	// outcomeAttemptTimeout bounds one attempt to append an outcome row.
 	outcomeAttemptTimeout = 5 * time.Second
 )
@@ -161,12 +161,14 @@ type Config struct {
 	// ReconcileAfter (default 2m; it must exceed the longest a call takes).
 	Intents                           IntentSource
 	ReconcileAfter, ReconcileInterval time.Duration
-	// LeaseMargin is how long past its deadline an idempotency claim
-	// stays in flight without an outcome before it counts as abandoned
-	// (default 1m).
-	LeaseMargin time.Duration
-	Logger      *slog.Logger
-	Now         func() time.Time
+	// Lease is how long a call's idempotency claim stays held without a
+	// renewal before it counts as abandoned (its executor died) and a
+	// retry asks the backend's receipt (default 6s). The executor renews
+	// the claims of its running calls every third of it, however long they
+	// run.
+	Lease  time.Duration
+	Logger *slog.Logger
+	Now    func() time.Time
 	// MeterProvider records the executor's metrics (MetricCalls,
 	// MetricDuration); default otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
@@ -192,6 +194,8 @@ type Executor struct {
 	// held are rows neither the trail nor the store would take (spool).
 	heldMu sync.Mutex
 	held   []*mandatev1.AuditRecord
+	// leases are the idempotency claims of running calls (RenewLeases).
+	leases leases
 }
 
 // New validates cfg and returns an Executor.
@@ -222,8 +226,8 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.SpoolInterval <= 0 {
 		cfg.SpoolInterval = defaultSpoolInterval
 	}
-	if cfg.LeaseMargin <= 0 {
-		cfg.LeaseMargin = leaseMargin
+	if cfg.Lease <= 0 {
+		cfg.Lease = defaultLease
 	}
 	if cfg.ReconcileAfter <= 0 {
 		cfg.ReconcileAfter = defaultReconcileAfter
@@ -258,9 +262,12 @@ func New(cfg Config) (*Executor, error) {
 		}
 	}
 	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, pending: make(chan struct{}, 1024),
-		stop: make(chan struct{}), spoolFailures: map[int64]int{}}
+		leases: leases{held: map[*invocation]*heldLease{}},
+		stop:   make(chan struct{}), spoolFailures: map[int64]int{}}
 	e.spoolWG.Add(1)
 	go e.every(e.stop, cfg.SpoolInterval, "audit spool: flush", e.FlushSpool)
+	e.spoolWG.Add(1)
+	go e.every(e.stop, cfg.Lease/3, "idempotency: renewing the leases of running calls", e.RenewLeases)
 	if cfg.Intents != nil {
 		e.spoolWG.Add(1)
 		go e.every(e.stop, cfg.ReconcileInterval, "reconcile: settling pending intents", e.Reconcile)
@@ -392,6 +399,11 @@ func (e *Executor) Execute(ctx context.Context, call Call) (*Result, error) {
 		inv.traceID = tid.String()
 	}
 	res, err := e.run(ctx, inv)
+	// Whatever the way the call ended, its claim is no longer this
+	// executor's to renew: it is finished or given back, or — where
+	// neither could be written — left to lapse, and a retry asks the
+	// receipt.
+	e.letGo(inv)
 	if err != nil {
 		span.SetStatus(codes.Error, failureCode(err))
 	}

@@ -22,7 +22,7 @@ func (e *Executor) idempotencyCheck(ctx context.Context, inv *invocation) (*Resu
 		return nil, nil
 	}
 	k := IdemKey{Tenant: inv.p.Tenant, User: inv.p.UserID, Command: inv.cmd.Code, Key: key}
-	claim := Reservation{Digest: inv.argDigest, InvocationID: inv.id, TTL: e.cfg.IdempotencyTTL, Lease: e.deadline(inv.cmd) + e.cfg.LeaseMargin}
+	claim := Reservation{Digest: inv.argDigest, InvocationID: inv.id, TTL: e.cfg.IdempotencyTTL, Lease: e.cfg.Lease}
 	saved, err := e.cfg.Store.Reserve(ctx, k, claim)
 	var abandoned *AbandonedError
 	previous := ""
@@ -61,6 +61,7 @@ func (e *Executor) idempotencyCheck(ctx context.Context, inv *invocation) (*Resu
 		return replay(saved)
 	}
 	inv.idem = &k
+	e.hold(inv)
 	inv.onUndo(func(ctx context.Context, e *Executor) { e.releaseKey(ctx, inv) })
 	return nil, nil
 }
@@ -71,6 +72,7 @@ func (e *Executor) releaseKey(ctx context.Context, inv *invocation) {
 	if inv.idem == nil {
 		return
 	}
+	e.letGo(inv)
 	if err := e.cfg.Store.Release(ctx, *inv.idem); err != nil {
 		e.logger(ctx, inv).Error("releasing idempotency key", "error", err)
 	}

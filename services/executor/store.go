@@ -45,6 +45,11 @@ type Store interface {
 	// is finished with saved, which retries replay. It reports whether the
 	// invocation held a key.
 	Resolve(ctx context.Context, tenant, invocationID string, saved *Saved) (bool, error)
+	// Renew extends the lease of the key's claim to lease from now, when
+	// the claim is still in flight and belongs to invocation; it reports
+	// whether it did (false: the call finished, gave the key back, or a
+	// retry took it over after the lease lapsed).
+	Renew(ctx context.Context, key IdemKey, invocation string, lease time.Duration) (bool, error)
 	// Release drops a reservation whose call was refused before dispatch, so
 	// nothing is saved for it.
 	Release(ctx context.Context, key IdemKey) error

@@ -50,7 +50,7 @@ type Deps struct {
 	ReconcileAfter, ReconcileInterval time.Duration
 	ConfirmSideEffects                bool
 	// Zero values take the executor's defaults.
-	IdempotencyTTL, DefaultDeadline, LeaseMargin time.Duration
+	IdempotencyTTL, DefaultDeadline, Lease time.Duration
 	// AuditStreamMaxAge is how long the executor keeps one append stream
 	// to the audit service before it opens the next (zero: the default).
 	AuditStreamMaxAge time.Duration
@@ -96,7 +96,7 @@ func Build(d Deps, cl *clicore.Closers) (*Service, error) {
 		ReconcileAfter: d.ReconcileAfter, ReconcileInterval: d.ReconcileInterval,
 		Confirm: mandatev1.NewConfirmServiceClient(d.Confirm), Dispatcher: executor.NewGRPCDispatcher(d.Backends),
 		Store: d.Store, ConfirmSideEffects: d.ConfirmSideEffects, IdempotencyTTL: d.IdempotencyTTL,
-		DefaultDeadline: d.DefaultDeadline, LeaseMargin: d.LeaseMargin, Logger: d.Logger,
+		DefaultDeadline: d.DefaultDeadline, Lease: d.Lease, Logger: d.Logger,
 	}
 	if d.SettleIntents {
 		cfg.Intents = auditClient
@@ -185,7 +185,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		auditAddr, confirmAddr string
 		confirmSideEffects     bool
 		idemTTL, deadline      time.Duration
-		leaseMargin            time.Duration
+		lease            time.Duration
 		streamMaxAge           time.Duration
 		reconcileAfter         time.Duration
 		reconcileEvery         time.Duration
@@ -204,7 +204,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	s.Duration(&reconcileAfter, "reconcile-after", 2*time.Minute, "age after which an intent without outcome (its executor died) is settled from the backend's receipt; must exceed the longest call")
 	s.Duration(&reconcileEvery, "reconcile-interval", 30*time.Second, "how often intents without outcome are settled from receipts")
 	s.Duration(&streamMaxAge, "audit-stream-max-age", executor.DefaultAuditStreamMaxAge, "how long the executor appends on one stream to the audit service before it opens the next, so that a balancer spreads the streams over the audit replicas")
-	s.Duration(&leaseMargin, "lease-margin", time.Minute, "how long past its deadline an idempotency key stays claimed by a call that gave no outcome (its executor died) before a retry asks the backend's receipt")
+	s.Duration(&lease, "lease", 6*time.Second, "how long an idempotency key stays claimed by a call whose executor stopped renewing it (it died) before a retry asks the backend's receipt; a live executor renews its calls' claims every third of it, however long they run")
 	var backendMap map[string]string
 	s.Check(func() error {
 		var err error
@@ -271,7 +271,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		Manifest: set, Directory: f.Directory(pool, &cl), Store: store,
 		Audit: auditConn, Confirm: confirmConn, Backends: conns,
 		SettleIntents: true, ReconcileAfter: reconcileAfter, ReconcileInterval: reconcileEvery,
-		ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, LeaseMargin: leaseMargin, AuditStreamMaxAge: streamMaxAge,
+		ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, Lease: lease, AuditStreamMaxAge: streamMaxAge,
 		Events: ef, Logger: log,
 	}, &cl)
 	if err != nil {

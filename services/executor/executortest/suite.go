@@ -43,6 +43,7 @@ func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
 		{"FinishInvalidWritesNothing", s.testFinishInvalid},
 		{"ReserveInvalid", s.testReserveInvalid},
 		{"Lease", s.testLease},
+		{"Renew", s.testRenew},
 		{"Reclaim", s.testReclaim},
 		{"Settle", s.testSettle},
 		{"Spool", s.testSpool},
@@ -1173,5 +1174,62 @@ func (s *suite) testPeek(t *testing.T) {
 	}
 	if _, err := st.Peek(ctx, executor.IdemKey{Tenant: "acme"}, "d1"); err == nil {
 		t.Fatal("Peek of an incomplete key: no error")
+	}
+}
+
+// testRenew: renewing a claim keeps it in flight past its first lease,
+// for its own invocation only; a finished, released or taken-over claim
+// is not renewed (false), and renewing says so without changing it.
+func (s *suite) testRenew(t *testing.T) {
+	st := s.newStore(t)
+	ctx := testCtx(t)
+	const lease = 300 * time.Millisecond
+	key := Key()
+	reserveFor(t, st, key, "d1", "inv-1", lease)
+	for range 3 {
+		time.Sleep(lease / 2)
+		if ok, err := st.Renew(ctx, key, "inv-1", lease); !ok || err != nil {
+			t.Fatalf("Renew by its holder = (%v, %v), want (true, nil)", ok, err)
+		}
+	}
+	// Held for 1.5 leases, renewed: still in flight, not abandoned.
+	wantRefused(t, st, key, "d1", executor.ErrInFlight)
+	if ok, err := st.Renew(ctx, key, "inv-other", lease); ok || err != nil {
+		t.Fatalf("Renew by another invocation = (%v, %v), want (false, nil)", ok, err)
+	}
+	// Once it stops renewing, the claim lapses.
+	time.Sleep(lease + expiryWait)
+	var ab *executor.AbandonedError
+	if _, err := st.Reserve(ctx, key, executor.Reservation{Digest: "d1", InvocationID: "inv-2", TTL: TTL}); !errors.As(err, &ab) {
+		t.Fatalf("Reserve after the renewals stopped = %v, want AbandonedError", err)
+	}
+	// Taken over by a retry: the old holder's renewal is refused.
+	if ok, err := st.Reclaim(ctx, key, "inv-1", executor.Reservation{Digest: "d1", InvocationID: "inv-2", TTL: TTL, Lease: lease}); !ok || err != nil {
+		t.Fatalf("Reclaim = (%v, %v)", ok, err)
+	}
+	if ok, err := st.Renew(ctx, key, "inv-1", lease); ok || err != nil {
+		t.Fatalf("Renew by the holder it was taken from = (%v, %v), want (false, nil)", ok, err)
+	}
+	if ok, err := st.Renew(ctx, key, "inv-2", lease); !ok || err != nil {
+		t.Fatalf("Renew by the new holder = (%v, %v), want (true, nil)", ok, err)
+	}
+	// Finished: nothing to renew, and the saved response stays.
+	mustFinish(t, st, executor.Finish{Key: &key, Saved: Success("inv-2")})
+	if ok, err := st.Renew(ctx, key, "inv-2", lease); ok || err != nil {
+		t.Fatalf("Renew of a finished claim = (%v, %v), want (false, nil)", ok, err)
+	}
+	wantReplay(t, st, key, "d1", Success("inv-2"))
+	// Released: nothing to renew.
+	gone := Key()
+	gone.Key = "released"
+	reserveFor(t, st, gone, "d1", "inv-3", lease)
+	if err := st.Release(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.Renew(ctx, gone, "inv-3", lease); ok || err != nil {
+		t.Fatalf("Renew of a released claim = (%v, %v), want (false, nil)", ok, err)
+	}
+	if _, err := st.Renew(ctx, key, "inv-2", 0); err == nil {
+		t.Fatal("Renew with no lease: no error")
 	}
 }

@@ -130,6 +130,28 @@ func (s *Store) Peek(ctx context.Context, key executor.IdemKey, digest string) (
 	return &saved, nil
 }
 
+// Renew implements executor.Store.
+func (s *Store) Renew(ctx context.Context, key executor.IdemKey, invocation string, lease time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if err := validKey(key); err != nil {
+		return false, fail("renew", err)
+	}
+	if lease <= 0 || invocation == "" {
+		return false, fail("renew", errBadLease)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opts.Now()
+	rec, ok := s.idem[key]
+	if !ok || rec.finished || rec.invocation != invocation || !now.Before(rec.expiresAt) {
+		return false, nil
+	}
+	rec.leaseUntil = now.Add(lease)
+	return true, nil
+}
+
 func newRecord(now time.Time, r executor.Reservation) *record {
 	rec := &record{digest: r.Digest, expiresAt: now.Add(r.TTL), invocation: r.InvocationID}
 	if r.Lease > 0 {
@@ -364,6 +386,8 @@ func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
 }
 
 var errBadTTL = errors.New("ttl must be positive")
+
+var errBadLease = errors.New("a renewal needs a positive lease and its invocation")
 
 // fail prefixes a validation error with the operation. These errors are the caller's bug, not
 // a store condition, so they match none of the executor sentinels.

@@ -156,6 +156,23 @@ func (s *Store) Peek(ctx context.Context, key executor.IdemKey, digest string) (
 	return &saved, nil
 }
 
+// Renew implements executor.Store in one statement.
+func (s *Store) Renew(ctx context.Context, key executor.IdemKey, invocation string, lease time.Duration) (bool, error) {
+	const op = "executor: renew"
+	if err := validKey(key); err != nil {
+		return false, invalid(op, err)
+	}
+	if lease <= 0 || invocation == "" {
+		return false, invalid(op, errBadLease)
+	}
+	now := s.now()
+	tag, err := s.pool.Exec(ctx, sqlRenew, key.Tenant, key.User, key.Command, key.Key, invocation, now, now.Add(lease))
+	if err != nil {
+		return false, mapErr(ctx, op, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 // Reclaim implements executor.Store in one statement.
 func (s *Store) Reclaim(ctx context.Context, key executor.IdemKey, previous string, r executor.Reservation) (bool, error) {
 	const op = "executor: reclaim"
@@ -406,6 +423,8 @@ func mapErr(ctx context.Context, op string, err error) error {
 }
 
 var errBadTTL = errors.New("ttl must be positive")
+
+var errBadLease = errors.New("a renewal needs a positive lease and its invocation")
 
 // invalidError reports arguments that no store could accept: the caller's bug, not a store
 // condition, so it matches none of the executor sentinels.

@@ -24,6 +24,12 @@ const (
 	FROM executor.idempotency
 	WHERE tenant = $1 AND user_id = $2 AND command = $3 AND key = $4`
 
+	// sqlRenew extends the lease of invocation $5's claim, still in flight and unexpired at
+	// $6, to $7.
+	sqlRenew = `UPDATE executor.idempotency SET lease_until = $7
+	WHERE tenant = $1 AND user_id = $2 AND command = $3 AND key = $4
+	  AND invocation_id = $5 AND state = 'in_flight' AND expires_at > $6`
+
 	// sqlReclaim hands a record that belongs to invocation $5 — finished, or in flight past
 	// its lease — to a new claim. $6 now, $7 expiry, $8 new invocation, $9 lease end, $10
 	// digest.
