@@ -84,6 +84,7 @@ const (
 	CodeHandlerUnavailable      = "handler.unavailable"
 	CodeHandlerDeadlineExceeded = "handler.deadline_exceeded"
 	CodeHandlerNotExecuted      = "handler.not_executed"
+	CodeHandlerNotSent          = "handler.not_sent"
 
 	CodeReceiptFenced      = "receipt.fenced"
 	CodeReceiptUnavailable = "receipt.unavailable"
@@ -253,6 +254,9 @@ var table = []Spec{
 		Remedy: "retry later with the same idempotency key", Meaning: "the backend did not answer in time; the effect is unknown until its receipt says"},
 	{Code: CodeReceiptUnavailable, Stages: []string{StageDispatch}, GRPC: codes.Unavailable, HTTP: http.StatusServiceUnavailable, Retriable: true, Remedy: "retry later",
 		Meaning: "a backend's receipt store could not be read; nothing was recorded"},
+	{Code: CodeHandlerNotSent, Stages: []string{StageDispatch}, GRPC: codes.Unavailable, HTTP: http.StatusServiceUnavailable, Retriable: true,
+		Remedy:  "retry with the same idempotency key; nothing was run",
+		Meaning: "the call was never sent to the backend: the caller had cancelled it or its deadline had passed by the time it was to be dispatched"},
 	{Code: CodeHandlerNotExecuted, Stages: []string{StageDispatch},
 		Meaning: "audit trail only: the executor stopped mid-call, and the backend's receipt says the call never ran"},
 	{Code: CodeAuditOutcomeUnknown, Stages: []string{StageAudit},

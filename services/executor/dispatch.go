@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"google.golang.org/grpc"
@@ -46,6 +47,14 @@ func (g *GRPCDispatcher) Dispatch(ctx context.Context, d Dispatch) (Reply, error
 	if !ok {
 		return Reply{}, failure.Wrap(StageDispatch, failure.CodeHandlerUnavailable, fmt.Sprintf("no backend is configured for %s", d.Command.RPC.Service), ErrNotSent)
 	}
+	// A call whose caller went away, or whose deadline passed, before it
+	// got here (its executor was frozen, say) is never sent: that much is
+	// known, so it is not executed — its key and grant are given back —
+	// rather than a failure with an unknown effect, cached for the key.
+	if err := ctx.Err(); err != nil {
+		return Reply{}, failure.Wrap(StageDispatch, failure.CodeHandlerNotSent,
+			"the call was not sent to the backend: "+notSentReason(err)+"; nothing was run", fmt.Errorf("%w: %w", ErrNotSent, err))
+	}
 	ctx, cancel := context.WithTimeout(ctx, d.Deadline)
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, MetadataInvocationID, d.InvocationID)
@@ -57,6 +66,14 @@ func (g *GRPCDispatcher) Dispatch(ctx context.Context, d Dispatch) (Reply, error
 		return Reply{}, err
 	}
 	return decodeReply(d.Method.Output(), reply.b)
+}
+
+// notSentReason says why a context ended.
+func notSentReason(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "its deadline had passed"
+	}
+	return "its caller had cancelled it"
 }
 
 // decodeReply turns a reply's wire bytes b, of type md, into the result's

@@ -753,6 +753,12 @@ func (e *Executor) logger(ctx context.Context, inv *invocation) *slog.Logger {
 // a 4xx with its stage and code on every channel, and replayed as such —
 // never a 500 handler.failed.
 func backendFailure(err error) *failure.Error {
+	// The dispatcher's own verdict (the call was not sent, no backend is
+	// configured) stands as it is.
+	if own := (*failure.Error)(nil); errors.As(err, &own) && own.Stage == StageDispatch {
+		c := *own
+		return &c
+	}
 	st := failure.ToStatus(err)
 	p := failure.Problem(st, "")
 	switch {
