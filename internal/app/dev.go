@@ -286,9 +286,10 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	if inProcessHelpdesk {
 		backends[helpdeskService] = backendConn
 	}
-	dial := clicore.Dialer(src, set.Digest(), cl)
+	// The deployment's own backends, run apart from the process.
+	dial := clicore.NewDialer(src, set.Digest(), 0, cl)
 	for svc, addr := range external {
-		if backends[svc], err = dial(addr); err != nil {
+		if backends[svc], err = dial.Backend(addr); err != nil {
 			return nil, err
 		}
 	}

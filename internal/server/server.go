@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/stats"
@@ -73,10 +74,30 @@ type Config struct {
 	// registered on the server and these; any other method a caller names
 	// is reported as _OTHER, so made-up names cannot add series.
 	ProxiedMethod func(fullMethod string) bool
+	// MaxConnectionAge is how long a client's connection may live before
+	// the server asks the client (HTTP/2 GOAWAY) to open a new one for its
+	// next calls. A client balancing over DNS (round_robin over a headless
+	// Service) re-resolves when that happens, so replicas added since it
+	// connected get their share. Zero: connections live as long as the
+	// client keeps them.
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace is how long the calls still running on such a
+	// connection may go on before it is closed under them; it must exceed
+	// the longest call. Zero: as long as they take.
+	MaxConnectionAgeGrace time.Duration
 }
 
 // MetricsPath is where Config.Metrics is served.
 const MetricsPath = "/metrics"
+
+// KeepaliveMinTime is the shortest interval between a client's keepalive
+// pings that the server accepts: a client pinging more often gets
+// GOAWAY too_many_pings and loses its connection. The Mandate services'
+// clients ping no more often than this (clicore checks
+// --grpc-keepalive-time against it); pings are allowed on a connection
+// without calls, since an idle connection is the one whose death a
+// client wants to notice before its next call.
+const KeepaliveMinTime = 10 * time.Second
 
 // GatewayRegistrar registers a service's grpc-gateway handlers.
 type GatewayRegistrar func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error
@@ -143,6 +164,8 @@ func New(cfg Config) (*Server, error) {
 			return !strings.HasPrefix(ri.FullMethodName, "/grpc.health.v1.Health/")
 		})), known: s.knownMethod}),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: cfg.MaxConnectionAge, MaxConnectionAgeGrace: cfg.MaxConnectionAgeGrace}),
 		grpc.ChainUnaryInterceptor(s.chain.Unary...),
 		grpc.ChainStreamInterceptor(s.chain.Stream...),
 	}, cfg.GRPCOptions...)

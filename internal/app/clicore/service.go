@@ -10,17 +10,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/directory"
 	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
 	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
 	"github.com/mandate-dev/mandate/internal/identity"
-	"github.com/mandate-dev/mandate/internal/manifestcheck"
 	"github.com/mandate-dev/mandate/internal/server"
-	"github.com/mandate-dev/mandate/internal/telemetry"
 )
 
 // ServiceFlags are the settings every Mandate service shares. A service's
@@ -40,6 +36,11 @@ type ServiceFlags struct {
 	LogLevel      string
 	OTLPEndpoint  string
 	Metrics       bool
+	// MaxConnectionAge and MaxConnectionAgeGrace are the gRPC server's
+	// connection lifetime (server.Config), KeepaliveTime the pings of the
+	// connections to other services (DeclareDialing; grpc.go).
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	KeepaliveTime                           time.Duration
 }
 
 // Declare declares the service flags on s, with the service's default
@@ -64,8 +65,9 @@ func (f *ServiceFlags) Declare(s *config.Set, grpcAddr, httpAddr string) {
 	f.DeclareIdentity(s)
 }
 
-// DeclareIdentity declares the token settings alone, for a service that
-// keeps no data (the MCP bridge).
+// DeclareIdentity declares the settings of a service that keeps no data
+// (the MCP bridge): tokens, logging, telemetry and the gRPC server's
+// connection lifetime.
 func (f *ServiceFlags) DeclareIdentity(s *config.Set) {
 	s.SecretVar(&f.DevSecret, "dev-secret", "HS256 secret for user and agent tokens (development)")
 	s.SecretVar(&f.ServiceSecret, "service-secret", "HS256 secret for service-to-service tokens")
@@ -76,6 +78,7 @@ func (f *ServiceFlags) DeclareIdentity(s *config.Set) {
 	s.String(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
 	OTLPFlag(s, &f.OTLPEndpoint)
 	MetricsFlag(s, &f.Metrics)
+	f.declareServer(s)
 	s.Check(func() error {
 		var errs []error
 		if !f.DevSecret.Set() && f.JWKSFile == "" && f.OIDCIssuer == "" {
@@ -204,40 +207,13 @@ func DirectoryStore(pool *pgxpool.Pool, log *slog.Logger, cl *Closers) directory
 	return s
 }
 
-// ServiceDialer returns how a service dials the other Mandate services: as
-// service `name` (a service token, with the caller's token relayed), with
-// the trace context and the digest of the service's manifest on every
-// call (manifestcheck: a service running another manifest refuses).
-// Connections are closed with cl.
-func (f *ServiceFlags) ServiceDialer(name, manifestDigest string, cl *Closers) (func(addr string) (*grpc.ClientConn, error), error) {
-	src, err := identity.NewServiceTokenSource([]byte(f.ServiceSecret.Reveal()), f.Issuers[0], f.Audience[0], name, time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	return Dialer(src, manifestDigest, cl), nil
-}
-
-// Dialer is ServiceDialer with the service's token source given.
-func Dialer(src identity.TokenSource, manifestDigest string, cl *Closers) func(addr string) (*grpc.ClientConn, error) {
-	return func(addr string) (*grpc.ClientConn, error) {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), telemetry.GRPCClientOption(),
-			grpc.WithChainUnaryInterceptor(identity.UnaryClientInterceptor(src), manifestcheck.UnaryClientInterceptor(manifestDigest)),
-			grpc.WithChainStreamInterceptor(identity.StreamClientInterceptor(src), manifestcheck.StreamClientInterceptor(manifestDigest)))
-		if err != nil {
-			return nil, fmt.Errorf("dialing %s: %w", addr, err)
-		}
-		cl.Add(func() { _ = conn.Close() })
-		return conn, nil
-	}
-}
-
 // Serve runs a service command's server until ctx ends: a server as cfg
-// describes it, at the addresses of the flags, with what register puts on
+// describes it, at the addresses and with the connection lifetime of the
+// flags, with what register puts on
 // it, in a Group to which start (when not nil) adds the service's loops and
 // stop hooks.
 func (f *ServiceFlags) Serve(ctx context.Context, cfg server.Config, register func(*server.Server), start func(*Group)) error {
-	cfg.GRPCAddr, cfg.HTTPAddr = f.GRPCAddr, f.HTTPAddr
-	srv, err := server.New(cfg)
+	srv, err := server.New(f.ServerConfig(cfg))
 	if err != nil {
 		return err
 	}

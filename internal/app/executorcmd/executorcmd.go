@@ -185,7 +185,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		auditAddr, confirmAddr string
 		confirmSideEffects     bool
 		idemTTL, deadline      time.Duration
-		lease            time.Duration
+		lease                  time.Duration
 		streamMaxAge           time.Duration
 		reconcileAfter         time.Duration
 		reconcileEvery         time.Duration
@@ -193,11 +193,12 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	s := config.New("executor", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
 	f.Declare(s, "127.0.0.1:9092", "127.0.0.1:8082")
+	f.DeclareDialing(s)
 	mf.Declare(s)
 	ef.Declare(s)
-	s.Strings(&backends, "backend", nil, "backend per proto service: examples.helpdesk.v1.HelpdeskService=127.0.0.1:9191")
-	s.String(&auditAddr, "audit-addr", "127.0.0.1:9094", "gRPC address of the audit service")
-	s.String(&confirmAddr, "confirm-addr", "127.0.0.1:9093", "gRPC address of the confirm service")
+	s.Strings(&backends, "backend", nil, "backend per proto service: examples.helpdesk.v1.HelpdeskService=127.0.0.1:9191 (a target such as dns:///helpdesk:9191 is balanced over every address the name resolves to)")
+	s.String(&auditAddr, "audit-addr", "127.0.0.1:9094", "gRPC address of the audit service: host:port, or dns:///host:port, balanced round robin over every address the name resolves to")
+	s.String(&confirmAddr, "confirm-addr", "127.0.0.1:9093", "gRPC address of the confirm service (host:port or dns:///host:port, balanced like --audit-addr)")
 	s.Bool(&confirmSideEffects, "confirm-side-effects", false, "require confirmation for every command that declares side effects")
 	s.Duration(&idemTTL, "idempotency-ttl", 24*time.Hour, "how long idempotency keys are remembered")
 	s.Duration(&deadline, "default-deadline", 30*time.Second, "backend deadline for commands that declare none")
@@ -241,19 +242,15 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if err != nil {
 		return err
 	}
-	conns := map[string]grpc.ClientConnInterface{}
-	for svc, addr := range backendMap {
-		c, err := dial(addr)
-		if err != nil {
-			return err
-		}
-		conns[svc] = c
-	}
-	auditConn, err := dial(auditAddr)
+	conns, err := dial.Backends(backendMap)
 	if err != nil {
 		return err
 	}
-	confirmConn, err := dial(confirmAddr)
+	auditConn, err := dial.Service(auditAddr)
+	if err != nil {
+		return err
+	}
+	confirmConn, err := dial.Service(confirmAddr)
 	if err != nil {
 		return err
 	}

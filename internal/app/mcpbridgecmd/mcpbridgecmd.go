@@ -114,9 +114,10 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	s.String(&f.GRPCAddr, "grpc-addr", "127.0.0.1:9095", "gRPC listen address (health only)")
 	s.String(&f.HTTPAddr, "http-addr", "127.0.0.1:8085", "HTTP listen address: MCP, protected-resource metadata, /healthz")
 	f.DeclareIdentity(s)
+	f.DeclareDialing(s)
 	mf.Declare(s)
-	s.String(&catalogAddr, "catalog-addr", "127.0.0.1:9091", "gRPC address of the catalog service")
-	s.String(&executorAddr, "executor-addr", "127.0.0.1:9092", "gRPC address of the executor")
+	s.String(&catalogAddr, "catalog-addr", "127.0.0.1:9091", "gRPC address of the catalog service: host:port, or dns:///host:port, balanced round robin over every address the name resolves to")
+	s.String(&executorAddr, "executor-addr", "127.0.0.1:9092", "gRPC address of the executor (host:port or dns:///host:port, balanced like --catalog-addr)")
 	s.String(&confirm, "confirm-addr", "127.0.0.1:9093", "gRPC address of the confirm service (elicited confirmations); empty: approval URLs only")
 	s.String(&resourceURL, "resource-url", "", "public URL of the MCP endpoint, the RFC 9728 resource (default http://<http-addr>/mcp)")
 	s.String(&advertiseURL, "advertise-url", "", "URL at which the other bridge replicas reach this one (http://host:port of --http-addr, e.g. the pod's "+
@@ -193,11 +194,11 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if err != nil {
 		return err
 	}
-	catalogConn, err := dial(catalogAddr)
+	catalogConn, err := dial.Service(catalogAddr)
 	if err != nil {
 		return err
 	}
-	executorConn, err := dial(executorAddr)
+	executorConn, err := dial.Service(executorAddr)
 	if err != nil {
 		return err
 	}
@@ -211,7 +212,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		deps.StateKey = deriveStateKey([]byte(f.ServiceSecret.Reveal()))
 	}
 	if confirm != "" {
-		if deps.Confirm, err = dial(confirm); err != nil {
+		if deps.Confirm, err = dial.Service(confirm); err != nil {
 			return err
 		}
 	}
