@@ -367,8 +367,10 @@ log:
 		time.Sleep(100 * time.Millisecond)
 	}
 	// Hydra creates its signing keys on the first JWKS request; asking now
-	// means the services find the access-token key at start-up.
-	resp, err := client.Get(h.public + "/.well-known/jwks.json")
+	// means the services find the access-token key at start-up. Two RSA
+	// key pairs take seconds to make on a busy machine.
+	slow := &http.Client{Timeout: 90 * time.Second}
+	resp, err := slow.Get(h.public + "/.well-known/jwks.json")
 	if err != nil {
 		t.Fatal(err)
 	}
