@@ -220,4 +220,8 @@ require (
 
 // Hydra's own go.mod swaps pop for Ory's fork; replace directives of a
 // dependency do not apply to the module that builds it, so it is repeated here.
+// Its other replace, of github.com/ory/hydra-client-go/v2 by its in-tree
+// copy, cannot be repeated (a path inside Hydra's module): the released
+// v2.2.1 stands in, used only by the CLI's client commands, not by `serve`.
+// tests/idp_test.go builds this with `go tool -modfile=tools/hydra/go.mod -n hydra`.
 replace github.com/gobuffalo/pop/v6 => github.com/ory/pop/v6 v6.2.1-0.20241121111754-e5dfc0f3344b
