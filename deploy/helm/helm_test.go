@@ -320,6 +320,94 @@ func TestDefaultValues(t *testing.T) {
 		t.Errorf("migrate Job %v, want a pre-install,pre-upgrade hook", job)
 	}
 	wantWiring(t, objs)
+	wantBalanced(t, objs, "5m", "2m", "30s")
+}
+
+// wantBalanced checks client-side balancing: a headless Service of the
+// gRPC port of every service the others dial, each dial target
+// dns:///<that Service>:<port>, and the connection lifetime and keepalive
+// settings on the services that serve and dial.
+func wantBalanced(t *testing.T, objs []object, age, grace, keepalive string) {
+	t.Helper()
+	svcs := byKind(objs, "Service")
+	deps := byKind(objs, "Deployment")
+	for _, s := range []string{"audit", "catalog", "confirm", "executor"} {
+		h := svcs["mandate-"+s+"-headless"]
+		if h == nil {
+			t.Errorf("no headless Service mandate-%s-headless", s)
+			continue
+		}
+		ports, _ := get(h, "spec", "ports").([]any)
+		if str(h, "spec", "clusterIP") != "None" || len(ports) != 1 || str(ports[0], "name") != "grpc" {
+			t.Errorf("mandate-%s-headless: clusterIP %q, ports %v; want None and the gRPC port alone", s, str(h, "spec", "clusterIP"), ports)
+		}
+		if str(svcs["mandate-"+s], "spec", "type") != "ClusterIP" || str(svcs["mandate-"+s], "spec", "clusterIP") == "None" {
+			t.Errorf("mandate-%s lost its ClusterIP Service (the Ingress and outside clients use it)", s)
+		}
+	}
+	if svcs["mandate-mcpbridge-headless"] != nil {
+		t.Error("a headless Service of the bridge's gRPC port, which no service dials")
+	}
+	exec, bridge := containerEnv(deps["mandate-executor"]), containerEnv(deps["mandate-mcpbridge"])
+	want := map[string]string{
+		"executor MANDATE_AUDIT_ADDR":      "dns:///mandate-audit-headless:9094",
+		"executor MANDATE_CONFIRM_ADDR":    "dns:///mandate-confirm-headless:9093",
+		"bridge MANDATE_CATALOG_ADDR":      "dns:///mandate-catalog-headless:9091",
+		"bridge MANDATE_EXECUTOR_ADDR":     "dns:///mandate-executor-headless:9092",
+		"bridge MANDATE_CONFIRM_ADDR":      "dns:///mandate-confirm-headless:9093",
+		"executor MANDATE_BACKEND catalog": "mandate.v1.CatalogService=dns:///mandate-catalog-headless:9091",
+	}
+	got := map[string]string{
+		"executor MANDATE_AUDIT_ADDR": exec["MANDATE_AUDIT_ADDR"], "executor MANDATE_CONFIRM_ADDR": exec["MANDATE_CONFIRM_ADDR"],
+		"bridge MANDATE_CATALOG_ADDR": bridge["MANDATE_CATALOG_ADDR"], "bridge MANDATE_EXECUTOR_ADDR": bridge["MANDATE_EXECUTOR_ADDR"],
+		"bridge MANDATE_CONFIRM_ADDR":      bridge["MANDATE_CONFIRM_ADDR"],
+		"executor MANDATE_BACKEND catalog": strings.Split(exec["MANDATE_BACKEND"], ",")[0],
+	}
+	if !equalMaps(got, want) {
+		t.Errorf("dial targets %v, want %v", got, want)
+	}
+	for name, d := range deps {
+		env := containerEnv(d)
+		if env["MANDATE_GRPC_MAX_CONNECTION_AGE"] != age || env["MANDATE_GRPC_MAX_CONNECTION_AGE_GRACE"] != grace {
+			t.Errorf("%s: connection age %q, grace %q; want %s, %s", name, env["MANDATE_GRPC_MAX_CONNECTION_AGE"], env["MANDATE_GRPC_MAX_CONNECTION_AGE_GRACE"], age, grace)
+		}
+		dials := name == "mandate-executor" || name == "mandate-mcpbridge"
+		if v, set := env["MANDATE_GRPC_KEEPALIVE_TIME"]; dials && v != keepalive || !dials && set {
+			t.Errorf("%s: MANDATE_GRPC_KEEPALIVE_TIME %q (set: %v)", name, v, set)
+		}
+	}
+}
+
+// TestServiceSideBalancing: grpc.clientSideBalancing=false dials the
+// ClusterIP Services as host:port and makes no headless Service but the
+// bridge's pods; the connection settings follow their values.
+func TestServiceSideBalancing(t *testing.T) {
+	setup(t)
+	objs := render(t, []string{"values-ha.yaml"}, "grpc.clientSideBalancing=false", "grpc.maxConnectionAge=90s", "grpc.keepaliveTime=0s")
+	for name, s := range byKind(objs, "Service") {
+		if str(s, "spec", "clusterIP") == "None" && name != "mandate-mcpbridge-pods" {
+			t.Errorf("headless Service %s with client-side balancing off", name)
+		}
+	}
+	for name, d := range byKind(objs, "Deployment") {
+		for k, v := range containerEnv(d) {
+			if strings.Contains(v, "dns:///") {
+				t.Errorf("%s: %s=%s", name, k, v)
+			}
+		}
+		env := containerEnv(d)
+		keepalive := ""
+		if name == "mandate-executor" || name == "mandate-mcpbridge" {
+			keepalive = "0s" // no pings
+		}
+		if env["MANDATE_GRPC_MAX_CONNECTION_AGE"] != "90s" || env["MANDATE_GRPC_KEEPALIVE_TIME"] != keepalive {
+			t.Errorf("%s: connection age %q, keepalive %q", name, env["MANDATE_GRPC_MAX_CONNECTION_AGE"], env["MANDATE_GRPC_KEEPALIVE_TIME"])
+		}
+	}
+	if got := containerEnv(byKind(objs, "Deployment")["mandate-mcpbridge"])["MANDATE_EXECUTOR_ADDR"]; got != "mandate-executor:9092" {
+		t.Errorf("bridge MANDATE_EXECUTOR_ADDR %q", got)
+	}
+	wantWiring(t, objs)
 }
 
 func TestHAValues(t *testing.T) {
@@ -350,6 +438,7 @@ func TestHAValues(t *testing.T) {
 			t.Errorf("%s: no Prometheus scrape annotations", s)
 		}
 	}
+	wantBalanced(t, objs, "5m", "2m", "30s")
 	ing := byKind(objs, "Ingress")["mandate"]
 	routes := map[string]string{}
 	paths, _ := get(get(ing, "spec", "rules").([]any)[0], "http", "paths").([]any)
@@ -385,7 +474,7 @@ func TestEverythingOn(t *testing.T) {
 		t.Fatalf("%d Deployments, %d ServiceMonitors", len(deps), len(byKind(objs, "ServiceMonitor")))
 	}
 	env := containerEnv(deps["mandate-executor"])
-	if env["MANDATE_BACKEND"] != "mandate.v1.CatalogService=mandate-catalog:9091,examples.helpdesk.v1.HelpdeskService=mandate-helpdesk:9191,billing.v1.BillingService=billing:9000" {
+	if env["MANDATE_BACKEND"] != "mandate.v1.CatalogService=dns:///mandate-catalog-headless:9091,examples.helpdesk.v1.HelpdeskService=dns:///mandate-helpdesk-headless:9191,billing.v1.BillingService=billing:9000" {
 		t.Errorf("MANDATE_BACKEND %q", env["MANDATE_BACKEND"])
 	}
 	if env["MANDATE_DATABASE_URL"] != "secret:mandate-db-app/uri" || env["OTEL_EXPORTER_OTLP_ENDPOINT"] != "http://otel-collector:4317" ||
@@ -470,7 +559,7 @@ func flagVars(t *testing.T, sub string) map[string]bool {
 // variable is a flag of the container's subcommand; the listen ports match
 // the container ports; the probes run `mandate healthcheck` with its real
 // flags against the HTTP port; every gRPC address names a Service and its
-// port; every Service selects a Deployment's pods.
+// port (dns:/// a headless one); every Service selects a Deployment's pods.
 func wantWiring(t *testing.T, objs []object) {
 	t.Helper()
 	hc := flagVars(t, "healthcheck")
@@ -527,7 +616,7 @@ func wantWiring(t *testing.T, objs []object) {
 			}
 		}
 		for _, b := range strings.Split(env["MANDATE_BACKEND"], ",") {
-			if _, addr, ok := strings.Cut(b, "="); ok && strings.HasPrefix(addr, "mandate-") {
+			if _, addr, ok := strings.Cut(b, "="); ok && strings.HasPrefix(strings.TrimPrefix(addr, "dns:///"), "mandate-") {
 				wantServicePort(t, svcs, o.name()+" MANDATE_BACKEND", addr)
 			}
 		}
@@ -540,12 +629,19 @@ func wantWiring(t *testing.T, objs []object) {
 	}
 }
 
+// wantServicePort checks that a dial target names a Service's gRPC port:
+// host:port, or dns:///host:port of a headless Service (one record per
+// pod, which the client balances over).
 func wantServicePort(t *testing.T, svcs map[string]object, what, addr string) {
 	t.Helper()
-	host, port, err := net.SplitHostPort(addr)
+	hostPort, balanced := strings.CutPrefix(addr, "dns:///")
+	host, port, err := net.SplitHostPort(hostPort)
 	if err != nil {
-		t.Errorf("%s: %q is not host:port", what, addr)
+		t.Errorf("%s: %q is not host:port or dns:///host:port", what, addr)
 		return
+	}
+	if headless := str(svcs[host], "spec", "clusterIP") == "None"; balanced != headless {
+		t.Errorf("%s: %s, but Service %s is headless: %v (dns:/// balances over a headless Service's records; a ClusterIP's one address would pin the connection)", what, addr, host, headless)
 	}
 	ports, _ := get(svcs[host], "spec", "ports").([]any)
 	if !slices.ContainsFunc(ports, func(p any) bool { return jsonOf(get(p, "port")) == port && str(p, "name") == "grpc" }) {

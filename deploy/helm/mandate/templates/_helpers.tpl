@@ -30,10 +30,14 @@ app.kubernetes.io/component: {{ .name }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* host:port of a service's gRPC port inside the cluster. */}}
+{{/* The gRPC target through which the other services dial one: dns:///<svc>-headless:<port>, every ready pod round robin (values.yaml, grpc), or host:port of its ClusterIP Service with grpc.clientSideBalancing off. */}}
 {{- define "mandate.grpcAddr" -}}
 {{- $svc := index .root.Values.services .name -}}
+{{- if .root.Values.grpc.clientSideBalancing -}}
+dns:///{{ include "mandate.fullname" .root }}-{{ .name }}-headless:{{ $svc.grpcPort }}
+{{- else -}}
 {{ include "mandate.fullname" .root }}-{{ .name }}:{{ $svc.grpcPort }}
+{{- end -}}
 {{- end -}}
 
 {{/* The public base URL the Ingress serves, "" without one. */}}
@@ -57,7 +61,7 @@ app.kubernetes.io/component: {{ .name }}
       {{- end }}
 {{- end -}}
 
-{{/* The environment every service shares: listen addresses, tokens, logs, metrics, OpenTelemetry. */}}
+{{/* The environment every service shares: listen addresses, connection lifetime, tokens, logs, metrics, OpenTelemetry. */}}
 {{- define "mandate.commonEnv" -}}
 {{- $v := .root.Values -}}
 - name: POD_NAME
@@ -76,6 +80,14 @@ app.kubernetes.io/component: {{ .name }}
   value: {{ $v.logLevel | quote }}
 - name: MANDATE_METRICS
   value: {{ $v.metrics.enabled | quote }}
+{{- with $v.grpc.maxConnectionAge }}
+- name: MANDATE_GRPC_MAX_CONNECTION_AGE
+  value: {{ . | quote }}
+{{- end }}
+{{- with $v.grpc.maxConnectionAgeGrace }}
+- name: MANDATE_GRPC_MAX_CONNECTION_AGE_GRACE
+  value: {{ . | quote }}
+{{- end }}
 {{ include "mandate.secretEnv" (dict "root" .root "env" "MANDATE_SERVICE_SECRET" "key" (required "secrets.serviceSecretKey is required" $v.secrets.serviceSecretKey)) }}
 {{- if $v.secrets.devSecretKey }}
 {{ include "mandate.secretEnv" (dict "root" .root "env" "MANDATE_DEV_SECRET" "key" $v.secrets.devSecretKey) }}
