@@ -513,13 +513,17 @@ func TestChaosPostgresStoppedUnderLoad(t *testing.T) {
 // TestResolveAnUnknownOutcome: when a backend cannot say whether a call ran
 // (it is down, or keeps no receipts), the call's outcome stays unknown and
 // retries with its key are refused with idempotency.outcome_unknown — until
-// an operator resolves it with `mandate audit resolve`. "not-executed"
+// an operator (olive, holding audit.resolve) resolves it with `mandate
+// audit resolve`, over ExecutorService.Resolve with her token. "not-executed"
 // releases the key, so the retry runs once; "executed" makes retries answer
 // that it ran. Each verdict is a row of its own (phase resolution, who and
 // why), and the chain verifies.
 func TestResolveAnUnknownOutcome(t *testing.T) {
 	tp := newTopology(t, topologyOptions{})
 	alice := tp.token("acme", "alice", "")
+	// olive holds audit.resolve and audit.read (examples/policy/demo.yaml):
+	// the resolution is hers, over the executor's API.
+	olive := tp.token("acme", "olive", "")
 	create := func(key string) restResponse {
 		t.Helper()
 		body := `{"input":{"title":"` + key + `","payroll_id":"P-0042","lines":[{"description":"Train","amount":{"currency_code":"EUR","amount_minor":"1000"},"category":"EXPENSE_CATEGORY_TRAVEL"}]}}`
@@ -534,7 +538,8 @@ func TestResolveAnUnknownOutcome(t *testing.T) {
 			t.Fatalf("outcome %v, want unknown", rows[1])
 		}
 		wantProblem(t, create(c.key), http.StatusConflict, "idempotency_check", "idempotency.outcome_unknown")
-		out := tp.run("audit", "resolve", "--tenant", "acme", "--invocation", inv, "--as", c.verdict, "--by", "olive", "--reason", "checked the helpdesk")
+		out := tp.run("audit", "resolve", "--executor-addr", tp.addr["executor"].grpc, "--token", olive,
+			"--invocation", inv, "--as", c.verdict, "--reason", "checked the helpdesk")
 		if !strings.Contains(out, "resolved as "+c.verdict) {
 			t.Fatalf("mandate audit resolve: %s", out)
 		}
@@ -563,7 +568,8 @@ func TestResolveAnUnknownOutcome(t *testing.T) {
 	}
 	// Nothing to resolve: an unknown invocation, or one resolved already.
 	for _, inv := range []string{"inv_nope", tp.invocationOf(t, "resolve-2")} {
-		cmd := exec.Command(tp.bin, "audit", "resolve", "--tenant", "acme", "--invocation", inv, "--as", "executed", "--by", "olive", "--reason", "x")
+		cmd := exec.Command(tp.bin, "audit", "resolve", "--executor-addr", tp.addr["executor"].grpc, "--token", olive,
+			"--invocation", inv, "--as", "executed", "--reason", "x")
 		cmd.Env = tp.env
 		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "not found") && !strings.Contains(string(out), "resolved already") {
 			t.Fatalf("resolving %s again: %v %s", inv, err, out)

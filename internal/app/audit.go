@@ -9,6 +9,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/app/auditcmd"
 	"github.com/mandate-dev/mandate/internal/app/clicore"
 	"github.com/mandate-dev/mandate/internal/config"
@@ -16,7 +22,6 @@ import (
 	"github.com/mandate-dev/mandate/services/audit"
 	auditpg "github.com/mandate-dev/mandate/services/audit/postgres"
 	"github.com/mandate-dev/mandate/services/executor"
-	execpg "github.com/mandate-dev/mandate/services/executor/postgres"
 )
 
 // runAudit dispatches `mandate audit`: the service (auditcmd, which the
@@ -202,91 +207,76 @@ func orDash(s string) string {
 }
 
 // runAuditResolve records an operator's verdict on an invocation whose
-// outcome is unknown — its backend could not say whether it ran and never
-// will (no receipts, or its records are gone) — and releases the
-// idempotency key that call holds: "not-executed" lets a retry run,
-// "executed" makes retries answer that it ran. The verdict is a row of
-// its own in the chain (phase resolution), next to the unknown one.
+// outcome is unknown — its backend could not say whether it ran — through
+// ExecutorService.Resolve, with the operator's own token: the executor
+// checks that the token's user holds audit.resolve (and audit.read), asks
+// the backend's receipt, refuses a verdict the receipt contradicts unless
+// --override-receipt, appends the resolution row naming that user, and
+// releases the idempotency key the call holds ("not-executed": a retry
+// runs) or settles it ("executed": retries answer that it ran).
 func runAuditResolve(ctx context.Context, args []string, io IO) error {
 	var (
-		url                        config.Secret
-		tenant, invocation, as, by string
-		reason                     string
+		token                config.Secret
+		addr, invocation, as string
+		reason               string
+		override             bool
 	)
 	s := config.New("audit resolve", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
-	clicore.DatabaseFlag(s, &url)
-	s.String(&tenant, "tenant", "", "tenant of the invocation")
+	s.String(&addr, "executor-addr", "127.0.0.1:9092", "gRPC address of the executor (mandate dev: its --grpc-addr)")
+	s.SecretVar(&token, "token", "the operator's bearer token: a user holding audit.resolve and audit.read, recorded as the resolution's user")
 	s.String(&invocation, "invocation", "", "the invocation whose outcome is unknown")
 	s.String(&as, "as", "", "the verdict: executed or not-executed")
-	s.String(&by, "by", "", "who decides (recorded as the resolution's user)")
-	s.String(&reason, "reason", "", "why, e.g. what the system of record shows (recorded)")
+	s.String(&reason, "reason", "", "why, e.g. what the system of record shows (recorded; one line, at most 500 bytes)")
+	s.Bool(&override, "override-receipt", false, "record the verdict even though the backend's receipt says otherwise (recorded)")
+	s.Require("token", func() bool { return !token.Set() })
 	for _, f := range []struct {
 		name string
 		v    *string
-	}{{"tenant", &tenant}, {"invocation", &invocation}, {"as", &as}, {"by", &by}, {"reason", &reason}} {
+	}{{"invocation", &invocation}, {"as", &as}, {"reason", &reason}} {
 		s.Require(f.name, func() bool { return *f.v == "" })
 	}
+	verdict := ""
 	s.Check(func() error {
-		if as != "executed" && as != "not-executed" {
+		switch as {
+		case "executed":
+			verdict = executor.VerdictExecuted
+		case "not-executed", "not_executed":
+			verdict = executor.VerdictNotExecuted
+		default:
 			return s.Errorf("as", "must be executed or not-executed")
+		}
+		if err := executor.CheckReason(reason); err != nil {
+			return s.Errorf("reason", "%s", failure.ToStatus(err).Message())
 		}
 		return nil
 	})
 	if err := s.Parse(args); err != nil {
 		return err
 	}
-	var cl clicore.Closers
-	defer cl.Close()
-	st, err := auditDB(ctx, url, &cl)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return err
+		return fmt.Errorf("--executor-addr: %w", err)
 	}
-	rows, err := st.Get(ctx, tenant, invocation)
+	defer func() { _ = conn.Close() }()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token.Reveal())
+	resp, err := mandatev1.NewExecutorServiceClient(conn).Resolve(ctx, &mandatev1.ResolveRequest{
+		InvocationId: invocation, Verdict: verdict, Reason: reason, OverrideReceipt: override,
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("resolve: %s", status.Convert(err).Message())
 	}
-	var unknown *audit.Stored
-	for i := range rows {
-		switch {
-		case rows[i].Phase == audit.PhaseResolution:
-			return fmt.Errorf("invocation %s was resolved already (seq %d)", invocation, rows[i].Seq)
-		case rows[i].Phase == audit.PhaseOutcome && rows[i].Outcome == audit.OutcomeUnknown:
-			unknown = &rows[i]
-		}
+	key := map[string]string{
+		"none":     "it held no idempotency key",
+		"released": "its idempotency key is released: a retry runs",
+		"settled":  "its idempotency key now replays that it ran",
+	}[resp.GetKey()]
+	receipt := "the backend could not say"
+	if r := resp.GetReceipt(); r != "" {
+		receipt = "the backend's receipt says " + r
 	}
-	if unknown == nil {
-		return fmt.Errorf("invocation %s has no unknown outcome to resolve", invocation)
-	}
-	rec := unknown.Record.Clone()
-	rec.Phase, rec.Time, rec.Arguments, rec.Duration, rec.ResultDigest = audit.PhaseResolution, time.Now(), nil, 0, ""
-	rec.UserID, rec.AgentID, rec.Model, rec.ModelVersion, rec.ActorKind = by, "", "", "", audit.ActorUser
-	rec.Stage, rec.Message = audit.StageAudit, "resolved by "+by+": "+reason
-	var saved *executor.Saved
-	if as == "executed" {
-		rec.Outcome, rec.Code = audit.OutcomeExecuted, failure.CodeAuditResolvedExecuted
-		v := executor.ResolvedExecuted(invocation, by, reason)
-		saved = &v
-	} else {
-		rec.Outcome, rec.Code = audit.OutcomeFailed, failure.CodeAuditResolvedNotExecuted
-	}
-	w := audit.NewWriter(st, audit.WriterOptions{})
-	cl.Add(func() { _ = w.Close() })
-	stored, err := w.Append(ctx, rec)
-	if err != nil {
-		return err
-	}
-	held, err := execpg.New(st.Pool(), execpg.Options{}).Resolve(ctx, tenant, invocation, saved)
-	if err != nil {
-		return fmt.Errorf("the resolution is recorded (seq %d), but releasing the idempotency key failed: %w", stored[0].Seq, err)
-	}
-	key := "it held no idempotency key"
-	if held {
-		key = "its idempotency key now replays that it ran"
-		if saved == nil {
-			key = "its idempotency key is released: a retry runs"
-		}
-	}
-	fmt.Fprintf(io.Stdout, "invocation %s of tenant %s resolved as %s (seq %d); %s\n", invocation, tenant, as, stored[0].Seq, key)
+	rec := resp.GetRecord()
+	fmt.Fprintf(io.Stdout, "invocation %s of tenant %s resolved as %s by %s (seq %d); %s; %s\n",
+		invocation, rec.GetTenant(), as, rec.GetUserId(), rec.GetSeq(), receipt, key)
 	return nil
 }

@@ -12,11 +12,12 @@ import (
 	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
 	auditapi "github.com/mandate-dev/mandate/services/audit/api"
 	"github.com/mandate-dev/mandate/services/catalog"
+	"github.com/mandate-dev/mandate/services/executor"
 )
 
 // platformPermissions are the permissions Mandate's own services check,
 // whatever the manifest: a policy may grant them though no command does.
-var platformPermissions = []string{auditapi.ReadPermission, catalog.OpsReadPermission}
+var platformPermissions = []string{auditapi.ReadPermission, executor.ResolvePermission, catalog.OpsReadPermission}
 
 // openDirectory opens the directory a policy is applied to; close releases
 // it.

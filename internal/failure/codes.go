@@ -79,6 +79,10 @@ const (
 	CodeAuditOutcomeUnknown      = "audit.outcome_unknown"
 	CodeAuditResolvedExecuted    = "audit.resolved_executed"
 	CodeAuditResolvedNotExecuted = "audit.resolved_not_executed"
+	// CodeAuditNotResolvable, CodeAuditContradictsReceipt: refusals of
+	// ExecutorService.Resolve.
+	CodeAuditNotResolvable      = "audit.not_resolvable"
+	CodeAuditContradictsReceipt = "audit.contradicts_receipt"
 
 	CodeHandlerFailed           = "handler.failed"
 	CodeHandlerUnavailable      = "handler.unavailable"
@@ -265,6 +269,12 @@ var table = []Spec{
 		Meaning: "audit trail only: an unknown outcome resolved as executed, by an operator or from the backend's receipt"},
 	{Code: CodeAuditResolvedNotExecuted, Stages: []string{StageAudit},
 		Meaning: "audit trail only: an unknown outcome resolved as not executed, by an operator or from the backend's receipt"},
+	{Code: CodeAuditNotResolvable, Stages: []string{StageAudit}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
+		Remedy:  "resolve only an invocation whose outcome row says unknown and that no resolution answers yet",
+		Meaning: "an operator's resolution was refused: the invocation's outcome is not unknown, or it was resolved already"},
+	{Code: CodeAuditContradictsReceipt, Stages: []string{StageAudit}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
+		Remedy:  "check the system of record; to record the verdict anyway, resolve again with override_receipt (recorded)",
+		Meaning: "an operator's resolution was refused: the backend's receipt says the opposite"},
 	{Code: CodeAuditNotFound, GRPC: codes.NotFound, HTTP: http.StatusNotFound, Remedy: "check the invocation id and tenant",
 		Meaning: "the audit trail holds no record for this query"},
 	{Code: CodeRequestInvalidPageToken, GRPC: codes.InvalidArgument, HTTP: http.StatusBadRequest, Remedy: "list again without a page token",

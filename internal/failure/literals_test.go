@@ -24,7 +24,7 @@ var notCodes = map[string]string{
 	"schema.too_large": "violation rule", "schema.type": "violation rule", "schema.unknown_field": "violation rule",
 	"schema.utf8": "violation rule",
 	// Permissions.
-	"audit.read": "permission", "directory.manage": "permission",
+	"audit.read": "permission", "audit.resolve": "permission", "directory.manage": "permission",
 	// File names the build plugin writes.
 	"manifest.json": "file name", "manifest.go": "file name",
 	// OpenTelemetry resource attributes.

@@ -83,6 +83,148 @@ func (Verdict) EnumDescriptor() ([]byte, []int) {
 	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{0}
 }
 
+// ResolveRequest is an operator's verdict on an unknown outcome.
+type ResolveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The invocation whose outcome row says unknown.
+	InvocationId string `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	// What the operator found: `executed` or `not_executed`.
+	Verdict string `protobuf:"bytes,2,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// Why, e.g. what the system of record shows; recorded in the row. One
+	// line of at most 500 bytes, without control or bidirectional-override
+	// characters.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Record the verdict even though the backend's receipt says otherwise
+	// (the row says so).
+	OverrideReceipt bool `protobuf:"varint,4,opt,name=override_receipt,json=overrideReceipt,proto3" json:"override_receipt,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ResolveRequest) Reset() {
+	*x = ResolveRequest{}
+	mi := &file_mandate_v1_executor_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveRequest) ProtoMessage() {}
+
+func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_executor_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveRequest.ProtoReflect.Descriptor instead.
+func (*ResolveRequest) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ResolveRequest) GetInvocationId() string {
+	if x != nil {
+		return x.InvocationId
+	}
+	return ""
+}
+
+func (x *ResolveRequest) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *ResolveRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ResolveRequest) GetOverrideReceipt() bool {
+	if x != nil {
+		return x.OverrideReceipt
+	}
+	return false
+}
+
+// ResolveResponse says what the resolution recorded and did.
+type ResolveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The resolution row.
+	Record *AuditRecord `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// What the backend's receipt said: `executed`, `not_executed`, or empty
+	// when the backend could not answer.
+	Receipt string `protobuf:"bytes,2,opt,name=receipt,proto3" json:"receipt,omitempty"`
+	// What became of the call's idempotency key: `released` (a retry runs),
+	// `settled` (retries answer that it ran) or `none` (the call held none).
+	Key           string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveResponse) Reset() {
+	*x = ResolveResponse{}
+	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveResponse) ProtoMessage() {}
+
+func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveResponse.ProtoReflect.Descriptor instead.
+func (*ResolveResponse) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ResolveResponse) GetRecord() *AuditRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *ResolveResponse) GetReceipt() string {
+	if x != nil {
+		return x.Receipt
+	}
+	return ""
+}
+
+func (x *ResolveResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 // ExecuteRequest names a command and its input.
 type ExecuteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -113,7 +255,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[0]
+	mi := &file_mandate_v1_executor_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -125,7 +267,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[0]
+	mi := &file_mandate_v1_executor_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -138,7 +280,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{0}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ExecuteRequest) GetCode() string {
@@ -207,7 +349,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	mi := &file_mandate_v1_executor_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -219,7 +361,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	mi := &file_mandate_v1_executor_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -232,7 +374,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{1}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CheckResponse) GetCheckId() string {
@@ -278,7 +420,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[2]
+	mi := &file_mandate_v1_executor_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -290,7 +432,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[2]
+	mi := &file_mandate_v1_executor_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -303,7 +445,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{2}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExecuteResponse) GetInvocationId() string {
@@ -346,7 +488,18 @@ var File_mandate_v1_executor_proto protoreflect.FileDescriptor
 const file_mandate_v1_executor_proto_rawDesc = "" +
 	"\n" +
 	"\x19mandate/v1/executor.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x17mandate/v1/errors.proto\"\xcb\x02\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16mandate/v1/audit.proto\x1a\x17mandate/v1/errors.proto\"\xc9\x01\n" +
+	"\x0eResolveRequest\x12/\n" +
+	"\rinvocation_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\finvocationId\x127\n" +
+	"\averdict\x18\x02 \x01(\tB\x1d\xbaH\x1ar\x18R\bexecutedR\fnot_executedR\averdict\x12\"\n" +
+	"\x06reason\x18\x03 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\xf4\x03R\x06reason\x12)\n" +
+	"\x10override_receipt\x18\x04 \x01(\bR\x0foverrideReceipt\"n\n" +
+	"\x0fResolveResponse\x12/\n" +
+	"\x06record\x18\x01 \x01(\v2\x17.mandate.v1.AuditRecordR\x06record\x12\x18\n" +
+	"\areceipt\x18\x02 \x01(\tR\areceipt\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\"\xcb\x02\n" +
 	"\x0eExecuteRequest\x12\x1e\n" +
 	"\x04code\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x04code\x12-\n" +
@@ -372,10 +525,11 @@ const file_mandate_v1_executor_proto_rawDesc = "" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fVERDICT_ALLOWED\x10\x01\x12\x1d\n" +
 	"\x19VERDICT_APPROVAL_REQUIRED\x10\x02\x12\x13\n" +
-	"\x0fVERDICT_REFUSED\x10\x032\xe3\x01\n" +
+	"\x0fVERDICT_REFUSED\x10\x032\xdb\x02\n" +
 	"\x0fExecutorService\x12j\n" +
 	"\aExecute\x12\x1a.mandate.v1.ExecuteRequest\x1a\x1b.mandate.v1.ExecuteResponse\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/commands/{code}:execute\x12d\n" +
-	"\x05Check\x12\x1a.mandate.v1.ExecuteRequest\x1a\x19.mandate.v1.CheckResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/commands/{code}:checkB9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
+	"\x05Check\x12\x1a.mandate.v1.ExecuteRequest\x1a\x19.mandate.v1.CheckResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/commands/{code}:check\x12v\n" +
+	"\aResolve\x12\x1a.mandate.v1.ResolveRequest\x1a\x1b.mandate.v1.ResolveResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/invocations/{invocation_id}:resolveB9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
 
 var (
 	file_mandate_v1_executor_proto_rawDescOnce sync.Once
@@ -390,29 +544,35 @@ func file_mandate_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_mandate_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mandate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_mandate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_mandate_v1_executor_proto_goTypes = []any{
 	(Verdict)(0),            // 0: mandate.v1.Verdict
-	(*ExecuteRequest)(nil),  // 1: mandate.v1.ExecuteRequest
-	(*CheckResponse)(nil),   // 2: mandate.v1.CheckResponse
-	(*ExecuteResponse)(nil), // 3: mandate.v1.ExecuteResponse
-	(*structpb.Struct)(nil), // 4: google.protobuf.Struct
-	(*CommandError)(nil),    // 5: mandate.v1.CommandError
+	(*ResolveRequest)(nil),  // 1: mandate.v1.ResolveRequest
+	(*ResolveResponse)(nil), // 2: mandate.v1.ResolveResponse
+	(*ExecuteRequest)(nil),  // 3: mandate.v1.ExecuteRequest
+	(*CheckResponse)(nil),   // 4: mandate.v1.CheckResponse
+	(*ExecuteResponse)(nil), // 5: mandate.v1.ExecuteResponse
+	(*AuditRecord)(nil),     // 6: mandate.v1.AuditRecord
+	(*structpb.Struct)(nil), // 7: google.protobuf.Struct
+	(*CommandError)(nil),    // 8: mandate.v1.CommandError
 }
 var file_mandate_v1_executor_proto_depIdxs = []int32{
-	4, // 0: mandate.v1.ExecuteRequest.input:type_name -> google.protobuf.Struct
-	0, // 1: mandate.v1.CheckResponse.verdict:type_name -> mandate.v1.Verdict
-	5, // 2: mandate.v1.CheckResponse.reason:type_name -> mandate.v1.CommandError
-	4, // 3: mandate.v1.ExecuteResponse.result:type_name -> google.protobuf.Struct
-	1, // 4: mandate.v1.ExecutorService.Execute:input_type -> mandate.v1.ExecuteRequest
-	1, // 5: mandate.v1.ExecutorService.Check:input_type -> mandate.v1.ExecuteRequest
-	3, // 6: mandate.v1.ExecutorService.Execute:output_type -> mandate.v1.ExecuteResponse
-	2, // 7: mandate.v1.ExecutorService.Check:output_type -> mandate.v1.CheckResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	6, // 0: mandate.v1.ResolveResponse.record:type_name -> mandate.v1.AuditRecord
+	7, // 1: mandate.v1.ExecuteRequest.input:type_name -> google.protobuf.Struct
+	0, // 2: mandate.v1.CheckResponse.verdict:type_name -> mandate.v1.Verdict
+	8, // 3: mandate.v1.CheckResponse.reason:type_name -> mandate.v1.CommandError
+	7, // 4: mandate.v1.ExecuteResponse.result:type_name -> google.protobuf.Struct
+	3, // 5: mandate.v1.ExecutorService.Execute:input_type -> mandate.v1.ExecuteRequest
+	3, // 6: mandate.v1.ExecutorService.Check:input_type -> mandate.v1.ExecuteRequest
+	1, // 7: mandate.v1.ExecutorService.Resolve:input_type -> mandate.v1.ResolveRequest
+	5, // 8: mandate.v1.ExecutorService.Execute:output_type -> mandate.v1.ExecuteResponse
+	4, // 9: mandate.v1.ExecutorService.Check:output_type -> mandate.v1.CheckResponse
+	2, // 10: mandate.v1.ExecutorService.Resolve:output_type -> mandate.v1.ResolveResponse
+	8, // [8:11] is the sub-list for method output_type
+	5, // [5:8] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_mandate_v1_executor_proto_init() }
@@ -420,6 +580,7 @@ func file_mandate_v1_executor_proto_init() {
 	if File_mandate_v1_executor_proto != nil {
 		return
 	}
+	file_mandate_v1_audit_proto_init()
 	file_mandate_v1_errors_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -427,7 +588,7 @@ func file_mandate_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mandate_v1_executor_proto_rawDesc), len(file_mandate_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

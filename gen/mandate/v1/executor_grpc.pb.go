@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	ExecutorService_Execute_FullMethodName = "/mandate.v1.ExecutorService/Execute"
 	ExecutorService_Check_FullMethodName   = "/mandate.v1.ExecutorService/Check"
+	ExecutorService_Resolve_FullMethodName = "/mandate.v1.ExecutorService/Resolve"
 )
 
 // ExecutorServiceClient is the client API for ExecutorService service.
@@ -51,6 +52,15 @@ type ExecutorServiceClient interface {
 	// invariants), whether the idempotency key would replay, or whether a
 	// revocation since the grant was approved voids it.
 	Check(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*CheckResponse, error)
+	// Records an operator's verdict on an invocation of the caller's tenant
+	// whose outcome row says unknown, and settles the idempotency key the
+	// call holds: not executed releases it (a retry runs), executed makes
+	// retries answer that the call ran. Only a user (never an agent) holding
+	// `audit.resolve` and `audit.read` may resolve; the resolution row names
+	// that user. The executor first asks the backend's receipt: a verdict
+	// that contradicts it is refused (`audit.contradicts_receipt`) unless
+	// override_receipt is set, which the row records.
+	Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error)
 }
 
 type executorServiceClient struct {
@@ -75,6 +85,16 @@ func (c *executorServiceClient) Check(ctx context.Context, in *ExecuteRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CheckResponse)
 	err := c.cc.Invoke(ctx, ExecutorService_Check_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_Resolve_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +129,15 @@ type ExecutorServiceServer interface {
 	// invariants), whether the idempotency key would replay, or whether a
 	// revocation since the grant was approved voids it.
 	Check(context.Context, *ExecuteRequest) (*CheckResponse, error)
+	// Records an operator's verdict on an invocation of the caller's tenant
+	// whose outcome row says unknown, and settles the idempotency key the
+	// call holds: not executed releases it (a retry runs), executed makes
+	// retries answer that the call ran. Only a user (never an agent) holding
+	// `audit.resolve` and `audit.read` may resolve; the resolution row names
+	// that user. The executor first asks the backend's receipt: a verdict
+	// that contradicts it is refused (`audit.contradicts_receipt`) unless
+	// override_receipt is set, which the row records.
+	Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error)
 	mustEmbedUnimplementedExecutorServiceServer()
 }
 
@@ -124,6 +153,9 @@ func (UnimplementedExecutorServiceServer) Execute(context.Context, *ExecuteReque
 }
 func (UnimplementedExecutorServiceServer) Check(context.Context, *ExecuteRequest) (*CheckResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
+}
+func (UnimplementedExecutorServiceServer) Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resolve not implemented")
 }
 func (UnimplementedExecutorServiceServer) mustEmbedUnimplementedExecutorServiceServer() {}
 func (UnimplementedExecutorServiceServer) testEmbeddedByValue()                         {}
@@ -182,6 +214,24 @@ func _ExecutorService_Check_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutorService_Resolve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).Resolve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_Resolve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).Resolve(ctx, req.(*ResolveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExecutorService_ServiceDesc is the grpc.ServiceDesc for ExecutorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -196,6 +246,10 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Check",
 			Handler:    _ExecutorService_Check_Handler,
+		},
+		{
+			MethodName: "Resolve",
+			Handler:    _ExecutorService_Resolve_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -103,6 +103,19 @@ func (s *Service) Execute(ctx context.Context, req *mandatev1.ExecuteRequest) (*
 	return resp, nil
 }
 
+// Resolve records an operator's verdict on an unknown outcome
+// (Executor.Resolve): the caller is the operator.
+func (s *Service) Resolve(ctx context.Context, req *mandatev1.ResolveRequest) (*mandatev1.ResolveResponse, error) {
+	p, _ := identity.FromContext(ctx)
+	res, err := s.exec.Resolve(ctx, p, executor.Resolution{
+		InvocationID: req.GetInvocationId(), Verdict: req.GetVerdict(), Reason: req.GetReason(), OverrideReceipt: req.GetOverrideReceipt(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &mandatev1.ResolveResponse{Record: res.Row, Receipt: res.Receipt, Key: res.Key}, nil
+}
+
 // Check answers whether the call would pass, running nothing. A refusal
 // is the verdict, not an error: the RPC fails only when no verdict could
 // be reached.
