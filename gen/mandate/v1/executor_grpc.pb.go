@@ -51,6 +51,9 @@ type ExecutorServiceClient interface {
 	// A check cannot know what the backend would say (its state guards and
 	// invariants), whether the idempotency key would replay, or whether a
 	// revocation since the grant was approved voids it.
+	//
+	// It takes the very ExecuteRequest it judges, so that what is checked
+	// is what would run.
 	Check(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*CheckResponse, error)
 	// Records an operator's verdict on an invocation of the caller's tenant
 	// whose outcome row says unknown, and settles the idempotency key the
@@ -128,6 +131,9 @@ type ExecutorServiceServer interface {
 	// A check cannot know what the backend would say (its state guards and
 	// invariants), whether the idempotency key would replay, or whether a
 	// revocation since the grant was approved voids it.
+	//
+	// It takes the very ExecuteRequest it judges, so that what is checked
+	// is what would run.
 	Check(context.Context, *ExecuteRequest) (*CheckResponse, error)
 	// Records an operator's verdict on an invocation of the caller's tenant
 	// whose outcome row says unknown, and settles the idempotency key the
