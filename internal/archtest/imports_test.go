@@ -27,27 +27,8 @@ var knownViolations = map[string][]string{}
 // subpackages) imports another service's packages (services/Y/...); tests
 // may, to assemble a topology.
 func TestServicesImportNoOtherService(t *testing.T) {
-	cmd := exec.Command("go", "list", "-json=ImportPath,Imports", module+"/services/...")
-	out, err := cmd.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
-		}
-		t.Fatalf("go list: %v", err)
-	}
 	found := map[string][]string{}
-	dec := json.NewDecoder(strings.NewReader(string(out)))
-	for {
-		var p struct {
-			ImportPath string
-			Imports    []string
-		}
-		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
+	for _, p := range listPackages(t, module+"/services/...") {
 		owner := serviceOf(p.ImportPath)
 		for _, imp := range p.Imports {
 			other := serviceOf(imp)
@@ -87,27 +68,8 @@ func serviceOf(pkg string) string {
 // are exempt for now: they mint tokens and build servers and databases with Mandate's internal
 // helpers.
 func TestExamplesImportNoInternalPackage(t *testing.T) {
-	cmd := exec.Command("go", "list", "-json=ImportPath,Imports", module+"/examples/...")
-	out, err := cmd.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
-		}
-		t.Fatalf("go list: %v", err)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(out)))
 	packages := 0
-	for {
-		var p struct {
-			ImportPath string
-			Imports    []string
-		}
-		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
+	for _, p := range listPackages(t, module+"/examples/...") {
 		packages++
 		for _, imp := range p.Imports {
 			if imp == module+"/internal" || strings.HasPrefix(imp, module+"/internal/") {
@@ -131,27 +93,8 @@ var compositionRoots = []string{module + "/cmd/", module + "/internal/app"}
 // imports services/... — a shared package that reached up into a service
 // would make every other service link it.
 func TestOnlyTheCompositionRootImportsServices(t *testing.T) {
-	cmd := exec.Command("go", "list", "-json=ImportPath,Imports", module+"/...")
-	out, err := cmd.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
-		}
-		t.Fatalf("go list: %v", err)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(out)))
 	checked := 0
-	for {
-		var p struct {
-			ImportPath string
-			Imports    []string
-		}
-		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
+	for _, p := range listPackages(t, module+"/...") {
 		if serviceOf(p.ImportPath) != "" || slices.ContainsFunc(compositionRoots, func(root string) bool {
 			return p.ImportPath == strings.TrimSuffix(root, "/") || strings.HasPrefix(p.ImportPath, strings.TrimSuffix(root, "/")+"/")
 		}) {
@@ -166,5 +109,35 @@ func TestOnlyTheCompositionRootImportsServices(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("go list found no package outside services/ and the composition root")
+	}
+}
+
+// pkg is a package as go list reports it: its path and its non-test imports.
+type pkg struct {
+	ImportPath string
+	Imports    []string
+}
+
+// listPackages runs go list on pattern.
+func listPackages(t *testing.T, pattern string) []pkg {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", pattern).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			return pkgs
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
 	}
 }

@@ -19,10 +19,10 @@
 // printed; the access token's `act.sub` (the agent) is.
 
 import http from "node:http";
-import { randomBytes } from "node:crypto";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
+import { MemoryOAuthProvider } from "./provider.mjs";
 
 const mcpURL = process.env.MCP_URL;
 const timeoutMs = Number(process.env.MCP_TIMEOUT_MS || 60000);
@@ -73,56 +73,7 @@ const tracingFetch = async (input, init) => {
   return res;
 };
 
-// An in-memory OAuthClientProvider, as a host keeps one per server.
-class Provider {
-  constructor() {
-    this.expectedState = "st-" + randomBytes(12).toString("base64url");
-  }
-  get redirectUrl() {
-    return redirectUrl;
-  }
-  get clientMetadata() {
-    return {
-      client_name: "Mandate OAuth test",
-      redirect_uris: [redirectUrl],
-      grant_types: ["authorization_code", "refresh_token"],
-      response_types: ["code"],
-      token_endpoint_auth_method: "none",
-    };
-  }
-  state() {
-    return this.expectedState;
-  }
-  clientInformation() {
-    return this.client;
-  }
-  saveClientInformation(info) {
-    this.client = info;
-  }
-  tokens() {
-    return this.savedTokens;
-  }
-  saveTokens(tokens) {
-    this.savedTokens = tokens;
-  }
-  redirectToAuthorization(url) {
-    emit({ event: "authorize", url: url.href });
-  }
-  saveCodeVerifier(v) {
-    this.verifier = v;
-  }
-  codeVerifier() {
-    return this.verifier;
-  }
-  saveDiscoveryState(s) {
-    this.discovery = s;
-  }
-  discoveryState() {
-    return this.discovery;
-  }
-}
-
-const provider = new Provider();
+const provider = new MemoryOAuthProvider({ redirectUrl, clientName: "Mandate OAuth test", onAuthorize: (url) => emit({ event: "authorize", url: url.href }) });
 const newClient = () => new Client({ name: "mandate-oauth-test", version: "1.0.0" }, { capabilities: {} });
 const newTransport = () => new StreamableHTTPClientTransport(new URL(mcpURL), { authProvider: provider, fetch: tracingFetch });
 
