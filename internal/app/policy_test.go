@@ -16,6 +16,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/directory/memory"
+	"github.com/mandate-dev/mandate/internal/manifest"
 )
 
 // policyRun runs `mandate policy apply` on a memory directory; opened
@@ -238,5 +239,23 @@ func TestPolicyApplyDryRun(t *testing.T) {
 	stdout, _, _, err = policyRun(t, store, "-f", path, "--dry-run")
 	if err != nil || strings.Contains(stdout, "would ") || !strings.Contains(stdout, "tenants +0 ~0 -0, roles +0 ~0 -0, users +0 ~0 -0, agents +0 ~0 -0") {
 		t.Fatalf("dry run after applying: %v, %q", err, stdout)
+	}
+}
+
+// TestDemoPolicyFitsTheSample: the demo directory `mandate dev` seeds has
+// nothing to warn about against the sample manifest it governs, with the
+// permissions Mandate's own services check (platformPermissions, which
+// mandate policy apply passes too).
+func TestDemoPolicyFitsTheSample(t *testing.T) {
+	m, err := manifest.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := directory.ParsePolicy("demo.yaml", policy.Demo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := directory.CheckPolicy(pol, m.Commands(), platformPermissions); len(got) != 0 {
+		t.Errorf("demo.yaml against the sample: %q", got)
 	}
 }

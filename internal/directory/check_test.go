@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mandate-dev/mandate/examples/policy"
 	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/manifest"
 )
@@ -114,20 +113,4 @@ func matches(s, pattern string) bool {
 		s = s[i+len(part):]
 	}
 	return true
-}
-
-// TestDemoPolicyFitsTheSample: the demo directory `mandate dev` seeds has
-// nothing to warn about against the sample manifest it governs.
-func TestDemoPolicyFitsTheSample(t *testing.T) {
-	m, err := manifest.Embedded()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, err := directory.ParsePolicy("demo.yaml", policy.Demo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := directory.CheckPolicy(pol, m.Commands(), []string{"audit.read"}); len(got) != 0 {
-		t.Errorf("demo.yaml against the sample: %q", got)
-	}
 }
