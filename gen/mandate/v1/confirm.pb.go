@@ -174,6 +174,11 @@ type Prompt struct {
 	// values as `[withheld]`. No value can start a line of its own. The MCP
 	// bridge lists them in its confirmation form.
 	ArgumentLines []string `protobuf:"bytes,11,rep,name=argument_lines,json=argumentLines,proto3" json:"argument_lines,omitempty"`
+	// What the call would do, as its backend previewed it before anyone was
+	// asked (mandate.v1.PreviewService), one line each with control and bidi
+	// characters shown as ⟦U+…⟧ markers. Empty when the backend offers no
+	// preview of the command.
+	EffectLines   []string `protobuf:"bytes,12,rep,name=effect_lines,json=effectLines,proto3" json:"effect_lines,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -285,6 +290,13 @@ func (x *Prompt) GetArgumentLines() []string {
 	return nil
 }
 
+func (x *Prompt) GetEffectLines() []string {
+	if x != nil {
+		return x.EffectLines
+	}
+	return nil
+}
+
 // Challenge is a pending or decided request for confirmation.
 type Challenge struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -328,7 +340,10 @@ type Challenge struct {
 	// client is operated by its user (a user, or an agent with
 	// `host: interactive`), the requesting user is the approver, and the
 	// command is below L4. Everyone else confirms on the approval page.
-	Elicitable    bool `protobuf:"varint,18,opt,name=elicitable,proto3" json:"elicitable,omitempty"`
+	Elicitable bool `protobuf:"varint,18,opt,name=elicitable,proto3" json:"elicitable,omitempty"`
+	// The executor's digest of the backend's preview the approver was shown
+	// (Prompt.effect_lines); empty when there was none.
+	PreviewDigest string `protobuf:"bytes,19,opt,name=preview_digest,json=previewDigest,proto3" json:"preview_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -489,6 +504,13 @@ func (x *Challenge) GetElicitable() bool {
 	return false
 }
 
+func (x *Challenge) GetPreviewDigest() string {
+	if x != nil {
+		return x.PreviewDigest
+	}
+	return ""
+}
+
 // OpenRequest opens a challenge.
 type OpenRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -503,7 +525,13 @@ type OpenRequest struct {
 	// JSON pointers of the withheld fields.
 	WithheldFields []string `protobuf:"bytes,5,rep,name=withheld_fields,json=withheldFields,proto3" json:"withheld_fields,omitempty"`
 	// How long the challenge stays open (default 10m, at most 24h).
-	Ttl           *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// What the call would do, as its backend previewed it; shown to the
+	// approver. At most 16.
+	Effects []*EffectLine `protobuf:"bytes,7,rep,name=effects,proto3" json:"effects,omitempty"`
+	// The executor's digest of that preview (64 hex characters); required
+	// with effects, empty without.
+	PreviewDigest string `protobuf:"bytes,8,opt,name=preview_digest,json=previewDigest,proto3" json:"preview_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -578,6 +606,20 @@ func (x *OpenRequest) GetTtl() *durationpb.Duration {
 		return x.Ttl
 	}
 	return nil
+}
+
+func (x *OpenRequest) GetEffects() []*EffectLine {
+	if x != nil {
+		return x.Effects
+	}
+	return nil
+}
+
+func (x *OpenRequest) GetPreviewDigest() string {
+	if x != nil {
+		return x.PreviewDigest
+	}
+	return ""
 }
 
 // ConfirmServiceGetRequest names a challenge.
@@ -858,7 +900,10 @@ type Grant struct {
 	// When the approver decided.
 	DecidedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
 	// Where the decision was made.
-	Channel       string `protobuf:"bytes,4,opt,name=channel,proto3" json:"channel,omitempty"`
+	Channel string `protobuf:"bytes,4,opt,name=channel,proto3" json:"channel,omitempty"`
+	// The digest of the backend's preview the approver was shown; empty when
+	// there was none.
+	PreviewDigest string `protobuf:"bytes,5,opt,name=preview_digest,json=previewDigest,proto3" json:"preview_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -921,12 +966,19 @@ func (x *Grant) GetChannel() string {
 	return ""
 }
 
+func (x *Grant) GetPreviewDigest() string {
+	if x != nil {
+		return x.PreviewDigest
+	}
+	return ""
+}
+
 var File_mandate_v1_confirm_proto protoreflect.FileDescriptor
 
 const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\n" +
 	"\x18mandate/v1/confirm.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe3\x02\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mandate/v1/preview.proto\"\x86\x03\n" +
 	"\x06Prompt\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12\x12\n" +
@@ -941,7 +993,8 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\x0fwithheld_fields\x18\t \x03(\tR\x0ewithheldFields\x12!\n" +
 	"\frequested_by\x18\n" +
 	" \x01(\tR\vrequestedBy\x12%\n" +
-	"\x0eargument_lines\x18\v \x03(\tR\rargumentLines\"\xfe\x05\n" +
+	"\x0eargument_lines\x18\v \x03(\tR\rargumentLines\x12!\n" +
+	"\feffect_lines\x18\f \x03(\tR\veffectLines\"\xa5\x06\n" +
 	"\tChallenge\x12!\n" +
 	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x18\n" +
@@ -967,7 +1020,8 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\fapproval_url\x18\x11 \x01(\tR\vapprovalUrl\x12\x1e\n" +
 	"\n" +
 	"elicitable\x18\x12 \x01(\bR\n" +
-	"elicitable\"\xba\x02\n" +
+	"elicitable\x12%\n" +
+	"\x0epreview_digest\x18\x13 \x01(\tR\rpreviewDigest\"\xb7\x03\n" +
 	"\vOpenRequest\x12$\n" +
 	"\acommand\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\acommand\x12B\n" +
@@ -976,7 +1030,9 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\finvocationId\x120\n" +
 	"\x0earguments_json\x18\x04 \x01(\tB\t\xbaH\x06r\x04\x18\x80\x80\x04R\rargumentsJson\x121\n" +
 	"\x0fwithheld_fields\x18\x05 \x03(\tB\b\xbaH\x05\x92\x01\x02\x10@R\x0ewithheldFields\x12+\n" +
-	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"I\n" +
+	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12:\n" +
+	"\aeffects\x18\a \x03(\v2\x16.mandate.v1.EffectLineB\b\xbaH\x05\x92\x01\x02\x10\x10R\aeffects\x12?\n" +
+	"\x0epreview_digest\x18\b \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\rpreviewDigest\"I\n" +
 	"\x18ConfirmServiceGetRequest\x12-\n" +
 	"\fchallenge_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\vchallengeId\"\x9f\x01\n" +
@@ -996,13 +1052,14 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\x0eReleaseRequest\x12-\n" +
 	"\fchallenge_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\vchallengeId\x12B\n" +
-	"\x11invocation_digest\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x10invocationDigest\"\x9b\x01\n" +
+	"\x11invocation_digest\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x10invocationDigest\"\xc2\x01\n" +
 	"\x05Grant\x12!\n" +
 	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12\x1a\n" +
 	"\bapprover\x18\x02 \x01(\tR\bapprover\x129\n" +
 	"\n" +
 	"decided_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12\x18\n" +
-	"\achannel\x18\x04 \x01(\tR\achannel*\xc5\x01\n" +
+	"\achannel\x18\x04 \x01(\tR\achannel\x12%\n" +
+	"\x0epreview_digest\x18\x05 \x01(\tR\rpreviewDigest*\xc5\x01\n" +
 	"\x0eChallengeState\x12\x1f\n" +
 	"\x1bCHALLENGE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17CHALLENGE_STATE_PENDING\x10\x01\x12\x1c\n" +
@@ -1050,6 +1107,7 @@ var file_mandate_v1_confirm_proto_goTypes = []any{
 	(*Grant)(nil),                    // 10: mandate.v1.Grant
 	(*timestamppb.Timestamp)(nil),    // 11: google.protobuf.Timestamp
 	(*durationpb.Duration)(nil),      // 12: google.protobuf.Duration
+	(*EffectLine)(nil),               // 13: mandate.v1.EffectLine
 }
 var file_mandate_v1_confirm_proto_depIdxs = []int32{
 	2,  // 0: mandate.v1.Challenge.prompt:type_name -> mandate.v1.Prompt
@@ -1058,25 +1116,26 @@ var file_mandate_v1_confirm_proto_depIdxs = []int32{
 	11, // 3: mandate.v1.Challenge.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 4: mandate.v1.Challenge.decided_at:type_name -> google.protobuf.Timestamp
 	12, // 5: mandate.v1.OpenRequest.ttl:type_name -> google.protobuf.Duration
-	1,  // 6: mandate.v1.DecideRequest.decision:type_name -> mandate.v1.Decision
-	11, // 7: mandate.v1.Grant.decided_at:type_name -> google.protobuf.Timestamp
-	4,  // 8: mandate.v1.ConfirmService.Open:input_type -> mandate.v1.OpenRequest
-	5,  // 9: mandate.v1.ConfirmService.Get:input_type -> mandate.v1.ConfirmServiceGetRequest
-	6,  // 10: mandate.v1.ConfirmService.Decide:input_type -> mandate.v1.DecideRequest
-	7,  // 11: mandate.v1.ConfirmService.Await:input_type -> mandate.v1.AwaitRequest
-	8,  // 12: mandate.v1.ConfirmService.Redeem:input_type -> mandate.v1.RedeemRequest
-	9,  // 13: mandate.v1.ConfirmService.Release:input_type -> mandate.v1.ReleaseRequest
-	3,  // 14: mandate.v1.ConfirmService.Open:output_type -> mandate.v1.Challenge
-	3,  // 15: mandate.v1.ConfirmService.Get:output_type -> mandate.v1.Challenge
-	3,  // 16: mandate.v1.ConfirmService.Decide:output_type -> mandate.v1.Challenge
-	3,  // 17: mandate.v1.ConfirmService.Await:output_type -> mandate.v1.Challenge
-	10, // 18: mandate.v1.ConfirmService.Redeem:output_type -> mandate.v1.Grant
-	3,  // 19: mandate.v1.ConfirmService.Release:output_type -> mandate.v1.Challenge
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	13, // 6: mandate.v1.OpenRequest.effects:type_name -> mandate.v1.EffectLine
+	1,  // 7: mandate.v1.DecideRequest.decision:type_name -> mandate.v1.Decision
+	11, // 8: mandate.v1.Grant.decided_at:type_name -> google.protobuf.Timestamp
+	4,  // 9: mandate.v1.ConfirmService.Open:input_type -> mandate.v1.OpenRequest
+	5,  // 10: mandate.v1.ConfirmService.Get:input_type -> mandate.v1.ConfirmServiceGetRequest
+	6,  // 11: mandate.v1.ConfirmService.Decide:input_type -> mandate.v1.DecideRequest
+	7,  // 12: mandate.v1.ConfirmService.Await:input_type -> mandate.v1.AwaitRequest
+	8,  // 13: mandate.v1.ConfirmService.Redeem:input_type -> mandate.v1.RedeemRequest
+	9,  // 14: mandate.v1.ConfirmService.Release:input_type -> mandate.v1.ReleaseRequest
+	3,  // 15: mandate.v1.ConfirmService.Open:output_type -> mandate.v1.Challenge
+	3,  // 16: mandate.v1.ConfirmService.Get:output_type -> mandate.v1.Challenge
+	3,  // 17: mandate.v1.ConfirmService.Decide:output_type -> mandate.v1.Challenge
+	3,  // 18: mandate.v1.ConfirmService.Await:output_type -> mandate.v1.Challenge
+	10, // 19: mandate.v1.ConfirmService.Redeem:output_type -> mandate.v1.Grant
+	3,  // 20: mandate.v1.ConfirmService.Release:output_type -> mandate.v1.Challenge
+	15, // [15:21] is the sub-list for method output_type
+	9,  // [9:15] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_mandate_v1_confirm_proto_init() }
@@ -1084,6 +1143,7 @@ func file_mandate_v1_confirm_proto_init() {
 	if File_mandate_v1_confirm_proto != nil {
 		return
 	}
+	file_mandate_v1_preview_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
