@@ -153,8 +153,15 @@ func (d inventoryDeployment) drive(t *testing.T) {
 		t.Fatalf("write-off result %v", done)
 	}
 	inv, _ := res.Meta["mandate.dev/invocation_id"].(string)
-	code, body = do(t, http.MethodGet, d.auditREST+"/v1/audit/invocations/"+inv, d.cora, "")
-	trail := jsonOf(body)
+	// The outcome row of a dispatched call is written just after the reply.
+	var trail string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, body = do(t, http.MethodGet, d.auditREST+"/v1/audit/invocations/"+inv, d.cora, "")
+		trail = jsonOf(body)
+		if strings.Contains(trail, `"phase":"outcome"`) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if code != http.StatusOK || !strings.Contains(trail, `"approver":"cora"`) || !strings.Contains(trail, `"subject":"SKU-1"`) ||
 		!strings.Contains(trail, `"outcome":"executed"`) || strings.Contains(trail, "B-7731") {
 		t.Fatalf("the write-off's audit rows (%d): %s", code, trail)

@@ -391,6 +391,14 @@ func (e *entry) sync(b *Bridge, ts toolSet) {
 			e.tools[name] = true
 		}
 	}
+	// The check tool goes with the tools it checks.
+	if len(ts) > 0 && b.offersCheck() {
+		want[CheckTool] = true
+		if !e.tools[CheckTool] {
+			e.srv.AddTool(checkTool(), b.callTool)
+			e.tools[CheckTool] = true
+		}
+	}
 	var gone []string
 	for name := range e.tools {
 		if !want[name] {

@@ -125,7 +125,7 @@ func TestToolsListPerPrincipal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := ts.Names(); !slices.Equal(alice, want) {
+	if want := withCheck(ts.Names()); !slices.Equal(alice, want) {
 		t.Errorf("alice sees %v, catalog says %v", alice, want)
 	}
 	// Raw schemas pass through.
@@ -391,7 +391,18 @@ func catalogNames(t *testing.T, e *env, p identity.Principal) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ts.Names()
+	return withCheck(ts.Names())
+}
+
+// withCheck is the list the bridge serves for the catalog's names: those,
+// and its check tool when there is one to check.
+func withCheck(names []string) []string {
+	if len(names) == 0 {
+		return names
+	}
+	out := append(slices.Clone(names), mcpbridge.CheckTool)
+	slices.Sort(out)
+	return out
 }
 
 func apply(t *testing.T, e *env, doc string) {

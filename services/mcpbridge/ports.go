@@ -24,6 +24,13 @@ type Executor interface {
 	Execute(ctx context.Context, in *mandatev1.ExecuteRequest, opts ...grpc.CallOption) (*mandatev1.ExecuteResponse, error)
 }
 
+// Checker checks a call without running it: ExecutorService.Check. The
+// bridge offers its check tool (CheckTool) when its Executor is one, as
+// the generated client is.
+type Checker interface {
+	Check(ctx context.Context, in *mandatev1.ExecuteRequest, opts ...grpc.CallOption) (*mandatev1.CheckResponse, error)
+}
+
 // Catalog is what the bridge needs of the catalog service: the caller's
 // tools, a stream of changes to them, and the manifest's bytes.
 type Catalog interface {
@@ -47,6 +54,7 @@ type Confirmer interface {
 // Compile-time checks that the generated clients are the ports.
 var (
 	_ Executor  = mandatev1.ExecutorServiceClient(nil)
+	_ Checker   = mandatev1.ExecutorServiceClient(nil)
 	_ Catalog   = mandatev1.CatalogServiceClient(nil)
 	_ Confirmer = mandatev1.ConfirmServiceClient(nil)
 )
