@@ -606,7 +606,14 @@ func wantWiring(t *testing.T, objs []object) {
 					t.Errorf("%s %s: %v is no flag of mandate healthcheck", o.name(), probe, cmd[i])
 				}
 			}
-			if cmd[3] != "http://127.0.0.1:"+ports["http"]+"/healthz" {
+			// Readiness is /healthz (the service can serve: its database
+			// answers), liveness /livez (the process runs): a database
+			// outage takes pods out of rotation, it does not restart them.
+			path := "/healthz"
+			if probe == "livenessProbe" {
+				path = "/livez"
+			}
+			if cmd[3] != "http://127.0.0.1:"+ports["http"]+path {
 				t.Errorf("%s %s probes %v, not its HTTP port %s", o.name(), probe, cmd[3], ports["http"])
 			}
 		}

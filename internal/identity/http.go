@@ -7,8 +7,12 @@ import (
 	"github.com/mandate-dev/mandate/internal/failure"
 )
 
-// healthPath is the only HTTP path served without a token.
-const healthPath = "/healthz"
+// healthPath and livePath (readiness and liveness, internal/server) are
+// the only HTTP paths served without a token.
+const (
+	healthPath = "/healthz"
+	livePath   = "/livez"
+)
 
 // problem is an RFC 9457 problem+json body carrying the stable code.
 type problem struct {
@@ -25,7 +29,7 @@ type problem struct {
 // the stable code, and a WWW-Authenticate challenge as RFC 6750 §3 asks.
 func (a *Authenticator) HTTPMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == healthPath {
+		if r.URL.Path == healthPath || r.URL.Path == livePath {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -85,7 +85,26 @@ type Config struct {
 	// connection may go on before it is closed under them; it must exceed
 	// the longest call. Zero: as long as they take.
 	MaxConnectionAgeGrace time.Duration
+	// Ready, when set, says whether the service can serve: typically a
+	// ping of its database. It is probed every ReadyInterval with a
+	// deadline of its own (ReadyInterval too, at most), never on a
+	// request's time, so a database that hangs makes the service
+	// not-ready within about two intervals instead of hanging its health
+	// checks. While it fails, /healthz and gRPC health for the service
+	// answer NOT_SERVING; /livez only says the process runs.
+	Ready func(ctx context.Context) error
+	// ReadyInterval is how often Ready is probed (default 1s).
+	ReadyInterval time.Duration
 }
+
+// Health paths, served without a token: /healthz is readiness (the
+// service can serve: it runs and Config.Ready passes), /livez liveness
+// (the process runs and answers HTTP; an orchestrator restarts it only
+// when this fails, never for a database outage).
+const (
+	HealthPath = "/healthz"
+	LivePath   = "/livez"
+)
 
 // MetricsPath is where Config.Metrics is served.
 const MetricsPath = "/metrics"
@@ -141,6 +160,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.ReadyInterval <= 0 {
+		cfg.ReadyInterval = time.Second
+	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}
@@ -190,7 +212,11 @@ func New(cfg Config) (*Server, error) {
 		// once a route matched, before anything reads the body.
 		runtime.WithMiddlewares(s.checkRequest),
 	)
-	s.http.HandleFunc("GET /healthz", s.healthz)
+	s.http.HandleFunc("GET "+HealthPath, s.healthz)
+	s.http.HandleFunc("GET "+LivePath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"SERVING"}`))
+	})
 	if cfg.Metrics != nil {
 		s.http.Handle("GET "+MetricsPath, cfg.Metrics)
 	}
@@ -277,11 +303,16 @@ func (s *Server) Run(ctx context.Context) error {
 	// the full name of every gRPC service it serves, as grpc_health_probe
 	// -service and load balancers ask.
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s.health.SetServingStatus(s.cfg.Name, healthpb.HealthCheckResponse_SERVING)
-	for _, name := range s.ServiceNames() {
-		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
-	}
+	ready := s.cfg.Ready == nil || s.probeReady(ctx) == nil
+	s.setReady(ready)
 	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr())
+	readyDone := make(chan struct{})
+	if s.cfg.Ready != nil {
+		go s.watchReady(ctx, ready, readyDone)
+	} else {
+		close(readyDone)
+	}
+	defer func() { <-readyDone }()
 
 	var runErr error
 	select {
@@ -307,6 +338,63 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.log.Info("stopped")
 	return runErr
+}
+
+// setReady sets the health of the service's names (its short name and
+// every gRPC service it serves); the server's own ("") stays SERVING while
+// it runs.
+func (s *Server) setReady(ok bool) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if !ok {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	s.health.SetServingStatus(s.cfg.Name, st)
+	for _, name := range s.ServiceNames() {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// probeReady runs Config.Ready once, bounded by the probe interval.
+func (s *Server) probeReady(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyInterval)
+	defer cancel()
+	done := make(chan error, 1)
+	// A probe that ignores its context (a stuck driver) must not stall
+	// the watch: its answer is waited for only until the deadline.
+	go func() { done <- s.cfg.Ready(pctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-pctx.Done():
+		return fmt.Errorf("no answer within %v", s.cfg.ReadyInterval)
+	}
+}
+
+// watchReady probes Config.Ready every interval until ctx ends, and sets
+// the service's health from it, logging each change.
+func (s *Server) watchReady(ctx context.Context, ready bool, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(s.cfg.ReadyInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.stopping:
+			return
+		case <-t.C:
+		}
+		err := s.probeReady(ctx)
+		if ok := err == nil; ok != ready && ctx.Err() == nil {
+			ready = ok
+			s.setReady(ok)
+			if ok {
+				s.log.Info("ready again: the readiness probe passes")
+			} else {
+				s.log.Warn("not ready: the readiness probe fails", "error", err)
+			}
+		}
+	}
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
@@ -427,5 +515,5 @@ func routingErrorHandler(_ context.Context, _ *runtime.ServeMux, _ runtime.Marsh
 // traced reports whether an HTTP request gets a trace: not the health
 // probes and metric scrapes that orchestrators send every few seconds.
 func traced(r *http.Request) bool {
-	return r.URL.Path != MetricsPath && r.URL.Path != "/healthz"
+	return r.URL.Path != MetricsPath && r.URL.Path != HealthPath && r.URL.Path != LivePath
 }

@@ -41,6 +41,9 @@ type ServiceFlags struct {
 	// connections to other services (DeclareDialing; grpc.go).
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 	KeepaliveTime                           time.Duration
+	// pool is the database Pool opened, whose ping is the service's
+	// readiness (Serve).
+	pool *pgxpool.Pool
 }
 
 // Declare declares the service flags on s, with the service's default
@@ -184,6 +187,7 @@ func (f *ServiceFlags) Pool(ctx context.Context, cl *Closers) (*pgxpool.Pool, er
 		return nil, err
 	}
 	cl.Add(p.Close)
+	f.pool = p
 	return p, nil
 }
 
@@ -213,6 +217,13 @@ func DirectoryStore(pool *pgxpool.Pool, log *slog.Logger, cl *Closers) directory
 // it, in a Group to which start (when not nil) adds the service's loops and
 // stop hooks.
 func (f *ServiceFlags) Serve(ctx context.Context, cfg server.Config, register func(*server.Server), start func(*Group)) error {
+	if cfg.Ready == nil && f.pool != nil {
+		// A service on Postgres can serve only while its database answers:
+		// /healthz and gRPC health say not-ready within a second or two of
+		// it hanging or going away (server.Config.Ready).
+		pool := f.pool
+		cfg.Ready = pool.Ping
+	}
 	srv, err := server.New(f.ServerConfig(cfg))
 	if err != nil {
 		return err
