@@ -78,10 +78,13 @@ func New(cfg Config) (*Backend, error) {
 }
 
 // Register registers the HelpdeskService and, next to it, the ReceiptService through which
-// Mandate's executor learns whether an invocation of it ran (pkg/receipt).
+// Mandate's executor learns whether an invocation of it ran (pkg/receipt), and the
+// PreviewService through which it learns, before asking a human, what a refund or a submit
+// would do (pkg/backend's Previews; preview.go).
 func (b *Backend) Register(s grpc.ServiceRegistrar) {
 	helpdeskv1.RegisterHelpdeskServiceServer(s, b)
 	b.receipts.Register(s)
+	b.previews().Register(s)
 }
 
 // caller returns the caller of a call relayed by a trusted Mandate service, with the

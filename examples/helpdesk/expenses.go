@@ -108,17 +108,26 @@ func (d *desk) transition(ctx context.Context, tx Tx, p backend.Caller, id strin
 // submitReport sends the owner's draft for approval.
 func (d *desk) submitReport(ctx context.Context, tx Tx, p backend.Caller, id, note string) (ExpenseReport, error) {
 	return d.transition(ctx, tx, p, id, func(r *ExpenseReport) error {
-		if r.Owner != p.UserID {
-			return refuse(StageScopeCheck, backend.CodeScopeDenied, codes.PermissionDenied,
-				"only the owner of expense report "+r.ID+" may submit it")
-		}
-		if r.State != ReportDraft {
-			return refuse(StageStateCheck, CodeNotDraft, codes.FailedPrecondition,
-				"expense report "+r.ID+" is "+string(r.State)+"; only a draft can be submitted")
+		if err := checkSubmit(p, *r); err != nil {
+			return err
 		}
 		r.State, r.SubmittedBy, r.SubmittedAt, r.SubmitNote = ReportSubmitted, p.UserID, d.clock(), note
 		return nil
 	})
+}
+
+// checkSubmit applies the submit rules to a report: the caller owns it and it is a draft. The
+// submit and its preview share it, so that the preview refuses what the submit would.
+func checkSubmit(p backend.Caller, r ExpenseReport) error {
+	if r.Owner != p.UserID {
+		return refuse(StageScopeCheck, backend.CodeScopeDenied, codes.PermissionDenied,
+			"only the owner of expense report "+r.ID+" may submit it")
+	}
+	if r.State != ReportDraft {
+		return refuse(StageStateCheck, CodeNotDraft, codes.FailedPrecondition,
+			"expense report "+r.ID+" is "+string(r.State)+"; only a draft can be submitted")
+	}
+	return nil
 }
 
 // recallReport takes the owner's submitted report back to draft, before approval.

@@ -1,0 +1,109 @@
+package helpdesk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
+	"github.com/mandate-dev/mandate/pkg/backend"
+)
+
+// previews is the helpdesk's mandate.v1.PreviewService (pkg/backend's Previews): before a human
+// is asked to approve a refund or a submit, Mandate's executor asks what the call would do.
+// Each preview reads in a transaction of its own and changes nothing — no lock kept, no
+// receipt, no idempotency key claimed, no money moved — and applies the very checks the
+// command applies (checkRefund, checkSubmit), so that it refuses what the command would refuse.
+// The command checks again when it runs: a state that moved since the preview (another refund
+// in between) is refused there with the same code.
+func (b *Backend) previews() *backend.Previews {
+	p := backend.NewPreviews(b.caller)
+	backend.HandlePreview(p, helpdeskv1.HelpdeskService_IssueRefund_FullMethodName, b.previewRefund)
+	backend.HandlePreview(p, helpdeskv1.HelpdeskService_SubmitExpenseReport_FullMethodName, b.previewSubmit)
+	return p
+}
+
+// previewRefund is the preview of IssueRefund.
+func (b *Backend) previewRefund(ctx context.Context, p backend.Caller, req *helpdeskv1.IssueRefundRequest) ([]backend.Effect, error) {
+	effects, err := b.desk.previewRefund(ctx, p, moneyFromProto(req.GetAmount()), req.GetTicketId())
+	if err != nil {
+		return nil, b.fail(ctx, "PreviewIssueRefund", p, err)
+	}
+	return effects, nil
+}
+
+// previewSubmit is the preview of SubmitExpenseReport.
+func (b *Backend) previewSubmit(ctx context.Context, p backend.Caller, req *helpdeskv1.SubmitExpenseReportRequest) ([]backend.Effect, error) {
+	effects, err := b.desk.previewSubmit(ctx, p, req.GetReportId())
+	if err != nil {
+		return nil, b.fail(ctx, "PreviewSubmitExpenseReport", p, err)
+	}
+	return effects, nil
+}
+
+// previewRefund applies the refund rules to the ticket as it is now and describes the refund.
+// A replay of an idempotency key the helpdesk already completed is not previewed as such: the
+// executor answers such a retry from its own record before anyone is asked.
+func (d *desk) previewRefund(ctx context.Context, p backend.Caller, amount Money, ticketID string) ([]backend.Effect, error) {
+	if amount.Minor <= 0 || amount.Currency == "" {
+		return nil, invalidInput("/amount", "a refund must be a positive amount with a currency")
+	}
+	var t Ticket
+	err := d.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		t, err = tx.Ticket(ctx, p.Tenant, ticketID)
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil, notFound("ticket", ticketID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRefund(t, amount); err != nil {
+		return nil, err
+	}
+	refunded := Money{Currency: t.Paid.Currency, Minor: t.Refunded.Minor}
+	return []backend.Effect{{
+		Kind: "refund",
+		Text: fmt.Sprintf("refund %s of %s paid; %s refunded so far", amount, t.Paid, refunded),
+		Amounts: []backend.Amount{
+			{Label: "refund", Currency: amount.Currency, Minor: amount.Minor},
+			{Label: "paid", Currency: t.Paid.Currency, Minor: t.Paid.Minor},
+			{Label: "refunded", Currency: refunded.Currency, Minor: refunded.Minor},
+		},
+	}}, nil
+}
+
+// previewSubmit applies the submit rules to the report as it is now and describes the submit.
+func (d *desk) previewSubmit(ctx context.Context, p backend.Caller, reportID string) ([]backend.Effect, error) {
+	var r ExpenseReport
+	err := d.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		r, err = tx.Report(ctx, p.Tenant, reportID)
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil, notFound("expense report", reportID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSubmit(p, r); err != nil {
+		return nil, err
+	}
+	total, err := Total(r.Lines)
+	if err != nil {
+		// A stored report's lines share a currency (createReport checked it).
+		return nil, err
+	}
+	lines := "1 line"
+	if len(r.Lines) != 1 {
+		lines = fmt.Sprintf("%d lines", len(r.Lines))
+	}
+	return []backend.Effect{{
+		Kind:    "submit",
+		Text:    fmt.Sprintf("submit expense report %s (%s, %s) to the manager for approval", r.ID, lines, total),
+		Amounts: []backend.Amount{{Label: "total", Currency: total.Currency, Minor: total.Minor}},
+	}}, nil
+}
