@@ -134,11 +134,15 @@ type Grant struct {
 	DecidedAt time.Time
 	// Channel is where the approver decided.
 	Channel string
+	// PreviewDigest is the executor's digest of the backend's preview the
+	// approver was shown (Prompt.PreviewDigest); empty when there was none.
+	PreviewDigest string
 }
 
 // GrantOf returns the grant of a redeemed challenge.
 func GrantOf(c Challenge) Grant {
-	return Grant{ChallengeID: c.ID, Approver: c.DecidedBy, DecidedAt: c.DecidedAt, Channel: c.DecisionChannel}
+	return Grant{ChallengeID: c.ID, Approver: c.DecidedBy, DecidedAt: c.DecidedAt, Channel: c.DecisionChannel,
+		PreviewDigest: c.Prompt.PreviewDigest}
 }
 
 // Session is a signed-in human on the approval page.

@@ -51,6 +51,15 @@ type Prompt struct {
 	WithheldFields []string `json:"withheld_fields"`
 	// RequestedBy is "<agent> acting for <user>", or "<user>".
 	RequestedBy string `json:"requested_by"`
+	// Effects are what the call would do, as the command's backend
+	// previewed it before anyone was asked (mandate.v1.PreviewService),
+	// one line each, neutralised; empty when the backend offers no preview.
+	// They are the backend's words, not the agent's: the executor asked the
+	// backend itself.
+	Effects []string `json:"effects,omitempty"`
+	// PreviewDigest is the executor's digest of that preview: the challenge
+	// records which preview its approver was shown. Empty without one.
+	PreviewDigest string `json:"preview_digest,omitempty"`
 }
 
 // WithheldValue replaces a sensitive value that reached the renderer.
@@ -66,6 +75,10 @@ type PromptInput struct {
 	// RequesterUser is the user the call is made for; RequesterAgent the
 	// agent that asked, if any.
 	RequesterUser, RequesterAgent string
+	// Effects are the effect lines of the backend's preview, and
+	// PreviewDigest the executor's digest of it (OpenRequest).
+	Effects       []string
+	PreviewDigest string
 }
 
 // Limits on the request-side input.
@@ -73,6 +86,10 @@ const (
 	maxArgumentsBytes = 64 << 10
 	maxWithheldFields = 64
 	maxPointerBytes   = 512
+	// MaxEffects and MaxEffectBytes bound a preview's effect lines
+	// (mandate.v1.PreviewAllowed).
+	MaxEffects     = 16
+	MaxEffectBytes = 512
 )
 
 // RenderPrompt renders the approval prompt for cmd and in. It is a pure
@@ -90,6 +107,10 @@ func RenderPrompt(cmd *manifest.Command, in PromptInput) (Prompt, error) {
 		return Prompt{}, err
 	}
 	args, withheld, err := encodeArguments(v, set)
+	if err != nil {
+		return Prompt{}, err
+	}
+	effects, err := effectLines(in.Effects, in.PreviewDigest)
 	if err != nil {
 		return Prompt{}, err
 	}
@@ -116,7 +137,34 @@ func RenderPrompt(cmd *manifest.Command, in PromptInput) (Prompt, error) {
 		WithheldFields: withheld,
 		Fields:         fieldsOf(cmd, v, set),
 		RequestedBy:    by,
+		Effects:        effects,
+		PreviewDigest:  in.PreviewDigest,
 	}, nil
+}
+
+// effectLines checks a preview's effect lines and digest and neutralises
+// the lines (Neutralise), so that a line shows every control and bidi
+// character rather than obeying it. Lines need their digest: the challenge
+// records which preview its approver was shown.
+func effectLines(lines []string, digest string) ([]string, error) {
+	switch {
+	case len(lines) > MaxEffects:
+		return nil, Invalid("effects", fmt.Sprintf("has more than %d lines", MaxEffects))
+	case digest != "" && !ValidDigest(digest):
+		return nil, Invalid("preview_digest", "must be 64 lower-case hex characters")
+	case len(lines) > 0 && digest == "":
+		return nil, Invalid("preview_digest", "is required with effects")
+	case len(lines) == 0:
+		return nil, nil
+	}
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		if l == "" || len(l) > MaxEffectBytes || !utf8.ValidString(l) {
+			return nil, Invalid("effects/"+strconv.Itoa(i), fmt.Sprintf("must be 1 to %d bytes of UTF-8", MaxEffectBytes))
+		}
+		out[i], _ = Neutralise(l)
+	}
+	return out, nil
 }
 
 // Fields returns c's arguments rendered by their declaration: the fields

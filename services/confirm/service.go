@@ -106,6 +106,11 @@ type OpenRequest struct {
 	ArgumentsJSON string
 	// WithheldFields are the JSON pointers of the withheld values.
 	WithheldFields []string
+	// Effects are the lines of the command's backend's preview of the call
+	// (what it would do), shown to the approver; PreviewDigest is the
+	// executor's digest of that preview, required with them.
+	Effects       []string
+	PreviewDigest string
 	// TTL is how long the challenge stays open: 0 means DefaultTTL; more
 	// than MaxTTL is refused.
 	TTL time.Duration
@@ -154,6 +159,7 @@ func (s *Service) Open(ctx context.Context, p identity.Principal, req OpenReques
 	prompt, err := RenderPrompt(cmd, PromptInput{
 		ArgumentsJSON: req.ArgumentsJSON, WithheldFields: req.WithheldFields,
 		RequesterUser: p.UserID, RequesterAgent: p.AgentID,
+		Effects: req.Effects, PreviewDigest: req.PreviewDigest,
 	})
 	if err != nil {
 		return Challenge{}, err

@@ -192,7 +192,9 @@ func (b *Bridge) elicitURL(ctx context.Context, req *mcp.CallToolRequest, c *man
 // declaration (Prompt.argument_lines): money with its currency, enums and
 // timestamps readable, free text quoted and marked as the agent's, control
 // and bidi characters shown as ⟦U+…⟧ markers, so that no value can pass
-// itself off as another.
+// itself off as another. When the command's backend previewed the call,
+// what it would do comes first (Prompt.effect_lines), as the confirm
+// service neutralised it.
 func FormMessage(pr *mandatev1.Prompt) string {
 	var b strings.Builder
 	b.WriteString("Confirm: " + pr.GetTitle() + "\n\n")
@@ -207,6 +209,12 @@ func FormMessage(pr *mandatev1.Prompt) string {
 		b.WriteString("Undo: not possible\n")
 	}
 	fmt.Fprintf(&b, "Requested by: %s\n", pr.GetRequestedBy())
+	if effects := pr.GetEffectLines(); len(effects) > 0 {
+		b.WriteString("What it will do (checked by the system that runs it):\n")
+		for _, l := range effects {
+			b.WriteString("- " + l + "\n")
+		}
+	}
 	if lines := pr.GetArgumentLines(); len(lines) == 0 {
 		b.WriteString("Arguments: none\n")
 	} else {

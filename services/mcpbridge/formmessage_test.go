@@ -65,6 +65,38 @@ func TestFormMessageRendersByDeclaration(t *testing.T) {
 	if msg := mcpbridge.FormMessage(&mandatev1.Prompt{Title: "No args (x.y)", ArgumentsJson: "{}"}); !strings.Contains(msg, "Arguments: none\n") {
 		t.Fatalf("no arguments:\n%s", msg)
 	}
+	if strings.Contains(msg, "What it will do") {
+		t.Fatalf("a prompt without a preview lists effects:\n%s", msg)
+	}
+}
+
+// TestFormMessageShowsThePreview: the effect lines of the backend's preview come before the
+// arguments, neutralised by the confirm service: a bidi control in a line is a marker.
+func TestFormMessageShowsThePreview(t *testing.T) {
+	set, err := manifest.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := confirmmem.New(confirmmem.Options{})
+	t.Cleanup(store.Close)
+	svc, err := confirm.New(confirm.Config{Store: store, Directory: directoryOf(t, policy), Commands: set, ApprovalBaseURL: "http://approve.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaExecutor := carolFinanceBot
+	viaExecutor.Via = executor.ServiceName
+	c, err := svc.Open(context.Background(), viaExecutor, confirm.OpenRequest{
+		Command: "ticket.refund", InvocationDigest: strings.Repeat("ab", 32), InvocationID: "inv-preview", ArgumentsJSON: refundInput,
+		Effects: []string{"refund 25.00 EUR of 49.90 EUR paid; 0.00 EUR refunded so far", "note \u202eRUE"}, PreviewDigest: strings.Repeat("cd", 32),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := mcpbridge.FormMessage(wirePrompt(t, svc, carolFinanceBot, c.ID))
+	want := "\nWhat it will do (checked by the system that runs it):\n- refund 25.00 EUR of 49.90 EUR paid; 0.00 EUR refunded so far\n- note ⟦U+202E⟧RUE\nArguments:\n"
+	if !strings.Contains(msg, want) || strings.Contains(msg, "\u202e") {
+		t.Fatalf("the form lacks %q:\n%s", want, msg)
+	}
 }
 
 // directoryOf is an in-memory directory holding policy.

@@ -58,6 +58,10 @@ func (s *Service) Open(ctx context.Context, req *mandatev1.OpenRequest) (*mandat
 	in := confirm.OpenRequest{
 		Command: req.GetCommand(), InvocationDigest: req.GetInvocationDigest(), InvocationID: req.GetInvocationId(),
 		ArgumentsJSON: req.GetArgumentsJson(), WithheldFields: req.GetWithheldFields(),
+		PreviewDigest: req.GetPreviewDigest(),
+	}
+	for _, l := range req.GetEffects() {
+		in.Effects = append(in.Effects, l.GetText())
 	}
 	if req.Ttl != nil {
 		if err := req.GetTtl().CheckValid(); err != nil {
@@ -174,7 +178,8 @@ func (s *Service) Redeem(ctx context.Context, req *mandatev1.RedeemRequest) (*ma
 	if err != nil {
 		return nil, s.mapErr(ctx, "redeem", err)
 	}
-	return &mandatev1.Grant{ChallengeId: g.ChallengeID, Approver: g.Approver, DecidedAt: timestamppb.New(g.DecidedAt), Channel: g.Channel}, nil
+	return &mandatev1.Grant{ChallengeId: g.ChallengeID, Approver: g.Approver, DecidedAt: timestamppb.New(g.DecidedAt), Channel: g.Channel,
+		PreviewDigest: g.PreviewDigest}, nil
 }
 
 // Release gives back a grant whose call did not run, for the relayed
@@ -238,7 +243,9 @@ func (s *Service) toProto(c *confirm.Challenge) *mandatev1.Challenge {
 			Reversible: c.Prompt.Reversible, Recall: c.Prompt.Recall, Permissions: c.Prompt.Permissions,
 			ArgumentsJson: c.Prompt.ArgumentsJSON, WithheldFields: c.Prompt.WithheldFields, RequestedBy: c.Prompt.RequestedBy,
 			ArgumentLines: s.argumentLines(c),
+			EffectLines:   c.Prompt.Effects,
 		},
+		PreviewDigest:   c.Prompt.PreviewDigest,
 		State:           stateProto(c.State),
 		CreatedAt:       timestamppb.New(c.CreatedAt),
 		ExpiresAt:       timestamppb.New(c.ExpiresAt),

@@ -150,8 +150,10 @@ type pageData struct {
 type challengeView struct {
 	ID, State, Title, Summary, Risk, RequestedBy string
 	SideEffects, Permissions, Withheld           []string
-	Reversible                                   bool
-	Recall, Arguments, Approver                  string
+	// Effects are what the call would do, as its backend previewed it.
+	Effects                     []string
+	Reversible                  bool
+	Recall, Arguments, Approver string
 	// Fields are the arguments read by their declaration; Writer names who
 	// wrote their free text ("the agent support-bot", "alice").
 	Fields                        []confirm.PromptField
@@ -465,7 +467,7 @@ func view(c *confirm.Challenge) *challengeView {
 	v := &challengeView{
 		ID: c.ID, State: string(c.State), Title: c.Prompt.Title, Summary: c.Prompt.Summary, Risk: c.Prompt.Risk,
 		RequestedBy: c.Prompt.RequestedBy, SideEffects: c.Prompt.SideEffects, Permissions: c.Prompt.Permissions,
-		Withheld: c.Prompt.WithheldFields, Reversible: c.Prompt.Reversible, Recall: c.Prompt.Recall,
+		Withheld: c.Prompt.WithheldFields, Reversible: c.Prompt.Reversible, Recall: c.Prompt.Recall, Effects: c.Prompt.Effects,
 		Arguments: prettyJSON(c.Prompt.ArgumentsJSON), CreatedAt: stamp(c.CreatedAt), ExpiresAt: stamp(c.ExpiresAt),
 		DecidedBy: c.DecidedBy, Channel: c.DecisionChannel, Pending: c.State == confirm.StatePending,
 		NeutralisedNote: confirm.NeutralisedNote,

@@ -417,3 +417,32 @@ func TestLoginURL(t *testing.T) {
 		}
 	}
 }
+
+// TestPreviewOnThePage: the effect lines of the backend's preview are on the challenge page,
+// escaped, with a bidi control shown as a marker; a challenge without a preview has no such
+// section.
+func TestPreviewOnThePage(t *testing.T) {
+	f := newFixture(t, nil)
+	c, err := f.confirm.Open(context.Background(), botForAlice, confirm.OpenRequest{
+		Command: "ticket.refund", InvocationDigest: confirmtest.Digest("inv-preview"), InvocationID: "inv-preview",
+		ArgumentsJSON: `{"ticket_id":"T-1001"}`,
+		Effects:       []string{"refund 25.00 EUR of 49.90 EUR paid; 0.00 EUR refunded so far", "<b>x</b> \u202eRUE"},
+		PreviewDigest: confirmtest.Digest("preview"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, _ := f.signIn(t, "alice", "acme")
+	r := do(t, alice, http.MethodGet, f.srv.URL+"/approve/"+c.ID, nil, nil)
+	want := `<ul class="effects" id="effects">
+<li class="effect" dir="ltr"><bdi>refund 25.00 EUR of 49.90 EUR paid; 0.00 EUR refunded so far</bdi></li>
+<li class="effect" dir="ltr"><bdi>&lt;b&gt;x&lt;/b&gt; ⟦U&#43;202E⟧RUE</bdi></li>
+</ul>`
+	if r.status != http.StatusOK || !strings.Contains(r.body, "<h2>What it will do</h2>") || !strings.Contains(r.body, want) {
+		t.Fatalf("challenge page: %d\n%s", r.status, r.body)
+	}
+	plain := f.open(t, "ticket.refund", "inv-plain")
+	if r := do(t, alice, http.MethodGet, f.srv.URL+"/approve/"+plain.ID, nil, nil); strings.Contains(r.body, `id="effects"`) {
+		t.Fatalf("a challenge without a preview shows effects:\n%s", r.body)
+	}
+}

@@ -138,7 +138,9 @@ func writeChallenge(w *htmlWriter, d *pageData) {
 			w.element(``, c.Channel, ` at `)
 			w.element(``, c.DecidedAt, `</dd>`)
 		}
-		w.markup("\n</dl>\n<h2>Arguments</h2>\n")
+		w.markup("\n</dl>\n")
+		writeEffects(w, c)
+		w.markup("<h2>Arguments</h2>\n")
 		writeFields(w, c)
 		w.element(`<details id="exact"><summary>Exact arguments as sent (JSON)</summary>
 <pre id="arguments">`, c.Arguments, "</pre>\n</details>\n")
@@ -189,6 +191,22 @@ func writeDecision(w *htmlWriter, csrf, id string, decision, button markup) {
 	w.markup(`">`)
 	writeCSRF(w, csrf)
 	w.markup(`<input type="hidden" name="decision" value="` + decision + `">` + button + `</form>`)
+}
+
+// writeEffects writes what the call would do, as the command's backend
+// previewed it before anyone was asked; nothing when it offers no preview.
+func writeEffects(w *htmlWriter, c *challengeView) {
+	if len(c.Effects) == 0 {
+		return
+	}
+	w.markup(`<h2>What it will do</h2>
+<p class="note">The system that runs this command checked it just now and says it would do this. It checks again when the call runs.</p>
+<ul class="effects" id="effects">
+`)
+	for _, e := range c.Effects {
+		w.element(`<li class="effect" dir="ltr"><bdi>`, e, "</bdi></li>\n")
+	}
+	w.markup("</ul>\n")
 }
 
 // writeFields writes the arguments as the declaration reads them.
