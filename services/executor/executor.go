@@ -358,6 +358,9 @@ type invocation struct {
 	// undo are the steps the chain runs, latest first, when a stage before
 	// dispatch ends the call (onUndo, compensate).
 	undo []func(ctx context.Context, e *Executor)
+	// preview is what the command's backend said the call would do, asked
+	// before a challenge is opened (preflight); nil when it offers none.
+	preview *previewed
 	// redeemedDigest is the invocation digest a grant was redeemed for
 	// (confirmation_check), "" when none was.
 	redeemedDigest string
@@ -481,10 +484,14 @@ func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) e
 		err := e.stage(ctx, StageConfirmation, func(ctx context.Context) error {
 			var err error
 			// No TTL: the confirm service's default applies.
-			ch, err = e.cfg.Confirm.Open(ctx, &mandatev1.OpenRequest{
+			open := &mandatev1.OpenRequest{
 				Command: inv.cmd.Code, InvocationDigest: d, InvocationId: inv.id,
 				ArgumentsJson: inv.args, WithheldFields: withheldOf(inv),
-			})
+			}
+			if inv.preview != nil {
+				open.Effects, open.PreviewDigest = inv.preview.effects, inv.preview.digest
+			}
+			ch, err = e.cfg.Confirm.Open(ctx, open)
 			return confirmError(err)
 		})
 		if err != nil {

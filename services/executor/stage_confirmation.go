@@ -9,10 +9,21 @@ import (
 
 // confirmationCheck asks a human where the declaration (or the
 // deployment, for side effects) says so: it opens a challenge, or redeems
-// the grant the call carries (confirm).
+// the grant the call carries (confirm). Before it opens a challenge it asks
+// the command's backend what the call would do (preflight): a call the
+// backend would refuse is refused at once with the backend's stage and
+// code, and nobody is asked; otherwise the approver is shown the effect
+// lines. A call that carries a grant is not previewed again: the backend
+// checks its state when the call is dispatched, and refuses one that moved
+// since the approval with its own code.
 func (e *Executor) confirmationCheck(ctx context.Context, inv *invocation) (*Result, error) {
 	if !e.needsConfirmation(inv) {
 		return nil, nil
+	}
+	if inv.call.GrantID == "" {
+		if err := e.preflight(ctx, inv); err != nil {
+			return nil, err
+		}
 	}
 	return nil, e.confirm(ctx, inv, inv.canon)
 }
@@ -22,17 +33,24 @@ func (e *Executor) needsConfirmation(inv *invocation) bool {
 	return inv.cmd.ConfirmationRequired || (e.cfg.ConfirmSideEffects && len(inv.cmd.SideEffects) > 0)
 }
 
-// confirmationVerdict is confirmation_check in check mode. Without a grant
-// the call would open a challenge: the verdict is approval required, with
-// who approves and how the approved call is sent again. With a grant, the
+// confirmationVerdict is confirmation_check in check mode. Where the call
+// would reach its backend — no confirmation needed, or an approved grant —
+// the backend's preview of it is asked (checkPreflight), so that "would
+// this pass?" answers the backend's refusal too, as dispatch would meet it.
+// Without a grant the call would preview and then open a challenge: the
+// verdict is the backend's refusal, or approval required, with who
+// approves and how the approved call is sent again. With a grant, the
 // challenge is read, not redeemed: approved for exactly this invocation
-// lets the call through; undecided still needs the approval; anything else
-// is the refusal Redeem would give.
+// lets the call through to the preview; undecided still needs the
+// approval; anything else is the refusal Redeem would give.
 func (e *Executor) confirmationVerdict(ctx context.Context, inv *invocation) (*Result, error) {
 	if !e.needsConfirmation(inv) {
-		return nil, nil
+		return nil, e.checkPreflight(ctx, inv)
 	}
 	if inv.call.GrantID == "" {
+		if err := e.checkPreflight(ctx, inv); err != nil {
+			return nil, err
+		}
 		fe := failure.New(StageConfirmation, failure.CodeConfirmationRequired, "a human must confirm this call")
 		fe.Retriable = true
 		continueWith(fe, inv)
@@ -54,7 +72,7 @@ func (e *Executor) confirmationVerdict(ctx context.Context, inv *invocation) (*R
 	case ch.GetInvocationDigest() != invocationDigest(inv, inv.canon):
 		return refuse(failure.CodeConfirmationGrantMismatch, "the grant was given for another invocation (other arguments, principal or idempotency key)")
 	case ch.GetState() == mandatev1.ChallengeState_CHALLENGE_STATE_APPROVED:
-		return nil, nil
+		return nil, e.checkPreflight(ctx, inv)
 	case ch.GetState() == mandatev1.ChallengeState_CHALLENGE_STATE_PENDING:
 		fe := failure.New(StageConfirmation, failure.CodeConfirmationPending, "nobody has decided yet; wait for the approver")
 		fe.Retriable, fe.ChallengeID, fe.ApprovalURL = true, ch.GetChallengeId(), ch.GetApprovalUrl()

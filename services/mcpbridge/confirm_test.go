@@ -412,8 +412,10 @@ func testConfirmationThroughElicitation(t *testing.T, proto string) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The helpdesk's preview of the refund (what it would do) is in the form too.
 			if form.Message != mcpbridge.FormMessage(wirePrompt(t, st.confirm, carolFinanceBot, id)) || !strings.Contains(form.Message, "Refund a ticket (ticket.refund)") ||
-				!strings.Contains(form.Message, "[withheld]") || strings.Contains(form.Message, "CH4242424242") {
+				!strings.Contains(form.Message, "[withheld]") || strings.Contains(form.Message, "CH4242424242") ||
+				!strings.Contains(form.Message, "\nWhat it will do (checked by the system that runs it):\n- refund 25.00 EUR of 49.90 EUR paid; 0.00 EUR refunded so far\n") {
 				t.Fatalf("form message:\n%s", form.Message)
 			}
 			schema, _ := json.Marshal(form.RequestedSchema)

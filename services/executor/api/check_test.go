@@ -79,10 +79,11 @@ func (e *env) wantCheckRow(t *testing.T, tenant string, resp *mandatev1.CheckRes
 }
 
 // TestCheckAgreesWithTheCall: for every stage that decides before the
-// backend, Check gives the verdict the call itself then meets — the same
-// stage and code for a refusal, confirmation.required where a human must
-// approve, success where it runs — and leaves one audit row of its own
-// and no effect: no refund, no challenge, no key held, no intent.
+// backend, and for the backend's own guards through its preview, Check
+// gives the verdict the call itself then meets — the same stage and code
+// for a refusal, confirmation.required where a human must approve,
+// success where it runs — and leaves one audit row of its own and no
+// effect: no refund, no challenge, no key held, no intent.
 func TestCheckAgreesWithTheCall(t *testing.T) { eachStore(t, testCheckAgreesWithTheCall) }
 
 func testCheckAgreesWithTheCall(t *testing.T, st stores) {
@@ -135,6 +136,15 @@ func testCheckAgreesWithTheCall(t *testing.T, st stores) {
 			refused, "sod_check", "sod.conflict"},
 		{"refund needs a human", bot, "acme", "ticket.refund", refundInput, nil,
 			approval, "confirmation_check", "confirmation.required"},
+		// The backend's own guards, through its preview (mandate.v1.PreviewService):
+		// a refund it would refuse is refused before a human is asked, and a
+		// command without confirmation is checked against them too.
+		{"a refund of a missing ticket", bot, "acme", "ticket.refund", strings.Replace(refundInput, "T-1001", "T-9999", 1), nil,
+			refused, "state_check", "state.not_found"},
+		{"a refund beyond what was paid", bot, "acme", "ticket.refund", strings.Replace(refundInput, `"2500"`, `"999999"`, 1), nil,
+			refused, "pre_invariant", "refund.exceeds_paid"},
+		{"a backend guard", as(alice), "acme", "expense.report.submit", `{"report_id":"ER-2002"}`, nil,
+			refused, "state_check", "state.not_draft"},
 		{"a read runs", as(alice), "acme", "ticket.search", `{"query":"charged twice"}`, nil,
 			allowed, "", ""},
 		{"a new key runs, once", as(alice), "acme", "expense.report.create", createInput, []func(*mandatev1.ExecuteRequest){withKey("key-2")},
@@ -177,15 +187,6 @@ func testCheckAgreesWithTheCall(t *testing.T, st stores) {
 	}
 	if n := e.gateway.Refunds(); n != 0 {
 		t.Fatalf("the payment gateway counted %d refunds, want 0", n)
-	}
-
-	// The backend's own guards are the one thing a check cannot see (a
-	// preflight is the backend's to offer): ER-2002 is not a draft.
-	if resp := e.check(t, as(alice), "expense.report.submit", `{"report_id":"ER-2002"}`); resp.GetVerdict() != allowed {
-		t.Fatalf("a backend guard: checked %v", resp.GetVerdict())
-	}
-	if _, err := e.execute(t, as(alice), "expense.report.submit", `{"report_id":"ER-2002"}`); refusal(err).GetCode() != "state.not_draft" {
-		t.Fatalf("the call the backend refuses: %v", err)
 	}
 }
 
