@@ -152,6 +152,11 @@ type Config struct {
 	// OutcomeAttemptTimeout bounds each attempt to append an outcome row
 	// (default 5s); attempts are retried a bounded number of times.
 	OutcomeAttemptTimeout time.Duration
+	// HeldFile, when set, is where the audit rows still held in memory at
+	// shutdown (neither the trail nor the store would take them) are
+	// written, fsynced, and read back at the next start (heldfile.go).
+	// Without one, a shutdown logs how many it could not keep.
+	HeldFile string
 	// SpoolInterval is how often rows spooled while the audit trail was
 	// unavailable are appended to it (default 1s).
 	SpoolInterval time.Duration
@@ -264,6 +269,9 @@ func New(cfg Config) (*Executor, error) {
 	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, pending: make(chan struct{}, 1024),
 		leases: leases{held: map[*invocation]*heldLease{}},
 		stop:   make(chan struct{}), spoolFailures: map[int64]int{}}
+	if err := e.loadHeld(); err != nil {
+		return nil, err
+	}
 	e.spoolWG.Add(1)
 	go e.every(e.stop, cfg.SpoolInterval, "audit spool: flush", e.FlushSpool)
 	e.spoolWG.Add(1)
@@ -682,6 +690,7 @@ func (e *Executor) Close() {
 	e.wg.Wait()
 	e.closeOnce.Do(func() { close(e.stop) })
 	e.spoolWG.Wait()
+	e.keepHeld()
 }
 
 // finish saves the idempotent response, the execution and the event.

@@ -54,6 +54,9 @@ type Deps struct {
 	// AuditStreamMaxAge is how long the executor keeps one append stream
 	// to the audit service before it opens the next (zero: the default).
 	AuditStreamMaxAge time.Duration
+	// HeldFile is where audit rows held in memory at shutdown are kept
+	// (executor.Config.HeldFile; "" keeps none, and says how many).
+	HeldFile string
 	// Events configure the relay and purger of the event outbox.
 	Events EventsFlags
 	// RESTServices are the other proto services whose REST routes share
@@ -96,7 +99,7 @@ func Build(d Deps, cl *clicore.Closers) (*Service, error) {
 		ReconcileAfter: d.ReconcileAfter, ReconcileInterval: d.ReconcileInterval,
 		Confirm: mandatev1.NewConfirmServiceClient(d.Confirm), Dispatcher: executor.NewGRPCDispatcher(d.Backends),
 		Store: d.Store, ConfirmSideEffects: d.ConfirmSideEffects, IdempotencyTTL: d.IdempotencyTTL,
-		DefaultDeadline: d.DefaultDeadline, Lease: d.Lease, Logger: d.Logger,
+		DefaultDeadline: d.DefaultDeadline, Lease: d.Lease, Logger: d.Logger, HeldFile: d.HeldFile,
 	}
 	if d.SettleIntents {
 		cfg.Intents = auditClient
@@ -187,6 +190,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		idemTTL, deadline      time.Duration
 		lease                  time.Duration
 		streamMaxAge           time.Duration
+		heldFile               string
 		reconcileAfter         time.Duration
 		reconcileEvery         time.Duration
 	)
@@ -205,6 +209,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	s.Duration(&reconcileAfter, "reconcile-after", 2*time.Minute, "age after which an intent without outcome (its executor died) is settled from the backend's receipt; must exceed the longest call")
 	s.Duration(&reconcileEvery, "reconcile-interval", 30*time.Second, "how often intents without outcome are settled from receipts")
 	s.Duration(&streamMaxAge, "audit-stream-max-age", executor.DefaultAuditStreamMaxAge, "how long the executor appends on one stream to the audit service before it opens the next, so that a balancer spreads the streams over the audit replicas")
+	s.String(&heldFile, "held-file", "", "file where the audit rows that neither the audit trail nor the executor's store would take (both down) are written at shutdown, fsynced, and read back at the next start; one per executor, on a volume that outlives the process (empty: they are lost at shutdown, and the log says how many)")
 	s.Duration(&lease, "lease", 6*time.Second, "how long an idempotency key stays claimed by a call whose executor stopped renewing it (it died) before a retry asks the backend's receipt; a live executor renews its calls' claims every third of it, however long they run")
 	var backendMap map[string]string
 	s.Check(func() error {
@@ -268,7 +273,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		Manifest: set, Directory: f.Directory(pool, &cl), Store: store,
 		Audit: auditConn, Confirm: confirmConn, Backends: conns,
 		SettleIntents: true, ReconcileAfter: reconcileAfter, ReconcileInterval: reconcileEvery,
-		ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, Lease: lease, AuditStreamMaxAge: streamMaxAge,
+		ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, Lease: lease, AuditStreamMaxAge: streamMaxAge, HeldFile: heldFile,
 		Events: ef, Logger: log,
 	}, &cl)
 	if err != nil {
