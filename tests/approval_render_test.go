@@ -17,7 +17,7 @@ import (
 // TestApprovalPageRendersByDeclaration opens the approval page of
 // `mandate dev` in headless Chromium for a normal refund and for a hostile
 // one (issue 11 §5: the agent's reason carries bidi overrides that make it
-// read "25.00 EUR" while amount_minor is 999999), at desktop and phone
+// read "25.00 EUR" while amount_minor is 4990), at desktop and phone
 // widths, and checks in the DOM that the amount reads as declared, that the
 // reason is marked as the agent's text with the overrides shown as markers
 // and never present raw, and that nothing overflows horizontally. The
@@ -42,8 +42,10 @@ func TestApprovalPageRendersByDeclaration(t *testing.T) {
 		bidi                 bool
 	}{
 		{"normal", "2500", "Charged twice for order 4411", "25.00 EUR", false},
-		{"hostile", "999999", "Customer agreed to the refund of: " + overrides + " — a very long justification " +
-			strings.Repeat("withoutanyspacesatallsothatitmustwrap", 4), "9,999.99 EUR", true},
+		// All of what was paid: the helpdesk's preview refuses more before
+		// anyone is asked.
+		{"hostile", "4990", "Customer agreed to the refund of: " + overrides + " — a very long justification " +
+			strings.Repeat("withoutanyspacesatallsothatitmustwrap", 4), "49.90 EUR", true},
 	}
 	urls := map[string]string{}
 	for _, tc := range cases {

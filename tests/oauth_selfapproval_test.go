@@ -140,7 +140,7 @@ func TestOAuthAppCannotApproveItself(t *testing.T) {
 		recs, _ := body["records"].([]any)
 		return len(recs)
 	}
-	call := func(token string) (*autoAccept, *mcp.CallToolResult) {
+	call := func(token, input string) (*autoAccept, *mcp.CallToolResult) {
 		t.Helper()
 		acc := &autoAccept{}
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "Claude Code", Version: "1"}, &mcp.ClientOptions{ElicitationHandler: acc.handler}).
@@ -153,7 +153,7 @@ func TestOAuthAppCannotApproveItself(t *testing.T) {
 		if _, err := cs.ListTools(context.Background(), nil); err != nil {
 			t.Fatal(err)
 		}
-		return acc, callTool(t, cs, "ticket.refund", refundInput, nil)
+		return acc, callTool(t, cs, "ticket.refund", input, nil)
 	}
 
 	app := registerApp(t, dev.base, "Claude Code")
@@ -169,7 +169,7 @@ func TestOAuthAppCannotApproveItself(t *testing.T) {
 	if strings.Contains(consent, "still ask you") {
 		t.Error("the consent page still promises what it does not do")
 	}
-	acc, res := call(token)
+	acc, res := call(token, refundInput)
 	m := wantToolRefusal(t, res, "confirmation_check", "confirmation.required")
 	if acc.forms != 0 || m["approval_url"] == "" {
 		t.Fatalf("the headless app was shown %d forms; refusal %v", acc.forms, m)
@@ -180,7 +180,7 @@ func TestOAuthAppCannotApproveItself(t *testing.T) {
 
 	// carol opts in: up to acme's ceiling (L3) the app's answer is hers.
 	_, token = app.connect("acme", "carol", true)
-	acc, res = call(token)
+	acc, res = call(token, refundInput)
 	if res.IsError || acc.forms != 1 {
 		t.Fatalf("the opted-in app under the ceiling: %d forms, %s", acc.forms, jsonOf(res))
 	}
@@ -200,7 +200,9 @@ func TestOAuthAppCannotApproveItself(t *testing.T) {
 	if !strings.Contains(consent, "for commands up to risk L2.") {
 		t.Errorf("globex's consent page does not name the default ceiling")
 	}
-	acc, res = call(token)
+	// globex's T-1001 was paid in USD: a refund in EUR would be refused by
+	// the helpdesk's preview before anyone is asked.
+	acc, res = call(token, strings.Replace(refundInput, "EUR", "USD", 1))
 	m = wantToolRefusal(t, res, "confirmation_check", "confirmation.required")
 	if acc.forms != 0 || m["approval_url"] == "" {
 		t.Fatalf("an L3 call above the default ceiling showed %d forms; refusal %v", acc.forms, m)

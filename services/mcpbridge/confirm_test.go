@@ -633,7 +633,12 @@ func TestAgentApprovingItsOwnChallenge(t *testing.T) {
 // counted and answered with an empty response.
 type ledger struct{ calls atomic.Int64 }
 
-func (l *ledger) Invoke(_ context.Context, _ string, _, _ any, _ ...grpc.CallOption) error {
+func (l *ledger) Invoke(_ context.Context, method string, _, _ any, _ ...grpc.CallOption) error {
+	if strings.HasPrefix(method, "/mandate.v1.PreviewService/") {
+		// A backend without previews, as gRPC answers for a service it
+		// does not serve.
+		return status.Error(codes.Unimplemented, "unknown service mandate.v1.PreviewService")
+	}
 	l.calls.Add(1)
 	return nil
 }

@@ -258,7 +258,10 @@ func TestRemoteBridge(t *testing.T) {
 		financeBot := identity.WithRawToken(ctx, token(t, "acme", "carol", "finance-bot"))
 		botCtx := identity.WithRawToken(ctx, token(t, "acme", "alice", "support-bot"))
 		cs := e.connect(t, token(t, "acme", "carol", "finance-bot"))
-		res, err := call(t, cs, "ticket.refund", refundInput, nil)
+		// 10.00 EUR: an earlier subtest refunded 25.00 of T-1001's 49.90, and
+		// the helpdesk's preview refuses a refund of more than is left
+		// before anyone is asked.
+		res, err := call(t, cs, "ticket.refund", strings.Replace(refundInput, `"2500"`, `"1000"`, 1), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
