@@ -82,11 +82,21 @@ func unknownOutcome(in *Stored, olderThan time.Duration, now time.Time) Record {
 	return r
 }
 
+// Defaults of the [Reconciler]. DefaultReconcileAfter is well above the
+// executor's receipt reconciler's (executor.DefaultReconcileAfter, 2m, every
+// 30s): an intent an executor can still settle from its backend's receipt
+// is not recorded unknown first.
+const (
+	DefaultReconcileAfter    = 15 * time.Minute
+	DefaultReconcileInterval = time.Minute
+)
+
 // ReconcilerOptions tunes a [Reconciler].
 type ReconcilerOptions struct {
-	// Interval between runs. Default 1m.
+	// Interval between runs. Default DefaultReconcileInterval.
 	Interval time.Duration
-	// OlderThan is the age after which an intent without outcome is reconciled. Default 15m.
+	// OlderThan is the age after which an intent without outcome is reconciled. Default
+	// DefaultReconcileAfter.
 	OlderThan time.Duration
 	// Logger receives failed runs. Default slog.Default().
 	Logger *slog.Logger
@@ -102,10 +112,10 @@ type Reconciler struct {
 // NewReconciler returns a Reconciler that appends through w.
 func NewReconciler(w *Writer, opts ReconcilerOptions) *Reconciler {
 	if opts.Interval <= 0 {
-		opts.Interval = time.Minute
+		opts.Interval = DefaultReconcileInterval
 	}
 	if opts.OlderThan <= 0 {
-		opts.OlderThan = 15 * time.Minute
+		opts.OlderThan = DefaultReconcileAfter
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

@@ -235,10 +235,10 @@ func New(cfg Config) (*Executor, error) {
 		cfg.Lease = defaultLease
 	}
 	if cfg.ReconcileAfter <= 0 {
-		cfg.ReconcileAfter = defaultReconcileAfter
+		cfg.ReconcileAfter = DefaultReconcileAfter
 	}
 	if cfg.ReconcileInterval <= 0 {
-		cfg.ReconcileInterval = defaultReconcileInterval
+		cfg.ReconcileInterval = DefaultReconcileInterval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -442,32 +442,57 @@ func (e *Executor) deadline(cmd *manifest.Command) time.Duration {
 //     never run a second time on a guess, never replay a stale 503.
 func (e *Executor) recoverKey(ctx context.Context, inv *invocation, k IdemKey, claim Reservation, previous string) (res *Result, claimed bool, err error) {
 	r, known := e.resolve(ctx, Dispatch{Command: inv.cmd, Method: inv.method, InvocationID: previous, Deadline: e.deadline(inv.cmd)})
-	switch {
-	case known && r.Executed:
-		output, merr := marshalOutput(r.Result)
-		if merr != nil {
-			return nil, false, e.fault(ctx, inv, StageIdempotency, failure.CodeInternalError, merr)
-		}
-		saved := Saved{InvocationID: previous, Output: output}
-		if serr := e.cfg.Store.Settle(ctx, k, saved); serr != nil {
-			e.logger(ctx, inv).Error("settling an idempotency key from a receipt", "error", serr)
-		}
-		e.outcomeAsync(ctx, inv, contract.OutcomeReplayed, StageIdempotency, failure.CodeIdempotencyReplayed,
-			"returned the result of "+previous+", which its backend's receipt says ran; nothing was dispatched", nil)
-		res, err = replay(&saved)
-		return res, false, err
-	case known:
+	if !known {
+		fe := failure.New(StageIdempotency, failure.CodeIdempotencyOutcomeUnknown,
+			"the call that holds this idempotency key ("+previous+") has an unknown outcome, and its backend cannot say yet whether it ran")
+		fe.Retriable, fe.Remedy = true, "retry later with the same key; the backend's receipt decides whether it ran"
+		return nil, false, e.refuseWith(ctx, inv, fe)
+	}
+	// What previous's trail still waits for (its outcome, or the
+	// resolution of its unknown outcome), closed from the receipt now
+	// rather than at the reconciler's next round; and who previous was.
+	open, oerr := e.openRows(ctx, inv.p.Tenant, previous)
+	if oerr != nil {
+		e.logger(ctx, inv).Warn("reading the open rows of the key's previous invocation failed; the reconciler will settle its trail",
+			"previous", previous, "error", oerr)
+	}
+	if !r.Executed {
 		ok, cerr := e.cfg.Store.Reclaim(ctx, k, previous, claim)
 		if cerr != nil {
 			return nil, false, e.fault(ctx, inv, StageIdempotency, failure.CodeIdempotencyUnavailable, cerr)
 		}
+		e.settleTrail(ctx, open, r)
 		inv.priorNotRun = ok
 		return nil, ok, nil
 	}
-	fe := failure.New(StageIdempotency, failure.CodeIdempotencyOutcomeUnknown,
-		"the call that holds this idempotency key ("+previous+") has an unknown outcome, and its backend cannot say yet whether it ran")
-	fe.Retriable, fe.Remedy = true, "retry later with the same key; the backend's receipt decides whether it ran"
-	return nil, false, e.refuseWith(ctx, inv, fe)
+	output, merr := marshalOutput(r.Result)
+	if merr != nil {
+		return nil, false, e.fault(ctx, inv, StageIdempotency, failure.CodeInternalError, merr)
+	}
+	saved := Saved{InvocationID: previous, Output: output}
+	if serr := e.cfg.Store.Settle(ctx, k, saved); serr != nil {
+		e.logger(ctx, inv).Error("settling an idempotency key from a receipt", "error", serr)
+	}
+	// previous ran: it is settled as a call that returned is, before this
+	// retry answers, so that the same user's conflicting command is
+	// refused from now on. Its own row names its principal; failing that,
+	// this retry is the same user's call with the same arguments (the
+	// key and the digest say so), so the same subject.
+	run := ranOf(inv, output)
+	run.invocationID = previous
+	for _, row := range open {
+		if fromRow, ok := e.ranOfRow(row, output); ok {
+			run = fromRow
+		}
+	}
+	if serr := e.settle(ctx, settlement{ran: run}); serr != nil {
+		e.logger(ctx, inv).Error("recording the execution of a call settled from its receipt", "previous", previous, "error", serr)
+	}
+	e.settleTrail(ctx, open, r)
+	e.outcomeAsync(ctx, inv, contract.OutcomeReplayed, StageIdempotency, failure.CodeIdempotencyReplayed,
+		"returned the result of "+previous+", which its backend's receipt says ran; nothing was dispatched", nil)
+	res, err = replay(&saved)
+	return res, false, err
 }
 
 // unknownEffect reports a saved response that records a dispatch whose
@@ -693,28 +718,15 @@ func (e *Executor) Close() {
 	e.keepHeld()
 }
 
-// finish saves the idempotent response, the execution and the event.
+// finish saves the idempotent response of a dispatched call and, for one
+// that ran (output non-nil), its execution and its event (settle).
 func (e *Executor) finish(ctx context.Context, inv *invocation, saved Saved, output []byte) {
-	f := Finish{}
+	s := settlement{ran: ranOf(inv, output)}
 	if inv.idem != nil {
-		f.Key, f.Saved = inv.idem, saved
-	}
-	if output != nil && !inv.cmd.ReadOnly() {
-		// Reads change nothing: no domain event, no history to check
-		// separation of duties against.
-		now := e.cfg.Now()
-		if inv.subject != "" && e.sodTargets[inv.cmd.Code] {
-			f.Execution = &Execution{Tenant: inv.p.Tenant, User: inv.p.UserID, Command: inv.cmd.Code, Subject: inv.subject, InvocationID: inv.id, Time: now}
-		}
-		redacted, _ := schema.Redact(output, sensitiveOutput(inv))
-		f.Event = &Event{Tenant: inv.p.Tenant, Command: inv.cmd.Code, Subject: inv.subject, InvocationID: inv.id,
-			UserID: inv.p.UserID, AgentID: inv.p.AgentID, Result: redacted, Time: now}
-	}
-	if f.Key == nil && f.Execution == nil && f.Event == nil {
-		return
+		s.key, s.saved = inv.idem, saved
 	}
 	ctx = context.WithoutCancel(ctx)
-	err := e.stage(ctx, StagePublish, func(ctx context.Context) error { return e.cfg.Store.Finish(ctx, f) })
+	err := e.stage(ctx, StagePublish, func(ctx context.Context) error { return e.settle(ctx, s) })
 	if err != nil {
 		e.logger(ctx, inv).Error("saving the outcome of a dispatched call", "error", err)
 	}
@@ -878,10 +890,6 @@ func subjectOf(msg *dynamicpb.Message, field string) string {
 func withheldOf(inv *invocation) []string {
 	_, withheld := schema.Redact(inv.call.Input, inv.cmd.SensitiveFields)
 	return withheld
-}
-
-func sensitiveOutput(inv *invocation) []string {
-	return schema.SensitivePaths(inv.method.Output())
 }
 
 func auditID(stored []*mandatev1.AuditRecord) string {

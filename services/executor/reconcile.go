@@ -24,10 +24,14 @@ type IntentSource interface {
 	PendingIntents(ctx context.Context, in *mandatev1.PendingIntentsRequest, opts ...grpc.CallOption) (*mandatev1.PendingIntentsResponse, error)
 }
 
-// Defaults of the receipt reconciler.
+// Defaults of the receipt reconciler. The audit service's own reconciler,
+// which records what is still open as unknown, waits longer by default
+// (audit.DefaultReconcileAfter, 15m): an executor settles an intent from
+// its receipt first, and a retry that finds the intent's key abandoned
+// settles it at once (recoverKey).
 const (
-	defaultReconcileAfter    = 2 * time.Minute
-	defaultReconcileInterval = 30 * time.Second
+	DefaultReconcileAfter    = 2 * time.Minute
+	DefaultReconcileInterval = 30 * time.Second
 	reconcileBatch           = 256
 )
 
@@ -38,8 +42,10 @@ const (
 // executed outcome row, a not-executed one (fenced: it never will run) a
 // failed one; and outcome rows that say unknown because the backend could
 // not answer then, which get a resolution row stating the receipt's
-// verdict. What a backend still cannot answer is left for a later round. It
-// returns how many rows it appended.
+// verdict. A call the receipt says ran is settled like one that returned
+// (its execution, for separation of duties, and its event: settle) before
+// its row is appended. What a backend still cannot answer is left for a
+// later round. It returns how many rows it appended.
 func (e *Executor) Reconcile(ctx context.Context) (int, error) {
 	if e.cfg.Intents == nil {
 		return 0, nil
@@ -48,10 +54,9 @@ func (e *Executor) Reconcile(ctx context.Context) (int, error) {
 	for _, pass := range []struct {
 		unknown bool
 		after   time.Duration
-		row     func(in *mandatev1.AuditRecord, r Receipt) (*mandatev1.AuditRecord, bool)
 	}{
-		{false, e.cfg.ReconcileAfter, e.outcomeFromReceipt},
-		{true, e.cfg.ReconcileInterval, e.resolutionFromReceipt},
+		{false, e.cfg.ReconcileAfter},
+		{true, e.cfg.ReconcileInterval},
 	} {
 		resp, err := e.cfg.Intents.PendingIntents(ctx, &mandatev1.PendingIntentsRequest{
 			OlderThan: durationpb.New(pass.after), Limit: reconcileBatch, UnknownOutcomes: pass.unknown,
@@ -72,19 +77,13 @@ func (e *Executor) Reconcile(ctx context.Context) (int, error) {
 			if !known {
 				continue
 			}
-			rec, ok := pass.row(in, r)
-			if !ok {
-				continue
-			}
-			actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
-			_, err := e.append(actx, rec)
-			cancel()
+			rec, err := e.settleFromReceipt(ctx, in, r)
 			if err != nil {
 				return settled, err
 			}
-			settled++
-			e.log.Info("reconcile: settled from the backend's receipt", "tenant", rec.GetTenant(), "invocation_id", rec.GetInvocationId(),
-				"command", rec.GetCommand(), "phase", rec.GetPhase(), "outcome", rec.GetOutcome())
+			if rec != nil {
+				settled++
+			}
 		}
 	}
 	return settled, nil

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/contract"
@@ -108,7 +109,7 @@ func (e *Executor) Resolve(ctx context.Context, p identity.Principal, r Resoluti
 		return Resolved{}, failure.New(StageAudit, failure.CodeAuditNotResolvable,
 			"invocation "+r.InvocationID+" has no unknown outcome to resolve")
 	}
-	receipt := e.receiptVerdict(ctx, unknown)
+	receipt, result := e.receiptVerdict(ctx, unknown)
 	if receipt != "" && receipt != r.Verdict && !r.OverrideReceipt {
 		fe := failure.New(StageAudit, failure.CodeAuditContradictsReceipt,
 			"the backend's receipt says the call "+says(receipt)+"; the verdict "+r.Verdict+" contradicts it")
@@ -129,6 +130,25 @@ func (e *Executor) Resolve(ctx context.Context, p identity.Principal, r Resoluti
 		rec.Outcome, rec.Code = contract.OutcomeFailed, failure.CodeAuditResolvedNotExecuted
 	}
 	rec.Message = "resolved by " + p.UserID + " as " + r.Verdict + ": " + r.Reason + "; " + receiptNote(receipt, r.Verdict)
+	if r.Verdict == VerdictExecuted {
+		// The call ran, on the operator's word: it is settled as one that
+		// returned (its execution, for separation of duties, and its
+		// event, with the receipt's result where the receipt agrees) before
+		// the row that makes the resolution final is appended.
+		var output []byte
+		if receipt == VerdictExecuted {
+			if output, err = marshalOutput(result); err != nil {
+				return Resolved{}, failure.Internal(StageAudit, err)
+			}
+		}
+		if run, ok := e.ranOfRow(unknown, output); ok {
+			if err := e.settle(ctx, settlement{ran: run}); err != nil {
+				e.log.ErrorContext(ctx, "resolve: recording the execution failed; nothing was resolved",
+					"tenant", unknown.GetTenant(), "invocation_id", r.InvocationID, "err", err)
+				return Resolved{}, failure.Internal(StagePublish, err)
+			}
+		}
+	}
 	stored, err := e.append(ctx, rec)
 	if err != nil {
 		return Resolved{}, err
@@ -190,24 +210,25 @@ func (e *Executor) mayResolve(ctx context.Context, p identity.Principal) error {
 }
 
 // receiptVerdict asks the backend of the unknown row's command whether it
-// ran: VerdictExecuted, VerdictNotExecuted, or "" when it cannot answer.
-func (e *Executor) receiptVerdict(ctx context.Context, unknown *mandatev1.AuditRecord) string {
+// ran: VerdictExecuted with the call's result, VerdictNotExecuted, or ""
+// when it cannot answer.
+func (e *Executor) receiptVerdict(ctx context.Context, unknown *mandatev1.AuditRecord) (string, proto.Message) {
 	cmd, ok := e.cfg.Manifest.ByCode(unknown.GetCommand())
 	if !ok {
-		return ""
+		return "", nil
 	}
 	method, ok := e.cfg.Manifest.Method(cmd.Code)
 	if !ok {
-		return ""
+		return "", nil
 	}
 	r, known := e.resolve(ctx, Dispatch{Command: cmd, Method: method, InvocationID: unknown.GetInvocationId(), Deadline: e.deadline(cmd)})
 	switch {
 	case !known:
-		return ""
+		return "", nil
 	case r.Executed:
-		return VerdictExecuted
+		return VerdictExecuted, r.Result
 	}
-	return VerdictNotExecuted
+	return VerdictNotExecuted, nil
 }
 
 func says(receipt string) string {

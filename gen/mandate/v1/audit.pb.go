@@ -197,8 +197,14 @@ type PendingIntentsRequest struct {
 	// List, instead, outcome rows that say unknown and that no resolution row
 	// answers yet (the executor settles them from receipts as resolutions).
 	UnknownOutcomes bool `protobuf:"varint,3,opt,name=unknown_outcomes,json=unknownOutcomes,proto3" json:"unknown_outcomes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Only the rows of this invocation of tenant (both or neither): what a
+	// retry settles from the receipt when it finds the key's holder dead,
+	// without waiting for the next round of the reconciler.
+	Tenant string `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The invocation, with tenant.
+	InvocationId  string `protobuf:"bytes,5,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PendingIntentsRequest) Reset() {
@@ -250,6 +256,20 @@ func (x *PendingIntentsRequest) GetUnknownOutcomes() bool {
 		return x.UnknownOutcomes
 	}
 	return false
+}
+
+func (x *PendingIntentsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *PendingIntentsRequest) GetInvocationId() string {
+	if x != nil {
+		return x.InvocationId
+	}
+	return ""
 }
 
 // PendingIntentsResponse lists intents without outcome, oldest first.
@@ -1388,13 +1408,15 @@ const file_mandate_v1_audit_proto_rawDesc = "" +
 	"\vstatus_code\x18\x03 \x01(\x05R\n" +
 	"statusCode\x12%\n" +
 	"\x0estatus_message\x18\x04 \x01(\tR\rstatusMessage\x12.\n" +
-	"\x05error\x18\x05 \x01(\v2\x18.mandate.v1.CommandErrorR\x05error\"\xa6\x01\n" +
+	"\x05error\x18\x05 \x01(\v2\x18.mandate.v1.CommandErrorR\x05error\"\xf7\x01\n" +
 	"\x15PendingIntentsRequest\x12@\n" +
 	"\n" +
 	"older_than\x18\x01 \x01(\v2\x19.google.protobuf.DurationB\x06\xbaH\x03\xc8\x01\x01R\tolderThan\x12 \n" +
 	"\x05limit\x18\x02 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit\x12)\n" +
-	"\x10unknown_outcomes\x18\x03 \x01(\bR\x0funknownOutcomes\"K\n" +
+	"\x10unknown_outcomes\x18\x03 \x01(\bR\x0funknownOutcomes\x12 \n" +
+	"\x06tenant\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x06tenant\x12-\n" +
+	"\rinvocation_id\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\finvocationId\"K\n" +
 	"\x16PendingIntentsResponse\x121\n" +
 	"\arecords\x18\x01 \x03(\v2\x17.mandate.v1.AuditRecordR\arecords\"\xe1\x01\n" +
 	"\bApproval\x12!\n" +

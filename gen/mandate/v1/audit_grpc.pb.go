@@ -51,8 +51,10 @@ type AuditServiceClient interface {
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AuditRecord], error)
 	// Lists intent rows of every tenant that have no outcome row and are
 	// older than older_than: calls whose executor stopped before it recorded
-	// how they ended. Only the executor, on its own authority, may ask; it
-	// settles them from its backends' receipts. Not on REST.
+	// how they ended (with unknown_outcomes: outcome rows that say unknown
+	// and have no resolution), of every tenant or of one invocation. Only the
+	// executor, on its own authority, may ask; it settles them from its
+	// backends' receipts. Not on REST.
 	PendingIntents(ctx context.Context, in *PendingIntentsRequest, opts ...grpc.CallOption) (*PendingIntentsResponse, error)
 	// Appends records on one long-lived stream: the executor's audit traffic,
 	// without a call (and its credential checks) per append. Each request is
@@ -177,8 +179,10 @@ type AuditServiceServer interface {
 	Watch(*WatchRequest, grpc.ServerStreamingServer[AuditRecord]) error
 	// Lists intent rows of every tenant that have no outcome row and are
 	// older than older_than: calls whose executor stopped before it recorded
-	// how they ended. Only the executor, on its own authority, may ask; it
-	// settles them from its backends' receipts. Not on REST.
+	// how they ended (with unknown_outcomes: outcome rows that say unknown
+	// and have no resolution), of every tenant or of one invocation. Only the
+	// executor, on its own authority, may ask; it settles them from its
+	// backends' receipts. Not on REST.
 	PendingIntents(context.Context, *PendingIntentsRequest) (*PendingIntentsResponse, error)
 	// Appends records on one long-lived stream: the executor's audit traffic,
 	// without a call (and its credential checks) per append. Each request is

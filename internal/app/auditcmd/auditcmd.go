@@ -81,8 +81,8 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	s := config.New("audit", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
 	f.Declare(s, "127.0.0.1:9094", "127.0.0.1:8084")
-	s.Duration(&reconcile, "reconcile-interval", time.Minute, "how often intents without an outcome are looked for")
-	s.Duration(&intentsAge, "reconcile-after", 15*time.Minute, "age after which an intent without an outcome is recorded as unknown")
+	s.Duration(&reconcile, "reconcile-interval", audit.DefaultReconcileInterval, "how often intents without an outcome are looked for")
+	s.Duration(&intentsAge, "reconcile-after", audit.DefaultReconcileAfter, "age after which an intent without an outcome is recorded as unknown; keep it above the executor's --reconcile-after plus its --reconcile-interval, so that the executors settle intents from the backends' receipts first (the variable MANDATE_RECONCILE_AFTER sets both services' flags: set the flag instead where they share an environment)")
 	s.Int(&retain, "audit-retain", auditmem.DefaultMaxRows, "with --store memory: rows kept per tenant; older ones are evicted (0 keeps every row)")
 	s.Check(func() error { return CheckRetain(s, retain) })
 	if err := s.Parse(args); err != nil {

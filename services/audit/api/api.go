@@ -229,6 +229,9 @@ func (s *Service) PendingIntents(ctx context.Context, req *mandatev1.PendingInte
 	if p.Kind != identity.KindService || p.Via != "" || p.Tenant != "" || p.ServiceName != identity.ExecutorService {
 		return nil, failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied, "only the executor, on its own authority, lists pending intents")
 	}
+	if req.GetTenant() != "" || req.GetInvocationId() != "" {
+		return s.pendingOf(ctx, req)
+	}
 	limit := int(req.GetLimit())
 	if limit <= 0 {
 		limit = 256
@@ -244,6 +247,45 @@ func (s *Service) PendingIntents(ctx context.Context, req *mandatev1.PendingInte
 	out := &mandatev1.PendingIntentsResponse{}
 	for i := range intents {
 		out.Records = append(out.Records, toProto(&intents[i]))
+	}
+	return out, nil
+}
+
+// pendingOf is PendingIntents for one invocation: its intent row when it
+// has no outcome row, or (unknown_outcomes) its outcome row when that says
+// unknown and no resolution row answers it; none when the trail already
+// says how the call ended, or holds nothing of it. A retry that finds the
+// invocation's key abandoned asks, to settle the invocation's trail at
+// once instead of at the reconciler's next round.
+func (s *Service) pendingOf(ctx context.Context, req *mandatev1.PendingIntentsRequest) (*mandatev1.PendingIntentsResponse, error) {
+	if req.GetTenant() == "" || req.GetInvocationId() == "" {
+		return nil, failure.New(failure.StageSchema, failure.CodeSchemaInvalid, "tenant and invocation_id go together")
+	}
+	out := &mandatev1.PendingIntentsResponse{}
+	rows, err := s.writer.Store().Get(ctx, req.GetTenant(), req.GetInvocationId())
+	switch {
+	case errors.Is(err, audit.ErrNotFound):
+		return out, nil
+	case err != nil:
+		return nil, s.mapErr(ctx, "pending intents", err)
+	}
+	age := req.GetOlderThan().AsDuration()
+	phases := map[audit.Phase]*audit.Stored{}
+	for i := range rows {
+		phases[rows[i].Phase] = &rows[i]
+	}
+	var open *audit.Stored
+	if req.GetUnknownOutcomes() {
+		if o := phases[audit.PhaseOutcome]; o != nil && o.Outcome == audit.OutcomeUnknown && phases[audit.PhaseResolution] == nil {
+			open = o
+		}
+	} else if in := phases[audit.PhaseIntent]; in != nil && phases[audit.PhaseOutcome] == nil {
+		open = in
+	}
+	// An age of zero takes the row whatever its time says (the clocks of
+	// the executor and of this service need not agree).
+	if open != nil && (age <= 0 || open.Time.Before(time.Now().Add(-age))) {
+		out.Records = append(out.Records, toProto(open))
 	}
 	return out, nil
 }

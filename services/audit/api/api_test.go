@@ -423,6 +423,43 @@ func TestExecutorAppendsOnItsOwnAuthority(t *testing.T) {
 		t.Fatalf("unknowns after their resolution: %v", got)
 	}
 
+	// One invocation's open row (a retry settling the invocation whose key
+	// it found abandoned): its intent while it has no outcome, its unknown
+	// outcome while no resolution answers it, nothing otherwise.
+	one := func(tenant, inv string, unknown bool) ([]*mandatev1.AuditRecord, error) {
+		resp, err := svc.PendingIntents(context.Background(), &mandatev1.PendingIntentsRequest{
+			OlderThan: durationpb.New(0), Tenant: tenant, InvocationId: inv, UnknownOutcomes: unknown})
+		return resp.GetRecords(), err
+	}
+	for _, c := range []struct {
+		tenant, inv string
+		unknown     bool
+		want        string
+	}{
+		{"globex", "inv-p1", false, "intent"},
+		{"globex", "inv-p1", true, ""},
+		{"acme", "inv-p1", false, ""}, // another tenant's invocation
+		{"globex", "inv-u1", false, ""},
+		{"globex", "inv-u1", true, ""}, // resolved
+		{"globex", "inv-none", false, ""},
+	} {
+		got, err := one(c.tenant, c.inv, c.unknown)
+		if err != nil || len(got) > 1 || (c.want == "") != (len(got) == 0) || (len(got) == 1 && (got[0].GetPhase() != c.want || got[0].GetInvocationId() != c.inv)) {
+			t.Fatalf("open row of %s/%s (unknown %v): %v %v, want %q", c.tenant, c.inv, c.unknown, got, err, c.want)
+		}
+	}
+	outcome := record("inv-p1", "outcome", "executed")
+	outcome.Tenant = "globex"
+	if _, err := svc.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{outcome}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := one("globex", "inv-p1", false); err != nil || len(got) != 0 {
+		t.Fatalf("open row of an intent with its outcome: %v %v", got, err)
+	}
+	if _, err := one("", "inv-p1", false); reason(err) != "schema.invalid" {
+		t.Fatalf("an invocation without its tenant: %v", err)
+	}
+
 	for _, c := range []struct {
 		name string
 		call func() error

@@ -269,7 +269,14 @@ func start(t testing.TB, st stores, opts ...func(*executor.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hsrv, err := server.New(server.Config{Name: "helpdesk", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: authenticator(t, ctx)})
+	// Like the helpdesk's own process, it admits the executor's token
+	// alone: the reconciler asks receipts with no user behind the call.
+	users, services := verifiers(t, ctx)
+	backendAuth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services, AllowServiceOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hsrv, err := server.New(server.Config{Name: "helpdesk", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: backendAuth})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +293,6 @@ func start(t testing.TB, st stores, opts ...func(*executor.Config)) *env {
 		t.Fatal(err)
 	}
 	// Audit and confirm through their APIs, on the executor's identity.
-	users, services := verifiers(t, ctx)
 	ports := servicetest.Executor(t, users, services, src, writer, cache, confirmSvc)
 	trail := executor.NewAuditStream(ports.Audit, 0)
 	t.Cleanup(trail.Close) // after the executor's (below)
