@@ -12,5 +12,8 @@
 // handler reads who it serves with [CallerFrom], and [pkg/receipt] (effect receipts, the
 // ReceiptService) works unchanged. A handler refuses with [Refuse]: a gRPC status carrying the
 // stage and code in a mandate.v1.CommandError and a google.rpc.ErrorInfo, which the executor
-// passes on to the agent unchanged for the stages a backend refuses at.
+// passes on to the agent unchanged for the stages a backend refuses at. [Previews] serves
+// mandate.v1.PreviewService: one function per command ([HandlePreview]) that runs the command's
+// guards without effect, so that the executor refuses a call the backend would refuse before
+// a human is asked to approve it, and shows the approver what it would do ([Effect]).
 package backend
