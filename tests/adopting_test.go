@@ -12,7 +12,7 @@ import (
 // step by step" must print, in order; the test fails when the counts
 // differ, so the guide cannot grow an untested block.
 var adoptingExpect = [][]string{
-	{"wrote 15 files to third_party/mandate"},
+	{"wrote 16 files to third_party/mandate"},
 	{},
 	{},
 	{"would add tenant shop", "would add user shop/cora"},
