@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
@@ -29,18 +28,9 @@ type Verdict struct {
 // leaves one audit row of its own, phase check, whose outcome is the
 // verdict. The error is only for a check that could not be made.
 func (e *Executor) Check(ctx context.Context, call Call) (*Verdict, error) {
-	inv := &invocation{id: NewInvocationID(), call: call, start: e.cfg.Now(), checking: true}
-	ctx, span := tracer.Start(ctx, "mandate.check")
+	ctx, inv, span := e.begin(ctx, call, "mandate.check")
 	defer span.End()
-	if span.IsRecording() {
-		span.SetAttributes(
-			attribute.String("mandate.invocation_id", inv.id),
-			attribute.String("mandate.command", call.Code),
-			attribute.String("mandate.channel", call.Channel))
-	}
-	if tid := span.SpanContext().TraceID(); tid.IsValid() {
-		inv.traceID = tid.String()
-	}
+	inv.checking = true
 	_, err := e.run(ctx, inv)
 	v := &Verdict{CheckID: inv.id, Verdict: mandatev1.Verdict_VERDICT_ALLOWED}
 	outcome, stage, code, msg := contract.OutcomeAllowed, "", "", ""
@@ -65,24 +55,9 @@ func (e *Executor) Check(ctx context.Context, call Call) (*Verdict, error) {
 	if v.Reason != nil {
 		v.Reason.InvocationID = inv.id
 	}
+	// Written after the answer, as a dispatched call's outcome is:
+	// retried until it lands, spooled when the trail cannot take it.
 	rec := e.record(inv, contract.PhaseCheck, outcome, stage, code, msg)
-	e.checkRow(ctx, inv, rec)
+	e.afterReply(func() { e.appendRow(ctx, inv, rec) })
 	return v, nil
-}
-
-// checkRow writes a check's row after the answer, as outcomes of
-// dispatched calls are written (outcomeAsync): retried until it lands,
-// spooled when the trail cannot take it.
-func (e *Executor) checkRow(ctx context.Context, inv *invocation, rec *mandatev1.AuditRecord) {
-	select {
-	case e.pending <- struct{}{}:
-	default:
-		e.appendRow(ctx, inv, rec)
-		return
-	}
-	e.wg.Add(1)
-	go func() {
-		defer func() { <-e.pending; e.wg.Done() }()
-		e.appendRow(ctx, inv, rec)
-	}()
 }

@@ -394,21 +394,8 @@ type invocation struct {
 // values carrying the stage, the code and the invocation id.
 func (e *Executor) Execute(ctx context.Context, call Call) (*Result, error) {
 	begin := time.Now()
-	inv := &invocation{id: NewInvocationID(), call: call, start: e.cfg.Now()}
-	ctx, span := tracer.Start(ctx, "mandate.execute")
+	ctx, inv, span := e.begin(ctx, call, "mandate.execute")
 	defer span.End()
-	// Set after the start, and only on a span that records, so that a call
-	// without tracing builds no attributes (the SDK's samplers, whichever
-	// OTEL_TRACES_SAMPLER picks, do not read them).
-	if span.IsRecording() {
-		span.SetAttributes(
-			attribute.String("mandate.invocation_id", inv.id),
-			attribute.String("mandate.command", call.Code),
-			attribute.String("mandate.channel", call.Channel))
-	}
-	if tid := span.SpanContext().TraceID(); tid.IsValid() {
-		inv.traceID = tid.String()
-	}
 	res, err := e.run(ctx, inv)
 	// Whatever the way the call ended, its claim is no longer this
 	// executor's to renew: it is finished or given back, or — where
@@ -420,6 +407,25 @@ func (e *Executor) Execute(ctx context.Context, call Call) (*Result, error) {
 	}
 	e.metrics.record(ctx, call, endingOf(inv, err), time.Since(begin))
 	return res, err
+}
+
+// begin starts an invocation of call under a span named name (a call run,
+// or checked). The span's attributes are set after the start, and only on
+// a span that records, so that a call without tracing builds none (the
+// SDK's samplers, whichever OTEL_TRACES_SAMPLER picks, do not read them).
+func (e *Executor) begin(ctx context.Context, call Call, name string) (context.Context, *invocation, trace.Span) {
+	inv := &invocation{id: NewInvocationID(), call: call, start: e.cfg.Now()}
+	ctx, span := tracer.Start(ctx, name)
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("mandate.invocation_id", inv.id),
+			attribute.String("mandate.command", call.Code),
+			attribute.String("mandate.channel", call.Channel))
+	}
+	if tid := span.SpanContext().TraceID(); tid.IsValid() {
+		inv.traceID = tid.String()
+	}
+	return ctx, inv, span
 }
 
 // deadline is how long a dispatch of cmd may take.
@@ -696,17 +702,23 @@ func (e *Executor) appendRow(ctx context.Context, inv *invocation, rec *mandatev
 // unknown. Only the intent commit is on the call's path.
 func (e *Executor) outcomeAsync(ctx context.Context, inv *invocation, outcome string, stage, code, msg string, result []byte) {
 	inv.ending = ending{outcome: outcome, stage: stage, code: code}
+	e.afterReply(func() { e.outcome(ctx, inv, outcome, stage, code, msg, result) })
+}
+
+// afterReply runs write (a row that ends an invocation) once the caller
+// has its answer; Close waits for it. When too many are in flight it runs
+// on the caller's time.
+func (e *Executor) afterReply(write func()) {
 	select {
 	case e.pending <- struct{}{}:
 	default:
-		// Too many outcomes in flight: write this one on the caller's time.
-		e.outcome(ctx, inv, outcome, stage, code, msg, result)
+		write()
 		return
 	}
 	e.wg.Add(1)
 	go func() {
 		defer func() { <-e.pending; e.wg.Done() }()
-		e.outcome(ctx, inv, outcome, stage, code, msg, result)
+		write()
 	}()
 }
 

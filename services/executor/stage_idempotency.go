@@ -46,11 +46,9 @@ func (e *Executor) idempotencyCheck(ctx context.Context, inv *invocation) (*Resu
 	}
 	switch {
 	case errors.Is(err, ErrInFlight):
-		fe := failure.New(StageIdempotency, failure.CodeIdempotencyInFlight, "a call with this idempotency key is still running")
-		fe.Retriable, fe.Remedy = true, "wait, then retry with the same key to read its result"
-		return nil, e.refuseWith(ctx, inv, fe)
+		return nil, e.refuseWith(ctx, inv, keyInFlight())
 	case errors.Is(err, ErrKeyReused):
-		return nil, e.refuse(ctx, inv, StageIdempotency, failure.CodeIdempotencyKeyReused, "this idempotency key was used with different arguments", "use a new key for a new call")
+		return nil, e.refuseWith(ctx, inv, keyReused())
 	case err != nil:
 		return nil, e.fault(ctx, inv, StageIdempotency, failure.CodeIdempotencyUnavailable, err)
 	case saved != nil:
@@ -100,11 +98,23 @@ func (e *Executor) idempotencyKeyCheck(ctx context.Context, inv *invocation) (*R
 	case err == nil, errors.As(err, &abandoned):
 		return nil, nil
 	case errors.Is(err, ErrInFlight):
-		fe := failure.New(StageIdempotency, failure.CodeIdempotencyInFlight, "a call with this idempotency key is still running")
-		fe.Retriable, fe.Remedy = true, "wait, then retry with the same key to read its result"
-		return nil, e.refuseWith(ctx, inv, fe)
+		return nil, e.refuseWith(ctx, inv, keyInFlight())
 	case errors.Is(err, ErrKeyReused):
-		return nil, e.refuse(ctx, inv, StageIdempotency, failure.CodeIdempotencyKeyReused, "this idempotency key was used with different arguments", "use a new key for a new call")
+		return nil, e.refuseWith(ctx, inv, keyReused())
 	}
 	return nil, e.fault(ctx, inv, StageIdempotency, failure.CodeIdempotencyUnavailable, err)
+}
+
+// keyInFlight is the refusal of a call whose key a running call holds.
+func keyInFlight() *failure.Error {
+	fe := failure.New(StageIdempotency, failure.CodeIdempotencyInFlight, "a call with this idempotency key is still running")
+	fe.Retriable, fe.Remedy = true, "wait, then retry with the same key to read its result"
+	return fe
+}
+
+// keyReused is the refusal of a key used before with other arguments.
+func keyReused() *failure.Error {
+	fe := failure.New(StageIdempotency, failure.CodeIdempotencyKeyReused, "this idempotency key was used with different arguments")
+	fe.Remedy = "use a new key for a new call"
+	return fe
 }

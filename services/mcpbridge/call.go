@@ -95,15 +95,9 @@ func (b *Bridge) execute(ctx context.Context, c toolCall) (callResult, error) {
 		ctx = metadata.AppendToOutgoingContext(ctx, metadataInputError, string(v))
 		input = nil
 	}
-	if c.MCPSessionID != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, metadataMCPSession, c.MCPSessionID)
-	}
-	for _, inv := range c.Invalid {
-		v, err := json.Marshal(inv)
-		if err != nil {
-			return callResult{}, failure.Internal(stageRequest, err)
-		}
-		ctx = metadata.AppendToOutgoingContext(ctx, metadataInvalidAttribute, string(v))
+	ctx, err := relayAttributes(ctx, c)
+	if err != nil {
+		return callResult{}, err
 	}
 	resp, err := b.cfg.Executor.Execute(ctx, &mandatev1.ExecuteRequest{
 		Code: c.Code, InputJson: input, IdempotencyKey: c.IdempotencyKey,
@@ -121,6 +115,23 @@ func (b *Bridge) execute(ctx context.Context, c toolCall) (callResult, error) {
 		}
 	}
 	return callResult{InvocationID: resp.GetInvocationId(), Output: out}, nil
+}
+
+// relayAttributes puts in the outgoing metadata what the executor honours
+// only on calls the bridge relays: the call's MCP session and the
+// attributes the bridge found malformed.
+func relayAttributes(ctx context.Context, c toolCall) (context.Context, error) {
+	if c.MCPSessionID != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, metadataMCPSession, c.MCPSessionID)
+	}
+	for _, inv := range c.Invalid {
+		v, err := json.Marshal(inv)
+		if err != nil {
+			return ctx, failure.Internal(stageRequest, err)
+		}
+		ctx = metadata.AppendToOutgoingContext(ctx, metadataInvalidAttribute, string(v))
+	}
+	return ctx, nil
 }
 
 // callTool runs tools/call for any published command, listed for the

@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"google.golang.org/grpc/metadata"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/failure"
@@ -101,15 +100,9 @@ func (b *Bridge) check(ctx context.Context, call toolCall) (*mcp.CallToolResult,
 	if s := bytes.TrimSpace(input); len(s) == 0 || string(s) == "null" {
 		input = []byte("{}")
 	}
-	if call.MCPSessionID != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, metadataMCPSession, call.MCPSessionID)
-	}
-	for _, inv := range call.Invalid {
-		v, err := json.Marshal(inv)
-		if err != nil {
-			return b.refusal(ctx, CheckTool, failure.Internal(stageRequest, err))
-		}
-		ctx = metadata.AppendToOutgoingContext(ctx, metadataInvalidAttribute, string(v))
+	ctx, err := relayAttributes(ctx, call)
+	if err != nil {
+		return b.refusal(ctx, CheckTool, err)
 	}
 	resp, err := b.cfg.Executor.(Checker).Check(ctx, &mandatev1.ExecuteRequest{
 		Code: args.Tool, InputJson: input, IdempotencyKey: args.IdempotencyKey,
