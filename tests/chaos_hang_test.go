@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -112,4 +113,83 @@ func TestHungDatabaseMakesServicesNotReady(t *testing.T) {
 	if resp, err := tp.tryRest("executor", http.MethodPost, "/v1/commands/ticket.search:execute", alice, `{"input":{"query":"charged twice"}}`); err != nil || resp.status != http.StatusOK {
 		t.Fatalf("a call after the database came back: %v %+v", err, resp)
 	}
+}
+
+// TestChaosPostgresHungUnderLoad (issue 31, item 5): the one Postgres
+// every service uses is frozen for 8 s (SIGSTOP: connections open, nothing
+// answers) while clients create keyed expense reports and search. Every
+// statement waits for a reply at most --database-reply-timeout (2 s here),
+// so every call is answered — refused, retriable — within seconds instead
+// of hanging until the client gives up: no client ever times out. After
+// the database continues, what every run under faults must leave holds
+// (finishAnswers: one report per key, no key held, every refusal in the
+// trail, the chain intact), and a new keyed call runs within 10 s.
+func TestChaosPostgresHungUnderLoad(t *testing.T) {
+	pg := startOwnPostgres(t)
+	tp := newTopology(t, topologyOptions{
+		databaseURL: pg.url(),
+		env:         []string{"MANDATE_DATABASE_REPLY_TIMEOUT=2s"},
+		executorArgs: []string{"--default-deadline", "2s", "--lease", "1500ms",
+			"--reconcile-after", "4s", "--reconcile-interval", "300ms"},
+	})
+	alice := tp.token("acme", "alice", "")
+	l := startChaosLoad(tp, 4, 4)
+
+	// Searches while the database hangs: each must be answered (a 10 s
+	// client timeout means it hung), and the slowest answer is reported.
+	var (
+		mu       sync.Mutex
+		searches int
+		hung     int
+		slowest  time.Duration
+	)
+	stopSearch := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stopSearch:
+				return
+			default:
+			}
+			start := time.Now()
+			_, err := tp.tryRest("executor", http.MethodPost, "/v1/commands/ticket.search:execute", alice, `{"input":{"query":"charged twice"}}`)
+			took := time.Since(start)
+			mu.Lock()
+			searches++
+			if err != nil {
+				hung++
+			}
+			slowest = max(slowest, took)
+			mu.Unlock()
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+
+	time.Sleep(500 * time.Millisecond)
+	thaw := pg.freeze(t)
+	time.Sleep(8 * time.Second)
+	thaw()
+	continued := time.Now()
+	close(stopSearch)
+	wg.Wait()
+
+	_, _, answers := l.finishAnswers(t)
+	// A key refused while the database hung is retried by its client;
+	// its definitive answer must come within 10 s of the database
+	// continuing.
+	retriedAfter := l.retriedAnswered.Sub(continued)
+	if retriedAfter > 10*time.Second {
+		t.Errorf("the last retried key got its answer %v after the database continued, want within 10 s", retriedAfter)
+	}
+	if n := answers["connection error"]; n != 0 {
+		t.Errorf("%d keyed calls got no answer within the client's 10 s while the database hung", n)
+	}
+	if hung != 0 {
+		t.Errorf("%d of %d searches got no answer within the client's 10 s while the database hung", hung, searches)
+	}
+	t.Logf("database frozen 8 s: %d searches, slowest answer %v, none hung; the last retried key answered %v after it continued; keyed refusals seen %v",
+		searches, slowest.Round(time.Millisecond), retriedAfter.Round(time.Millisecond), answers)
 }

@@ -82,12 +82,17 @@ type chaosLoad struct {
 	wg      sync.WaitGroup
 	results chan chaosResult
 	start   time.Time
+	// retriedAnswered is, once finished, when the last key that needed
+	// more than one attempt got its answer.
+	retriedAnswered time.Time
 }
 
 type chaosResult struct {
 	key, report string
 	attempts    int
 	codes       []string
+	// answered is when the key's last answer came.
+	answered time.Time
 }
 
 func startChaosLoad(tp *topology, workers, perWorker int) *chaosLoad {
@@ -126,6 +131,7 @@ func startChaosLoad(tp *topology, workers, perWorker int) *chaosLoad {
 					}
 					time.Sleep(100 * time.Millisecond)
 				}
+				r.answered = time.Now()
 				l.results <- r
 			}
 		}()
@@ -164,6 +170,9 @@ func (l *chaosLoad) finishAnswers(t *testing.T) (keys int, outcomes, answers map
 		}
 		if r.attempts > 1 {
 			retried++
+			if r.answered.After(l.retriedAnswered) {
+				l.retriedAnswered = r.answered
+			}
 		}
 		if other, dup := reports[r.report]; dup {
 			t.Errorf("keys %s and %s got the same report %s", other, r.key, r.report)

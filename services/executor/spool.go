@@ -25,6 +25,10 @@ const (
 	maxHeld = 10000
 )
 
+// spoolStoreTimeout bounds spooling one row in the executor's store; a
+// store that does not take it within this leaves the row held in memory.
+const spoolStoreTimeout = time.Second
+
 // spool keeps an audit row the trail would not take, so that it reaches
 // the trail once it is back (FlushSpool): every attempt leaves its row,
 // however long the audit service is down. When the executor's own store is
@@ -37,7 +41,11 @@ func (e *Executor) spool(ctx context.Context, inv *invocation, rec *mandatev1.Au
 	}
 	b, err := encodeSpooled(rec)
 	if err == nil {
-		err = e.cfg.Store.Spool(context.WithoutCancel(ctx), SpooledRow{Tenant: rec.GetTenant(), InvocationID: rec.GetInvocationId(), Record: b, Time: rec.GetTime().AsTime()})
+		// Bounded: the store is often on the database whose outage made
+		// the trail unavailable, and the caller waits for this row.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spoolStoreTimeout)
+		err = e.cfg.Store.Spool(sctx, SpooledRow{Tenant: rec.GetTenant(), InvocationID: rec.GetInvocationId(), Record: b, Time: rec.GetTime().AsTime()})
+		cancel()
 	}
 	if err != nil {
 		e.heldMu.Lock()

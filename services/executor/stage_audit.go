@@ -14,7 +14,13 @@ import (
 func (e *Executor) auditIntent(ctx context.Context, inv *invocation) (*Result, error) {
 	intent := e.record(inv, contract.PhaseIntent, contract.OutcomePending, "", "", "")
 	if err := e.stage(ctx, StageAudit, func(ctx context.Context) error {
-		resp, err := e.cfg.Audit.Append(ctx, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{intent}})
+		// Bounded as an outcome's attempt is: a trail that does not answer
+		// (its database hung) refuses the call within seconds instead of
+		// holding it for as long as the caller waits. An intent committed
+		// after the executor gave up has the refusal's outcome row after it.
+		actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
+		defer cancel()
+		resp, err := e.cfg.Audit.Append(actx, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{intent}})
 		inv.intentRows = resp.GetRecords()
 		return err
 	}); err != nil {

@@ -3,6 +3,7 @@ package executor
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -74,6 +75,28 @@ func TestStageAudit(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantOutcomeRow(t, []*mandatev1.AuditRecord{rec}, inv, contract.OutcomeFailed, StageAudit, failure.CodeAuditUnavailable)
+	})
+
+	t.Run("trail hung: refused within the attempt timeout", func(t *testing.T) {
+		h := newStageHarness(t, func(c *Config) { c.OutcomeAttemptTimeout = 100 * time.Millisecond })
+		ctx, inv := h.prepared(t, bot, refund, StageAudit, false)
+		h.audit.hang(true)
+		done := make(chan struct{})
+		var (
+			res *Result
+			err error
+		)
+		go func() { defer close(done); res, err = h.run(t, ctx, inv, StageAudit) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the intent's append is still waiting for a trail that does not answer")
+		}
+		fe := wantRefusal(t, res, err, inv, StageAudit, failure.CodeAuditUnavailable)
+		if !fe.Retriable || h.disp.count() != 0 {
+			t.Errorf("refusal %+v after %d dispatches: want retriable and none", fe, h.disp.count())
+		}
+		h.audit.hang(false)
 	})
 
 	t.Run("check mode: no intent", func(t *testing.T) {

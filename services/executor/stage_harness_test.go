@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -429,10 +430,18 @@ type fakeAudit struct {
 	mu   sync.Mutex
 	rows []*mandatev1.AuditRecord
 	down error
+	// hung makes every append wait for its context, as a trail whose
+	// database hangs does.
+	hung bool
 }
 
-func (a *fakeAudit) Append(_ context.Context, in *mandatev1.AppendRequest, _ ...grpc.CallOption) (*mandatev1.AppendResponse, error) {
+func (a *fakeAudit) Append(ctx context.Context, in *mandatev1.AppendRequest, _ ...grpc.CallOption) (*mandatev1.AppendResponse, error) {
 	a.mu.Lock()
+	if a.hung {
+		a.mu.Unlock()
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	defer a.mu.Unlock()
 	if a.down != nil {
 		return nil, a.down
@@ -452,6 +461,13 @@ func (a *fakeAudit) takeAway(err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.down = err
+}
+
+// hang makes every append wait for its context (false: answers again).
+func (a *fakeAudit) hang(hung bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.hung = hung
 }
 
 // mark is where the rows appended from now on start.

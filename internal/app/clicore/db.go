@@ -22,8 +22,14 @@ func DatabaseFlag(s *config.Set, url *config.Secret) {
 // container started at the same time), before it gives up with the reason.
 const DatabaseWait = 60 * time.Second
 
-// OpenPool opens a Postgres pool on url, waiting up to DatabaseWait for a
-// server that does not answer yet.
+// ToolReplyTimeout is how long an operator tool waits for one reply from
+// Postgres: longer than a service (whose callers must hear within
+// seconds), for a tool's statements scan whole tables, and still bounded,
+// so that a hung database ends the command with the reason.
+const ToolReplyTimeout = 2 * time.Minute
+
+// OpenPool opens a Postgres pool on url for an operator tool, waiting up
+// to DatabaseWait for a server that does not answer yet.
 func OpenPool(ctx context.Context, url config.Secret) (*pgxpool.Pool, error) {
-	return pg.Open(ctx, url.Reveal(), pg.Options{WaitFor: DatabaseWait})
+	return pg.Open(ctx, url.Reveal(), pg.Options{WaitFor: DatabaseWait, ReplyTimeout: ToolReplyTimeout})
 }

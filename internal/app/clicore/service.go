@@ -17,6 +17,7 @@ import (
 	dirpg "github.com/mandate-dev/mandate/internal/directory/postgres"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/internal/storage/pg"
 )
 
 // ServiceFlags are the settings every Mandate service shares. A service's
@@ -41,6 +42,9 @@ type ServiceFlags struct {
 	// connections to other services (DeclareDialing; grpc.go).
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 	KeepaliveTime                           time.Duration
+	// DatabaseReplyTimeout bounds each wait for a reply from Postgres
+	// (pg.Options.ReplyTimeout).
+	DatabaseReplyTimeout time.Duration
 	// pool is the database Pool opened, whose ping is the service's
 	// readiness (Serve).
 	pool *pgxpool.Pool
@@ -53,6 +57,8 @@ func (f *ServiceFlags) Declare(s *config.Set, grpcAddr, httpAddr string) {
 	s.String(&f.HTTPAddr, "http-addr", httpAddr, "HTTP (REST, health) listen address")
 	s.String(&f.Store, "store", "postgres", "storage driver: postgres or memory (memory keeps nothing across restarts)")
 	s.SecretVar(&f.DatabaseURL, "database-url", "Postgres connection string (store=postgres)")
+	s.Duration(&f.DatabaseReplyTimeout, "database-reply-timeout", pg.DefaultReplyTimeout,
+		"how long a statement waits for Postgres to answer before the database counts as unavailable (a hung database: the call is refused, retriable, instead of hanging); must exceed the longest statement")
 	s.Check(func() error {
 		switch f.Store {
 		case "postgres":
@@ -62,6 +68,9 @@ func (f *ServiceFlags) Declare(s *config.Set, grpcAddr, httpAddr string) {
 		case "memory":
 		default:
 			return s.Errorf("store", "must be postgres or memory, not %q", f.Store)
+		}
+		if f.DatabaseReplyTimeout <= 0 {
+			return s.Errorf("database-reply-timeout", "must be positive")
 		}
 		return nil
 	})
@@ -182,7 +191,7 @@ func (f *ServiceFlags) Pool(ctx context.Context, cl *Closers) (*pgxpool.Pool, er
 	if f.Store != "postgres" {
 		return nil, nil
 	}
-	p, err := OpenPool(ctx, f.DatabaseURL)
+	p, err := pg.Open(ctx, f.DatabaseURL.Reveal(), pg.Options{WaitFor: DatabaseWait, ReplyTimeout: f.DatabaseReplyTimeout})
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,11 @@ type Options struct {
 	// between pings; 0 pings once. A server that refuses for good (bad
 	// password, unknown database) ends the wait at once.
 	WaitFor time.Duration
+	// ReplyTimeout bounds how long a connection waits for the server's
+	// reply without receiving a byte before it gives up with an
+	// unavailable error (a hung database answers nothing: see replyConn).
+	// Default 5s; negative means no bound.
+	ReplyTimeout time.Duration
 	// ApplicationName is reported in pg_stat_activity. Default "mandate"; an application_name in
 	// the DSN wins.
 	ApplicationName string
@@ -66,11 +71,17 @@ func (o Options) withDefaults() Options {
 	if o.PingTimeout <= 0 {
 		o.PingTimeout = 5 * time.Second
 	}
+	if o.ReplyTimeout == 0 {
+		o.ReplyTimeout = DefaultReplyTimeout
+	}
 	if o.ApplicationName == "" {
 		o.ApplicationName = "mandate"
 	}
 	return o
 }
+
+// DefaultReplyTimeout is [Options.ReplyTimeout]'s default.
+const DefaultReplyTimeout = 5 * time.Second
 
 // ErrInvalidDSN is returned (wrapped) by [Open] when the connection string cannot be parsed. The
 // message never repeats the connection string, which may hold a password.
@@ -102,6 +113,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, error) 
 	cfg.HealthCheckPeriod = opts.HealthCheckPeriod
 	if cfg.ConnConfig.ConnectTimeout <= 0 {
 		cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
+	}
+	if opts.ReplyTimeout > 0 {
+		cfg.ConnConfig.DialFunc = boundReplies(cfg.ConnConfig.DialFunc, opts.ReplyTimeout)
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = opts.ApplicationName

@@ -119,7 +119,8 @@ func listenOnce(ctx context.Context, cfg Config, connected func()) error {
 		}
 		cc.RuntimeParams["application_name"] = cfg.ApplicationName
 	}
-	conn, err := pgx.ConnectConfig(ctx, cc)
+	// A listener waits for the server to speak first: no reply timeout.
+	conn, err := pgx.ConnectConfig(pg.WaitingForNotifications(ctx), cc)
 	if err != nil {
 		return err
 	}
