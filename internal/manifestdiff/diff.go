@@ -206,7 +206,11 @@ func (d *differ) confirmation(o, n map[string]any) {
 	switch {
 	case ne == confirmNever && oe != confirmNever:
 		if oe == confirmAlways {
-			d.add(RuleConfirmationDropped, "/confirmation_required", true, false, "a human was asked and no longer is (confirmation %s → %s)", oc, nc)
+			msg := "a human was asked and no longer is"
+			if oc != nc {
+				msg += fmt.Sprintf(" (confirmation %s → %s)", oc, nc)
+			}
+			d.add(RuleConfirmationDropped, "/confirmation_required", true, false, "%s", msg)
 		} else {
 			d.add(RuleConfirmationDropped, "/confirmation", oc, nc, "a human was asked under conditions and no longer is")
 		}
@@ -240,6 +244,9 @@ func (d *differ) approver(o, n map[string]any) {
 	for _, k := range sortedKeys(keys) {
 		if k == "kind" || equal(o[k], n[k]) {
 			continue
+		}
+		if ok != nk && (k == "permission" || k == "declared") {
+			continue // part of the kind's change, reported above
 		}
 		path := "/approver/" + pointerEscape(k)
 		if ov, nv, ok := numbers(o[k], n[k]); ok {

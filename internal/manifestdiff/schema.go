@@ -29,7 +29,9 @@ var (
 // accepts that the old one did not (widened: warn) and what it no longer
 // accepts (narrowed: info).
 func (d *differ) schema(path string, o, n any) {
-	if equal(o, n) {
+	// Compared strictly: in a schema, false and absent differ
+	// (additionalProperties).
+	if encode(o) == encode(n) {
 		return
 	}
 	// Boolean schemas and absence: true or absent accepts anything, false
@@ -63,13 +65,12 @@ func (d *differ) schema(path string, o, n any) {
 		keys[k] = true
 	}
 	for _, k := range sortedKeys(keys) {
-		ov, nv := om[k], nm[k]
-		if ignoredKeywords[k] || equal(ov, nv) {
+		ov, inOld := om[k]
+		nv, inNew := nm[k]
+		if ignoredKeywords[k] || (inOld == inNew && encode(ov) == encode(nv)) {
 			continue
 		}
 		p := path + "/" + pointerEscape(k)
-		_, inOld := om[k]
-		_, inNew := nm[k]
 		switch {
 		case schemaMaps[k]:
 			d.schemaMap(p, k, obj(ov), obj(nv))
