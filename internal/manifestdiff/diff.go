@@ -290,9 +290,8 @@ func (d *differ) sod(o, n map[string]any) {
 // conditions compares the conditions lists member by member, by id (by
 // position for a member without one).
 func (d *differ) conditions(o, n any) {
-	index := func(v any) (map[string]map[string]any, []string) {
+	index := func(v any) map[string]map[string]any {
 		out := map[string]map[string]any{}
-		var order []string
 		list, _ := v.([]any)
 		for i, e := range list {
 			c, _ := e.(map[string]any)
@@ -300,15 +299,11 @@ func (d *differ) conditions(o, n any) {
 			if id == "" {
 				id = fmt.Sprintf("#%d", i)
 			}
-			if _, dup := out[id]; !dup {
-				order = append(order, id)
-			}
 			out[id] = c
 		}
-		return out, order
+		return out
 	}
-	om, _ := index(o)
-	nm, _ := index(n)
+	om, nm := index(o), index(n)
 	ids := map[string]bool{}
 	for id := range om {
 		ids[id] = true

@@ -41,7 +41,7 @@ func (d *differ) schema(path string, o, n any) {
 	om, _ := o.(map[string]any)
 	nm, _ := n.(map[string]any)
 	switch {
-	case o == nil && n != nil, oIsBool && ob && !(nIsBool && nb):
+	case o == nil && n != nil, oIsBool && ob && (!nIsBool || !nb):
 		d.add(RuleSchemaNarrowed, path, o, n, "a schema now constrains what was free")
 		return
 	case n == nil, nIsBool && nb:
