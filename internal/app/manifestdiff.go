@@ -47,6 +47,10 @@ func runManifest(ctx context.Context, args []string, io IO) error {
 	)
 	s := config.New("manifest diff", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
+	s.FlagSet().Usage = func() {
+		fmt.Fprintln(io.Stderr, "Usage: mandate manifest diff [flags] OLD NEW   (OLD, NEW: a manifest file or a git object REF:PATH; exit 0 clean, 1 findings at or above --fail-on, 2 usage or input error)")
+		s.FlagSet().PrintDefaults()
+	}
 	s.Bool(&asJSON, "json", false, "print one JSON report instead of one line per finding")
 	s.String(&failOn, "fail-on", "high", "exit 1 when a finding is at or above this severity: high, warn, info, or none (never)")
 	s.String(&overrides, "overrides", "", "YAML file of severity overrides: rule id (and optionally command) → high, warn, info or ignore, each with a reason")

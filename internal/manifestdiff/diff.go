@@ -468,11 +468,13 @@ func equal(a, b any) bool {
 
 // encode is v's compact JSON (keys sorted), for comparing and printing.
 func encode(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // expressions and patterns read as written: "a > 1", not "a \u003e 1"
+	if err := enc.Encode(v); err != nil {
 		return fmt.Sprint(v)
 	}
-	return string(b)
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // numbers returns a and b as exact numbers when both are JSON numbers.

@@ -367,3 +367,16 @@ func TestParseRefusesWhatIsNotAManifest(t *testing.T) {
 		}
 	}
 }
+
+// TestTextShowsExpressionsAsWritten: no HTML escaping of < > & in values.
+func TestTextShowsExpressionsAsWritten(t *testing.T) {
+	o, n := sample(t), sample(t)
+	o.cmd(refund)["conditions"] = []any{largeRefund()}
+	c := largeRefund()
+	c["expression"] = "a > 1 && b < 2"
+	n.cmd(refund)["conditions"] = []any{c}
+	got := text(t, manifestdiff.Diff(o.parse(t, "old"), n.parse(t, "new")))
+	if want := `"request.amount.amount_minor > 2000" → "a > 1 && b < 2"`; !strings.Contains(got, want) {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+}
