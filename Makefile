@@ -6,7 +6,7 @@ BUF   := go tool -modfile=tools/go.mod buf
 LINT  := go tool -modfile=tools/lint/go.mod golangci-lint
 PLUGIN_BUILD := go build -trimpath -buildvcs=false
 
-.PHONY: all generate vendor-protos lint test test-short bench ci check-generated binaries idle-rss
+.PHONY: all generate vendor-protos lint test test-short bench ci check-generated binaries idle-rss governance-diff
 
 all: generate lint test
 
@@ -53,6 +53,13 @@ lint:
 	go vet ./...
 	$(LINT) run ./...
 
+## governance-diff: the sample manifest against the previous release's
+## (docs/governance-diff.md): fails on a high finding that
+## docs/governance/accepted.yaml does not accept with a reason
+PREVIOUS_MANIFEST ?= docs/governance/manifest-previous.json
+governance-diff:
+	go run ./cmd/mandate manifest diff --overrides docs/governance/accepted.yaml $(PREVIOUS_MANIFEST) gen/manifest/manifest.json
+
 ## test: every test tier this machine can run (Postgres tests skip without a server
 ## unless MANDATE_REQUIRE_POSTGRES=1)
 test:
@@ -79,4 +86,4 @@ check-generated: generate
 	@if [ -n "$$(git status --porcelain -- gen)" ]; then \
 		echo "make generate changed generated files; commit them:"; git status --porcelain -- gen; git diff --stat -- gen; exit 1; fi
 
-ci: check-generated lint test
+ci: check-generated lint governance-diff test

@@ -19,10 +19,11 @@ var referencePath = filepath.Join("..", "..", "docs", "configuration.md")
 
 // subcommandsWithSub are run as "<name> <sub> -h" in the reference.
 var subcommandsWithSub = map[string][]string{
-	"policy": {"apply"},
-	"audit":  {"", "query", "verify"},
-	"events": {"tail"},
-	"proto":  {"export"},
+	"policy":   {"apply"},
+	"audit":    {"", "query", "verify"},
+	"events":   {"tail"},
+	"proto":    {"export"},
+	"manifest": {"diff"},
 }
 
 // TestConfigurationReference keeps docs/configuration.md equal to what the

@@ -52,13 +52,37 @@ const (
 // ErrUsage marks errors already explained by usage output.
 var ErrUsage = errors.New("usage")
 
+// ExitError is an error with the exit code it means, for a command whose
+// codes say more than success or failure (`mandate manifest diff`: 1 for
+// findings, 2 for bad input). Err may be nil: the command already said
+// why.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
 // ExitCode is the exit code of a command that returned err: 0 for success
-// and for -h, else 1, after printing err prefixed with name unless the
-// usage output already explained it.
+// and for -h, an *ExitError's code, else 1, after printing err prefixed
+// with name unless the usage output already explained it.
 func ExitCode(name string, err error, stderr io.Writer) int {
+	var exit *ExitError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.As(err, &exit):
+		if exit.Err != nil && !errors.Is(exit.Err, ErrUsage) {
+			fmt.Fprintf(stderr, "%s: %v\n", name, exit.Err)
+		}
+		return exit.Code
 	case errors.Is(err, ErrUsage):
 		return 1
 	default:
