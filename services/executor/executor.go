@@ -151,8 +151,9 @@ type Config struct {
 	Limits schema.Limits
 	// OutcomeAttemptTimeout bounds each attempt to append an outcome row
 	// (default 5s); attempts are retried a bounded number of times. It
-	// bounds the intent's append too, which is not retried: a trail that
-	// does not answer within it refuses the call (audit.unavailable).
+	// bounds the intent's append too (at most 3s), which is not retried: a
+	// trail that does not answer within it refuses the call
+	// (audit.unavailable).
 	OutcomeAttemptTimeout time.Duration
 	// HeldFile, when set, is where the audit rows still held in memory at
 	// shutdown (neither the trail nor the store would take them) are

@@ -70,6 +70,11 @@ func (g *GRPCDispatcher) Receipt(ctx context.Context, d Dispatch) (Receipt, erro
 const (
 	receiptAttempts = 4
 	receiptWait     = 250 * time.Millisecond
+	// receiptBudget bounds all of resolve's attempts together: the caller
+	// waits for them, and a backend that cannot answer within it (its own
+	// database hung) leaves the effect unknown for now — a retry with the
+	// key, or the reconciler, asks the receipt again later.
+	receiptBudget = 3 * time.Second
 )
 
 // resolve asks the backend, a few times, whether the dispatch d whose
@@ -80,7 +85,8 @@ func (e *Executor) resolve(ctx context.Context, d Dispatch) (r Receipt, ok bool)
 	if !can {
 		return Receipt{}, false
 	}
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), receiptBudget)
+	defer cancel()
 	wait := receiptWait
 	for attempt := 1; attempt <= receiptAttempts; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -89,11 +95,15 @@ func (e *Executor) resolve(ctx context.Context, d Dispatch) (r Receipt, ok bool)
 		if err == nil {
 			return r, true
 		}
-		if errors.Is(err, ErrNoReceipt) {
+		if errors.Is(err, ErrNoReceipt) || ctx.Err() != nil {
 			return Receipt{}, false
 		}
 		if attempt < receiptAttempts {
-			time.Sleep(wait)
+			select {
+			case <-ctx.Done():
+				return Receipt{}, false
+			case <-time.After(wait):
+			}
 			wait *= 2
 		}
 	}

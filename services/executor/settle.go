@@ -79,8 +79,16 @@ func (e *Executor) settle(ctx context.Context, s settlement) error {
 	if f.Key == nil && f.Execution == nil && f.Event == nil {
 		return nil
 	}
-	return e.cfg.Store.Finish(context.WithoutCancel(ctx), f)
+	// Bounded: a caller waits for it, and a store that does not answer
+	// (its database hung) leaves the key claimed until its lease ends,
+	// when a retry settles it from the backend's receipt.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	return e.cfg.Store.Finish(fctx, f)
 }
+
+// finishTimeout bounds saving a call's settlement (Store.Finish).
+const finishTimeout = 2 * time.Second
 
 // ranOf is inv's call, which ran and returned output (nil: it did not
 // run, or its effect is unknown).

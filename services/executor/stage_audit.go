@@ -2,11 +2,17 @@ package executor
 
 import (
 	"context"
+	"time"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/contract"
 	"github.com/mandate-dev/mandate/internal/failure"
 )
+
+// intentTimeout bounds the intent's append (and OutcomeAttemptTimeout,
+// when shorter): a healthy trail takes a row in milliseconds, even
+// batched under load.
+const intentTimeout = 3 * time.Second
 
 // auditIntent makes the intent row durable, right before dispatch: it
 // fails closed — without the row nothing is dispatched, and the refusal
@@ -18,7 +24,7 @@ func (e *Executor) auditIntent(ctx context.Context, inv *invocation) (*Result, e
 		// (its database hung) refuses the call within seconds instead of
 		// holding it for as long as the caller waits. An intent committed
 		// after the executor gave up has the refusal's outcome row after it.
-		actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, min(e.cfg.OutcomeAttemptTimeout, intentTimeout))
 		defer cancel()
 		resp, err := e.cfg.Audit.Append(actx, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{intent}})
 		inv.intentRows = resp.GetRecords()

@@ -56,6 +56,13 @@ func (e *Executor) dispatch(ctx context.Context, inv *invocation) (*Result, erro
 			default:
 				outcome = contract.OutcomeUnknown
 				fe.Message = strings.TrimSuffix(fe.Message, "; the effect is unknown") + "; the effect is unknown"
+				if inv.idem != nil {
+					// With its key a retry is safe: it asks the backend's
+					// receipt before anything runs again (recoverKey), so
+					// it learns the result or runs the call once.
+					fe.Retriable = true
+					fe.Remedy = "retry with the same idempotency key: the backend's receipt is asked first, so the call never runs twice"
+				}
 			}
 		}
 		if dispatchErr != nil {

@@ -161,12 +161,40 @@ func TestStageDispatch(t *testing.T) {
 		if !strings.HasSuffix(fe.Message, "the effect is unknown") {
 			t.Errorf("message %q does not say the effect is unknown", fe.Message)
 		}
+		// Keyed, so a retry is safe: it asks the receipt before running.
+		if !fe.Retriable || !strings.Contains(fe.Remedy, "same idempotency key") {
+			t.Errorf("refusal %+v, want retriable with the same key", fe)
+		}
 		wantOutcomeRow(t, rows, inv, contract.OutcomeUnknown, StageDispatch, failure.CodeHandlerUnavailable)
 		if asked := h.disp.receipts(); len(asked) != 1 || asked[0].InvocationID != inv.id {
 			t.Errorf("receipts asked %+v, want this invocation's", asked)
 		}
 		if r := h.store.key(refundKey); r == nil || !r.done || savedCode(t, r.saved) != failure.CodeHandlerUnavailable || grantGivenBack(h) {
 			t.Errorf("the key holds %+v (grant given back %v), want the failure kept and the grant spent", r, grantGivenBack(h))
+		}
+	})
+
+	t.Run("no answer, the backend cannot answer for its receipt either: bounded", func(t *testing.T) {
+		// A backend whose database hangs: every receipt ask takes 1.5 s and
+		// fails. Four asks with their pauses would hold the caller ~8 s;
+		// the asks share one budget (receiptBudget), so the call is
+		// answered, effect unknown and key kept, after at most three.
+		h := newStageHarness(t)
+		h.disp.script(func(d *fakeDispatcher) {
+			d.err = status.Error(codes.Unavailable, "connection reset")
+			d.receipt = func(Dispatch) (Receipt, error) {
+				time.Sleep(1500 * time.Millisecond)
+				return Receipt{}, status.Error(codes.Unavailable, "database unavailable")
+			}
+		})
+		ctx, inv := h.prepared(t, bot, refund, StageDispatch, false)
+		rows, res, err := dispatch(t, h, ctx, inv)
+		if fe := wantRefusal(t, res, err, inv, StageDispatch, failure.CodeHandlerUnavailable); !fe.Retriable {
+			t.Errorf("refusal %+v, want retriable with the same key", fe)
+		}
+		wantOutcomeRow(t, rows, inv, contract.OutcomeUnknown, StageDispatch, failure.CodeHandlerUnavailable)
+		if asked := len(h.disp.receipts()); asked == 0 || asked >= receiptAttempts {
+			t.Errorf("the receipt was asked %d times, want fewer than %d within the budget", asked, receiptAttempts)
 		}
 	})
 

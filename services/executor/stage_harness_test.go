@@ -641,6 +641,18 @@ type fakeStore struct {
 	down       error
 }
 
+// Renew keeps a running call's claim: the fake's keys have no lease, so
+// a claim still held by invocation is renewed as it is.
+func (s *fakeStore) Renew(_ context.Context, key IdemKey, invocation string, _ time.Duration) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down != nil {
+		return false, s.down
+	}
+	k := s.keys[key]
+	return k != nil && !k.done && k.invocation == invocation, nil
+}
+
 // fakeKey is one idempotency record.
 type fakeKey struct {
 	digest, invocation string

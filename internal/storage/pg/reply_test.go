@@ -201,7 +201,12 @@ func TestReplyTimeoutAndWhatItSpares(t *testing.T) {
 			Lost:      func(context.Context, error) { events <- "lost" },
 		})
 	}()
-	defer func() { stop(); _ = <-done }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("listener: %v", err)
+		}
+	}()
 	if e := <-events; e != "connected" {
 		t.Fatalf("listener: %s", e)
 	}
