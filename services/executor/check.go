@@ -58,6 +58,6 @@ func (e *Executor) Check(ctx context.Context, call Call) (*Verdict, error) {
 	// Written after the answer, as a dispatched call's outcome is:
 	// retried until it lands, spooled when the trail cannot take it.
 	rec := e.record(inv, contract.PhaseCheck, outcome, stage, code, msg)
-	e.afterReply(func() { e.appendRow(ctx, inv, rec) })
+	e.afterReply(func() { e.appendRow(ctx, inv, rec, afterTheReply) })
 	return v, nil
 }

@@ -636,7 +636,7 @@ func (e *Executor) refuseWith(ctx context.Context, inv *invocation, fe *failure.
 	if inv.checking {
 		return fe
 	}
-	e.outcome(ctx, inv, contract.OutcomeRefused, fe.Stage, fe.Code, fe.Message, nil)
+	e.appendRow(ctx, inv, e.record(inv, contract.PhaseOutcome, contract.OutcomeRefused, fe.Stage, fe.Code, fe.Message), callerWaits)
 	e.logger(ctx, inv).Info("refused", "stage", fe.Stage, "code", fe.Code)
 	return fe
 }
@@ -653,7 +653,7 @@ func (e *Executor) fault(ctx context.Context, inv *invocation, stage, code strin
 		fe.Retriable, fe.Remedy = true, spec.Remedy
 	}
 	if !inv.checking {
-		e.outcome(ctx, inv, contract.OutcomeFailed, stage, code, fe.Message, nil)
+		e.appendRow(ctx, inv, e.record(inv, contract.PhaseOutcome, contract.OutcomeFailed, stage, code, fe.Message), callerWaits)
 	}
 	return fe
 }
@@ -666,12 +666,19 @@ func (e *Executor) outcome(ctx context.Context, inv *invocation, outcome, stage,
 	if result != nil {
 		rec.ResultDigest = digest("result", result)
 	}
-	e.appendRow(ctx, inv, rec)
+	e.appendRow(ctx, inv, rec, afterTheReply)
 }
+
+// Whether a caller waits for a row (appendRow): a refusal's row is written
+// before the refusal is answered, an outcome after the reply.
+const (
+	callerWaits   = true
+	afterTheReply = false
+)
 
 // appendRow appends a row that ends an invocation (an outcome, a check),
 // with its duration.
-func (e *Executor) appendRow(ctx context.Context, inv *invocation, rec *mandatev1.AuditRecord) {
+func (e *Executor) appendRow(ctx context.Context, inv *invocation, rec *mandatev1.AuditRecord, waited bool) {
 	if d := e.cfg.Now().Sub(inv.start); d > 0 {
 		rec.Duration = durationpb.New(d)
 	}
@@ -685,11 +692,17 @@ func (e *Executor) appendRow(ctx context.Context, inv *invocation, rec *mandatev
 		// service would otherwise hold the executor's shutdown forever.
 		actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
 		_, err := e.cfg.Audit.Append(actx, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{rec}})
+		silent := errors.Is(actx.Err(), context.DeadlineExceeded)
 		cancel()
 		if err == nil {
 			return
 		}
-		if attempt >= maxOutcomeAttempts || !unavailable(err) {
+		// A trail that refused at once (its connection reset, a replica
+		// restarting) is tried again. One that did not answer within an
+		// attempt's deadline (its database hung) will not answer the next
+		// either: when a caller waits for the row (a refusal's), it goes to
+		// the spool at once, whose flusher tries the trail again later.
+		if attempt >= maxOutcomeAttempts || !unavailable(err) || (silent && waited) {
 			span.SetStatus(codes.Error, failure.CodeAuditUnavailable)
 			e.spool(ctx, inv, rec)
 			return

@@ -433,11 +433,14 @@ type fakeAudit struct {
 	// hung makes every append wait for its context, as a trail whose
 	// database hangs does.
 	hung bool
+	// unanswered counts the appends made while hung.
+	unanswered int
 }
 
 func (a *fakeAudit) Append(ctx context.Context, in *mandatev1.AppendRequest, _ ...grpc.CallOption) (*mandatev1.AppendResponse, error) {
 	a.mu.Lock()
 	if a.hung {
+		a.unanswered++
 		a.mu.Unlock()
 		<-ctx.Done()
 		return nil, status.FromContextError(ctx.Err()).Err()
