@@ -516,8 +516,12 @@ func TestConfirmAppendsDecisionRowsOnly(t *testing.T) {
 		t.Fatalf("confirm relaying its decider: %v", err)
 	}
 	for name, r := range map[string]*mandatev1.AuditRecord{
-		"an outcome row": func() *mandatev1.AuditRecord { r := record("inv-c1", "outcome", "executed"); r.Tenant = "acme"; return r }(),
-		"an intent row":  func() *mandatev1.AuditRecord { r := record("inv-c2", "intent", "pending"); r.Tenant = "acme"; return r }(),
+		"an outcome row": func() *mandatev1.AuditRecord {
+			r := record("inv-c1", "outcome", "executed")
+			r.Tenant = "acme"
+			return r
+		}(),
+		"an intent row": func() *mandatev1.AuditRecord { r := record("inv-c2", "intent", "pending"); r.Tenant = "acme"; return r }(),
 	} {
 		if _, err := confirmSvc.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{decision("dec-4", "acme"), r}}); reason(err) != "authorization.permission_denied" {
 			t.Fatalf("confirm appending %s: %v", name, err)
