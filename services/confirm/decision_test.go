@@ -187,7 +187,9 @@ func TestDecisionRows(t *testing.T) {
 		wantCode(t, "cron-bot's client answering", err, failure.CodeConfirmationApproverNotAllowed)
 		checkRow(t, "cron-bot's client answering", tr.take(), refused(c, cronBot, "approve", "mcp_elicitation", failure.CodeConfirmationApproverNotAllowed))
 		mine := f.open(t, botForAlice, "ticket.refund")
-		if _, err := f.svc.DecideElicited(ctx, botForAlice, mine.ID, true); err != nil {
+		bridged := botForAlice
+		bridged.Via = identity.MCPBridgeService
+		if _, err := f.svc.DecideElicited(ctx, bridged, mine.ID, true); err != nil {
 			t.Fatal(err)
 		}
 		got := tr.take()
@@ -195,8 +197,8 @@ func TestDecisionRows(t *testing.T) {
 			challenge: mine.ID, invocation: mine.InvocationID, command: mine.Command, verdict: "approve", channel: "mcp_elicitation", outcome: "approved"})
 		var args trail.Arguments
 		_ = json.Unmarshal([]byte(got[0].GetArgumentsJson()), &args)
-		if got[0].GetChannel() != "mcp" || args.Assurance != "client_attested" || args.Via != "executor" {
-			t.Fatalf("an elicited answer's row: channel %q, arguments %+v; want mcp, client_attested, via executor", got[0].GetChannel(), args)
+		if got[0].GetChannel() != "mcp" || args.Assurance != "client_attested" || args.Via != identity.MCPBridgeService {
+			t.Fatalf("an elicited answer's row: channel %q, arguments %+v; want mcp, client_attested, via the bridge", got[0].GetChannel(), args)
 		}
 	})
 

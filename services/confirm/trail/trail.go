@@ -278,7 +278,7 @@ func Row(a confirm.Attempt) *mandatev1.AuditRecord {
 	p := a.Decider
 	args := Arguments{ChallengeID: a.ChallengeID, Verdict: a.Verdict, Channel: a.Channel, Assurance: a.Assurance(), Via: p.Via}
 	rec := &mandatev1.AuditRecord{
-		InvocationId: a.ID, Phase: contract.PhaseDecision, Tenant: p.Tenant, Channel: transport(a.Channel),
+		InvocationId: a.ID, Phase: contract.PhaseDecision, Tenant: p.Tenant, Channel: transport(a.Channel, p),
 		Subject: a.ChallengeID, UserId: p.UserID, ActorKind: actorKind(p), AgentId: p.AgentID,
 		Model: p.Model, ModelVersion: p.ModelVersion,
 		Outcome: a.Outcome(), Stage: a.Stage(), Code: a.Code, Message: a.Message,
@@ -295,14 +295,15 @@ func Row(a confirm.Attempt) *mandatev1.AuditRecord {
 	return rec
 }
 
-// transport is the audit channel of a decision channel: the approval page
-// is HTTP, an elicited answer comes through the MCP bridge, the API is
-// gRPC (REST reaches it through the gateway).
-func transport(channel string) string {
-	switch channel {
-	case confirm.ChannelApprovalPage:
+// transport is the audit channel the attempt came in on: the approval page
+// is HTTP, an answer the MCP bridge relays is MCP, anything else reached
+// the API over gRPC (REST reaches it through the gateway) — a channel
+// claimed without the bridge included.
+func transport(channel string, p identity.Principal) string {
+	switch {
+	case channel == confirm.ChannelApprovalPage:
 		return contract.ChannelREST
-	case confirm.ChannelMCPElicitation:
+	case p.Via == identity.MCPBridgeService:
 		return contract.ChannelMCP
 	}
 	return contract.ChannelGRPC
