@@ -128,3 +128,44 @@ func TestEveryDecisionAttemptIsAudited(t *testing.T) {
 		t.Fatalf("audit query --phase decision lists %d decision rows, want %d:\n%s", n, attempts, out)
 	}
 }
+
+// TestDevRecordsDecisionAttempts: `mandate dev` wires the confirm service
+// to the audit trail in process: carol approving her own four-eyes erase and
+// finance-bot deciding it are refused, and olive, the auditor, reads their
+// two decision rows over REST.
+func TestDevRecordsDecisionAttempts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	dev := startDev(t)
+	base, tokens := dev.base, dev.tokens
+	code, body := do(t, http.MethodPost, base+"/v1/commands/customer.erase:execute", tokens["carol"],
+		`{"input":{"customer_email":"jane.doe@example.com","reason":"Deletion request DR-10"}}`)
+	challenge, _ := body["challenge_id"].(string)
+	if code != http.StatusUnprocessableEntity || body["code"] != "confirmation.required" || challenge == "" {
+		t.Fatalf("customer.erase: %d %v", code, body)
+	}
+	for _, who := range []string{"carol", "finance-bot@carol"} {
+		code, body := do(t, http.MethodPost, base+"/v1/challenges/"+challenge+":decide", tokens[who], `{"decision":"DECISION_APPROVE"}`)
+		if code != http.StatusForbidden || body["code"] != "confirmation.approver_not_allowed" {
+			t.Fatalf("%s approving: %d %v", who, code, body)
+		}
+	}
+	code, body = do(t, http.MethodGet, base+"/v1/audit/records?phase=decision", tokens["olive"], "")
+	records, _ := body["records"].([]any)
+	if code != http.StatusOK || len(records) != 2 {
+		t.Fatalf("decision rows: %d %v; want 2", code, body)
+	}
+	agents := map[string]bool{}
+	for i := range records {
+		r, _ := records[i].(map[string]any)
+		if r["code"] != "confirmation.approver_not_allowed" || r["outcome"] != "refused" || r["user_id"] != "carol" || r["subject"] != challenge {
+			t.Fatalf("decision row %d: %v", i, r)
+		}
+		agent, _ := r["agent_id"].(string)
+		agents[agent] = true
+	}
+	if !agents[""] || !agents["finance-bot"] {
+		t.Fatalf("decision rows by agents %v, want carol's own and finance-bot's", agents)
+	}
+}
