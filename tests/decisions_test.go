@@ -80,7 +80,7 @@ func TestEveryDecisionAttemptIsAudited(t *testing.T) {
 	}
 	type row struct {
 		id, subject, command, user, agent, actor, channel, outcome, stage, code string
-		challenge, invocation, verdict, decisionChannel, assurance            string
+		challenge, invocation, verdict, decisionChannel, assurance              string
 	}
 	var got []row
 	for rows.Next() {
