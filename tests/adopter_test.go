@@ -204,7 +204,8 @@ func TestAdopterInventoryOnServices(t *testing.T) {
 		"MANDATE_MANIFEST=" + filepath.Join(dir, "gen", "manifest", "manifest.json"),
 		"MANDATE_DESCRIPTORS=" + filepath.Join(dir, "gen", "manifest", "descriptors.binpb"),
 	}})
-	tp.startAll(spec{name: "audit"}, spec{name: "confirm"}, spec{name: "catalog"})
+	tp.startAll(spec{name: "audit"}, spec{name: "catalog"})
+	tp.startAll(spec{name: "confirm", args: []string{"--audit-addr", tp.addr["audit"].grpc}})
 	tp.startAll(spec{name: "executor", args: []string{
 		"--audit-addr", tp.addr["audit"].grpc, "--confirm-addr", tp.addr["confirm"].grpc,
 		"--backend", "inventory.v1.InventoryService=" + addr + ",mandate.v1.CatalogService=" + tp.addr["catalog"].grpc,

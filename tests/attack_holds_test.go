@@ -408,6 +408,7 @@ func TestAttackCrossTenant(t *testing.T) {
 	wantGRPCError(t, err, codes.NotFound, "confirmation_check", "confirmation.not_found")
 	_, err = tp.decide(dave, challenge, mandatev1.Decision_DECISION_APPROVE)
 	wantGRPCError(t, err, codes.NotFound, "confirmation_check", "confirmation.not_found")
+	globex++ // the attempt's decision row, in dave's own trail
 	if state, by := tp.challengeState(challenge); state != "PENDING" || by != "" {
 		t.Fatalf("acme's challenge is %s (decided by %q) after dave's attempts", state, by)
 	}
@@ -474,6 +475,7 @@ func TestAttackGrantReuseAndMismatch(t *testing.T) {
 		ch.GetState() != mandatev1.ChallengeState_CHALLENGE_STATE_APPROVED {
 		t.Fatalf("carol approving: %v %v", ch, err)
 	}
+	acme++ // her decision row
 	// Consent is for one invocation: another amount, or the same arguments
 	// under an idempotency key the approved call did not have, is another.
 	refusedMCP(t, refundOf("9000"), grant, "confirmation.grant_mismatch")
@@ -542,7 +544,8 @@ func TestAttackGrantReuseAndMismatch(t *testing.T) {
 // and as a command over REST and MCP, and the approval page (with its
 // bearer, and its bearer offered as a sign-in token). All are refused; the
 // challenge stays pending, undecided; no money moves; the attempts that
-// reach the executor leave one refused row each.
+// reach the executor leave one refused row each, and those that reach the
+// confirm service as the agent's one refused decision row each.
 func TestAttackAgentDecidesOwnChallenge(t *testing.T) {
 	tp := newTopology(t, topologyOptions{})
 	bot := tp.token("acme", "carol", "finance-bot")
@@ -576,6 +579,7 @@ func TestAttackAgentDecidesOwnChallenge(t *testing.T) {
 		t.Logf("gRPC Decide %v on channel %q", c.decision, c.channel)
 		_, err := confirmClient.Decide(tp.as(bot), &mandatev1.DecideRequest{ChallengeId: challenge, Decision: c.decision, Channel: c.channel})
 		wantGRPCError(t, err, c.grpcCode, "confirmation_check", c.code)
+		acme++ // its decision row
 	}
 	// Posing as the bridge that relays elicited answers: the agent's own
 	// token, or one signed with a guessed service secret, as the relay.
@@ -604,6 +608,14 @@ func TestAttackAgentDecidesOwnChallenge(t *testing.T) {
 			r.body["code"] != "confirmation.approver_not_allowed" || r.body["stage"] != "confirmation_check" {
 			t.Fatalf("REST Decide %s: %d %s", body, r.status, r.raw)
 		}
+		acme++ // its decision row
+	}
+	// Each attempt that reached the confirm service as finance-bot's:
+	// one refused decision row, with the code it was refused with.
+	if n := tp.count(`SELECT count(*) FROM audit.records WHERE tenant = 'acme' AND phase = 'decision' AND outcome = 'refused'
+		AND agent_id = 'finance-bot' AND actor_kind = 'agent' AND subject = $1
+		AND code IN ('confirmation.approver_not_allowed', 'schema.invalid')`, challenge); n != 8 {
+		t.Fatalf("%d refused decision rows of finance-bot, want 8 (5 over gRPC, 3 over REST)", n)
 	}
 	pending("REST Decide")
 

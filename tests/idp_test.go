@@ -102,7 +102,8 @@ func TestProductionIdP(t *testing.T) {
 		"MANDATE_ISSUER=mandate-dev," + hydra.issuer,
 		"MANDATE_AUDIENCE=mandate," + resource,
 	}})
-	tp.startAll(spec{name: "audit"}, spec{name: "confirm"}, spec{name: "helpdesk"}, spec{name: "catalog"})
+	tp.startAll(spec{name: "audit"}, spec{name: "helpdesk"}, spec{name: "catalog"})
+	tp.startAll(spec{name: "confirm", args: []string{"--audit-addr", tp.addr["audit"].grpc}})
 	tp.startAll(spec{name: "executor", args: tp.executorArgs()})
 	bridgeLog, err := os.Create(filepath.Join(tp.logDir, "mcpbridge.log"))
 	if err != nil {

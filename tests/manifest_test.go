@@ -45,7 +45,8 @@ func TestServicesOnDifferentManifestsRefuseEachOther(t *testing.T) {
 	tp := newTopology(t, topologyOptions{noServices: true})
 	v := manifesttest.Variant(t, t.TempDir())
 	variant := []string{"--manifest", v.Manifest, "--descriptors", v.Descriptors}
-	tp.startAll(spec{name: "audit"}, spec{name: "confirm"}, spec{name: "helpdesk"}, spec{name: "catalog", args: variant})
+	tp.startAll(spec{name: "audit"}, spec{name: "helpdesk"}, spec{name: "catalog", args: variant})
+	tp.startAll(spec{name: "confirm", args: []string{"--audit-addr", tp.addr["audit"].grpc}})
 	tp.startAll(spec{name: "executor", args: tp.executorArgs()}) // the sample, MANDATE_MANIFEST=sample
 	tp.startAll(spec{name: "mcpbridge", args: append([]string{
 		"--executor-addr", tp.addr["executor"].grpc,

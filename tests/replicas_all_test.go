@@ -72,6 +72,7 @@ func newReplicaTopology(t *testing.T, executorArgs ...string) *replicaTopology {
 					",mandate.v1.CatalogService=" + rt.lb["catalog"].grpc,
 			}, executorArgs...)
 		},
+		"confirm": func(endpoint) []string { return []string{"--audit-addr", rt.lb["audit"].grpc} },
 		"mcpbridge": func(ep endpoint) []string {
 			return []string{
 				"--advertise-url", "http://" + ep.http,

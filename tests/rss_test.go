@@ -115,6 +115,10 @@ func TestRSSServices(t *testing.T) {
 	s.run("policy", "apply", "-f", filepath.Join(root, "examples", "policy", "demo.yaml"))
 	names := []string{"audit", "confirm", "helpdesk", "catalog"}
 	for _, n := range names {
+		if n == "confirm" {
+			s.start(n, "--audit-addr", s.http["audit-grpc"])
+			continue
+		}
 		s.start(n)
 	}
 	s.start("executor",

@@ -146,13 +146,14 @@ func newTopology(t *testing.T, opts topologyOptions) *topology {
 		return tp
 	}
 
-	// The services that depend on nothing but the database start together.
+	// The services that depend on nothing but the database start together;
+	// then confirm, which appends its decision rows to audit.
 	tp.startAll(
 		spec{name: "audit"},
-		spec{name: "confirm"},
 		spec{name: "helpdesk"},
 		spec{name: "catalog"},
 	)
+	tp.startAll(spec{name: "confirm", args: []string{"--audit-addr", tp.addr["audit"].grpc}})
 	tp.startAll(spec{name: "executor", args: tp.executorArgs(opts.executorArgs...)})
 	tp.startAll(spec{name: "mcpbridge", args: []string{
 		"--executor-addr", tp.addr["executor"].grpc,

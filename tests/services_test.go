@@ -183,7 +183,7 @@ func TestServicesAsProcesses(t *testing.T) {
 	s.run("policy", "apply", "-f", filepath.Join(root, "examples", "policy", "demo.yaml"))
 
 	s.start("audit")
-	s.start("confirm")
+	s.start("confirm", "--audit-addr", s.http["audit-grpc"])
 	s.start("helpdesk")
 	s.start("catalog")
 	s.start("executor",

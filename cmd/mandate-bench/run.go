@@ -383,10 +383,14 @@ func database(ctx context.Context, cfg config, f *fleet) (benchDB, string, error
 func startTopology(ctx context.Context, f *fleet, d benchDB) (target, error) {
 	svc := map[string]*proc{}
 	var err error
-	for _, name := range []string{"audit", "confirm", "helpdesk", "catalog"} {
+	for _, name := range []string{"audit", "helpdesk", "catalog"} {
 		if svc[name], err = f.service(ctx, name); err != nil {
 			return target{}, err
 		}
+	}
+	// confirm appends its decision rows to audit.
+	if svc["confirm"], err = f.service(ctx, "confirm", "--audit-addr", svc["audit"].grpcAddr); err != nil {
+		return target{}, err
 	}
 	if svc["executor"], err = f.service(ctx, "executor",
 		"--audit-addr", svc["audit"].grpcAddr,

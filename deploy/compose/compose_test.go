@@ -392,6 +392,9 @@ func TestServicesFindEachOther(t *testing.T) {
 			t.Errorf("executor: %s=%q, want %q", k, ex[k], want)
 		}
 	}
+	if got, want := env(service(t, p, "confirm"))["MANDATE_AUDIT_ADDR"], "audit:"+grpcPort("audit"); got != want {
+		t.Errorf("confirm: MANDATE_AUDIT_ADDR=%q, want %q (its decision rows)", got, want)
+	}
 	backends := strings.Split(ex["MANDATE_BACKEND"], ",")
 	slices.Sort(backends)
 	if want := []string{"examples.helpdesk.v1.HelpdeskService=helpdesk:" + grpcPort("helpdesk"), "mandate.v1.CatalogService=catalog:" + grpcPort("catalog")}; !slices.Equal(backends, want) {

@@ -348,9 +348,10 @@ func wantBalanced(t *testing.T, objs []object, age, grace, keepalive string) {
 	if svcs["mandate-mcpbridge-headless"] != nil {
 		t.Error("a headless Service of the bridge's gRPC port, which no service dials")
 	}
-	exec, bridge := containerEnv(deps["mandate-executor"]), containerEnv(deps["mandate-mcpbridge"])
+	exec, bridge, conf := containerEnv(deps["mandate-executor"]), containerEnv(deps["mandate-mcpbridge"]), containerEnv(deps["mandate-confirm"])
 	want := map[string]string{
 		"executor MANDATE_AUDIT_ADDR":      "dns:///mandate-audit-headless:9094",
+		"confirm MANDATE_AUDIT_ADDR":       "dns:///mandate-audit-headless:9094",
 		"executor MANDATE_CONFIRM_ADDR":    "dns:///mandate-confirm-headless:9093",
 		"bridge MANDATE_CATALOG_ADDR":      "dns:///mandate-catalog-headless:9091",
 		"bridge MANDATE_EXECUTOR_ADDR":     "dns:///mandate-executor-headless:9092",
@@ -361,6 +362,7 @@ func wantBalanced(t *testing.T, objs []object, age, grace, keepalive string) {
 		"executor MANDATE_AUDIT_ADDR": exec["MANDATE_AUDIT_ADDR"], "executor MANDATE_CONFIRM_ADDR": exec["MANDATE_CONFIRM_ADDR"],
 		"bridge MANDATE_CATALOG_ADDR": bridge["MANDATE_CATALOG_ADDR"], "bridge MANDATE_EXECUTOR_ADDR": bridge["MANDATE_EXECUTOR_ADDR"],
 		"bridge MANDATE_CONFIRM_ADDR":      bridge["MANDATE_CONFIRM_ADDR"],
+		"confirm MANDATE_AUDIT_ADDR":       conf["MANDATE_AUDIT_ADDR"],
 		"executor MANDATE_BACKEND catalog": strings.Split(exec["MANDATE_BACKEND"], ",")[0],
 	}
 	if !equalMaps(got, want) {
@@ -371,7 +373,7 @@ func wantBalanced(t *testing.T, objs []object, age, grace, keepalive string) {
 		if env["MANDATE_GRPC_MAX_CONNECTION_AGE"] != age || env["MANDATE_GRPC_MAX_CONNECTION_AGE_GRACE"] != grace {
 			t.Errorf("%s: connection age %q, grace %q; want %s, %s", name, env["MANDATE_GRPC_MAX_CONNECTION_AGE"], env["MANDATE_GRPC_MAX_CONNECTION_AGE_GRACE"], age, grace)
 		}
-		dials := name == "mandate-executor" || name == "mandate-mcpbridge"
+		dials := name == "mandate-executor" || name == "mandate-mcpbridge" || name == "mandate-confirm"
 		if v, set := env["MANDATE_GRPC_KEEPALIVE_TIME"]; dials && v != keepalive || !dials && set {
 			t.Errorf("%s: MANDATE_GRPC_KEEPALIVE_TIME %q (set: %v)", name, v, set)
 		}
@@ -397,7 +399,7 @@ func TestServiceSideBalancing(t *testing.T) {
 		}
 		env := containerEnv(d)
 		keepalive := ""
-		if name == "mandate-executor" || name == "mandate-mcpbridge" {
+		if name == "mandate-executor" || name == "mandate-mcpbridge" || name == "mandate-confirm" {
 			keepalive = "0s" // no pings
 		}
 		if env["MANDATE_GRPC_MAX_CONNECTION_AGE"] != "90s" || env["MANDATE_GRPC_KEEPALIVE_TIME"] != keepalive {

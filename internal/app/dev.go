@@ -227,11 +227,31 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	cl.Add(auditStore.Close)
 	auditSvc := auditcmd.Build(auditcmd.Deps{Store: auditStore, Directory: dir, Logger: log}, cl)
 
+	// The executor reaches audit and confirm through their APIs, in
+	// process, on its own service identity, as it does over the network:
+	// confirm for the caller it relays, audit on its own authority (its
+	// append stream), which their server admits as the audit service's
+	// own process does. The confirm service appends its decision rows
+	// there too, on its own service identity.
+	internalAuth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services, AllowServiceOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	internalSrv, err := server.New(server.Config{Name: "mandate.internal", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: internalAuth, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+
 	confirmStore := confirmmem.New(confirmmem.Options{})
 	cl.Add(confirmStore.Close)
 	base := "http://" + d.httpAddr
+	confirmSrc, err := identity.NewServiceTokenSource(serviceSecret, DefaultIssuer, DefaultAudience, identity.ConfirmService, time.Hour)
+	if err != nil {
+		return nil, err
+	}
 	confirmSvc, err := confirmcmd.Build(confirmcmd.Deps{Store: confirmStore, Sessions: confirmStore, Directory: dir, Manifest: set,
-		BaseURL: base, LoginSecret: []byte(devSecret.Reveal()), Issuers: []string{DefaultIssuer}, Logger: log})
+		BaseURL: base, LoginSecret: []byte(devSecret.Reveal()), Issuers: []string{DefaultIssuer},
+		Audit: manifestConn(inprocess.Conn(internalSrv, confirmSrc), set.Digest()), Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -259,19 +279,6 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	// the internal server, like any backend.
 	catalogSvc.RegisterAPI(backendSrv)
 
-	// The executor reaches audit and confirm through their APIs, in
-	// process, on its own service identity, as it does over the network:
-	// confirm for the caller it relays, audit on its own authority (its
-	// append stream), which their server admits as the audit service's
-	// own process does.
-	internalAuth, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services, AllowServiceOnly: true})
-	if err != nil {
-		return nil, err
-	}
-	internalSrv, err := server.New(server.Config{Name: "mandate.internal", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: internalAuth, Logger: log})
-	if err != nil {
-		return nil, err
-	}
 	auditSvc.RegisterAPI(internalSrv)
 	confirmSvc.RegisterAPI(internalSrv)
 	src, err := identity.NewServiceTokenSource(serviceSecret, DefaultIssuer, DefaultAudience, executor.ServiceName, time.Hour)
@@ -366,6 +373,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	var p clicore.Group
 	auditSvc.Start(&p)
 	execSvc.Start(&p)
+	confirmSvc.Start(&p)
 	bridgeSvc.Start(&p)
 	p.Serve(backendSrv.Run)
 	p.Serve(internalSrv.Run)

@@ -18,6 +18,11 @@ const (
 	// PhaseCheck records a check (ExecutorService.Check): a call judged,
 	// never run. Its outcome is the verdict.
 	PhaseCheck = "check"
+	// PhaseDecision records one attempt to decide a challenge (approve or
+	// decline), accepted or refused, written by the confirm service. Its
+	// outcome is approved or declined for an accepted attempt, refused with
+	// stage and code otherwise.
+	PhaseDecision = "decision"
 )
 
 // Outcomes (AuditRecord.outcome). Intent rows carry OutcomePending.
@@ -32,6 +37,11 @@ const (
 	// rows only (a refused check is OutcomeRefused, with stage and code).
 	OutcomeAllowed          = "allowed"
 	OutcomeApprovalRequired = "approval_required"
+	// OutcomeApproved and OutcomeDeclined are accepted decisions, on
+	// decision rows only (a refused attempt is OutcomeRefused, with stage
+	// and code).
+	OutcomeApproved = "approved"
+	OutcomeDeclined = "declined"
 )
 
 // Channels a call comes in on (AuditRecord.channel).

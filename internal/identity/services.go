@@ -11,3 +11,8 @@ const MCPBridgeService = "mcpbridge"
 // service lets it alone append rows on its own authority (no user relayed),
 // for the rows it spooled while the trail was unavailable.
 const ExecutorService = "executor"
+
+// ConfirmService is the service identity of the confirm service. The audit
+// service lets it append, on its own authority, the rows of decision
+// attempts (phase decision) and nothing else; nobody else appends those.
+const ConfirmService = "confirm"

@@ -29,6 +29,15 @@ const (
 	// never run. Its Outcome is the verdict: allowed, approval_required, or
 	// refused or failed with the stage and code the call would meet.
 	PhaseCheck Phase = contract.PhaseCheck
+	// PhaseDecision records one attempt to decide a confirmation challenge,
+	// accepted or refused; only the confirm service appends it. InvocationID
+	// is the attempt's own id, Subject the challenge's id; Arguments hold
+	// the challenge id, the invocation the challenge belongs to, the verdict
+	// asked (approve or decline), the decision channel and its assurance.
+	// Its Outcome is approved or declined (accepted), or refused with the
+	// stage and code the attempt met. Command is empty when the challenge
+	// named could not be read.
+	PhaseDecision Phase = contract.PhaseDecision
 )
 
 // Channel is the transport the call came in on.
@@ -81,6 +90,10 @@ const (
 	// (PhaseCheck rows only).
 	OutcomeAllowed          Outcome = contract.OutcomeAllowed
 	OutcomeApprovalRequired Outcome = contract.OutcomeApprovalRequired
+	// OutcomeApproved and OutcomeDeclined are accepted decisions
+	// (PhaseDecision rows only).
+	OutcomeApproved Outcome = contract.OutcomeApproved
+	OutcomeDeclined Outcome = contract.OutcomeDeclined
 )
 
 // StageAudit is the pipeline stage of the audit trail (docs/architecture/pipeline.md). Its codes
@@ -307,7 +320,8 @@ var (
 )
 
 // Validate reports the first problem of a normalized record as a *[ValidationError] (which
-// matches [ErrInvalid]). Tenant, InvocationID, Phase and Command are required; enumerations
+// matches [ErrInvalid]). Tenant, InvocationID, Phase and Command (but on a decision row) are
+// required; enumerations
 // must hold known values; text must be UTF-8 without NUL bytes and within the Max* limits.
 func (r *Record) Validate() error {
 	required := []struct{ field, v string }{
@@ -316,7 +330,7 @@ func (r *Record) Validate() error {
 		{"command", r.Command},
 	}
 	for _, f := range required {
-		if f.v == "" {
+		if f.v == "" && (f.field != "command" || r.Phase != PhaseDecision) {
 			return invalid(f.field, "is required")
 		}
 	}
@@ -373,10 +387,23 @@ func (r *Record) Validate() error {
 		default:
 			return invalid("outcome", "must be allowed, approval_required, refused or failed on a check row")
 		}
+	case PhaseDecision:
+		switch r.Outcome {
+		case OutcomeApproved, OutcomeDeclined:
+		case OutcomeRefused:
+			if r.Stage == "" || r.Code == "" {
+				return invalid("code", "stage and code are required on a refused decision row")
+			}
+		default:
+			return invalid("outcome", "must be approved, declined or refused on a decision row")
+		}
+		if r.Approval != nil {
+			return invalid("approval", "a decision row records an attempt, not an approved call")
+		}
 	case "":
 		return invalid("phase", "is required")
 	default:
-		return invalid("phase", "must be intent, outcome, resolution or check")
+		return invalid("phase", "must be intent, outcome, resolution, check or decision")
 	}
 	if !r.Channel.Valid() {
 		return invalid("channel", "must be mcp, grpc or rest")
@@ -459,7 +486,7 @@ func (r Risk) Valid() bool { return len(r) == 2 && r[0] == 'L' && r[1] >= '0' &&
 func (o Outcome) Valid() bool {
 	switch o {
 	case OutcomePending, OutcomeExecuted, OutcomeRefused, OutcomeFailed, OutcomeUnknown, OutcomeReplayed,
-		OutcomeAllowed, OutcomeApprovalRequired:
+		OutcomeAllowed, OutcomeApprovalRequired, OutcomeApproved, OutcomeDeclined:
 		return true
 	}
 	return false
@@ -467,5 +494,5 @@ func (o Outcome) Valid() bool {
 
 // Valid reports whether p is a known phase.
 func (p Phase) Valid() bool {
-	return p == PhaseIntent || p == PhaseOutcome || p == PhaseResolution || p == PhaseCheck
+	return p == PhaseIntent || p == PhaseOutcome || p == PhaseResolution || p == PhaseCheck || p == PhaseDecision
 }

@@ -38,6 +38,9 @@ type Config struct {
 	// Open past it is refused with confirmation.too_many_open until some
 	// are decided or expire. Concurrent Opens may pass it by a few.
 	MaxOpenPerRequester int
+	// Trail records every attempt to decide a challenge, accepted or
+	// refused (audit phase decision). Nil records none.
+	Trail Trail
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -56,6 +59,7 @@ type Service struct {
 	dir      directory.Resolver
 	commands Commands
 	baseURL  string
+	trail    Trail
 	log      *slog.Logger
 }
 
@@ -81,7 +85,7 @@ func New(cfg Config) (*Service, error) {
 	return &Service{
 		maxOpen: cfg.MaxOpenPerRequester,
 		store:   cfg.Store, dir: cfg.Directory, commands: cfg.Commands,
-		baseURL: strings.TrimRight(cfg.ApprovalBaseURL, "/"), log: cfg.Logger,
+		baseURL: strings.TrimRight(cfg.ApprovalBaseURL, "/"), trail: cfg.Trail, log: cfg.Logger,
 	}, nil
 }
 
@@ -243,8 +247,20 @@ func (s *Service) Await(ctx context.Context, p identity.Principal, id string) (<
 // token names; the approver policy says which human may. channel is where
 // the decision was made ("" means ChannelAPI). A user of another tenant
 // gets ErrNotFound; a user of the tenant the policy does not name gets
-// ErrApproverNotAllowed.
+// ErrApproverNotAllowed. Every call, accepted or refused, is an attempt
+// the trail records (Config.Trail).
 func (s *Service) Decide(ctx context.Context, p identity.Principal, id string, approve bool, channel string) (Challenge, error) {
+	var read *Challenge
+	c, err := s.decide(ctx, p, id, approve, channel, &read)
+	if channel == "" {
+		channel = ChannelAPI
+	}
+	s.recordAttempt(ctx, p, id, verdict(approve), channel, read, err)
+	return c, err
+}
+
+// decide is Decide; it sets *read to the challenge once it has read it.
+func (s *Service) decide(ctx context.Context, p identity.Principal, id string, approve bool, channel string, read **Challenge) (Challenge, error) {
 	if p.Kind == identity.KindAgent || p.AgentID != "" {
 		return Challenge{}, refuse(ErrApproverNotAllowed, "agents never approve or decline; a human must")
 	}
@@ -268,6 +284,7 @@ func (s *Service) Decide(ctx context.Context, p identity.Principal, id string, a
 	if err != nil {
 		return Challenge{}, err
 	}
+	*read = &c
 	if err := mayDecide(p, res, &c); err != nil {
 		return Challenge{}, err
 	}
@@ -278,6 +295,7 @@ func (s *Service) Decide(ctx context.Context, p identity.Principal, id string, a
 	if err != nil {
 		return Challenge{}, err
 	}
+	*read = &decided
 	s.log.InfoContext(ctx, "challenge decided", "tenant", p.Tenant, "challenge_id", id,
 		"invocation_id", decided.InvocationID, "command", decided.Command, "state", string(decided.State),
 		"decided_by", p.UserID, "channel", channel)
@@ -296,8 +314,17 @@ func (s *Service) Decide(ctx context.Context, p identity.Principal, id string, a
 // the requesting user is the approver the declaration names (see
 // CheckElicitable): four-eyes policies and L4 commands need a second human
 // on the approval page. Transports accept the call only from the MCP bridge
-// (confirm/api checks the relay).
+// (confirm/api checks the relay). Every call is an attempt the trail
+// records, as Decide's.
 func (s *Service) DecideElicited(ctx context.Context, p identity.Principal, id string, approve bool) (Challenge, error) {
+	var read *Challenge
+	c, err := s.decideElicited(ctx, p, id, approve, &read)
+	s.recordAttempt(ctx, p, id, verdict(approve), ChannelMCPElicitation, read, err)
+	return c, err
+}
+
+// decideElicited is DecideElicited; it sets *read as decide does.
+func (s *Service) decideElicited(ctx context.Context, p identity.Principal, id string, approve bool, read **Challenge) (Challenge, error) {
 	if (p.Kind != identity.KindUser && p.Kind != identity.KindAgent) || p.Tenant == "" || p.UserID == "" {
 		return Challenge{}, refuse(ErrApproverNotAllowed, "an elicited answer is recorded for the session's user; a user's or an agent's principal is needed")
 	}
@@ -312,6 +339,7 @@ func (s *Service) DecideElicited(ctx context.Context, p identity.Principal, id s
 	if err != nil {
 		return Challenge{}, err
 	}
+	*read = &c
 	if err := elicitable(p, res, &c); err != nil {
 		return Challenge{}, err
 	}
@@ -319,6 +347,7 @@ func (s *Service) DecideElicited(ctx context.Context, p identity.Principal, id s
 	if err != nil {
 		return Challenge{}, err
 	}
+	*read = &decided
 	s.log.InfoContext(ctx, "challenge decided", "tenant", p.Tenant, "challenge_id", id,
 		"invocation_id", decided.InvocationID, "command", decided.Command, "state", string(decided.State),
 		"decided_by", p.UserID, "agent", p.AgentID, "channel", ChannelMCPElicitation)

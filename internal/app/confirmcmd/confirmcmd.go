@@ -16,6 +16,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/app/clicore"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/services/confirm"
@@ -23,6 +24,7 @@ import (
 	confirmmem "github.com/mandate-dev/mandate/services/confirm/memory"
 	"github.com/mandate-dev/mandate/services/confirm/page"
 	confirmpg "github.com/mandate-dev/mandate/services/confirm/postgres"
+	"github.com/mandate-dev/mandate/services/confirm/trail"
 )
 
 // Deps are what the confirm service is built from.
@@ -37,18 +39,29 @@ type Deps struct {
 	// issued by one of Issuers.
 	LoginSecret []byte
 	Issuers     []string
-	Logger      *slog.Logger
+	// Audit is the audit service, dialled as the confirm service
+	// (identity.ConfirmService): every attempt to decide a challenge is
+	// appended there as a decision row. Nil records none (tests).
+	Audit  grpc.ClientConnInterface
+	Logger *slog.Logger
 }
 
 // Service is the confirm service's API and its approval pages.
 type Service struct {
 	api   *confirmapi.Service
 	pages http.Handler
+	trail *trail.Trail
 }
 
 // Build builds the confirm service and its approval pages.
 func Build(d Deps) (*Service, error) {
-	svc, err := confirm.New(confirm.Config{Store: d.Store, Directory: d.Directory, Commands: d.Manifest, ApprovalBaseURL: d.BaseURL, Logger: d.Logger})
+	cfg := confirm.Config{Store: d.Store, Directory: d.Directory, Commands: d.Manifest, ApprovalBaseURL: d.BaseURL, Logger: d.Logger}
+	var tr *trail.Trail
+	if d.Audit != nil {
+		tr = trail.New(trail.Options{Audit: mandatev1.NewAuditServiceClient(d.Audit), Logger: d.Logger})
+		cfg.Trail = tr
+	}
+	svc, err := confirm.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +72,16 @@ func Build(d Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{api: confirmapi.New(svc, d.Logger), pages: pages}, nil
+	return &Service{api: confirmapi.New(svc, d.Logger), pages: pages, trail: tr}, nil
+}
+
+// Start runs the retries of the decision rows the audit service did not
+// take at once (trail.Trail.Run); they end after the servers, with one last
+// attempt.
+func (c *Service) Start(p *clicore.Group) {
+	if c.trail != nil {
+		p.Loop(c.trail.Run)
+	}
 }
 
 // Register serves the ConfirmService, its REST routes and the approval
@@ -79,14 +101,17 @@ func (c *Service) RegisterAPI(srv *server.Server) { c.api.Register(srv) }
 // Run runs the confirm service and its approval pages.
 func Run(ctx context.Context, args []string, io clicore.IO) error {
 	var (
-		f       clicore.ServiceFlags
-		mf      clicore.ManifestFlags
-		baseURL string
+		f         clicore.ServiceFlags
+		mf        clicore.ManifestFlags
+		baseURL   string
+		auditAddr string
 	)
 	s := config.New("confirm", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
 	f.Declare(s, "127.0.0.1:9093", "127.0.0.1:8083")
+	f.DeclareDialing(s)
 	mf.Declare(s)
+	s.String(&auditAddr, "audit-addr", "127.0.0.1:9094", "gRPC address of the audit service, where every attempt to decide a challenge is appended as a decision row (host:port or dns:///host:port, balanced round robin); the confirm service authenticates there with --service-secret, as the executor does")
 	s.String(&baseURL, "approval-base-url", "", "public origin of the approval pages (default http://<http-addr>)")
 	s.Check(func() error {
 		if !f.DevSecret.Set() {
@@ -115,6 +140,14 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if err != nil {
 		return err
 	}
+	dial, err := f.ServiceDialer(identity.ConfirmService, set.Digest(), &cl)
+	if err != nil {
+		return err
+	}
+	auditConn, err := dial.Service(auditAddr)
+	if err != nil {
+		return err
+	}
 	var (
 		store    confirm.Store
 		sessions confirm.SessionStore
@@ -133,9 +166,9 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		store, sessions = ms, ms
 	}
 	svc, err := Build(Deps{Store: store, Sessions: sessions, Directory: f.Directory(pool, &cl), Manifest: set,
-		BaseURL: baseURL, LoginSecret: []byte(f.DevSecret.Reveal()), Issuers: f.Issuers, Logger: log})
+		BaseURL: baseURL, LoginSecret: []byte(f.DevSecret.Reveal()), Issuers: f.Issuers, Audit: auditConn, Logger: log})
 	if err != nil {
 		return err
 	}
-	return f.Serve(ctx, server.Config{Name: "mandate.v1.ConfirmService", Auth: auth, Logger: log, Metrics: metrics, ManifestDigest: set.Digest()}, svc.Register, nil)
+	return f.Serve(ctx, server.Config{Name: "mandate.v1.ConfirmService", Auth: auth, Logger: log, Metrics: metrics, ManifestDigest: set.Digest()}, svc.Register, svc.Start)
 }

@@ -76,15 +76,19 @@ func (s *Service) Append(ctx context.Context, req *mandatev1.AppendRequest) (*ma
 	if p.Kind != identity.KindService && p.Via == "" {
 		return nil, failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied, "only Mandate services append to the audit trail")
 	}
-	// The executor alone may append on its own authority, with no user
-	// relayed (the rows it spooled while the trail was unavailable): each
-	// record then names its tenant. Otherwise rows go to the relayed
-	// caller's tenant.
+	// The executor may append on its own authority, with no user relayed
+	// (the rows it spooled while the trail was unavailable), and so may the
+	// confirm service (its decision rows): each record then names its
+	// tenant. Otherwise rows go to the relayed caller's tenant.
 	ownAuthority := p.Kind == identity.KindService && p.Via == "" && p.Tenant == ""
-	if ownAuthority && p.ServiceName != identity.ExecutorService {
-		return nil, failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied, "a service appends for the caller it relays; only the executor appends on its own authority")
+	if ownAuthority && p.ServiceName != identity.ExecutorService && p.ServiceName != identity.ConfirmService {
+		return nil, failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied, "a service appends for the caller it relays; only the executor and the confirm service append on their own authority")
 	}
-	stored, err := s.append(ctx, p.Tenant, ownAuthority, req.GetRecords(), toProto)
+	from := p.Via
+	if ownAuthority {
+		from = p.ServiceName
+	}
+	stored, err := s.append(ctx, p.Tenant, ownAuthority, from, req.GetRecords(), toProto)
 	if err != nil {
 		return nil, err
 	}
@@ -94,9 +98,15 @@ func (s *Service) Append(ctx context.Context, req *mandatev1.AppendRequest) (*ma
 // append stores records: for tenant, or, on the executor's own authority,
 // each for the tenant it names.
 // append appends records and answers each stored row as answer converts it.
-func (s *Service) append(ctx context.Context, tenant string, ownAuthority bool, records []*mandatev1.AuditRecord, answer func(*audit.Stored) *mandatev1.AuditRecord) ([]*mandatev1.AuditRecord, error) {
+// from is the appending service: decision rows come from the confirm
+// service alone, and it appends nothing else.
+func (s *Service) append(ctx context.Context, tenant string, ownAuthority bool, from string, records []*mandatev1.AuditRecord, answer func(*audit.Stored) *mandatev1.AuditRecord) ([]*mandatev1.AuditRecord, error) {
 	recs := make([]audit.Record, 0, len(records))
 	for i, r := range records {
+		if decision := r.GetPhase() == string(audit.PhaseDecision); decision != (from == identity.ConfirmService) {
+			return nil, failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied,
+				fmt.Sprintf("record %d: decision rows are appended by the confirm service, which appends nothing else", i))
+		}
 		t := tenant
 		switch {
 		case ownAuthority && r.GetTenant() == "":
@@ -197,7 +207,7 @@ func (s *Service) AppendStream(stream grpc.BidiStreamingServer[mandatev1.AppendS
 			if req.GetBrief() {
 				answer = toBrief
 			}
-			stored, err := s.append(actx, "", true, req.GetRecords(), answer)
+			stored, err := s.append(actx, "", true, identity.ExecutorService, req.GetRecords(), answer)
 			if err != nil {
 				st := failure.ToStatus(err)
 				span.SetStatus(codes.Error, st.Message())

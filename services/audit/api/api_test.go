@@ -372,7 +372,7 @@ func TestExecutorAppendsOnItsOwnAuthority(t *testing.T) {
 	if _, err := svc.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{record("inv-s2", "outcome", "refused")}}); reason(err) != "schema.invalid" {
 		t.Fatalf("a row naming no tenant: %v", err)
 	}
-	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", "confirm", time.Hour)
+	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", identity.MCPBridgeService, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,6 +483,81 @@ func TestExecutorAppendsOnItsOwnAuthority(t *testing.T) {
 	}
 }
 
+// TestConfirmAppendsDecisionRowsOnly: the confirm service appends the rows
+// of decision attempts on its own authority, each naming its tenant, and
+// nothing else; nobody else appends a decision row, the executor on its
+// stream included.
+func TestConfirmAppendsDecisionRowsOnly(t *testing.T) {
+	e := start(t)
+	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", identity.ConfirmService, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(e.srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	confirmSvc := mandatev1.NewAuditServiceClient(conn)
+	decision := func(inv, tenant string) *mandatev1.AuditRecord {
+		r := record(inv, "decision", "refused")
+		r.Tenant, r.Stage, r.Code, r.Subject = tenant, "confirmation_check", "confirmation.approver_not_allowed", "chal-1"
+		return r
+	}
+	resp, err := confirmSvc.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{decision("dec-1", "acme"), decision("dec-2", "globex")}})
+	if err != nil || len(resp.GetRecords()) != 2 || resp.GetRecords()[0].GetTenant() != "acme" || resp.GetRecords()[1].GetTenant() != "globex" ||
+		resp.GetRecords()[0].GetPhase() != "decision" {
+		t.Fatalf("confirm appending decision rows: %v %v", resp, err)
+	}
+	// Relaying a user changes nothing: still decision rows only.
+	relayed := identity.WithRawToken(context.Background(), token(t, "acme", "alice", ""))
+	if _, err := confirmSvc.Append(relayed, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{decision("dec-3", "")}}); err != nil {
+		t.Fatalf("confirm relaying its decider: %v", err)
+	}
+	for name, r := range map[string]*mandatev1.AuditRecord{
+		"an outcome row": func() *mandatev1.AuditRecord {
+			r := record("inv-c1", "outcome", "executed")
+			r.Tenant = "acme"
+			return r
+		}(),
+		"an intent row": func() *mandatev1.AuditRecord { r := record("inv-c2", "intent", "pending"); r.Tenant = "acme"; return r }(),
+	} {
+		if _, err := confirmSvc.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{decision("dec-4", "acme"), r}}); reason(err) != "authorization.permission_denied" {
+			t.Fatalf("confirm appending %s: %v", name, err)
+		}
+	}
+	if _, err := confirmSvc.Append(relayed, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{record("inv-c3", "outcome", "executed")}}); reason(err) != "authorization.permission_denied" {
+		t.Fatalf("confirm relaying a user, appending an outcome row: %v", err)
+	}
+	exec := mandatev1.NewAuditServiceClient(e.svc)
+	if _, err := exec.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{decision("dec-5", "acme")}}); reason(err) != "authorization.permission_denied" {
+		t.Fatalf("the executor appending a decision row: %v", err)
+	}
+	if _, err := exec.Append(relayed, &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{decision("dec-6", "")}}); reason(err) != "authorization.permission_denied" {
+		t.Fatalf("the executor relaying a user, appending a decision row: %v", err)
+	}
+	stream, err := exec.AppendStream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&mandatev1.AppendStreamRequest{Id: 1, Records: []*mandatev1.AuditRecord{decision("dec-7", "acme")}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := stream.Recv()
+	if err != nil || got.GetError().GetCode() != "authorization.permission_denied" {
+		t.Fatalf("a decision row on the executor's stream: %v %v", got, err)
+	}
+	_ = stream.CloseSend()
+	// Exactly the three decision rows are stored.
+	for tenant, want := range map[string]int64{"acme": 2, "globex": 1} {
+		rep, err := e.store.Verify(context.Background(), tenant)
+		if err != nil || !rep.OK || rep.Rows != want {
+			t.Fatalf("verify %s: %+v %v, want %d rows intact", tenant, rep, err, want)
+		}
+	}
+}
+
 // TestAppendStream: the executor appends on one stream, on its own
 // authority. Each request is answered with its id, its rows filed under
 // the tenant each names; a refused request is answered with its error and
@@ -551,7 +626,7 @@ func TestAppendStream(t *testing.T) {
 	}
 
 	// Another service, or the executor relaying a user, may not.
-	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", "confirm", time.Hour)
+	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", identity.MCPBridgeService, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,7 @@ func Run(t *testing.T, newStore func(t *testing.T) audit.Store) {
 		{"PaginationStableUnderAppends", s.testPaginationStable},
 		{"Get", s.testGet},
 		{"CheckRows", s.testCheckRows},
+		{"DecisionRows", s.testDecisionRows},
 		{"TenantIsolation", s.testTenantIsolation},
 		{"Watch", s.testWatch},
 		{"Reconcile", s.testReconcile},
@@ -1198,5 +1199,66 @@ func (s *suite) testCheckRows(t *testing.T) {
 	r.Outcome = audit.OutcomeAllowed
 	if _, err := w.Append(testCtx(t), r); !errors.Is(err, audit.ErrInvalid) {
 		t.Fatalf("an outcome row with a check's verdict: %v, want ErrInvalid", err)
+	}
+}
+
+// testDecisionRows: a decision attempt's row (phase decision) says
+// approved or declined, or refused with stage and code; its command may be
+// empty (the challenge named could not be read); it is chained with the
+// tenant's other rows, read back by Get and kept by a phase filter, opens
+// nothing for reconciliation, and never carries an approval.
+func (s *suite) testDecisionRows(t *testing.T) {
+	st := s.newStore(t)
+	w := newWriter(t, st, audit.WriterOptions{})
+	call := Rec("acme", "inv-1", audit.PhaseOutcome)
+	approved := Rec("acme", "dec-1", audit.PhaseDecision)
+	approved.Outcome, approved.Subject, approved.ActorKind, approved.AgentID = audit.OutcomeApproved, "chal-1", audit.ActorUser, ""
+	declined := Rec("acme", "dec-2", audit.PhaseDecision)
+	declined.Outcome = audit.OutcomeDeclined
+	refused := Rec("acme", "dec-3", audit.PhaseDecision)
+	refused.Outcome, refused.Stage, refused.Code = audit.OutcomeRefused, failure.StageConfirmation, failure.CodeConfirmationApproverNotAllowed
+	unknown := Rec("acme", "dec-4", audit.PhaseDecision)
+	unknown.Outcome, unknown.Stage, unknown.Code, unknown.Command, unknown.Risk = audit.OutcomeRefused, failure.StageConfirmation, failure.CodeConfirmationNotFound, "", ""
+	mustAppend(t, w, call, approved, declined, refused, unknown)
+	for _, want := range []audit.Record{approved, declined, refused, unknown} {
+		rows, err := st.Get(testCtx(t), "acme", want.InvocationID)
+		if err != nil || len(rows) != 1 || rows[0].Phase != audit.PhaseDecision || rows[0].Outcome != want.Outcome ||
+			rows[0].Code != want.Code || rows[0].Command != want.Command || rows[0].Subject != want.Subject {
+			t.Fatalf("Get(%s) = %+v, %v; want its one decision row", want.InvocationID, rows, err)
+		}
+	}
+	page, err := st.Query(testCtx(t), audit.Filter{Tenant: "acme", Phase: audit.PhaseDecision})
+	if err != nil || len(page.Records) != 4 {
+		t.Fatalf("Query(phase decision) = %d rows, %v; want 4", len(page.Records), err)
+	}
+	mustVerify(t, st, "acme", 5)
+	if open, err := st.PendingIntents(testCtx(t), Base.Add(time.Hour), 10); err != nil || len(open) != 0 {
+		t.Fatalf("PendingIntents after decision rows = %+v, %v; want none", open, err)
+	}
+	for _, bad := range []func(r *audit.Record){
+		func(r *audit.Record) { r.Outcome = audit.OutcomeExecuted },
+		func(r *audit.Record) { r.Outcome = audit.OutcomePending },
+		func(r *audit.Record) { r.Outcome = audit.OutcomeAllowed },
+		func(r *audit.Record) { r.Outcome, r.Stage, r.Code = audit.OutcomeRefused, "", "" }, // without stage and code
+		func(r *audit.Record) {
+			r.Outcome, r.Approval = audit.OutcomeApproved, &audit.Approval{ChallengeID: "chal-1", Approver: "bob"}
+		},
+	} {
+		r := Rec("acme", "dec-bad", audit.PhaseDecision)
+		bad(&r)
+		if _, err := w.Append(testCtx(t), r); !errors.Is(err, audit.ErrInvalid) {
+			t.Fatalf("a decision row with outcome %q stage %q approval %v: %v, want ErrInvalid", r.Outcome, r.Stage, r.Approval, err)
+		}
+	}
+	// A decision's verdict on an outcome row is no outcome, nor an empty command.
+	r := Rec("acme", "out-approved", audit.PhaseOutcome)
+	r.Outcome = audit.OutcomeApproved
+	if _, err := w.Append(testCtx(t), r); !errors.Is(err, audit.ErrInvalid) {
+		t.Fatalf("an outcome row with a decision's verdict: %v, want ErrInvalid", err)
+	}
+	r = Rec("acme", "out-nocommand", audit.PhaseOutcome)
+	r.Command = ""
+	if _, err := w.Append(testCtx(t), r); !errors.Is(err, audit.ErrInvalid) {
+		t.Fatalf("an outcome row without command: %v, want ErrInvalid", err)
 	}
 }

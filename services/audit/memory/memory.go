@@ -282,7 +282,7 @@ func (s *Store) Get(ctx context.Context, tenant, invocationID string) ([]audit.S
 	}
 	var out []audit.Stored
 	if l := s.tenants[tenant]; l != nil {
-		for _, ph := range []audit.Phase{audit.PhaseIntent, audit.PhaseOutcome, audit.PhaseResolution, audit.PhaseCheck} {
+		for _, ph := range []audit.Phase{audit.PhaseIntent, audit.PhaseOutcome, audit.PhaseResolution, audit.PhaseCheck, audit.PhaseDecision} {
 			if seq, ok := l.byKey[audit.Key{Tenant: tenant, InvocationID: invocationID, Phase: ph}]; ok {
 				out = append(out, l.row(seq).Clone())
 			}

@@ -104,30 +104,38 @@ func (s *Service) Decide(ctx context.Context, req *mandatev1.DecideRequest) (*ma
 	if err != nil {
 		return nil, err
 	}
+	// A refusal here is an attempt too: the trail records it as the
+	// domain's refusals are.
+	verdict := ""
+	switch req.GetDecision() {
+	case mandatev1.Decision_DECISION_APPROVE:
+		verdict = confirm.VerdictApprove
+	case mandatev1.Decision_DECISION_DECLINE:
+		verdict = confirm.VerdictDecline
+	}
 	channel := req.GetChannel()
+	refuse := func(err error) error {
+		return s.mapErr(ctx, "decide", s.confirm.RefuseDecision(ctx, p, req.GetChallengeId(), verdict, channel, err))
+	}
 	switch channel {
 	case "", confirm.ChannelAPI:
 		channel = confirm.ChannelAPI
 	case confirm.ChannelMCPElicitation:
 		if p.Via != MCPBridgeService {
 			if p.Kind == identity.KindAgent || p.AgentID != "" {
-				return nil, s.mapErr(ctx, "decide", &confirm.Error{Code: failure.CodeConfirmationApproverNotAllowed, Message: "agents never approve or decline; a human must"})
+				return nil, refuse(&confirm.Error{Code: failure.CodeConfirmationApproverNotAllowed, Message: "agents never approve or decline; a human must"})
 			}
-			return nil, s.mapErr(ctx, "decide", confirm.Invalid("channel", "mcp_elicitation is recorded only when the MCP bridge relays the session's human"))
+			return nil, refuse(confirm.Invalid("channel", "mcp_elicitation is recorded only when the MCP bridge relays the session's human"))
 		}
 	case confirm.ChannelApprovalPage:
-		return nil, s.mapErr(ctx, "decide", confirm.Invalid("channel", "approval_page is recorded only by the approval page"))
+		return nil, refuse(confirm.Invalid("channel", "approval_page is recorded only by the approval page"))
 	default:
-		return nil, s.mapErr(ctx, "decide", confirm.Invalid("channel", "must be api or mcp_elicitation"))
+		return nil, refuse(confirm.Invalid("channel", "must be api or mcp_elicitation"))
 	}
-	var approve bool
-	switch req.GetDecision() {
-	case mandatev1.Decision_DECISION_APPROVE:
-		approve = true
-	case mandatev1.Decision_DECISION_DECLINE:
-	default:
-		return nil, s.mapErr(ctx, "decide", confirm.Invalid("decision", "must be approve or decline"))
+	if verdict == "" {
+		return nil, refuse(confirm.Invalid("decision", "must be approve or decline"))
 	}
+	approve := verdict == confirm.VerdictApprove
 	var c confirm.Challenge
 	if channel == confirm.ChannelMCPElicitation {
 		c, err = s.confirm.DecideElicited(ctx, p, req.GetChallengeId(), approve)
