@@ -97,7 +97,7 @@ func (e *Env) Compile(expr string) (*Program, error) {
 	if !ast.OutputType().IsExactType(cel.BoolType) {
 		return nil, fmt.Errorf("the expression is a %s, not a bool", ast.OutputType())
 	}
-	prg, err := e.env.Program(ast, cel.CostLimit(costLimit), cel.EvalOptions(cel.OptOptimize))
+	prg, err := e.env.Program(ast, cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
 		return nil, err
 	}

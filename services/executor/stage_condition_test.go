@@ -1,9 +1,12 @@
 package executor
 
 import (
+	"context"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mandate-dev/mandate/internal/condition"
 	"github.com/mandate-dev/mandate/internal/contract"
@@ -41,7 +44,7 @@ func withConditions(t *testing.T, h *stageHarness, code string, conds ...manifes
 
 // TestStageCondition runs condition_check alone, on the sample's refund
 // (which declares a human from 1.00 on, and no agent refund above
-// 5,000.00) and on conditions set for the test. A command without
+// 10,000.00) and on conditions set for the test. A command without
 // conditions is handed on untouched; a condition that asks a human is
 // handed on with the condition recorded, and confirmation_check then asks
 // one, naming the condition to the confirm service and in the refusal; a
@@ -132,10 +135,10 @@ func TestStageCondition(t *testing.T) {
 	})
 
 	stageRefuses(t, StageCondition, []stageRefusal{
-		{name: "an agent refunds more than 5,000.00", p: bot, call: refund("600000", "Customer was charged twice"),
+		{name: "an agent refunds more than 10,000.00", p: bot, call: refund("2000000", "Customer was charged twice"),
 			stage: StageCondition, code: failure.CodeConditionDenied,
 			check: func(t *testing.T, h *stageHarness, inv *invocation, fe *failure.Error) {
-				if !strings.Contains(fe.Message, "agents-refund-at-most-5000") || !strings.Contains(fe.Message, "an agent may not refund more than 5,000.00") {
+				if !strings.Contains(fe.Message, "agents-refund-at-most-10000") || !strings.Contains(fe.Message, "an agent may not refund more than 10,000.00") {
 					t.Errorf("the refusal does not name the condition: %q", fe.Message)
 				}
 				if inv.askedBy != nil && h.confirm.calls().open != 0 {
@@ -176,7 +179,50 @@ func TestStageCondition(t *testing.T) {
 
 	t.Run("a user may make the refund an agent may not", func(t *testing.T) {
 		h := newStageHarness(t)
-		ctx, inv := h.prepared(t, carol, refund("600000", "Customer was charged twice"), StageCondition, false)
+		ctx, inv := h.prepared(t, carol, refund("2000000", "Customer was charged twice"), StageCondition, false)
 		h.passes(t, ctx, inv, StageCondition)
 	})
+}
+
+// BenchmarkConditionStage is condition_check's cost per call: the sample
+// refund's two conditions evaluated on a decoded request (one holds, and
+// asks a human), and a command that declares none. Compare with a whole
+// governed call in process (BenchmarkInProcess in ./api).
+//
+//	go test ./services/executor -run '^$' -bench ConditionStage
+func BenchmarkConditionStage(b *testing.B) {
+	set, err := manifest.Embedded()
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := New(Config{Manifest: set, Directory: &flakyDirectory{}, Audit: &fakeAudit{}, Confirm: &fakeConfirm{},
+		Dispatcher: &fakeDispatcher{}, Store: newFakeStore(), SpoolInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(e.Close)
+	for _, tc := range []struct{ name, code, args string }{
+		{"refund-two-conditions", "ticket.refund", string(refundOf("2500", "Customer was charged twice"))},
+		{"no-conditions", "ticket.search", searchArgs},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			cmd, _ := set.ByCode(tc.code)
+			md, _ := set.Method(tc.code)
+			req, err := e.decoder.Decode(md.Input(), []byte(tc.args))
+			if err != nil {
+				b.Fatal(err)
+			}
+			inv := &invocation{call: Call{Code: tc.code, Channel: "grpc"}, p: testPrincipal("acme", "carol", "finance-bot"),
+				cmd: cmd, method: md, req: req}
+			inv.res.Roles = []string{"finance"}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				inv.askedBy = inv.askedBy[:0]
+				if _, err := e.conditionCheck(ctx, inv); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
