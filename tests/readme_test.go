@@ -18,9 +18,10 @@ var walkthroughExpect = [][]string{
 	{}, // helpers
 	{`"ticket_id":"T-1001"`},
 	{`"code":"authorization.permission_denied"`, `"stage":"permission_check"`},
-	{`"code":"confirmation.required"`, `"approval_url":"http://`},
+	{`"code":"confirmation.required"`, `"approval_url":"http://`, `refund-needs-a-human`},
 	{`"code":"confirmation.approver_not_allowed"`, "CHALLENGE_STATE_APPROVED"},
 	{`"refund_id":"RF-3001"`, `"status":"REFUND_STATUS_ACCEPTED"`, `"replayed":false`, `"replayed":true`},
+	{`"refund_id":"RF-3002"`, `"status":"REFUND_STATUS_ACCEPTED"`}, // a small refund: nobody asked
 	{"EXPENSE_REPORT_STATE_SUBMITTED\n", "EXPENSE_REPORT_STATE_DRAFT\n", "EXPENSE_REPORT_STATE_APPROVED\n", `"code":"state.already_approved"`, `"stage":"state_check"`},
 	{`"code":"entitlement.missing"`, `"stage":"entitlement_check"`},
 	{`"approver":"carol"`, `"code":"authorization.permission_denied"`, `"ok":true`},

@@ -41,8 +41,10 @@ func TestBufGenerate(t *testing.T) {
 
 	t.Run("confirmation NEVER on ticket.refund fails the build", func(t *testing.T) {
 		ws := workspace(t, root, bin, func(helpdesk string) string {
-			return strings.Replace(helpdesk, `code: "ticket.refund"`, `code: "ticket.refund"
-      confirmation: CONFIRMATION_NEVER`, 1)
+			// The refund asks a human when its conditions say
+			// (CONFIRMATION_CONDITIONAL); NEVER on an L3 command with side
+			// effects is refused whatever the conditions.
+			return strings.Replace(helpdesk, `confirmation: CONFIRMATION_CONDITIONAL`, `confirmation: CONFIRMATION_NEVER`, 1)
 		})
 		out, err := bufGenerate(t, root, ws)
 		if err == nil {

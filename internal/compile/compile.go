@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/condition"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/schema"
 )
@@ -187,7 +188,9 @@ func descriptorSet(set *descriptorpb.FileDescriptorSet) ([]byte, error) {
 }
 
 type compiler struct {
-	files    *protoregistry.Files
+	files *protoregistry.Files
+	// envs are the condition environments, one per request message.
+	envs     map[protoreflect.FullName]*condition.Env
 	commands []*manifest.Command
 	methods  map[string]protoreflect.MethodDescriptor
 	findings []Finding
@@ -289,6 +292,7 @@ func (c *compiler) method(md protoreflect.MethodDescriptor) error {
 		}
 	}
 	examples := c.examples(md, code, decl.GetExamples())
+	conditions := c.conditions(md, code, decl)
 
 	in, err := schema.Build(md.Input(), schema.Input)
 	if err != nil {
@@ -326,6 +330,7 @@ func (c *compiler) method(md protoreflect.MethodDescriptor) error {
 		Lifecycle:            lifecycleName(decl.GetLifecycle()),
 		Deadline:             deadline,
 		Examples:             examples,
+		Conditions:           conditions,
 		RPC:                  rpcOf(md),
 		SensitiveFields:      nonNil(schema.SensitivePaths(md.Input())),
 		InputSchema:          inJSON,
@@ -471,7 +476,7 @@ func confirmationRequired(decl *mandatev1.CommandOptions, level int) bool {
 	switch decl.GetConfirmation() {
 	case mandatev1.Confirmation_CONFIRMATION_REQUIRED:
 		return true
-	case mandatev1.Confirmation_CONFIRMATION_NEVER:
+	case mandatev1.Confirmation_CONFIRMATION_NEVER, mandatev1.Confirmation_CONFIRMATION_CONDITIONAL:
 		return false
 	}
 	return level >= 3 || (!decl.GetReversible() && len(decl.GetSideEffects()) > 0)
@@ -482,9 +487,79 @@ func confirmationName(c mandatev1.Confirmation) string {
 	case mandatev1.Confirmation_CONFIRMATION_REQUIRED:
 		return "REQUIRED"
 	case mandatev1.Confirmation_CONFIRMATION_NEVER:
-		return "NEVER"
+		return manifest.ConfirmationNever
+	case mandatev1.Confirmation_CONFIRMATION_CONDITIONAL:
+		return manifest.ConfirmationConditional
 	}
-	return "DEFAULT"
+	return manifest.ConfirmationDefault
+}
+
+// conditions checks the declared conditions (MANDATE1019, MANDATE1020,
+// MANDATE1021) and returns them as the manifest records them. Each
+// expression is compiled against the request message: the build refuses
+// one that does not compile or is not a boolean.
+func (c *compiler) conditions(md protoreflect.MethodDescriptor, code string, decl *mandatev1.CommandOptions) []manifest.Condition {
+	out := []manifest.Condition{}
+	asks := false
+	seen := map[string]bool{}
+	for i, cd := range decl.GetConditions() {
+		id := cd.GetId()
+		switch {
+		case id == "":
+			c.refuse("MANDATE1020", md, code, "condition %d has no `id`; give it a stable kebab-case id such as `large-refund`", i+1)
+		case len(id) > condition.MaxIDLen || !condition.IDPattern.MatchString(id):
+			c.refuse("MANDATE1020", md, code, "condition id %q is malformed; use lower-case letters and digits in segments joined by '-', '_' or '.', at most %d characters, e.g. `large-refund`", id, condition.MaxIDLen)
+		case seen[id]:
+			c.refuse("MANDATE1020", md, code, "condition id %q is declared twice; every condition of a command needs its own id", id)
+		}
+		seen[id] = true
+		effect := condition.EffectName(cd.GetEffect())
+		if effect == "" {
+			c.refuse("MANDATE1020", md, code, "condition %q has no `effect`; declare CONDITION_EFFECT_REQUIRE_CONFIRMATION or CONDITION_EFFECT_DENY", id)
+		}
+		if effect == condition.EffectRequireConfirmation {
+			asks = true
+		}
+		if strings.TrimSpace(cd.GetDescription()) == "" {
+			c.refuse("MANDATE1020", md, code, "condition %q has no `description`; write the sentence a human reads, e.g. \"a human is asked when the amount is above 20.00\"", id)
+		}
+		if err := c.compileCondition(md.Input(), cd.GetExpression()); err != nil {
+			c.refuse("MANDATE1019", md, code, "condition %q does not compile against %s: %s; write a CEL boolean over `request` (the %s) and `principal` (mandate.v1.ConditionPrincipal), e.g. `request.amount.amount_minor > 2000`",
+				id, md.Input().FullName(), strings.Join(strings.Fields(err.Error()), " "), md.Input().Name())
+		}
+		out = append(out, manifest.Condition{
+			ID: id, Expression: cd.GetExpression(), Effect: effect, Description: strings.TrimSpace(cd.GetDescription()),
+		})
+	}
+	if decl.GetConfirmation() == mandatev1.Confirmation_CONFIRMATION_CONDITIONAL {
+		switch {
+		case int(decl.GetRisk())-1 == 4:
+			c.refuse("MANDATE1021", md, code, "`confirmation: CONFIRMATION_CONDITIONAL` on an L4 command: every L4 call is approved; remove it")
+		case !asks:
+			c.refuse("MANDATE1021", md, code, "`confirmation: CONFIRMATION_CONDITIONAL` without a condition of effect CONDITION_EFFECT_REQUIRE_CONFIRMATION: nobody would ever be asked; declare the condition under which a human is asked, or drop the confirmation value")
+		}
+	}
+	return out
+}
+
+// compileCondition type-checks expr against input.
+func (c *compiler) compileCondition(input protoreflect.MessageDescriptor, expr string) error {
+	if strings.TrimSpace(expr) == "" {
+		return errors.New("the expression is empty")
+	}
+	env, ok := c.envs[input.FullName()]
+	if !ok {
+		var err error
+		if env, err = condition.NewEnv(c.files, input); err != nil {
+			return err
+		}
+		if c.envs == nil {
+			c.envs = map[protoreflect.FullName]*condition.Env{}
+		}
+		c.envs[input.FullName()] = env
+	}
+	_, err := env.Compile(expr)
+	return err
 }
 
 func lifecycleName(l mandatev1.Lifecycle) string {

@@ -91,6 +91,15 @@ var Rules = []Rule{
 	{"MANDATE1018", SeverityError,
 		"a `recall` that requires a permission its original command does not: a caller of the original may be unable to undo it, although `reversible: true` waived the default confirmation on that promise",
 		"require the permission on the original too, drop it from the recall, or set `reversible: false` and drop `recall`"},
+	{"MANDATE1019", SeverityError,
+		"a condition whose CEL expression does not compile against the request message (an unknown field, a type error) or is not a boolean",
+		"write a CEL boolean over `request` (the typed request) and `principal` (mandate.v1.ConditionPrincipal), e.g. `request.amount.amount_minor > 2000`"},
+	{"MANDATE1020", SeverityError,
+		"a condition without a well-formed `id` (unique within the command), an `effect` or a `description`",
+		"give each condition a kebab-case id such as `large-refund`, an effect (REQUIRE_CONFIRMATION or DENY) and the sentence a human reads"},
+	{"MANDATE1021", SeverityError,
+		"`confirmation: CONFIRMATION_CONDITIONAL` on an L4 command, or without any condition of effect REQUIRE_CONFIRMATION",
+		"declare the condition under which a human is asked, or drop the value (L4 calls are always approved)"},
 }
 
 // ruleByID indexes Rules.

@@ -80,6 +80,69 @@ var ruleCases = []struct {
 	{"recall needs a permission the original does not", rpc("A", `code: "x.submit" reversible: true recall: "x.undo" permissions: "x.submit" `+ok) +
 		rpc("B", `code: "x.undo" permissions: "x.submit" permissions: "x.admin" `+ok),
 		"MANDATE1018", []string{"x.submit"}},
+	{"condition reads no such field", rpc("A", `code: "x.a" conditions: {id: "big" expression: "request.amount > 10" effect: CONDITION_EFFECT_DENY description: "d"} `+ok),
+		"MANDATE1019", []string{"x.a"}},
+	{"condition is not a boolean", rpc("A", `code: "x.a" conditions: {id: "big" expression: "request.note.size()" effect: CONDITION_EFFECT_DENY description: "d"} `+ok),
+		"MANDATE1019", []string{"x.a"}},
+	{"condition does not parse", rpc("A", `code: "x.a" conditions: {id: "big" expression: "request.note ==" effect: CONDITION_EFFECT_DENY description: "d"} `+ok),
+		"MANDATE1019", []string{"x.a"}},
+	{"condition is empty", rpc("A", `code: "x.a" conditions: {id: "big" effect: CONDITION_EFFECT_DENY description: "d"} `+ok),
+		"MANDATE1019", []string{"x.a"}},
+	{"condition principal field unknown", rpc("A", `code: "x.a" conditions: {id: "bot" expression: "principal.robot" effect: CONDITION_EFFECT_DENY description: "d"} `+ok),
+		"MANDATE1019", []string{"x.a"}},
+	{"duplicate condition id", rpc("A", `code: "x.a" conditions: {id: "c" expression: "true" effect: CONDITION_EFFECT_DENY description: "d"} conditions: {id: "c" expression: "false" effect: CONDITION_EFFECT_DENY description: "d"} `+ok),
+		"MANDATE1020", []string{"x.a"}},
+	{"condition without id", rpc("A", `code: "x.a" conditions: {expression: "true" effect: CONDITION_EFFECT_DENY description: "d"} `+ok),
+		"MANDATE1020", []string{"x.a"}},
+	{"condition id malformed", rpc("A", `code: "x.a" conditions: {id: "Big Refund" expression: "true" effect: CONDITION_EFFECT_DENY description: "d"} `+ok),
+		"MANDATE1020", []string{"x.a"}},
+	{"condition without effect", rpc("A", `code: "x.a" conditions: {id: "c" expression: "true" description: "d"} `+ok),
+		"MANDATE1020", []string{"x.a"}},
+	{"condition without description", rpc("A", `code: "x.a" conditions: {id: "c" expression: "true" effect: CONDITION_EFFECT_DENY} `+ok),
+		"MANDATE1020", []string{"x.a"}},
+	{"CONDITIONAL without a confirmation condition", rpc("A", `code: "x.a" confirmation: CONFIRMATION_CONDITIONAL conditions: {id: "c" expression: "true" effect: CONDITION_EFFECT_DENY description: "d"} `+ok),
+		"MANDATE1021", []string{"x.a"}},
+	{"CONDITIONAL on L4", rpc("A", `code: "x.a" agent_hint: "h" risk: RISK_L4 approver: {kind: APPROVER_KIND_REQUESTING_USER} confirmation: CONFIRMATION_CONDITIONAL conditions: {id: "c" expression: "true" effect: CONDITION_EFFECT_REQUIRE_CONFIRMATION description: "d"}`),
+		"MANDATE1021", []string{"x.a"}},
+}
+
+// TestConditionsLandInTheManifest: declared conditions that type-check
+// are recorded in the manifest as declared (id, expression, effect,
+// description), in declaration order, and CONFIRMATION_CONDITIONAL on an
+// L3 command with side effects is accepted where a condition asks a human.
+// A command without conditions records an empty list.
+func TestConditionsLandInTheManifest(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "fixture.proto"), fixtureHeader+
+		rpc("A", `code: "x.pay" agent_hint: "h" risk: RISK_L3 side_effects: "ledger" permissions: "x.pay" confirmation: CONFIRMATION_CONDITIONAL `+
+			`conditions: {id: "long-note" expression: "request.note.size() > 20" effect: CONDITION_EFFECT_REQUIRE_CONFIRMATION description: "a human is asked for a long note"} `+
+			`conditions: {id: "agents.no-secret" expression: "principal.agent != '' && request.secret != ''" effect: CONDITION_EFFECT_DENY description: "agents may not send a secret"}`)+
+		rpc("B", `code: "x.b" `+ok)+"}\n")
+	out, err := compile.Compile(compileProtos(t, dir, "fixture.proto"), []string{"fixture.proto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := manifest.Load(out.Manifest, out.DescriptorSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pay, _ := s.ByCode("x.pay")
+	want := []manifest.Condition{
+		{ID: "long-note", Expression: "request.note.size() > 20", Effect: "REQUIRE_CONFIRMATION", Description: "a human is asked for a long note"},
+		{ID: "agents.no-secret", Expression: "principal.agent != '' && request.secret != ''", Effect: "DENY", Description: "agents may not send a secret"},
+	}
+	if len(pay.Conditions) != len(want) || pay.Conditions[0] != want[0] || pay.Conditions[1] != want[1] {
+		t.Fatalf("conditions = %+v, want %+v", pay.Conditions, want)
+	}
+	if pay.Confirmation != "CONDITIONAL" || pay.ConfirmationRequired {
+		t.Errorf("confirmation = %q required=%v, want CONDITIONAL, not required by the declaration alone", pay.Confirmation, pay.ConfirmationRequired)
+	}
+	if !strings.Contains(string(out.Manifest), `"conditions": [`) {
+		t.Error("the manifest JSON has no conditions key")
+	}
+	if b, _ := s.ByCode("x.b"); b.Conditions == nil || len(b.Conditions) != 0 {
+		t.Errorf("a command without conditions: %#v, want an empty list", b.Conditions)
+	}
 }
 
 func TestRulesFire(t *testing.T) {

@@ -60,6 +60,9 @@ const (
 	CodeSoDConflict    = "sod.conflict"
 	CodeSoDUnavailable = "sod.unavailable"
 
+	CodeConditionDenied           = "condition.denied"
+	CodeConditionEvaluationFailed = "condition.evaluation_failed"
+
 	CodeConfirmationRequired           = "confirmation.required"
 	CodeConfirmationPending            = "confirmation.pending"
 	CodeConfirmationRefused            = "confirmation.refused"
@@ -216,6 +219,12 @@ var table = []Spec{
 		Meaning: "separation of duties: the caller took part in an earlier step of the same record"},
 	{Code: CodeSoDUnavailable, Stages: []string{StageSoD}, GRPC: codes.Unavailable, HTTP: http.StatusServiceUnavailable, Retriable: true, Remedy: "retry later",
 		Meaning: "the separation-of-duties history could not be read; nothing was run"},
+	{Code: CodeConditionDenied, Stages: []string{StageCondition}, GRPC: codes.PermissionDenied, HTTP: http.StatusForbidden,
+		Remedy:  "none as called: the command's declared condition the refusal names forbids this call; change the arguments or ask a human to make it",
+		Meaning: "a condition the command declares (CEL over the arguments and the caller) refuses the call; the detail names the condition's id"},
+	{Code: CodeConditionEvaluationFailed, Stages: []string{StageCondition}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
+		Remedy:  "check the arguments the condition reads; if they are right, ask an operator to fix the declaration",
+		Meaning: "a declared condition could not be evaluated on this call (fail closed: nothing was run, nobody was asked); the detail names the condition's id"},
 	{Code: CodeConfirmationRequired, Stages: []string{StageConfirmation}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity, Retriable: true,
 		Remedy:  "the approver the refusal names decides at the approval URL; then call again with the same arguments and the challenge id where grant_in and grant_name say (MCP _meta mandate.dev/approval, header X-Mandate-Approval-Grant, metadata x-mandate-approval-grant or the approval_grant_id field)",
 		Meaning: "a human must confirm the call; carries the challenge id and approval URL"},

@@ -54,7 +54,10 @@ func TestCodesComeFromTheTable(t *testing.T) {
 			}
 			rel = filepath.ToSlash(rel)
 			if d.IsDir() {
-				if rel == "internal/failure" {
+				// internal/manifestdiff's rule ids (`condition.removed`,
+				// `schema.bound_relaxed`, …) name changes to a manifest,
+				// not refusals: they are no codes of the table.
+				if rel == "internal/failure" || rel == "internal/manifestdiff" {
 					return filepath.SkipDir
 				}
 				return nil

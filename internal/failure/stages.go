@@ -30,6 +30,7 @@ const (
 	StagePostInvariant = "post_invariant"
 	StageAuditOutcome  = "audit_outcome"
 	StagePublish       = "publish"
+	StageCondition     = "condition_check"
 )
 
 // StageName returns the wire name of s, "" for STAGE_UNSPECIFIED or a value

@@ -58,7 +58,10 @@ type Command struct {
 	// deployment default.
 	Deadline string    `json:"deadline"`
 	Examples []Example `json:"examples"`
-	RPC      RPC       `json:"rpc"`
+	// Conditions are the declared CEL conditions, in declaration order,
+	// each type-checked against the request at build time.
+	Conditions []Condition `json:"conditions"`
+	RPC        RPC         `json:"rpc"`
 	// SensitiveFields are JSON pointers (proto names, "*" for any element
 	// or key) of the input fields declared sensitive.
 	SensitiveFields []string        `json:"sensitive_fields"`
@@ -87,6 +90,27 @@ type Approver struct {
 type SeparationOfDuties struct {
 	ConflictsWith []string `json:"conflicts_with"`
 	Field         string   `json:"field"`
+}
+
+// Confirmation values (Command.Confirmation), as the manifest spells them.
+const (
+	ConfirmationDefault     = "DEFAULT"
+	ConfirmationRequired    = "REQUIRED"
+	ConfirmationNever       = "NEVER"
+	ConfirmationConditional = "CONDITIONAL"
+)
+
+// Condition is one declared condition of a command: a CEL expression over
+// `request` and `principal` and what happens when it is true.
+type Condition struct {
+	// ID is stable and unique within the command.
+	ID string `json:"id"`
+	// Expression is the CEL source as declared.
+	Expression string `json:"expression"`
+	// Effect is "REQUIRE_CONFIRMATION" or "DENY".
+	Effect string `json:"effect"`
+	// Description is the sentence humans read (tool descriptor, prompt).
+	Description string `json:"description"`
 }
 
 // Example is a declared example input, validated at build time.

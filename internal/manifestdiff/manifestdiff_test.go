@@ -23,6 +23,11 @@ func sample(t *testing.T) doc {
 	if err := dec.Decode(&d); err != nil {
 		t.Fatal(err)
 	}
+	// The crafted cases start from a refund that always asks a human and
+	// declares no conditions (the sample's refund now asks only when its
+	// conditions say so): each case adds what it tests.
+	r := d.cmd(refund)
+	r["confirmation"], r["confirmation_required"], r["conditions"] = "DEFAULT", true, []any{}
 	return d
 }
 

@@ -6,6 +6,7 @@ package tooldesc
 
 import (
 	"encoding/json"
+	"strings"
 
 	"github.com/mandate-dev/mandate/internal/manifest"
 )
@@ -41,7 +42,40 @@ const (
 	// MetaSensitiveFields lists the JSON pointers of the sensitive input
 	// fields ([] for none).
 	MetaSensitiveFields = MetaPrefix + "sensitive_fields"
+	// MetaConditions lists the declared conditions, each as {id, effect,
+	// description}; absent when none is declared. The expressions stay in
+	// the manifest: an agent reads when a human is asked, in words.
+	MetaConditions = MetaPrefix + "conditions"
 )
+
+// Condition is one declared condition as a tool's `_meta` lists it.
+type Condition struct {
+	ID          string `json:"id"`
+	Effect      string `json:"effect"`
+	Description string `json:"description"`
+}
+
+// conditionWords says, in words, when the declared conditions ask a human
+// or refuse, for the tool's description; "" without conditions.
+func conditionWords(c *manifest.Command) string {
+	var ask, deny []string
+	for _, cd := range c.Conditions {
+		switch cd.Effect {
+		case "REQUIRE_CONFIRMATION":
+			ask = append(ask, cd.Description)
+		case "DENY":
+			deny = append(deny, cd.Description)
+		}
+	}
+	var b strings.Builder
+	if len(ask) > 0 {
+		b.WriteString(" When a human is asked: " + strings.Join(ask, "; ") + ".")
+	}
+	if len(deny) > 0 {
+		b.WriteString(" Refused: " + strings.Join(deny, "; ") + ".")
+	}
+	return b.String()
+}
 
 // Options are the deployment's settings a descriptor states. They must be
 // the executor's: a descriptor that promised less confirmation than the
@@ -55,6 +89,9 @@ type Options struct {
 
 // ConfirmationRequired reports whether a call of c waits for a human in a
 // deployment with options o. It is the executor's rule.
+// A command whose declared conditions ask a human only for some calls
+// (CONFIRMATION_CONDITIONAL) reports false: the description and
+// MetaConditions say when.
 func (o Options) ConfirmationRequired(c *manifest.Command) bool {
 	return c.ConfirmationRequired || (o.ConfirmSideEffects && len(c.SideEffects) > 0)
 }
@@ -115,10 +152,17 @@ func FromCommand(c *manifest.Command, o Options) Tool {
 	if c.RequiredFeature != "" {
 		meta[MetaRequiredFeature] = c.RequiredFeature
 	}
+	if len(c.Conditions) > 0 {
+		conds := make([]Condition, len(c.Conditions))
+		for i, cd := range c.Conditions {
+			conds[i] = Condition{ID: cd.ID, Effect: cd.Effect, Description: cd.Description}
+		}
+		meta[MetaConditions] = conds
+	}
 	return Tool{
 		Name:         c.Code,
 		Title:        title,
-		Description:  title + " — " + c.AgentHint,
+		Description:  title + " — " + c.AgentHint + conditionWords(c),
 		InputSchema:  c.InputSchema,
 		OutputSchema: c.OutputSchema,
 		Annotations: Annotations{

@@ -50,7 +50,8 @@ func TestAnnotations(t *testing.T) {
 		confirmation                                 bool
 	}{
 		{"ticket.search", true, false, true, false, false},
-		{"ticket.refund", false, true, false, true, true},
+		// A human is asked for some refunds only: its conditions say which.
+		{"ticket.refund", false, true, false, true, false},
 		{"expense.report.create", false, false, true, false, false},
 		{"expense.report.submit", false, false, true, true, false},
 		{"expense.report.approve", false, true, true, true, true},
@@ -69,7 +70,7 @@ func TestAnnotations(t *testing.T) {
 			if tool.Meta[tooldesc.MetaConfirmationRequired] != tc.confirmation {
 				t.Errorf("confirmation_required = %v, want %v", tool.Meta[tooldesc.MetaConfirmationRequired], tc.confirmation)
 			}
-			if tool.Name != tc.code || tool.Description != c.DisplayName+" — "+c.AgentHint {
+			if tool.Name != tc.code || !strings.HasPrefix(tool.Description, c.DisplayName+" — "+c.AgentHint) {
 				t.Errorf("name %q description %q", tool.Name, tool.Description)
 			}
 		})
@@ -153,7 +154,7 @@ func TestConfirmSideEffects(t *testing.T) {
 		{"expense.report.submit", true, true},
 		{"expense.report.create", true, false},
 		{"ticket.search", true, false},
-		{"ticket.refund", false, true},
+		{"ticket.refund", false, false}, // CONDITIONAL: its conditions say when
 		{"ticket.refund", true, true},
 	}
 	for _, tc := range cases {
@@ -167,5 +168,32 @@ func TestConfirmSideEffects(t *testing.T) {
 				t.Fatalf("confirmation_required = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestConditionsInWords: a command's declared conditions are said in its
+// tool description, in the declaration's words (when a human is asked,
+// when a call is refused), and listed under mandate.dev/conditions without
+// their expressions; a command without conditions has neither.
+func TestConditionsInWords(t *testing.T) {
+	s, err := manifest.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refund, _ := s.ByCode("ticket.refund")
+	tool := tooldesc.FromCommand(refund, tooldesc.Options{})
+	if want := refund.DisplayName + " — " + refund.AgentHint +
+		" When a human is asked: a human is asked for a refund of 1.00 or more (100 minor units); a smaller refund runs at once." +
+		" Refused: an agent may not refund more than 10,000.00 (1000000 minor units); such a refund is made by a user."; tool.Description != want {
+		t.Errorf("description %q\nwant        %q", tool.Description, want)
+	}
+	conds, _ := tool.Meta[tooldesc.MetaConditions].([]tooldesc.Condition)
+	if len(conds) != 2 || conds[0].ID != "refund-needs-a-human" || conds[0].Effect != "REQUIRE_CONFIRMATION" || conds[1].Effect != "DENY" {
+		t.Errorf("conditions meta %+v", tool.Meta[tooldesc.MetaConditions])
+	}
+	search, _ := s.ByCode("ticket.search")
+	plain := tooldesc.FromCommand(search, tooldesc.Options{})
+	if _, ok := plain.Meta[tooldesc.MetaConditions]; ok || plain.Description != search.DisplayName+" — "+search.AgentHint {
+		t.Errorf("a command without conditions: %q %v", plain.Description, plain.Meta)
 	}
 }

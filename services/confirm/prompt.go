@@ -60,6 +60,10 @@ type Prompt struct {
 	// PreviewDigest is the executor's digest of that preview: the challenge
 	// records which preview its approver was shown. Empty without one.
 	PreviewDigest string `json:"preview_digest,omitempty"`
+	// Reasons say why a human is asked, when declared conditions ask:
+	// each condition's description from the declaration, with its id,
+	// neutralised. Empty when the declaration asks for every call.
+	Reasons []string `json:"reasons,omitempty"`
 }
 
 // WithheldValue replaces a sensitive value that reached the renderer.
@@ -79,6 +83,9 @@ type PromptInput struct {
 	// PreviewDigest the executor's digest of it (OpenRequest).
 	Effects       []string
 	PreviewDigest string
+	// Conditions are the ids of the declared conditions that ask for the
+	// confirmation (OpenRequest).
+	Conditions []string
 }
 
 // Limits on the request-side input.
@@ -114,6 +121,10 @@ func RenderPrompt(cmd *manifest.Command, in PromptInput) (Prompt, error) {
 	if err != nil {
 		return Prompt{}, err
 	}
+	reasons, err := reasonsOf(cmd, in.Conditions)
+	if err != nil {
+		return Prompt{}, err
+	}
 	display := cmd.DisplayName
 	if display == "" {
 		display = cmd.Code
@@ -139,7 +150,37 @@ func RenderPrompt(cmd *manifest.Command, in PromptInput) (Prompt, error) {
 		RequestedBy:    by,
 		Effects:        effects,
 		PreviewDigest:  in.PreviewDigest,
+		Reasons:        reasons,
 	}, nil
+}
+
+// MaxConditions bounds the conditions an OpenRequest names.
+const MaxConditions = 32
+
+// reasonsOf is why a human is asked: the declared description of each
+// condition ids names. Only the declaration's words are shown; an id that
+// is not one of the command's conditions asking for a confirmation is
+// refused, so the executor cannot put words of its own in the prompt.
+func reasonsOf(cmd *manifest.Command, ids []string) ([]string, error) {
+	if len(ids) > MaxConditions {
+		return nil, Invalid("conditions", fmt.Sprintf("names more than %d conditions", MaxConditions))
+	}
+	var out []string
+	for i, id := range ids {
+		var found *manifest.Condition
+		for j := range cmd.Conditions {
+			if c := &cmd.Conditions[j]; c.ID == id && c.Effect == "REQUIRE_CONFIRMATION" {
+				found = c
+				break
+			}
+		}
+		if found == nil {
+			return nil, Invalid("conditions/"+strconv.Itoa(i), "names no condition of "+cmd.Code+" that asks for a confirmation")
+		}
+		r, _ := Neutralise(found.Description + " (condition " + found.ID + ")")
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // effectLines checks a preview's effect lines and digest and neutralises

@@ -137,3 +137,30 @@ func TestRenderPromptRefuses(t *testing.T) {
 		t.Fatalf("no arguments: %q %v", p.ArgumentsJSON, err)
 	}
 }
+
+// TestRenderPromptReasons: the conditions an OpenRequest names become the
+// prompt's reasons in the declaration's words, with their ids, neutralised;
+// an id that is not a condition of the command asking for a confirmation
+// (unknown, or a DENY) is refused, so the caller cannot write the reason.
+func TestRenderPromptReasons(t *testing.T) {
+	cmd := *confirmtest.Commands()["ticket.refund"]
+	cmd.Conditions = []manifest.Condition{
+		{ID: "large", Expression: "request.amount.amount_minor > 2000", Effect: "REQUIRE_CONFIRMATION", Description: "a human is asked above 20.00\u202e"},
+		{ID: "no-bots", Expression: "principal.agent != ''", Effect: "DENY", Description: "no agents"},
+	}
+	p, err := confirm.RenderPrompt(&cmd, confirm.PromptInput{RequesterUser: "alice", Conditions: []string{"large"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Reasons) != 1 || p.Reasons[0] != "a human is asked above 20.00⟦U+202E⟧ (condition large)" {
+		t.Fatalf("reasons %q", p.Reasons)
+	}
+	if p, _ := confirm.RenderPrompt(&cmd, confirm.PromptInput{RequesterUser: "alice"}); p.Reasons != nil {
+		t.Errorf("a prompt no condition asked for has reasons %q", p.Reasons)
+	}
+	for _, ids := range [][]string{{"unknown"}, {"no-bots"}} {
+		if _, err := confirm.RenderPrompt(&cmd, confirm.PromptInput{RequesterUser: "alice", Conditions: ids}); !errors.Is(err, confirm.ErrInvalid) {
+			t.Errorf("conditions %v: %v, want refused as invalid", ids, err)
+		}
+	}
+}

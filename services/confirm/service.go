@@ -115,6 +115,9 @@ type OpenRequest struct {
 	// executor's digest of that preview, required with them.
 	Effects       []string
 	PreviewDigest string
+	// Conditions are the ids of the command's declared conditions that ask
+	// for this confirmation; their descriptions are the prompt's reasons.
+	Conditions []string
 	// TTL is how long the challenge stays open: 0 means DefaultTTL; more
 	// than MaxTTL is refused.
 	TTL time.Duration
@@ -163,7 +166,7 @@ func (s *Service) Open(ctx context.Context, p identity.Principal, req OpenReques
 	prompt, err := RenderPrompt(cmd, PromptInput{
 		ArgumentsJSON: req.ArgumentsJSON, WithheldFields: req.WithheldFields,
 		RequesterUser: p.UserID, RequesterAgent: p.AgentID,
-		Effects: req.Effects, PreviewDigest: req.PreviewDigest,
+		Effects: req.Effects, PreviewDigest: req.PreviewDigest, Conditions: req.Conditions,
 	})
 	if err != nil {
 		return Challenge{}, err

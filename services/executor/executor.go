@@ -61,6 +61,7 @@ const (
 	StageScope         = failure.StageScope
 	StageIdempotency   = failure.StageIdempotency
 	StageSoD           = failure.StageSoD
+	StageCondition     = failure.StageCondition
 	StageConfirmation  = failure.StageConfirmation
 	StageAudit         = failure.StageAudit
 	StageDispatch      = failure.StageDispatch
@@ -191,6 +192,9 @@ type Executor struct {
 	// sodTargets are the commands some declaration's separation of duties
 	// names; only their executions are recorded.
 	sodTargets map[string]bool
+	// conditions are each command's declared conditions, compiled once
+	// (stage_condition.go).
+	conditions map[string][]compiledCondition
 	pending    chan struct{}
 	wg         sync.WaitGroup
 	// stop ends the spool flusher (Close).
@@ -269,7 +273,11 @@ func New(cfg Config) (*Executor, error) {
 			targets[c.Code] = true
 		}
 	}
-	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, pending: make(chan struct{}, 1024),
+	conds, err := compileConditions(cfg.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, conditions: conds, pending: make(chan struct{}, 1024),
 		leases: leases{held: map[*invocation]*heldLease{}},
 		stop:   make(chan struct{}), spoolFailures: map[int64]int{}}
 	if err := e.loadHeld(); err != nil {
@@ -388,6 +396,9 @@ type invocation struct {
 	// decide and have no effect, and its refusals write no row of their
 	// own: the check's row records the verdict.
 	checking bool
+	// askedBy are the declared conditions that ask a human for this call
+	// (condition_check); nil when none does.
+	askedBy []*compiledCondition
 	// needsApproval is, in check mode, the confirmation the call would need
 	// (confirmationVerdict); nil when it needs none.
 	needsApproval *failure.Error
@@ -528,7 +539,7 @@ func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) e
 			// No TTL: the confirm service's default applies.
 			open := &mandatev1.OpenRequest{
 				Command: inv.cmd.Code, InvocationDigest: d, InvocationId: inv.id,
-				ArgumentsJson: inv.args, WithheldFields: withheldOf(inv),
+				ArgumentsJson: inv.args, WithheldFields: withheldOf(inv), Conditions: askedIDs(inv),
 			}
 			if inv.preview != nil {
 				open.Effects, open.PreviewDigest = inv.preview.effects, inv.preview.digest
@@ -539,7 +550,7 @@ func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) e
 		if err != nil {
 			return e.confirmFailure(ctx, inv, err)
 		}
-		fe := failure.New(StageConfirmation, failure.CodeConfirmationRequired, "a human must confirm this call")
+		fe := failure.New(StageConfirmation, failure.CodeConfirmationRequired, confirmationMessage(inv))
 		fe.ChallengeID, fe.ApprovalURL = ch.GetChallengeId(), ch.GetApprovalUrl()
 		fe.Retriable = true
 		continueWith(fe, inv)

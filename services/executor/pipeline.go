@@ -26,7 +26,9 @@ type stage struct {
 
 // pipeline is every governed call's chain of stages, in order. The
 // constraints on the order (authenticate first, permission before schema
-// and before a human is asked, the audit intent right before dispatch) are
+// and before a human is asked, the declared conditions after the arguments
+// are decoded and before a human is asked, the audit intent right before
+// dispatch) are
 // asserted by TestPipelineOrder.
 var pipeline = []stage{
 	{name: StageAuthenticate, run: (*Executor).authenticate},
@@ -38,6 +40,7 @@ var pipeline = []stage{
 	{name: StageScope, run: (*Executor).scopeCheck},
 	{name: StageIdempotency, run: (*Executor).idempotencyCheck, check: (*Executor).idempotencyKeyCheck},
 	{name: StageSoD, run: (*Executor).sodCheck},
+	{name: StageCondition, run: (*Executor).conditionCheck},
 	{name: StageConfirmation, run: (*Executor).confirmationCheck, check: (*Executor).confirmationVerdict},
 	{name: StageAudit, run: (*Executor).auditIntent, check: skipInCheck},
 	{name: StageDispatch, run: (*Executor).dispatch, settles: true, check: skipInCheck},

@@ -44,6 +44,11 @@ func TestPipelineOrder(t *testing.T) {
 	before(StageSchema, StageIdempotency)
 	before(StageIdempotency, StageConfirmation)
 	before(StageSoD, StageConfirmation)
+	// Conditions read the decoded request, and decide whether a human is
+	// asked (or refuse before anyone is).
+	before(StageSchema, StageCondition)
+	before(StagePermission, StageCondition)
+	before(StageCondition, StageConfirmation)
 	if at(StageAudit)+1 != at(StageDispatch) {
 		t.Errorf("the audit intent is not immediately before dispatch: %v", names)
 	}

@@ -18,7 +18,13 @@ const intentTimeout = 3 * time.Second
 // fails closed — without the row nothing is dispatched, and the refusal
 // itself waits in the spool for the trail.
 func (e *Executor) auditIntent(ctx context.Context, inv *invocation) (*Result, error) {
-	intent := e.record(inv, contract.PhaseIntent, contract.OutcomePending, "", "", "")
+	// The intent of a call a declared condition sent to a human says
+	// which: the trail records which conditions decided.
+	msg := ""
+	if r := askedReason(inv); r != "" {
+		msg = "confirmed because " + r
+	}
+	intent := e.record(inv, contract.PhaseIntent, contract.OutcomePending, "", "", msg)
 	if err := e.stage(ctx, StageAudit, func(ctx context.Context) error {
 		// Bounded as an outcome's attempt is: a trail that does not answer
 		// (its database hung) refuses the call within seconds instead of

@@ -30,7 +30,16 @@ func (e *Executor) confirmationCheck(ctx context.Context, inv *invocation) (*Res
 
 // needsConfirmation reports whether a human must confirm the call.
 func (e *Executor) needsConfirmation(inv *invocation) bool {
-	return inv.cmd.ConfirmationRequired || (e.cfg.ConfirmSideEffects && len(inv.cmd.SideEffects) > 0)
+	return inv.cmd.ConfirmationRequired || len(inv.askedBy) > 0 || (e.cfg.ConfirmSideEffects && len(inv.cmd.SideEffects) > 0)
+}
+
+// confirmationMessage is the refusal's message when a human must confirm:
+// why, where a declared condition asks.
+func confirmationMessage(inv *invocation) string {
+	if r := askedReason(inv); r != "" {
+		return "a human must confirm this call: " + r
+	}
+	return "a human must confirm this call"
 }
 
 // confirmationVerdict is confirmation_check in check mode. Where the call
@@ -51,7 +60,7 @@ func (e *Executor) confirmationVerdict(ctx context.Context, inv *invocation) (*R
 		if err := e.checkPreflight(ctx, inv); err != nil {
 			return nil, err
 		}
-		fe := failure.New(StageConfirmation, failure.CodeConfirmationRequired, "a human must confirm this call")
+		fe := failure.New(StageConfirmation, failure.CodeConfirmationRequired, confirmationMessage(inv))
 		fe.Retriable = true
 		continueWith(fe, inv)
 		inv.needsApproval = fe

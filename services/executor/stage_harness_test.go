@@ -48,6 +48,7 @@ var stageTests = map[string]struct{ file, test string }{
 	StageScope:        {"stage_scope_test.go", "TestStageScope"},
 	StageIdempotency:  {"stage_idempotency_test.go", "TestStageIdempotency"},
 	StageSoD:          {"stage_sod_test.go", "TestStageSoD"},
+	StageCondition:    {"stage_condition_test.go", "TestStageCondition"},
 	StageConfirmation: {"stage_confirmation_test.go", "TestStageConfirmation"},
 	StageAudit:        {"stage_audit_test.go", "TestStageAudit"},
 	StageDispatch:     {"stage_dispatch_test.go", "TestStageDispatch"},

@@ -178,7 +178,12 @@ type Prompt struct {
 	// asked (mandate.v1.PreviewService), one line each with control and bidi
 	// characters shown as ⟦U+…⟧ markers. Empty when the backend offers no
 	// preview of the command.
-	EffectLines   []string `protobuf:"bytes,12,rep,name=effect_lines,json=effectLines,proto3" json:"effect_lines,omitempty"`
+	EffectLines []string `protobuf:"bytes,12,rep,name=effect_lines,json=effectLines,proto3" json:"effect_lines,omitempty"`
+	// Why a human is asked, when a declared condition asks: each condition's
+	// description as the declaration wrote it, with its id, e.g. "a human is
+	// asked for a refund of 1.00 or more (condition refund-needs-a-human)".
+	// Empty when the declaration asks for every call.
+	Reasons       []string `protobuf:"bytes,13,rep,name=reasons,proto3" json:"reasons,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -293,6 +298,13 @@ func (x *Prompt) GetArgumentLines() []string {
 func (x *Prompt) GetEffectLines() []string {
 	if x != nil {
 		return x.EffectLines
+	}
+	return nil
+}
+
+func (x *Prompt) GetReasons() []string {
+	if x != nil {
+		return x.Reasons
 	}
 	return nil
 }
@@ -532,6 +544,11 @@ type OpenRequest struct {
 	// The executor's digest of that preview (64 hex characters); required
 	// with effects, empty without.
 	PreviewDigest string `protobuf:"bytes,8,opt,name=preview_digest,json=previewDigest,proto3" json:"preview_digest,omitempty"`
+	// The ids of the command's conditions (CommandOptions.conditions) that
+	// ask for this confirmation, empty when the declaration asks by itself.
+	// The service shows their declared descriptions as the reason; an id the
+	// declaration does not have is refused.
+	Conditions    []string `protobuf:"bytes,9,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -620,6 +637,13 @@ func (x *OpenRequest) GetPreviewDigest() string {
 		return x.PreviewDigest
 	}
 	return ""
+}
+
+func (x *OpenRequest) GetConditions() []string {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
 }
 
 // ConfirmServiceGetRequest names a challenge.
@@ -978,7 +1002,7 @@ var File_mandate_v1_confirm_proto protoreflect.FileDescriptor
 const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\n" +
 	"\x18mandate/v1/confirm.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mandate/v1/preview.proto\"\x86\x03\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18mandate/v1/preview.proto\"\xa0\x03\n" +
 	"\x06Prompt\x12\x14\n" +
 	"\x05title\x18\x01 \x01(\tR\x05title\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12\x12\n" +
@@ -994,7 +1018,8 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\frequested_by\x18\n" +
 	" \x01(\tR\vrequestedBy\x12%\n" +
 	"\x0eargument_lines\x18\v \x03(\tR\rargumentLines\x12!\n" +
-	"\feffect_lines\x18\f \x03(\tR\veffectLines\"\xa5\x06\n" +
+	"\feffect_lines\x18\f \x03(\tR\veffectLines\x12\x18\n" +
+	"\areasons\x18\r \x03(\tR\areasons\"\xa5\x06\n" +
 	"\tChallenge\x12!\n" +
 	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x18\n" +
@@ -1021,7 +1046,7 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\n" +
 	"elicitable\x18\x12 \x01(\bR\n" +
 	"elicitable\x12%\n" +
-	"\x0epreview_digest\x18\x13 \x01(\tR\rpreviewDigest\"\xb7\x03\n" +
+	"\x0epreview_digest\x18\x13 \x01(\tR\rpreviewDigest\"\xe1\x03\n" +
 	"\vOpenRequest\x12$\n" +
 	"\acommand\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\acommand\x12B\n" +
@@ -1032,7 +1057,10 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\x0fwithheld_fields\x18\x05 \x03(\tB\b\xbaH\x05\x92\x01\x02\x10@R\x0ewithheldFields\x12+\n" +
 	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12:\n" +
 	"\aeffects\x18\a \x03(\v2\x16.mandate.v1.EffectLineB\b\xbaH\x05\x92\x01\x02\x10\x10R\aeffects\x12?\n" +
-	"\x0epreview_digest\x18\b \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\rpreviewDigest\"I\n" +
+	"\x0epreview_digest\x18\b \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\rpreviewDigest\x12(\n" +
+	"\n" +
+	"conditions\x18\t \x03(\tB\b\xbaH\x05\x92\x01\x02\x10 R\n" +
+	"conditions\"I\n" +
 	"\x18ConfirmServiceGetRequest\x12-\n" +
 	"\fchallenge_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\vchallengeId\"\x9f\x01\n" +

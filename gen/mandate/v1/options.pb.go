@@ -120,6 +120,12 @@ const (
 	// Never ask. Refused at build time for L3/L4 commands and for commands
 	// with side effects (MANDATE1001).
 	Confirmation_CONFIRMATION_NEVER Confirmation = 2
+	// Ask a human only when a condition with effect
+	// CONDITION_EFFECT_REQUIRE_CONFIRMATION holds for the call, e.g. a refund
+	// above an amount. The declaration must have at least one such condition,
+	// and the command must not be L4 (MANDATE1021). The deployment's
+	// confirmation of side effects still applies.
+	Confirmation_CONFIRMATION_CONDITIONAL Confirmation = 3
 )
 
 // Enum value maps for Confirmation.
@@ -128,11 +134,13 @@ var (
 		0: "CONFIRMATION_UNSPECIFIED",
 		1: "CONFIRMATION_REQUIRED",
 		2: "CONFIRMATION_NEVER",
+		3: "CONFIRMATION_CONDITIONAL",
 	}
 	Confirmation_value = map[string]int32{
 		"CONFIRMATION_UNSPECIFIED": 0,
 		"CONFIRMATION_REQUIRED":    1,
 		"CONFIRMATION_NEVER":       2,
+		"CONFIRMATION_CONDITIONAL": 3,
 	}
 )
 
@@ -276,6 +284,62 @@ func (x ApproverKind) Number() protoreflect.EnumNumber {
 // Deprecated: Use ApproverKind.Descriptor instead.
 func (ApproverKind) EnumDescriptor() ([]byte, []int) {
 	return file_mandate_v1_options_proto_rawDescGZIP(), []int{3}
+}
+
+// ConditionEffect is what a condition does to a call when its expression
+// is true. There is deliberately no effect that loosens a declaration.
+type ConditionEffect int32
+
+const (
+	// Not declared; refused at build time (MANDATE1020).
+	ConditionEffect_CONDITION_EFFECT_UNSPECIFIED ConditionEffect = 0
+	// A human must confirm the call, whatever the static `confirmation`
+	// says (even CONFIRMATION_NEVER). The prompt shows the condition's
+	// description as the reason.
+	ConditionEffect_CONDITION_EFFECT_REQUIRE_CONFIRMATION ConditionEffect = 1
+	// The call is refused (condition.denied, naming the condition).
+	ConditionEffect_CONDITION_EFFECT_DENY ConditionEffect = 2
+)
+
+// Enum value maps for ConditionEffect.
+var (
+	ConditionEffect_name = map[int32]string{
+		0: "CONDITION_EFFECT_UNSPECIFIED",
+		1: "CONDITION_EFFECT_REQUIRE_CONFIRMATION",
+		2: "CONDITION_EFFECT_DENY",
+	}
+	ConditionEffect_value = map[string]int32{
+		"CONDITION_EFFECT_UNSPECIFIED":          0,
+		"CONDITION_EFFECT_REQUIRE_CONFIRMATION": 1,
+		"CONDITION_EFFECT_DENY":                 2,
+	}
+)
+
+func (x ConditionEffect) Enum() *ConditionEffect {
+	p := new(ConditionEffect)
+	*p = x
+	return p
+}
+
+func (x ConditionEffect) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConditionEffect) Descriptor() protoreflect.EnumDescriptor {
+	return file_mandate_v1_options_proto_enumTypes[4].Descriptor()
+}
+
+func (ConditionEffect) Type() protoreflect.EnumType {
+	return &file_mandate_v1_options_proto_enumTypes[4]
+}
+
+func (x ConditionEffect) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConditionEffect.Descriptor instead.
+func (ConditionEffect) EnumDescriptor() ([]byte, []int) {
+	return file_mandate_v1_options_proto_rawDescGZIP(), []int{4}
 }
 
 // ApproverPolicy says who may approve a confirmation. Agents never approve,
@@ -505,7 +569,14 @@ type CommandOptions struct {
 	// Must be positive and at most one hour (MANDATE1014).
 	Deadline *durationpb.Duration `protobuf:"bytes,16,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	// Example inputs, validated at build time (MANDATE1013).
-	Examples      []*Example `protobuf:"bytes,17,rep,name=examples,proto3" json:"examples,omitempty"`
+	Examples []*Example `protobuf:"bytes,17,rep,name=examples,proto3" json:"examples,omitempty"`
+	// Conditions on the call's arguments and principal, in CEL, evaluated
+	// after separation of duties and before confirmation (stage
+	// condition_check). Conditions only tighten a declaration: they deny a
+	// call or ask a human for it, never waive what the rest of the
+	// declaration demands. Each is type-checked against the request at build
+	// time (MANDATE1019, MANDATE1020).
+	Conditions    []*Condition `protobuf:"bytes,18,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -659,6 +730,201 @@ func (x *CommandOptions) GetExamples() []*Example {
 	return nil
 }
 
+func (x *CommandOptions) GetConditions() []*Condition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+// Condition is one rule over the call, written in CEL
+// (https://cel.dev). Its expression sees two variables:
+//
+//	`request`: the command's typed request message, e.g.
+//	  `request.amount.amount_minor > 2000`;
+//	`principal`: a mandate.v1.ConditionPrincipal, e.g.
+//	  `principal.agent != "" && request.reason.size() < 10`.
+//
+// The expression must be a boolean (MANDATE1019). An expression that fails
+// when evaluated (e.g. an out-of-range index) refuses the call
+// (condition.evaluation_failed): conditions fail closed.
+type Condition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Stable id, unique within the command: lower-case kebab or dotted
+	// segments, e.g. `large-refund` (MANDATE1020). Refusals, prompts and
+	// audit rows name it.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The CEL expression; true means the effect applies.
+	Expression string `protobuf:"bytes,2,opt,name=expression,proto3" json:"expression,omitempty"`
+	// What happens when the expression is true.
+	Effect ConditionEffect `protobuf:"varint,3,opt,name=effect,proto3,enum=mandate.v1.ConditionEffect" json:"effect,omitempty"`
+	// One sentence for humans, shown in the tool descriptor and the
+	// approval prompt, e.g. "a human is asked when the amount is above
+	// 20.00". Required (MANDATE1020).
+	Description   string `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Condition) Reset() {
+	*x = Condition{}
+	mi := &file_mandate_v1_options_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Condition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Condition) ProtoMessage() {}
+
+func (x *Condition) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_options_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Condition.ProtoReflect.Descriptor instead.
+func (*Condition) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_options_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Condition) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Condition) GetExpression() string {
+	if x != nil {
+		return x.Expression
+	}
+	return ""
+}
+
+func (x *Condition) GetEffect() ConditionEffect {
+	if x != nil {
+		return x.Effect
+	}
+	return ConditionEffect_CONDITION_EFFECT_UNSPECIFIED
+}
+
+func (x *Condition) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+// ConditionPrincipal is the `principal` a condition's expression reads:
+// who calls, as the executor authenticated them.
+type ConditionPrincipal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's tenant.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The user the call is made for (for an agent, the user it acts for).
+	User string `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	// The user's roles, as the directory lists them.
+	Roles []string `protobuf:"bytes,3,rep,name=roles,proto3" json:"roles,omitempty"`
+	// The acting agent, "" when a user (or service) calls directly.
+	Agent string `protobuf:"bytes,4,opt,name=agent,proto3" json:"agent,omitempty"`
+	// The agent's model, "" for users.
+	Model string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	// The channel the call came through: `mcp`, `grpc` or `rest`.
+	Channel string `protobuf:"bytes,6,opt,name=channel,proto3" json:"channel,omitempty"`
+	// `user`, `agent` or `service`.
+	Kind          string `protobuf:"bytes,7,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConditionPrincipal) Reset() {
+	*x = ConditionPrincipal{}
+	mi := &file_mandate_v1_options_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConditionPrincipal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConditionPrincipal) ProtoMessage() {}
+
+func (x *ConditionPrincipal) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_options_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConditionPrincipal.ProtoReflect.Descriptor instead.
+func (*ConditionPrincipal) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_options_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ConditionPrincipal) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ConditionPrincipal) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ConditionPrincipal) GetRoles() []string {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *ConditionPrincipal) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *ConditionPrincipal) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ConditionPrincipal) GetChannel() string {
+	if x != nil {
+		return x.Channel
+	}
+	return ""
+}
+
+func (x *ConditionPrincipal) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
 // FieldOptions are declarations about one request or response field.
 type FieldOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -671,7 +937,7 @@ type FieldOptions struct {
 
 func (x *FieldOptions) Reset() {
 	*x = FieldOptions{}
-	mi := &file_mandate_v1_options_proto_msgTypes[4]
+	mi := &file_mandate_v1_options_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +949,7 @@ func (x *FieldOptions) String() string {
 func (*FieldOptions) ProtoMessage() {}
 
 func (x *FieldOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_options_proto_msgTypes[4]
+	mi := &file_mandate_v1_options_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +962,7 @@ func (x *FieldOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldOptions.ProtoReflect.Descriptor instead.
 func (*FieldOptions) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_options_proto_rawDescGZIP(), []int{4}
+	return file_mandate_v1_options_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FieldOptions) GetSensitive() bool {
@@ -758,7 +1024,7 @@ const file_mandate_v1_options_proto_rawDesc = "" +
 	"\x05field\x18\x02 \x01(\tR\x05field\"A\n" +
 	"\aExample\x12 \n" +
 	"\vdescription\x18\x01 \x01(\tR\vdescription\x12\x14\n" +
-	"\x05input\x18\x02 \x01(\tR\x05input\"\xde\x05\n" +
+	"\x05input\x18\x02 \x01(\tR\x05input\"\x95\x06\n" +
 	"\x0eCommandOptions\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12\x1d\n" +
@@ -782,7 +1048,25 @@ const file_mandate_v1_options_proto_rawDesc = "" +
 	"\rsubject_field\x18\x0e \x01(\tR\fsubjectField\x123\n" +
 	"\tlifecycle\x18\x0f \x01(\x0e2\x15.mandate.v1.LifecycleR\tlifecycle\x125\n" +
 	"\bdeadline\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x12/\n" +
-	"\bexamples\x18\x11 \x03(\v2\x13.mandate.v1.ExampleR\bexamples\",\n" +
+	"\bexamples\x18\x11 \x03(\v2\x13.mandate.v1.ExampleR\bexamples\x125\n" +
+	"\n" +
+	"conditions\x18\x12 \x03(\v2\x15.mandate.v1.ConditionR\n" +
+	"conditions\"\x92\x01\n" +
+	"\tCondition\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
+	"\n" +
+	"expression\x18\x02 \x01(\tR\n" +
+	"expression\x123\n" +
+	"\x06effect\x18\x03 \x01(\x0e2\x1b.mandate.v1.ConditionEffectR\x06effect\x12 \n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\"\xb0\x01\n" +
+	"\x12ConditionPrincipal\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\x12\x14\n" +
+	"\x05roles\x18\x03 \x03(\tR\x05roles\x12\x14\n" +
+	"\x05agent\x18\x04 \x01(\tR\x05agent\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12\x18\n" +
+	"\achannel\x18\x06 \x01(\tR\achannel\x12\x12\n" +
+	"\x04kind\x18\a \x01(\tR\x04kind\",\n" +
 	"\fFieldOptions\x12\x1c\n" +
 	"\tsensitive\x18\x01 \x01(\bR\tsensitive*]\n" +
 	"\x04Risk\x12\x14\n" +
@@ -791,11 +1075,12 @@ const file_mandate_v1_options_proto_rawDesc = "" +
 	"\aRISK_L1\x10\x02\x12\v\n" +
 	"\aRISK_L2\x10\x03\x12\v\n" +
 	"\aRISK_L3\x10\x04\x12\v\n" +
-	"\aRISK_L4\x10\x05*_\n" +
+	"\aRISK_L4\x10\x05*}\n" +
 	"\fConfirmation\x12\x1c\n" +
 	"\x18CONFIRMATION_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CONFIRMATION_REQUIRED\x10\x01\x12\x16\n" +
-	"\x12CONFIRMATION_NEVER\x10\x02*n\n" +
+	"\x12CONFIRMATION_NEVER\x10\x02\x12\x1c\n" +
+	"\x18CONFIRMATION_CONDITIONAL\x10\x03*n\n" +
 	"\tLifecycle\x12\x19\n" +
 	"\x15LIFECYCLE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fLIFECYCLE_DRAFT\x10\x01\x12\x17\n" +
@@ -804,7 +1089,11 @@ const file_mandate_v1_options_proto_rawDesc = "" +
 	"\fApproverKind\x12\x1d\n" +
 	"\x19APPROVER_KIND_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dAPPROVER_KIND_REQUESTING_USER\x10\x01\x12#\n" +
-	"\x1fAPPROVER_KIND_PERMISSION_HOLDER\x10\x02:V\n" +
+	"\x1fAPPROVER_KIND_PERMISSION_HOLDER\x10\x02*y\n" +
+	"\x0fConditionEffect\x12 \n" +
+	"\x1cCONDITION_EFFECT_UNSPECIFIED\x10\x00\x12)\n" +
+	"%CONDITION_EFFECT_REQUIRE_CONFIRMATION\x10\x01\x12\x19\n" +
+	"\x15CONDITION_EFFECT_DENY\x10\x02:V\n" +
 	"\acommand\x12\x1e.google.protobuf.MethodOptions\x18\x80\x90\x03 \x01(\v2\x1a.mandate.v1.CommandOptionsR\acommand:O\n" +
 	"\x05field\x12\x1d.google.protobuf.FieldOptions\x18\x80\x90\x03 \x01(\v2\x18.mandate.v1.FieldOptionsR\x05fieldB9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
 
@@ -820,40 +1109,45 @@ func file_mandate_v1_options_proto_rawDescGZIP() []byte {
 	return file_mandate_v1_options_proto_rawDescData
 }
 
-var file_mandate_v1_options_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_mandate_v1_options_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_mandate_v1_options_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_mandate_v1_options_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_mandate_v1_options_proto_goTypes = []any{
 	(Risk)(0),                          // 0: mandate.v1.Risk
 	(Confirmation)(0),                  // 1: mandate.v1.Confirmation
 	(Lifecycle)(0),                     // 2: mandate.v1.Lifecycle
 	(ApproverKind)(0),                  // 3: mandate.v1.ApproverKind
-	(*ApproverPolicy)(nil),             // 4: mandate.v1.ApproverPolicy
-	(*SeparationOfDuties)(nil),         // 5: mandate.v1.SeparationOfDuties
-	(*Example)(nil),                    // 6: mandate.v1.Example
-	(*CommandOptions)(nil),             // 7: mandate.v1.CommandOptions
-	(*FieldOptions)(nil),               // 8: mandate.v1.FieldOptions
-	(*durationpb.Duration)(nil),        // 9: google.protobuf.Duration
-	(*descriptorpb.MethodOptions)(nil), // 10: google.protobuf.MethodOptions
-	(*descriptorpb.FieldOptions)(nil),  // 11: google.protobuf.FieldOptions
+	(ConditionEffect)(0),               // 4: mandate.v1.ConditionEffect
+	(*ApproverPolicy)(nil),             // 5: mandate.v1.ApproverPolicy
+	(*SeparationOfDuties)(nil),         // 6: mandate.v1.SeparationOfDuties
+	(*Example)(nil),                    // 7: mandate.v1.Example
+	(*CommandOptions)(nil),             // 8: mandate.v1.CommandOptions
+	(*Condition)(nil),                  // 9: mandate.v1.Condition
+	(*ConditionPrincipal)(nil),         // 10: mandate.v1.ConditionPrincipal
+	(*FieldOptions)(nil),               // 11: mandate.v1.FieldOptions
+	(*durationpb.Duration)(nil),        // 12: google.protobuf.Duration
+	(*descriptorpb.MethodOptions)(nil), // 13: google.protobuf.MethodOptions
+	(*descriptorpb.FieldOptions)(nil),  // 14: google.protobuf.FieldOptions
 }
 var file_mandate_v1_options_proto_depIdxs = []int32{
 	3,  // 0: mandate.v1.ApproverPolicy.kind:type_name -> mandate.v1.ApproverKind
 	0,  // 1: mandate.v1.CommandOptions.risk:type_name -> mandate.v1.Risk
 	1,  // 2: mandate.v1.CommandOptions.confirmation:type_name -> mandate.v1.Confirmation
-	4,  // 3: mandate.v1.CommandOptions.approver:type_name -> mandate.v1.ApproverPolicy
-	5,  // 4: mandate.v1.CommandOptions.separation_of_duties:type_name -> mandate.v1.SeparationOfDuties
+	5,  // 3: mandate.v1.CommandOptions.approver:type_name -> mandate.v1.ApproverPolicy
+	6,  // 4: mandate.v1.CommandOptions.separation_of_duties:type_name -> mandate.v1.SeparationOfDuties
 	2,  // 5: mandate.v1.CommandOptions.lifecycle:type_name -> mandate.v1.Lifecycle
-	9,  // 6: mandate.v1.CommandOptions.deadline:type_name -> google.protobuf.Duration
-	6,  // 7: mandate.v1.CommandOptions.examples:type_name -> mandate.v1.Example
-	10, // 8: mandate.v1.command:extendee -> google.protobuf.MethodOptions
-	11, // 9: mandate.v1.field:extendee -> google.protobuf.FieldOptions
-	7,  // 10: mandate.v1.command:type_name -> mandate.v1.CommandOptions
-	8,  // 11: mandate.v1.field:type_name -> mandate.v1.FieldOptions
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	10, // [10:12] is the sub-list for extension type_name
-	8,  // [8:10] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	12, // 6: mandate.v1.CommandOptions.deadline:type_name -> google.protobuf.Duration
+	7,  // 7: mandate.v1.CommandOptions.examples:type_name -> mandate.v1.Example
+	9,  // 8: mandate.v1.CommandOptions.conditions:type_name -> mandate.v1.Condition
+	4,  // 9: mandate.v1.Condition.effect:type_name -> mandate.v1.ConditionEffect
+	13, // 10: mandate.v1.command:extendee -> google.protobuf.MethodOptions
+	14, // 11: mandate.v1.field:extendee -> google.protobuf.FieldOptions
+	8,  // 12: mandate.v1.command:type_name -> mandate.v1.CommandOptions
+	11, // 13: mandate.v1.field:type_name -> mandate.v1.FieldOptions
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	12, // [12:14] is the sub-list for extension type_name
+	10, // [10:12] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_mandate_v1_options_proto_init() }
@@ -866,8 +1160,8 @@ func file_mandate_v1_options_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mandate_v1_options_proto_rawDesc), len(file_mandate_v1_options_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   5,
+			NumEnums:      5,
+			NumMessages:   7,
 			NumExtensions: 2,
 			NumServices:   0,
 		},

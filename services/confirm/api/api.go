@@ -58,7 +58,7 @@ func (s *Service) Open(ctx context.Context, req *mandatev1.OpenRequest) (*mandat
 	in := confirm.OpenRequest{
 		Command: req.GetCommand(), InvocationDigest: req.GetInvocationDigest(), InvocationID: req.GetInvocationId(),
 		ArgumentsJSON: req.GetArgumentsJson(), WithheldFields: req.GetWithheldFields(),
-		PreviewDigest: req.GetPreviewDigest(),
+		PreviewDigest: req.GetPreviewDigest(), Conditions: req.GetConditions(),
 	}
 	for _, l := range req.GetEffects() {
 		in.Effects = append(in.Effects, l.GetText())
@@ -252,6 +252,7 @@ func (s *Service) toProto(c *confirm.Challenge) *mandatev1.Challenge {
 			ArgumentsJson: c.Prompt.ArgumentsJSON, WithheldFields: c.Prompt.WithheldFields, RequestedBy: c.Prompt.RequestedBy,
 			ArgumentLines: s.argumentLines(c),
 			EffectLines:   c.Prompt.Effects,
+			Reasons:       c.Prompt.Reasons,
 		},
 		PreviewDigest:   c.Prompt.PreviewDigest,
 		State:           stateProto(c.State),

@@ -98,6 +98,7 @@ func view(c *confirm.Challenge, now time.Time) confirm.Challenge {
 	out.Prompt.SideEffects = slices.Clone(c.Prompt.SideEffects)
 	out.Prompt.Permissions = slices.Clone(c.Prompt.Permissions)
 	out.Prompt.WithheldFields = slices.Clone(c.Prompt.WithheldFields)
+	out.Prompt.Reasons = slices.Clone(c.Prompt.Reasons)
 	out.State = confirm.EffectiveState(c.State, c.ExpiresAt, now)
 	return out
 }

@@ -151,7 +151,9 @@ type challengeView struct {
 	ID, State, Title, Summary, Risk, RequestedBy string
 	SideEffects, Permissions, Withheld           []string
 	// Effects are what the call would do, as its backend previewed it.
-	Effects                     []string
+	Effects []string
+	// Reasons say why a human is asked, where declared conditions ask.
+	Reasons                     []string
 	Reversible                  bool
 	Recall, Arguments, Approver string
 	// Fields are the arguments read by their declaration; Writer names who
@@ -468,6 +470,7 @@ func view(c *confirm.Challenge) *challengeView {
 		ID: c.ID, State: string(c.State), Title: c.Prompt.Title, Summary: c.Prompt.Summary, Risk: c.Prompt.Risk,
 		RequestedBy: c.Prompt.RequestedBy, SideEffects: c.Prompt.SideEffects, Permissions: c.Prompt.Permissions,
 		Withheld: c.Prompt.WithheldFields, Reversible: c.Prompt.Reversible, Recall: c.Prompt.Recall, Effects: c.Prompt.Effects,
+		Reasons:   c.Prompt.Reasons,
 		Arguments: prettyJSON(c.Prompt.ArgumentsJSON), CreatedAt: stamp(c.CreatedAt), ExpiresAt: stamp(c.ExpiresAt),
 		DecidedBy: c.DecidedBy, Channel: c.DecisionChannel, Pending: c.State == confirm.StatePending,
 		NeutralisedNote: confirm.NeutralisedNote,

@@ -110,6 +110,11 @@ func writeChallenge(w *htmlWriter, d *pageData) {
 		w.element(`<h1 id="title">`, c.Title, "</h1>\n")
 		w.element(`<p id="summary">`, c.Summary, "</p>\n<dl>\n")
 		w.element(`<dt>Requested by</dt><dd id="requested-by">`, c.RequestedBy, "</dd>\n")
+		if len(c.Reasons) > 0 {
+			w.markup(`<dt>Why you are asked</dt><dd id="reasons">`)
+			writeList(w, c.Reasons, "", "", "")
+			w.markup("</dd>\n")
+		}
 		w.element(`<dt>Risk</dt><dd class="risk" id="risk">`, c.Risk, "</dd>\n")
 		w.markup(`<dt>Side effects</dt><dd id="side-effects">`)
 		writeList(w, c.SideEffects, "", "", "none declared")
