@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -42,6 +43,13 @@ func inventoryBins(t *testing.T) (dir, backend, ctl string) {
 		if got, _ := os.ReadFile(filepath.Join(dir, f)); string(got) != string(want) {
 			t.Fatalf("examples/inventory/%s is not what its buf config generates: run buf generate there", f)
 		}
+	}
+	exported := t.TempDir()
+	if b, err := exec.Command(mandateBinary(t, root), "proto", "export", exported).CombinedOutput(); err != nil {
+		t.Fatalf("mandate proto export: %v\n%s", err, b)
+	}
+	if err := sameTree(exported, filepath.Join(dir, "third_party", "mandate")); err != nil {
+		t.Fatalf("examples/inventory/third_party/mandate is not what `mandate proto export` writes: run `mandate proto export --force third_party/mandate` there: %v", err)
 	}
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/inventory", "./cmd/inventoryctl")
@@ -218,4 +226,30 @@ func TestAdopterInventoryOnServices(t *testing.T) {
 		confirmREST: "http://" + tp.addr["confirm"].http, auditREST: "http://" + tp.addr["audit"].http,
 		sam: tp.token("shop", "sam", ""), bot: tp.token("shop", "sam", "stock-bot"), cora: tp.token("shop", "cora", ""), ctl: ctl,
 	}.drive(t)
+}
+
+// sameTree reports the first file that differs between two directories,
+// or is in one and not the other.
+func sameTree(want, got string) error {
+	files := map[string]bool{}
+	for _, root := range []string{want, got} {
+		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				rel, _ := filepath.Rel(root, path)
+				files[rel] = true
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for rel := range files {
+		a, errA := os.ReadFile(filepath.Join(want, rel))
+		b, errB := os.ReadFile(filepath.Join(got, rel))
+		if errA != nil || errB != nil || string(a) != string(b) {
+			return fmt.Errorf("%s differs", rel)
+		}
+	}
+	return nil
 }
