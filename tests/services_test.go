@@ -271,4 +271,47 @@ func TestServicesAsProcesses(t *testing.T) {
 	if out := s.run("audit", "verify", "--tenant", "acme"); !strings.Contains(out, "intact") {
 		t.Fatalf("verify: %s", out)
 	}
+
+	// `mandate policy simulate` replays this trail: through the policy that
+	// recorded it nothing moves; through one where finance may no longer
+	// refund, finance-bot's two refund attempts (the one that needed
+	// approval and the approved one) are newly refused at permission.
+	demo, err := os.ReadFile(filepath.Join(root, "examples", "policy", "demo.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type change struct {
+		InvocationID string `json:"invocation_id"`
+		Command      string `json:"command"`
+		Change       string `json:"change"`
+		Now          struct{ Verdict, Stage, Code string }
+	}
+	simulate := func(policy string) (rep struct {
+		Attempts, Replayed, Unchanged int
+		Changed                       []change
+	}) {
+		file := filepath.Join(t.TempDir(), "candidate.yaml")
+		if err := os.WriteFile(file, []byte(policy), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out := s.run("policy", "simulate", "--policy", file, "--tenant", "acme", "--since", "1h", "--format", "json")
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return rep
+	}
+	if rep := simulate(string(demo)); len(rep.Changed) != 0 || rep.Replayed < 5 || rep.Unchanged != rep.Replayed {
+		t.Fatalf("the same policy replayed: %+v", rep)
+	}
+	rep := simulate(strings.Replace(string(demo), "finance: [ticket.read, payment.refund, customer.erase]", "finance: [ticket.read, customer.erase]", 1))
+	refused := 0
+	for _, c := range rep.Changed {
+		if c.Change != "newly_refused" || c.Command != "ticket.refund" || c.Now.Stage != "permission_check" || c.Now.Code != "authorization.permission_denied" {
+			t.Fatalf("a change other than finance-bot's refunds: %+v", rep)
+		}
+		refused++
+	}
+	if refused != 2 || !slices.ContainsFunc(rep.Changed, func(c change) bool { return c.InvocationID == invocation }) {
+		t.Fatalf("finance without payment.refund: %+v", rep)
+	}
 }

@@ -39,7 +39,7 @@ type command struct {
 var commands = map[string]command{
 	"token":       {"mint a development token signed with the dev secret", runToken},
 	"migrate":     {"apply every service's database migrations (idempotent, safe to run concurrently)", runMigrate},
-	"policy":      {"manage the policy directory: `mandate policy apply -f FILE`", runPolicy},
+	"policy":      {"manage the policy directory: `mandate policy apply -f FILE`, `mandate policy simulate --policy FILE`", runPolicy},
 	"manifest":    {"compare two manifests for what they promise: `mandate manifest diff OLD NEW` (docs/governance-diff.md)", runManifest},
 	"proto":       {"write the .proto files your service's build imports: `mandate proto export DIR`", runProto},
 	"init":        {"scaffold a module for a service of your own: `mandate init DIR --service NAME`", runInit},

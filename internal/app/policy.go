@@ -33,8 +33,12 @@ func openPostgresDirectory(ctx context.Context, url config.Secret) (directory.St
 	return store, func() { store.Close(); pool.Close() }, nil
 }
 
-// runPolicy implements `mandate policy apply -f FILE`.
+// runPolicy implements `mandate policy apply -f FILE` and `mandate policy
+// simulate`.
 func runPolicy(ctx context.Context, args []string, io IO) error {
+	if len(args) > 0 && args[0] == "simulate" {
+		return runPolicySimulate(ctx, args[1:], io)
+	}
 	return policyApply(ctx, args, io, openPostgresDirectory)
 }
 
@@ -50,6 +54,7 @@ func policyApply(ctx context.Context, args []string, io IO, open openDirectory) 
 	if len(args) == 0 || args[0] != "apply" {
 		fmt.Fprintln(io.Stderr, joinLines(
 			"Usage: mandate policy apply -f FILE [--dry-run] [--strict] [--manifest FILE --descriptors FILE] [--database-url URL]",
+			"       mandate policy simulate --policy FILE [--since 7d] [--tenant T] [--manifest FILE --descriptors FILE] [--database-url URL]",
 			"",
 			"Applies a policy YAML file (tenants, features, roles, users, agents) to the",
 			"directory in one transaction. Applying the same file twice changes nothing; a",
@@ -62,6 +67,10 @@ func policyApply(ctx context.Context, args []string, io IO, open openDirectory) 
 			"policy or Mandate service uses is a warning (the nearest known name is",
 			"suggested); --strict refuses those too. --dry-run prints every tenant, role,",
 			"user and agent the file would add, change or remove, and changes nothing.",
+			"",
+			"simulate replays the trail's attempts since --since through a candidate policy",
+			"(and --manifest) in check mode and prints which calls would newly be refused,",
+			"newly need approval, or newly pass. Nothing is run; docs/policy-simulate.md.",
 		))
 		return clicore.ErrUsage
 	}

@@ -19,7 +19,7 @@ var referencePath = filepath.Join("..", "..", "docs", "configuration.md")
 
 // subcommandsWithSub are run as "<name> <sub> -h" in the reference.
 var subcommandsWithSub = map[string][]string{
-	"policy":   {"apply"},
+	"policy":   {"apply", "simulate"},
 	"audit":    {"", "query", "verify"},
 	"events":   {"tail"},
 	"proto":    {"export"},
