@@ -87,6 +87,8 @@ type devSettings struct {
 	confirmSideEffects, metrics    bool
 	auditRetain                    int
 	events                         executorcmd.EventsFlags
+	// edge limits each principal's REST and MCP requests.
+	edge clicore.EdgeFlags
 	// manifest is the deployment's own manifest; none given: the sample.
 	manifest clicore.ManifestFlags
 	// backends are the addresses of the adopter's backends by proto
@@ -128,6 +130,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	clicore.OTLPFlag(s, &d.otlpEndpoint)
 	clicore.MetricsFlag(s, &d.metrics)
 	d.events.Declare(s)
+	d.edge.Declare(s, "REST and MCP (each its own bucket)")
 	if err := s.Parse(args); err != nil {
 		return err
 	}
@@ -305,15 +308,17 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 		Manifest: set, Directory: dir, Store: execmem.New(execmem.Options{}),
 		Audit: internalConn, Confirm: internalConn,
 		Backends:           backends,
-		ConfirmSideEffects: d.confirmSideEffects, Events: d.events, Logger: log,
+		ConfirmSideEffects: d.confirmSideEffects, Events: d.events, Edge: d.edge, Logger: log,
 		// They share its server: its /openapi.json describes them too.
 		RESTServices: []string{"mandate.v1.CatalogService", "mandate.v1.AuditService", "mandate.v1.ConfirmService"},
 	}, cl)
 	if err != nil {
 		return nil, err
 	}
+	limit, refusals := execSvc.Edge()
 	srv, err := server.New(server.Config{Name: "mandate", GRPCAddr: d.grpcAddr, HTTPAddr: d.httpAddr, Auth: auth, Logger: log, Metrics: metrics,
-		GRPCOptions: execSvc.ServerOptions(), ProxiedMethod: executorcmd.ProxiedMethod(set), ManifestDigest: set.Digest()})
+		GRPCOptions: execSvc.ServerOptions(), ProxiedMethod: executorcmd.ProxiedMethod(set), ManifestDigest: set.Digest(),
+		EdgeLimit: limit, EdgeRecorder: refusals})
 	if err != nil {
 		return nil, err
 	}

@@ -38,6 +38,9 @@ const (
 
 	CodeManifestMismatch = "manifest.mismatch"
 
+	CodeRateLimited    = "rate.limited"
+	CodeSessionTooMany = "session.too_many"
+
 	CodeCommandNotFound = "command.not_found"
 
 	CodeEntitlementMissing = "entitlement.missing"
@@ -182,6 +185,12 @@ var table = []Spec{
 	{Code: CodeManifestMismatch, Stages: []string{StageRequest}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
 		Remedy:  "ask an operator: deploy the same manifest to every Mandate service (compare the manifest_digest of their /healthz)",
 		Meaning: "the calling Mandate service runs another manifest than the one receiving the call (x-mandate-manifest-digest differs); refused before any effect"},
+	{Code: CodeRateLimited, Stages: []string{StageRequest}, GRPC: codes.ResourceExhausted, HTTP: http.StatusTooManyRequests, Retriable: true,
+		Remedy:  "slow down: wait retry_after seconds (the Retry-After header), then call again",
+		Meaning: "the caller sent more requests than one principal may at the edge (the MCP bridge, the REST gateway); nothing behind the edge was asked"},
+	{Code: CodeSessionTooMany, Stages: []string{StageRequest}, GRPC: codes.ResourceExhausted, HTTP: http.StatusTooManyRequests, Retriable: true,
+		Remedy:  "reuse an MCP session you hold, or end those you no longer use (HTTP DELETE with their Mcp-Session-Id); idle ones close after the session timeout",
+		Meaning: "the principal already holds the most MCP sessions one principal may open; no session was opened"},
 	{Code: CodeCommandNotFound, Stages: []string{StageLoad, StageConfirmation}, GRPC: codes.NotFound, HTTP: http.StatusNotFound, Remedy: "pick another tool",
 		Meaning: "no published command with this code is visible to the caller"},
 	{Code: CodeEntitlementMissing, Stages: []string{StageEntitlement}, GRPC: codes.PermissionDenied, HTTP: http.StatusForbidden, Remedy: "none: the command is not available to the tenant",

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 )
@@ -38,6 +41,10 @@ type Error struct {
 	// it is made again (CommandError.grant_in, grant_name);
 	// ApproverPermission is who must approve under four eyes.
 	GrantIn, GrantName, ApproverPermission string
+	// RetryAfter, when positive, is how long the caller should wait before
+	// it tries again (rate.limited): a google.rpc.RetryInfo detail on gRPC,
+	// the Retry-After header and retry_after member on REST.
+	RetryAfter time.Duration
 	// Status overrides the gRPC code derived from Code.
 	Status codes.Code
 	cause  error
@@ -86,7 +93,11 @@ func (e *Error) GRPCStatus() *status.Status {
 	if e.InvocationID != "" {
 		meta["invocation_id"] = e.InvocationID
 	}
-	withDetails, err := st.WithDetails(&errdetails.ErrorInfo{Reason: e.Code, Domain: Domain, Metadata: meta}, ce)
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: e.Code, Domain: Domain, Metadata: meta}, ce}
+	if e.RetryAfter > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(e.RetryAfter)})
+	}
+	withDetails, err := st.WithDetails(details...)
 	if err != nil {
 		return st
 	}
@@ -148,8 +159,9 @@ func FromStatus(st *status.Status) (*Error, bool) {
 		return nil, false
 	}
 	var (
-		fe   *Error
-		info *errdetails.ErrorInfo
+		fe    *Error
+		info  *errdetails.ErrorInfo
+		retry time.Duration
 	)
 	for _, d := range st.Details() {
 		switch x := d.(type) {
@@ -167,6 +179,8 @@ func FromStatus(st *status.Status) (*Error, bool) {
 			if x.GetDomain() == Domain {
 				info = x
 			}
+		case *errdetails.RetryInfo:
+			retry = x.GetRetryDelay().AsDuration()
 		}
 	}
 	switch {
@@ -179,6 +193,7 @@ func FromStatus(st *status.Status) (*Error, bool) {
 	if fe.Message == "" {
 		fe.Message = st.Message()
 	}
+	fe.RetryAfter = retry
 	fe.Status = st.Code()
 	return fe, true
 }
@@ -237,10 +252,20 @@ type ProblemBody struct {
 	ChallengeID  string `json:"challenge_id,omitempty"`
 	ApprovalURL  string `json:"approval_url,omitempty"`
 	// GrantIn, GrantName and ApproverPermission: see CommandError.
-	GrantIn            string             `json:"grant_in,omitempty"`
-	GrantName          string             `json:"grant_name,omitempty"`
-	ApproverPermission string             `json:"approver_permission,omitempty"`
-	Errors             []ProblemViolation `json:"errors,omitempty"`
+	GrantIn            string `json:"grant_in,omitempty"`
+	GrantName          string `json:"grant_name,omitempty"`
+	ApproverPermission string `json:"approver_permission,omitempty"`
+	// RetryAfter is the whole seconds to wait before trying again (the
+	// Retry-After header carries the same), 0 when the status says none.
+	RetryAfter int                `json:"retry_after,omitempty"`
+	Errors     []ProblemViolation `json:"errors,omitempty"`
+}
+
+// RetryAfterSeconds is d as the Retry-After header and the retry_after
+// member state it: whole seconds, rounded up, at least 1.
+func RetryAfterSeconds(d time.Duration) int {
+	s := int((d + time.Second - 1) / time.Second)
+	return max(s, 1)
 }
 
 // CarriesCode reports whether a status carries a Mandate code (a
@@ -303,6 +328,10 @@ func Problem(st *status.Status, instance string) ProblemBody {
 			}
 			for _, v := range x.GetViolations() {
 				p.Errors = append(p.Errors, ProblemViolation{Pointer: v.GetPointer(), Rule: v.GetRule(), Detail: v.GetMessage()})
+			}
+		case *errdetails.RetryInfo:
+			if d := x.GetRetryDelay().AsDuration(); d > 0 {
+				p.RetryAfter = RetryAfterSeconds(d)
 			}
 		case *errdetails.BadRequest:
 			for _, fv := range x.GetFieldViolations() {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -19,6 +20,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/mandate-dev/mandate/internal/contract"
+	"github.com/mandate-dev/mandate/internal/edgelimit"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/schema"
@@ -162,11 +165,18 @@ type checkedBody struct {
 func (s *Server) checkRequest(next runtime.HandlerFunc) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
 		routeGateway(r)
-		if _, err := s.cfg.Auth.Authenticate(r.Context(), r.Header.Values("Authorization"), r.Header.Values(identity.OnBehalfOfHeader)); err != nil {
+		authed, err := s.cfg.Auth.Authenticate(r.Context(), r.Header.Values("Authorization"), r.Header.Values(identity.OnBehalfOfHeader))
+		if err != nil {
+			if s.edgeRefused(w, r, identity.Principal{}, edgelimit.AnonymousKey(r.RemoteAddr)) {
+				return
+			}
 			if identity.ErrorCode(err) == failure.CodeAuthenticationMissingCredentials {
 				w.Header().Set("WWW-Authenticate", "Bearer")
 			}
 			WriteProblem(w, failure.Problem(failure.ToStatus(err), safePath(r)))
+			return
+		}
+		if p, _ := identity.FromContext(authed); s.edgeRefused(w, r, p, edgelimit.Key(p)) {
 			return
 		}
 		if r.ContentLength > int64(s.cfg.MaxRecvBytes) {
@@ -203,6 +213,32 @@ func (s *Server) checkRequest(next runtime.HandlerFunc) runtime.HandlerFunc {
 		}
 		next(w, r, params)
 	}
+}
+
+// edgeRefused takes a token from key's bucket (Config.EdgeLimit) and, when
+// there is none, answers 429 rate.limited with Retry-After, has the
+// refusal recorded (Config.EdgeRecorder; p names no tenant for a request
+// that did not authenticate, which leaves no row), and reports true.
+func (s *Server) edgeRefused(w http.ResponseWriter, r *http.Request, p identity.Principal, key string) bool {
+	ok, retry := s.cfg.EdgeLimit.Allow(key)
+	if ok {
+		return false
+	}
+	e := RateLimited(retry)
+	s.cfg.EdgeRecorder.Record(edgelimit.Refusal{Principal: p, Channel: contract.ChannelREST, Code: e.Code, Message: e.Message})
+	w.Header().Set("Retry-After", strconv.Itoa(failure.RetryAfterSeconds(retry)))
+	WriteProblem(w, failure.Problem(e.GRPCStatus(), safePath(r)))
+	return true
+}
+
+// RateLimited is the refusal of a request past its principal's edge limit,
+// which may be made again after retry.
+func RateLimited(retry time.Duration) *failure.Error {
+	spec, _ := failure.Lookup(failure.CodeRateLimited)
+	e := failure.New(failure.StageRequest, failure.CodeRateLimited,
+		"too many requests from this caller; slow down (try again in "+strconv.Itoa(failure.RetryAfterSeconds(retry))+" s)")
+	e.Retriable, e.Remedy, e.RetryAfter = spec.Retriable, spec.Remedy, retry
+	return e
 }
 
 // redispatch handles the gateway's own refusal of a bodyless request whose

@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/mandate-dev/mandate/internal/edgelimit"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 )
@@ -95,6 +96,14 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// ReadyInterval is how often Ready is probed (default 1s).
 	ReadyInterval time.Duration
+	// EdgeLimit, when set, bounds the REST requests of each principal
+	// (edgelimit; docs/architecture/limits.md): past it a request is
+	// refused 429 rate.limited with Retry-After before its body is read.
+	// Requests whose token does not verify share edgelimit's anonymous
+	// buckets. gRPC calls are not limited here.
+	EdgeLimit *edgelimit.Limiter
+	// EdgeRecorder records the audit row of each such refusal (nil: none).
+	EdgeRecorder *edgelimit.Recorder
 }
 
 // Health paths, served without a token: /healthz is readiness (the

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/mandate-dev/mandate/internal/contract"
+	"github.com/mandate-dev/mandate/internal/failure"
 )
 
 // Phase says where in the pipeline a row was written.
@@ -319,9 +320,17 @@ var (
 	maxTime = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 )
 
+// EdgeRefusal reports whether r records a request refused at the edge (the
+// MCP bridge, the REST gateway) before any command was read — too many
+// requests, too many sessions: an outcome row refused at request_check,
+// which may name no command.
+func (r *Record) EdgeRefusal() bool {
+	return r.Phase == PhaseOutcome && r.Outcome == OutcomeRefused && r.Stage == failure.StageRequest
+}
+
 // Validate reports the first problem of a normalized record as a *[ValidationError] (which
-// matches [ErrInvalid]). Tenant, InvocationID, Phase and Command (but on a decision row) are
-// required; enumerations
+// matches [ErrInvalid]). Tenant, InvocationID, Phase and Command (but on a decision row and an
+// EdgeRefusal) are required; enumerations
 // must hold known values; text must be UTF-8 without NUL bytes and within the Max* limits.
 func (r *Record) Validate() error {
 	required := []struct{ field, v string }{
@@ -330,7 +339,7 @@ func (r *Record) Validate() error {
 		{"command", r.Command},
 	}
 	for _, f := range required {
-		if f.v == "" && (f.field != "command" || r.Phase != PhaseDecision) {
+		if f.v == "" && (f.field != "command" || (r.Phase != PhaseDecision && !r.EdgeRefusal())) {
 			return invalid(f.field, "is required")
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/app/clicore"
 	"github.com/mandate-dev/mandate/internal/config"
 	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/edgelimit"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/openapi"
 	"github.com/mandate-dev/mandate/internal/server"
@@ -63,7 +64,10 @@ type Deps struct {
 	// the executor's HTTP server (`mandate dev`: catalog, audit, confirm);
 	// its /openapi.json describes them too.
 	RESTServices []string
-	Logger       *slog.Logger
+	// Edge limits each principal's REST requests; their refusals are
+	// audited on the executor's own authority.
+	Edge   clicore.EdgeFlags
+	Logger *slog.Logger
 }
 
 // openAPIDescription introduces the document served at /openapi.json.
@@ -82,6 +86,10 @@ type Service struct {
 	// commands, and openAPI the document of what the server serves.
 	routes  *restgateway.Routes
 	openAPI []byte
+	// limit and refusals are the REST edge's limiter and the recorder of
+	// its refusals (nil without a limit).
+	limit    *edgelimit.Limiter
+	refusals *edgelimit.Recorder
 }
 
 // Build builds the executor; what it opens is closed with cl.
@@ -119,8 +127,19 @@ func Build(d Deps, cl *clicore.Closers) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{api: execapi.New(exec, d.Manifest), exec: exec, events: events, routes: routes, openAPI: doc}, nil
+	svc := &Service{api: execapi.New(exec, d.Manifest), exec: exec, events: events, routes: routes, openAPI: doc, limit: d.Edge.Limiter()}
+	if svc.limit != nil {
+		if svc.refusals, err = edgelimit.NewRecorder(edgelimit.RecorderConfig{Audit: auditClient, Logger: d.Logger}); err != nil {
+			return nil, err
+		}
+	}
+	return svc, nil
 }
+
+// Edge is the limiter of the REST edge and the recorder of its refusals,
+// for the server the executor's routes are served on (server.Config
+// EdgeLimit, EdgeRecorder); both nil without a limit.
+func (e *Service) Edge() (*edgelimit.Limiter, *edgelimit.Recorder) { return e.limit, e.refusals }
 
 // ServerOptions are the options of the server the executor is registered
 // on: the governed proxy serves the backends' services there.
@@ -150,6 +169,9 @@ func (e *Service) Register(srv *server.Server) {
 // events relayed, before the loops end.
 func (e *Service) Start(p *clicore.Group) {
 	p.Loop(e.events...)
+	if e.refusals != nil {
+		p.Loop(e.refusals.Run)
+	}
 	p.OnStopped(e.exec.Close)
 }
 
@@ -184,6 +206,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		f                      clicore.ServiceFlags
 		mf                     clicore.ManifestFlags
 		ef                     EventsFlags
+		edge                   clicore.EdgeFlags
 		backends               []string
 		auditAddr, confirmAddr string
 		confirmSideEffects     bool
@@ -200,6 +223,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	f.DeclareDialing(s)
 	mf.Declare(s)
 	ef.Declare(s)
+	edge.Declare(s, "the REST routes")
 	s.Strings(&backends, "backend", nil, "backend per proto service: examples.helpdesk.v1.HelpdeskService=127.0.0.1:9191 (a target such as dns:///helpdesk:9191 is balanced over every address the name resolves to)")
 	s.String(&auditAddr, "audit-addr", "127.0.0.1:9094", "gRPC address of the audit service: host:port, or dns:///host:port, balanced round robin over every address the name resolves to")
 	s.String(&confirmAddr, "confirm-addr", "127.0.0.1:9093", "gRPC address of the confirm service (host:port or dns:///host:port, balanced like --audit-addr)")
@@ -274,12 +298,13 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		Audit: auditConn, Confirm: confirmConn, Backends: conns,
 		SettleIntents: true, ReconcileAfter: reconcileAfter, ReconcileInterval: reconcileEvery,
 		ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, Lease: lease, AuditStreamMaxAge: streamMaxAge, HeldFile: heldFile,
-		Events: ef, Logger: log,
+		Events: ef, Edge: edge, Logger: log,
 	}, &cl)
 	if err != nil {
 		return err
 	}
+	limit, refusals := svc.Edge()
 	return f.Serve(ctx, server.Config{Name: "mandate.v1.ExecutorService", Auth: auth, Logger: log, Metrics: metrics, GRPCOptions: svc.ServerOptions(), ProxiedMethod: ProxiedMethod(set),
-		ManifestDigest: set.Digest()},
+		ManifestDigest: set.Digest(), EdgeLimit: limit, EdgeRecorder: refusals},
 		svc.Register, svc.Start)
 }

@@ -81,8 +81,8 @@ func (s *Service) Append(ctx context.Context, req *mandatev1.AppendRequest) (*ma
 	// confirm service (its decision rows): each record then names its
 	// tenant. Otherwise rows go to the relayed caller's tenant.
 	ownAuthority := p.Kind == identity.KindService && p.Via == "" && p.Tenant == ""
-	if ownAuthority && p.ServiceName != identity.ExecutorService && p.ServiceName != identity.ConfirmService {
-		return nil, failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied, "a service appends for the caller it relays; only the executor and the confirm service append on their own authority")
+	if ownAuthority && p.ServiceName != identity.ExecutorService && p.ServiceName != identity.ConfirmService && p.ServiceName != identity.MCPBridgeService {
+		return nil, failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied, "a service appends for the caller it relays; only the executor, the confirm service and the MCP bridge append on their own authority")
 	}
 	from := p.Via
 	if ownAuthority {
@@ -106,6 +106,10 @@ func (s *Service) append(ctx context.Context, tenant string, ownAuthority bool, 
 		if decision := r.GetPhase() == string(audit.PhaseDecision); decision != (from == identity.ConfirmService) {
 			return nil, failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied,
 				fmt.Sprintf("record %d: decision rows are appended by the confirm service, which appends nothing else", i))
+		}
+		if from == identity.MCPBridgeService && ownAuthority && !edgeRefusal(r) {
+			return nil, failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied,
+				fmt.Sprintf("record %d: on its own authority the MCP bridge appends only the rows of requests it refused at the edge (%s, %s)", i, failure.CodeRateLimited, failure.CodeSessionTooMany))
 		}
 		t := tenant
 		switch {
@@ -488,6 +492,15 @@ func fromProto(r *mandatev1.AuditRecord) (audit.Record, error) {
 		}
 	}
 	return rec, nil
+}
+
+// edgeRefusal: an outcome row of a request refused at request_check for
+// too many requests or sessions, with no command — all the MCP bridge may
+// append on its own authority.
+func edgeRefusal(r *mandatev1.AuditRecord) bool {
+	return r.GetPhase() == string(audit.PhaseOutcome) && r.GetOutcome() == string(audit.OutcomeRefused) &&
+		r.GetStage() == failure.StageRequest && r.GetCommand() == "" &&
+		(r.GetCode() == failure.CodeRateLimited || r.GetCode() == failure.CodeSessionTooMany) && r.GetApproval() == nil
 }
 
 // toBrief is where a record was stored, for AppendStreamRequest.brief: the

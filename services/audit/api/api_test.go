@@ -658,3 +658,58 @@ func TestAppendStream(t *testing.T) {
 		t.Fatalf("a drained stream: %v", err)
 	}
 }
+
+// TestBridgeAppendsEdgeRefusalsOnly: on its own authority the MCP bridge
+// appends the rows of requests it refused at the edge (rate.limited,
+// session.too_many at request_check, no command), each under the tenant it
+// names, and nothing else.
+func TestBridgeAppendsEdgeRefusalsOnly(t *testing.T) {
+	e := start(t)
+	src, err := identity.NewServiceTokenSource(serviceSecret, "test", "mandate", identity.MCPBridgeService, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(e.srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	bridge := mandatev1.NewAuditServiceClient(conn)
+	edge := func(inv, tenant, code string) *mandatev1.AuditRecord {
+		return &mandatev1.AuditRecord{InvocationId: inv, Phase: "outcome", Tenant: tenant, Channel: "mcp", UserId: "alice", ActorKind: "user",
+			Outcome: "refused", Stage: "request_check", Code: code, Message: "too many"}
+	}
+	resp, err := bridge.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{
+		edge("inv-e1", "acme", failure.CodeRateLimited), edge("inv-e2", "globex", failure.CodeSessionTooMany)}})
+	if err != nil || len(resp.GetRecords()) != 2 || resp.GetRecords()[1].GetTenant() != "globex" || resp.GetRecords()[0].GetCommand() != "" {
+		t.Fatalf("the bridge appending edge refusals: %v %v", resp, err)
+	}
+	for name, r := range map[string]*mandatev1.AuditRecord{
+		"an executed row": func() *mandatev1.AuditRecord { r := record("inv-e3", "outcome", "executed"); r.Tenant = "acme"; return r }(),
+		"another code":    edge("inv-e4", "acme", failure.CodeSchemaInvalid),
+		"a command's row": func() *mandatev1.AuditRecord { r := edge("inv-e5", "acme", failure.CodeRateLimited); r.Command = "ticket.refund"; return r }(),
+		"a decision row": func() *mandatev1.AuditRecord {
+			r := edge("inv-e6", "acme", failure.CodeRateLimited)
+			r.Phase = "decision"
+			return r
+		}(),
+	} {
+		if _, err := bridge.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{r}}); reason(err) != failure.CodeAuthorizationPermissionDenied {
+			t.Errorf("the bridge appending %s: %v, want %s", name, err, failure.CodeAuthorizationPermissionDenied)
+		}
+	}
+	// Any other row needs a command, as before.
+	exec := mandatev1.NewAuditServiceClient(e.svc)
+	noCommand := record("inv-e7", "outcome", "refused")
+	noCommand.Tenant, noCommand.Command = "acme", ""
+	if _, err := exec.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{noCommand}}); reason(err) != failure.CodeSchemaInvalid {
+		t.Fatalf("a permission_check refusal without a command: %v", err)
+	}
+	for tenant, want := range map[string]int64{"acme": 1, "globex": 1} {
+		rep, err := e.store.Verify(context.Background(), tenant)
+		if err != nil || !rep.OK || rep.Rows != want {
+			t.Fatalf("verify %s: %+v %v, want %d rows intact", tenant, rep, err, want)
+		}
+	}
+}
