@@ -618,3 +618,47 @@ func mayDecide(p identity.Principal, res directory.Resolution, c *Challenge) err
 	}
 	return refuse(ErrApproverNotAllowed, "the challenge has no approver policy")
 }
+
+// Inbox lists the pending challenges of p's tenant that p may decide — the
+// approver policy applied as Decide applies it (four eyes: not the
+// requester's own; a permission the approver must hold) — newest first, at
+// most limit. Agents have no inbox: they never decide.
+func (s *Service) Inbox(ctx context.Context, p identity.Principal, limit int) ([]Challenge, error) {
+	if p.Tenant == "" || p.UserID == "" {
+		return nil, refuse(ErrPermissionDenied, "a user's principal is needed")
+	}
+	if p.Kind != identity.KindUser || p.AgentID != "" {
+		return nil, refuse(ErrApproverNotAllowed, "agents never approve or decline; a human must")
+	}
+	res, err := s.resolve(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	all, err := s.store.ListPending(ctx, p.Tenant, pendingWindow)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Challenge, 0, min(len(all), limit))
+	for i := range all {
+		if len(out) == limit {
+			break
+		}
+		if mayDecide(p, res, &all[i]) == nil {
+			out = append(out, all[i])
+		}
+	}
+	return out, nil
+}
+
+// Amounts are the amounts of money among c's arguments as the approver
+// reads them ("25.00 EUR"), in argument order; a withheld (sensitive)
+// amount is never among them.
+func (s *Service) Amounts(c *Challenge) []string {
+	var out []string
+	for _, f := range s.Fields(c) {
+		if f.Kind == KindMoney && f.Problem == "" {
+			out = append(out, f.Value)
+		}
+	}
+	return out
+}

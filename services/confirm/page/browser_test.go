@@ -55,6 +55,12 @@ type confirmServer struct {
 
 func startConfirmServer(t *testing.T) *confirmServer {
 	t.Helper()
+	return startConfirmServerWith(t, confirmtest.Commands())
+}
+
+// startConfirmServerWith is startConfirmServer over the declarations cmds.
+func startConfirmServerWith(t *testing.T, cmds confirm.Commands) *confirmServer {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := dirmem.New()
 	if _, err := directory.Apply(ctx, dir, []byte(confirmtest.Policy)); err != nil {
@@ -75,7 +81,7 @@ func startConfirmServer(t *testing.T) *confirmServer {
 	}
 	base := "http://" + srv.HTTPAddr()
 	store := memory.New(memory.Options{})
-	svc, err := confirm.New(confirm.Config{Store: store, Directory: directory.Direct(dir), Commands: confirmtest.Commands(), ApprovalBaseURL: base, Logger: quiet})
+	svc, err := confirm.New(confirm.Config{Store: store, Directory: directory.Direct(dir), Commands: cmds, ApprovalBaseURL: base, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,25 +145,7 @@ func TestBrowser(t *testing.T) {
 	s := startConfirmServer(t)
 	first, second, third := s.open(t, "inv-approve"), s.open(t, "inv-decline"), s.open(t, "inv-forged")
 
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(bin),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	t.Cleanup(cancelAlloc)
-	ctx, cancelTab := chromedp.NewContext(allocCtx)
-	t.Cleanup(cancelTab)
-	// The browser lives as long as the context of the first Run: a timeout
-	// on it bounds the whole test.
-	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	t.Cleanup(cancel)
+	ctx := newBrowser(t, bin)
 
 	link, err := page.LoginURL(s.base, devSecret, issuer, "alice", "acme", 5*time.Minute)
 	if err != nil {
@@ -264,6 +252,32 @@ func TestBrowser(t *testing.T) {
 	if c := s.state(t, third.ID); c.State != confirm.StatePending {
 		t.Fatalf("the forged forms moved the challenge to %s", c.State)
 	}
+}
+
+// newBrowser starts headless Chromium for the test; the returned context
+// ends it, at the latest after 90 s.
+func newBrowser(t *testing.T, bin string) context.Context {
+	t.Helper()
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(bin),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelTab := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelTab)
+	// The browser lives as long as the context of the first Run: a timeout
+	// on it bounds the whole test.
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // text runs an action that reads a string and fails the test on error.

@@ -133,7 +133,8 @@ func variants(t *testing.T, value func(field string) string, path func(field str
 				for _, p := range []struct {
 					field string
 					to    *string
-				}{{".Back", &v.d.Back}, {".Refresh", &v.d.Refresh}, {".C.ID", &v.d.C.ID}, {".List[0].ID", &v.d.List[0].ID}, {".List[1].ID", &v.d.List[1].ID}} {
+				}{{".Back", &v.d.Back}, {".Refresh", &v.d.Refresh}, {".C.ID", &v.d.C.ID}, {".List[0].ID", &v.d.List[0].ID}, {".List[1].ID", &v.d.List[1].ID},
+					{".Others[0].ID", &v.d.Others[0].ID}, {".Others[1].ID", &v.d.Others[1].ID}} {
 					*p.to = path(p.field)
 					delete(v.set, p.field)
 				}
@@ -278,7 +279,7 @@ func shown(page, field string, d *pageData) bool {
 		return true
 	case field == ".Detail":
 		return page == "signin" || page == "message"
-	case strings.HasPrefix(field, ".List"):
+	case strings.HasPrefix(field, ".List"), strings.HasPrefix(field, ".Others"):
 		return page == "index"
 	case !strings.HasPrefix(field, ".C."):
 		return false

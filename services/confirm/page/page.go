@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -144,7 +145,9 @@ type pageData struct {
 	Detail, Back       string
 	Refresh            string
 	C                  *challengeView
-	List               []listItem
+	// List is the index's requests the visitor may decide; Others are
+	// those the visitor asked for that wait for another approver.
+	List, Others []listItem
 }
 
 type challengeView struct {
@@ -166,7 +169,10 @@ type challengeView struct {
 	CannotDecide                  string
 }
 
-type listItem struct{ ID, Title, RequestedBy, Risk, ExpiresAt string }
+// listItem is one waiting request on the index: Amount is the amounts of
+// money among its arguments ("25.00 EUR"), empty when there are none;
+// ExpiresIn is relative ("in 9 min"), ExpiresAt the instant.
+type listItem struct{ ID, Title, RequestedBy, Amount, Risk, ExpiresIn, ExpiresAt string }
 
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, d pageData) {
 	var page htmlWriter
@@ -265,16 +271,57 @@ func (h *Handler) index(w http.ResponseWriter, r *http.Request) {
 		h.signIn(w, r, "")
 		return
 	}
-	list, err := h.cfg.Confirm.Pending(r.Context(), actor(s), listLimit)
+	p := actor(s)
+	inbox, err := h.cfg.Confirm.Inbox(r.Context(), p, listLimit)
+	if err != nil {
+		h.fail(w, r, s, err, "")
+		return
+	}
+	visible, err := h.cfg.Confirm.Pending(r.Context(), p, listLimit)
 	if err != nil {
 		h.fail(w, r, s, err, "")
 		return
 	}
 	d := h.withSession(pageData{Page: "index", Title: "Waiting for you"}, s)
-	for _, c := range list {
-		d.List = append(d.List, listItem{ID: c.ID, Title: c.Prompt.Title, RequestedBy: c.Prompt.RequestedBy, Risk: c.Prompt.Risk, ExpiresAt: stamp(c.ExpiresAt)})
+	now := h.cfg.Now()
+	mine := map[string]bool{}
+	for i := range inbox {
+		mine[inbox[i].ID] = true
+		d.List = append(d.List, h.item(&inbox[i], now))
+	}
+	for i := range visible {
+		if !mine[visible[i].ID] {
+			d.Others = append(d.Others, h.item(&visible[i], now))
+		}
 	}
 	h.render(w, r, http.StatusOK, d)
+}
+
+func (h *Handler) item(c *confirm.Challenge, now time.Time) listItem {
+	return listItem{
+		ID: c.ID, Title: c.Prompt.Title, RequestedBy: c.Prompt.RequestedBy, Risk: c.Prompt.Risk,
+		Amount:    strings.Join(h.cfg.Confirm.Amounts(c), ", "),
+		ExpiresIn: expiresIn(c.ExpiresAt.Sub(now)), ExpiresAt: stamp(c.ExpiresAt),
+	}
+}
+
+// expiresIn says how long is left, to the minute: "in 9 min", "in 2 h 5
+// min", "in less than a minute"; "now" once nothing is left.
+func expiresIn(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "now"
+	case d < time.Minute:
+		return "in less than a minute"
+	}
+	m := int(d / time.Minute)
+	if m < 60 {
+		return fmt.Sprintf("in %d min", m)
+	}
+	if m%60 == 0 {
+		return fmt.Sprintf("in %d h", m/60)
+	}
+	return fmt.Sprintf("in %d h %d min", m/60, m%60)
 }
 
 // login exchanges a one-time sign-in token for a session.

@@ -88,18 +88,36 @@ func writeIndex(w *htmlWriter, d *pageData) {
 	if len(d.List) == 0 {
 		w.markup(`<p>Nothing is waiting for your decision.</p>`)
 	} else {
-		w.markup(`<ul class="list">` + "\n")
-		for _, it := range d.List {
-			w.markup(`<li><a href="`)
-			w.path(Pattern + it.ID)
-			w.element(`">`, it.Title, `</a> — `)
-			w.element(``, it.RequestedBy, ` · risk <span class="risk">`)
-			w.element(``, it.Risk, `</span> · expires `)
-			w.element(``, it.ExpiresAt, "</li>\n")
-		}
-		w.markup(`</ul>` + "\n")
+		writeItems(w, d.List)
 	}
 	w.markup("\n</div>")
+	if len(d.Others) > 0 {
+		w.markup(`
+<div class="card" id="others">
+<h2>Asked for by you, waiting for another approver</h2>
+`)
+		writeItems(w, d.Others)
+		w.markup("\n</div>")
+	}
+}
+
+// writeItems writes a list of waiting requests: what, who asks, how much,
+// the risk and when it expires.
+func writeItems(w *htmlWriter, items []listItem) {
+	w.markup(`<ul class="list">` + "\n")
+	for _, it := range items {
+		w.markup(`<li><a href="`)
+		w.path(Pattern + it.ID)
+		w.element(`">`, it.Title, `</a> — `)
+		w.element(``, it.RequestedBy, ``)
+		if it.Amount != "" {
+			w.element(` · <strong class="amount">`, it.Amount, `</strong>`)
+		}
+		w.element(` · risk <span class="risk">`, it.Risk, `</span> · <span class="expires">expires `)
+		w.element(``, it.ExpiresIn, `</span> <span class="note">(`)
+		w.element(``, it.ExpiresAt, ")</span></li>\n")
+	}
+	w.markup(`</ul>` + "\n")
 }
 
 func writeChallenge(w *htmlWriter, d *pageData) {
