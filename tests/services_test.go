@@ -271,6 +271,32 @@ func TestServicesAsProcesses(t *testing.T) {
 	if out := s.run("audit", "verify", "--tenant", "acme"); !strings.Contains(out, "intact") {
 		t.Fatalf("verify: %s", out)
 	}
+	// The same through the running audit service's API, with the token of
+	// olive (audit.read): the rows of her tenant, the chain intact; carol
+	// (no audit.read) is refused, and so is a token for another tenant's
+	// --tenant.
+	olive := s.token("--user", "olive", "--tenant", "acme")
+	viaAPI := s.run("audit", "query", "--audit-addr", s.http["audit-grpc"], "--token", olive, "--format", "json", "--command", "ticket.refund", "--outcome", "executed")
+	if !strings.Contains(viaAPI, invocation) || !strings.Contains(viaAPI, `"Approver": "carol"`) {
+		t.Fatalf("audit query through the API: %s", viaAPI)
+	}
+	if out := s.run("audit", "verify", "--audit-addr", s.http["audit-grpc"], "--token", olive); !strings.Contains(out, "chain of the token's tenant intact") {
+		t.Fatalf("audit verify through the API: %s", out)
+	}
+	for _, c := range []struct{ token, tenant, want string }{
+		{carol, "", "PermissionDenied"},
+		{olive, "globex", "the token reads the trail of tenant acme, not globex"},
+	} {
+		args := []string{"audit", "query", "--audit-addr", s.http["audit-grpc"], "--token", c.token}
+		if c.tenant != "" {
+			args = append(args, "--tenant", c.tenant)
+		}
+		cmd := exec.Command(s.bin, args...)
+		cmd.Env = s.env
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), c.want) {
+			t.Fatalf("mandate %v: %v, want an error naming %q:\n%s", args, err, c.want, out)
+		}
+	}
 
 	// `mandate policy simulate` replays this trail: through the policy that
 	// recorded it nothing moves; through one where finance may no longer
@@ -286,7 +312,7 @@ func TestServicesAsProcesses(t *testing.T) {
 		Change       string `json:"change"`
 		Now          struct{ Verdict, Stage, Code string }
 	}
-	simulate := func(policy string) (rep struct {
+	simulate := func(policy string, via ...string) (rep struct {
 		Attempts, Replayed, Unchanged int
 		Changed                       []change
 	}) {
@@ -294,7 +320,7 @@ func TestServicesAsProcesses(t *testing.T) {
 		if err := os.WriteFile(file, []byte(policy), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		out := s.run("policy", "simulate", "--policy", file, "--tenant", "acme", "--since", "1h", "--format", "json")
+		out := s.run(append([]string{"policy", "simulate", "--policy", file, "--tenant", "acme", "--since", "1h", "--format", "json"}, via...)...)
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
@@ -303,7 +329,11 @@ func TestServicesAsProcesses(t *testing.T) {
 	if rep := simulate(string(demo)); len(rep.Changed) != 0 || rep.Replayed < 5 || rep.Unchanged != rep.Replayed {
 		t.Fatalf("the same policy replayed: %+v", rep)
 	}
-	rep := simulate(strings.Replace(string(demo), "finance: [ticket.read, payment.refund, customer.erase]", "finance: [ticket.read, customer.erase]", 1))
+	noRefunds := strings.Replace(string(demo), "finance: [ticket.read, payment.refund, customer.erase]", "finance: [ticket.read, customer.erase]", 1)
+	rep := simulate(noRefunds)
+	if viaAPI := simulate(noRefunds, "--audit-addr", s.http["audit-grpc"], "--token", olive); fmt.Sprint(viaAPI) != fmt.Sprint(rep) {
+		t.Fatalf("the simulation read through the audit API differs from the one read from the database:\n%+v\n%+v", viaAPI, rep)
+	}
 	refused := 0
 	for _, c := range rep.Changed {
 		if c.Change != "newly_refused" || c.Command != "ticket.refund" || c.Now.Stage != "permission_check" || c.Now.Code != "authorization.permission_denied" {

@@ -55,7 +55,7 @@ func auditDB(ctx context.Context, url config.Secret, cl *clicore.Closers) (*audi
 
 func runAuditQuery(ctx context.Context, args []string, io IO) error {
 	var (
-		url                                                  config.Secret
+		src                                                  trailSource
 		tenant, format, from, to, agent, model, sideEffect   string
 		command, stage, approver, conversation, phase, token string
 		actorKinds, risks, outcomes                          []string
@@ -64,8 +64,8 @@ func runAuditQuery(ctx context.Context, args []string, io IO) error {
 	)
 	s := config.New("audit query", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
-	clicore.DatabaseFlag(s, &url)
-	s.String(&tenant, "tenant", "", "tenant whose trail to read")
+	src.declare(s)
+	s.String(&tenant, "tenant", "", "tenant whose trail to read (with --audit-addr: the token's, by default)")
 	s.String(&format, "format", "table", "table or json")
 	s.String(&from, "from", "", "only records at or after this RFC 3339 time")
 	s.String(&to, "to", "", "only records before this RFC 3339 time")
@@ -83,7 +83,7 @@ func runAuditQuery(ctx context.Context, args []string, io IO) error {
 	s.String(&phase, "phase", "", "intent, outcome, resolution, check or decision (every attempt to decide a challenge)")
 	s.Int(&limit, "limit", 50, "page size (1–1000)")
 	s.String(&token, "page-token", "", "continue from a previous page")
-	s.Require("tenant", func() bool { return tenant == "" })
+	s.Require("tenant", func() bool { return tenant == "" && !src.viaAPI() })
 	filter := audit.Filter{}
 	s.Check(func() error {
 		var errs []error
@@ -131,7 +131,7 @@ func runAuditQuery(ctx context.Context, args []string, io IO) error {
 	}
 	var cl clicore.Closers
 	defer cl.Close()
-	st, err := auditDB(ctx, url, &cl)
+	st, err := src.open(ctx, &cl)
 	if err != nil {
 		return err
 	}
@@ -168,20 +168,26 @@ func runAuditQuery(ctx context.Context, args []string, io IO) error {
 
 func runAuditVerify(ctx context.Context, args []string, io IO) error {
 	var (
-		url    config.Secret
+		src    trailSource
 		tenant string
 	)
 	s := config.New("audit verify", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
-	clicore.DatabaseFlag(s, &url)
-	s.String(&tenant, "tenant", "", "tenant whose chain to walk")
-	s.Require("tenant", func() bool { return tenant == "" })
+	src.declare(s)
+	s.String(&tenant, "tenant", "", "tenant whose chain to walk (with --audit-addr: the token's; this flag is refused there)")
+	s.Require("tenant", func() bool { return tenant == "" && !src.viaAPI() })
+	s.Check(func() error {
+		if tenant != "" && src.viaAPI() {
+			return s.Errorf("tenant", "the audit API walks the chain of the token's own tenant: drop --tenant")
+		}
+		return nil
+	})
 	if err := s.Parse(args); err != nil {
 		return err
 	}
 	var cl clicore.Closers
 	defer cl.Close()
-	st, err := auditDB(ctx, url, &cl)
+	st, err := src.open(ctx, &cl)
 	if err != nil {
 		return err
 	}
@@ -189,13 +195,18 @@ func runAuditVerify(ctx context.Context, args []string, io IO) error {
 	if err != nil {
 		return err
 	}
+	if tenant == "" {
+		tenant = "of the token's tenant"
+	} else {
+		tenant = "of tenant " + tenant
+	}
 	if rep.OK {
-		fmt.Fprintf(io.Stdout, "chain of tenant %s intact: %d records, head seq %d\n", tenant, rep.Rows, rep.Head.Seq)
+		fmt.Fprintf(io.Stdout, "chain %s intact: %d records, head seq %d\n", tenant, rep.Rows, rep.HeadSeq)
 		return nil
 	}
 	b := rep.Break
-	fmt.Fprintf(io.Stdout, "chain of tenant %s BROKEN at seq %d (invocation %s, phase %s): %s — %s\n",
-		tenant, b.Seq, orDash(b.InvocationID), orDash(string(b.Phase)), b.Problem, b.Detail)
+	fmt.Fprintf(io.Stdout, "chain %s BROKEN at seq %d (invocation %s, phase %s): %s — %s\n",
+		tenant, b.Seq, orDash(b.InvocationID), orDash(string(b.Phase)), b.Problem, orDash(b.Detail))
 	return fmt.Errorf("audit chain broken at seq %d", b.Seq)
 }
 

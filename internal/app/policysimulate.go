@@ -26,7 +26,7 @@ const maxSimulatedRows = 200_000
 // (services/executor/simulate). It reads the trail and changes nothing.
 func runPolicySimulate(ctx context.Context, args []string, io IO) error {
 	var (
-		url                 config.Secret
+		src                 trailSource
 		file, since, format string
 		tenant              string
 		confirmSideEffects  bool
@@ -35,11 +35,11 @@ func runPolicySimulate(ctx context.Context, args []string, io IO) error {
 	)
 	s := config.New("policy simulate", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
-	clicore.DatabaseFlag(s, &url)
+	src.declare(s)
 	s.String(&file, "policy", "", "candidate policy YAML file the trail's attempts are replayed through")
 	s.Require("policy", func() bool { return file == "" })
 	s.String(&since, "since", "7d", "replay the attempts of this long ago until now: a Go duration or a number of days (7d)")
-	s.String(&tenant, "tenant", "", "replay only this tenant's trail (default: every tenant the candidate policy names)")
+	s.String(&tenant, "tenant", "", "replay only this tenant's trail (default: every tenant the candidate policy names; with --audit-addr, the token's)")
 	s.String(&format, "format", "table", "table or json")
 	s.Bool(&confirmSideEffects, "confirm-side-effects", false, "replay as a deployment whose executor runs with --confirm-side-effects")
 	mf.DeclareOptional(s)
@@ -58,11 +58,11 @@ func runPolicySimulate(ctx context.Context, args []string, io IO) error {
 	if err := s.Parse(args); err != nil {
 		return err
 	}
-	src, err := os.ReadFile(file) //nolint:gosec // the operator names the file
+	raw, err := os.ReadFile(file) //nolint:gosec // the operator names the file
 	if err != nil {
 		return err
 	}
-	pol, err := directory.ParsePolicy(file, src)
+	pol, err := directory.ParsePolicy(file, raw)
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func runPolicySimulate(ctx context.Context, args []string, io IO) error {
 		return err
 	}
 	tenants := []string{tenant}
-	if tenant == "" {
+	if tenant == "" && !src.viaAPI() {
 		tenants = tenants[:0]
 		for _, t := range pol.Tenants {
 			tenants = append(tenants, t.Tenant.ID)
@@ -79,7 +79,7 @@ func runPolicySimulate(ctx context.Context, args []string, io IO) error {
 	}
 	var cl clicore.Closers
 	defer cl.Close()
-	st, err := auditDB(ctx, url, &cl)
+	st, err := src.open(ctx, &cl)
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func parseSince(s string) (time.Duration, error) {
 
 // trailSince reads a tenant's intent and outcome rows since from, oldest
 // last (the store's order), at most maxSimulatedRows.
-func trailSince(ctx context.Context, st audit.Store, tenant string, from time.Time) ([]simulate.Row, error) {
+func trailSince(ctx context.Context, st trailReader, tenant string, from time.Time) ([]simulate.Row, error) {
 	var rows []simulate.Row
 	token := ""
 	for {

@@ -533,3 +533,22 @@ func toProto(s *audit.Stored) *mandatev1.AuditRecord {
 	}
 	return r
 }
+
+// StoredFromProto reads a record as the API answers it (Query, Get,
+// Watch) back into the store's form, for clients of the API that print or
+// process rows as the operator tools do.
+func StoredFromProto(r *mandatev1.AuditRecord) (audit.Stored, error) {
+	rec, err := fromProto(r)
+	if err != nil {
+		return audit.Stored{}, err
+	}
+	rec.Tenant = r.GetTenant()
+	s := audit.Stored{Record: rec, Seq: r.GetSeq()}
+	if s.PrevHash, err = hex.DecodeString(r.GetPrevHash()); err != nil {
+		return audit.Stored{}, fmt.Errorf("prev_hash: %w", err)
+	}
+	if s.Hash, err = hex.DecodeString(r.GetHash()); err != nil {
+		return audit.Stored{}, fmt.Errorf("hash: %w", err)
+	}
+	return s, nil
+}
