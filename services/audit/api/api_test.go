@@ -686,9 +686,17 @@ func TestBridgeAppendsEdgeRefusalsOnly(t *testing.T) {
 		t.Fatalf("the bridge appending edge refusals: %v %v", resp, err)
 	}
 	for name, r := range map[string]*mandatev1.AuditRecord{
-		"an executed row": func() *mandatev1.AuditRecord { r := record("inv-e3", "outcome", "executed"); r.Tenant = "acme"; return r }(),
-		"another code":    edge("inv-e4", "acme", failure.CodeSchemaInvalid),
-		"a command's row": func() *mandatev1.AuditRecord { r := edge("inv-e5", "acme", failure.CodeRateLimited); r.Command = "ticket.refund"; return r }(),
+		"an executed row": func() *mandatev1.AuditRecord {
+			r := record("inv-e3", "outcome", "executed")
+			r.Tenant = "acme"
+			return r
+		}(),
+		"another code": edge("inv-e4", "acme", failure.CodeSchemaInvalid),
+		"a command's row": func() *mandatev1.AuditRecord {
+			r := edge("inv-e5", "acme", failure.CodeRateLimited)
+			r.Command = "ticket.refund"
+			return r
+		}(),
 		"a decision row": func() *mandatev1.AuditRecord {
 			r := edge("inv-e6", "acme", failure.CodeRateLimited)
 			r.Phase = "decision"
