@@ -522,20 +522,7 @@ func (s *Service) Pending(ctx context.Context, p identity.Principal, limit int) 
 	}
 	// Visibility is decided here, not in the store: read a wide window, then
 	// keep what p may see.
-	all, err := s.store.ListPending(ctx, p.Tenant, pendingWindow)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Challenge, 0, min(len(all), limit))
-	for i := range all {
-		if len(out) == limit {
-			break
-		}
-		if mayRead(p, res, &all[i]) {
-			out = append(out, all[i])
-		}
-	}
-	return out, nil
+	return s.pendingWhere(ctx, p.Tenant, limit, func(c *Challenge) bool { return mayRead(p, res, c) })
 }
 
 // visible loads a challenge p may read, with p's resolution.
@@ -634,7 +621,13 @@ func (s *Service) Inbox(ctx context.Context, p identity.Principal, limit int) ([
 	if err != nil {
 		return nil, err
 	}
-	all, err := s.store.ListPending(ctx, p.Tenant, pendingWindow)
+	return s.pendingWhere(ctx, p.Tenant, limit, func(c *Challenge) bool { return mayDecide(p, res, c) == nil })
+}
+
+// pendingWhere is the first limit of a tenant's newest pendingWindow
+// pending challenges that keep accepts.
+func (s *Service) pendingWhere(ctx context.Context, tenant string, limit int, keep func(*Challenge) bool) ([]Challenge, error) {
+	all, err := s.store.ListPending(ctx, tenant, pendingWindow)
 	if err != nil {
 		return nil, err
 	}
@@ -643,7 +636,7 @@ func (s *Service) Inbox(ctx context.Context, p identity.Principal, limit int) ([
 		if len(out) == limit {
 			break
 		}
-		if mayDecide(p, res, &all[i]) == nil {
+		if keep(&all[i]) {
 			out = append(out, all[i])
 		}
 	}
