@@ -279,8 +279,10 @@ func recorded(a *attempt) (Decision, bool) {
 		return Decision{Verdict: Allowed}, true
 	}
 	switch {
-	case refusal.Stage == executor.StageConfirmation &&
-		(refusal.Code == failure.CodeConfirmationRequired || refusal.Code == failure.CodeConfirmationPending):
+	case refusal.Stage == executor.StageConfirmation:
+		// The stage refuses only a call that needs a human — not yet
+		// approved, declined, expired, a grant for another call: whatever
+		// the human did, the policy's verdict was "ask one".
 		return Decision{Verdict: ApprovalRequired, Stage: refusal.Stage, Code: failure.CodeConfirmationRequired}, true
 	case policyStages[refusal.Stage]:
 		return Decision{Verdict: Refused, Stage: refusal.Stage, Code: refusal.Code}, true

@@ -44,6 +44,10 @@ func trail() []simulate.Row {
 		// Nobody was authenticated.
 		{InvocationID: "inv-anon", Phase: "outcome", Time: at(6), Tenant: "acme", Channel: "rest", Command: "ticket.refund",
 			Outcome: "refused", Stage: "authenticate", Code: "authentication.invalid_token"},
+		// carol declined finance-bot's refund: it needed a human, as it
+		// still does.
+		{InvocationID: "inv-declined", Phase: "outcome", Time: at(6), Tenant: "acme", Channel: "mcp", Command: "ticket.refund",
+			UserID: "carol", ActorKind: "agent", AgentID: "finance-bot", Outcome: "refused", Stage: "confirmation_check", Code: "confirmation.refused", Arguments: refund("2500")},
 		// A check row is not an attempt.
 		{InvocationID: "inv-check", Phase: "check", Time: at(7), Tenant: "acme", Channel: "mcp", Command: "ticket.refund",
 			UserID: "alice", ActorKind: "agent", AgentID: "support-bot", Outcome: "refused"},
@@ -94,8 +98,8 @@ func run(t *testing.T, c simulate.Candidate) *simulate.Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Attempts != 6 || rep.Skipped[simulate.SkipNotPolicy] != 1 || rep.Skipped[simulate.SkipUnauthenticated] != 1 || rep.Skipped[simulate.SkipWithheld] != 0 {
-		t.Fatalf("attempts %d, skipped %v (want 6 attempts; the key in flight and the unauthenticated call skipped)", rep.Attempts, rep.Skipped)
+	if rep.Attempts != 7 || rep.Skipped[simulate.SkipNotPolicy] != 1 || rep.Skipped[simulate.SkipUnauthenticated] != 1 || rep.Skipped[simulate.SkipWithheld] != 0 {
+		t.Fatalf("attempts %d, skipped %v (want 7 attempts; the key in flight and the unauthenticated call skipped)", rep.Attempts, rep.Skipped)
 	}
 	return rep
 }
@@ -113,13 +117,13 @@ func changes(rep *simulate.Report) map[string]string {
 // withheld cardholder reference replaced by the declared example's.
 func TestTheSamePolicyChangesNothing(t *testing.T) {
 	rep := run(t, simulate.Candidate{Manifest: sample(t, nil), Policy: demo(t, nil)})
-	if len(rep.Changed) != 0 || rep.Replayed != 4 || rep.Unchanged != 4 {
+	if len(rep.Changed) != 0 || rep.Replayed != 5 || rep.Unchanged != 5 {
 		t.Fatalf("replayed %d, unchanged %d, changed %v", rep.Replayed, rep.Unchanged, changes(rep))
 	}
 }
 
 // TestAPolicyChangeIsReplayed: finance loses payment.refund and support
-// gains it — carol's refunds are newly refused at permission, alice's
+// gains it — carol's refunds (run, approved, declined) are newly refused at permission, alice's
 // refused refund newly needs approval; the search stays as it was.
 func TestAPolicyChangeIsReplayed(t *testing.T) {
 	rep := run(t, simulate.Candidate{Manifest: sample(t, nil), Policy: demo(t, func(s string) string {
@@ -129,6 +133,7 @@ func TestAPolicyChangeIsReplayed(t *testing.T) {
 	want := map[string]string{
 		"inv-small":    "newly_refused: allowed -> refused at permission_check (authorization.permission_denied)",
 		"inv-approved": "newly_refused: approval_required at confirmation_check (confirmation.required) -> refused at permission_check (authorization.permission_denied)",
+		"inv-declined": "newly_refused: approval_required at confirmation_check (confirmation.required) -> refused at permission_check (authorization.permission_denied)",
 		"inv-alice":    "newly_needs_approval: refused at permission_check (authorization.permission_denied) -> approval_required at confirmation_check (confirmation.required)",
 	}
 	got := changes(rep)
@@ -140,7 +145,7 @@ func TestAPolicyChangeIsReplayed(t *testing.T) {
 			t.Errorf("%s: %q, want %q", id, got[id], w)
 		}
 	}
-	if rep.Count(simulate.NewlyRefused) != 2 || rep.Count(simulate.NewlyNeedsApproval) != 1 || rep.Count(simulate.NewlyPasses) != 0 {
+	if rep.Count(simulate.NewlyRefused) != 3 || rep.Count(simulate.NewlyNeedsApproval) != 1 || rep.Count(simulate.NewlyPasses) != 0 {
 		t.Fatalf("counts: %v", got)
 	}
 	for _, a := range rep.Changed {
@@ -151,7 +156,7 @@ func TestAPolicyChangeIsReplayed(t *testing.T) {
 }
 
 // TestAManifestChangeIsReplayed: the refund asks a human only from 100.00
-// on: the approved 25.00 refund newly passes.
+// on: the approved and the declined 25.00 refunds newly pass.
 func TestAManifestChangeIsReplayed(t *testing.T) {
 	set := sample(t, func(m *manifest.Manifest) {
 		for _, c := range m.Commands {
@@ -164,7 +169,8 @@ func TestAManifestChangeIsReplayed(t *testing.T) {
 	})
 	rep := run(t, simulate.Candidate{Manifest: set, Policy: demo(t, nil)})
 	got := changes(rep)
-	if len(got) != 1 || got["inv-approved"] != "newly_passes: approval_required at confirmation_check (confirmation.required) -> allowed" {
+	pass := "newly_passes: approval_required at confirmation_check (confirmation.required) -> allowed"
+	if len(got) != 2 || got["inv-approved"] != pass || got["inv-declined"] != pass {
 		t.Fatalf("changes %v", got)
 	}
 }
