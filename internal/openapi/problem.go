@@ -59,6 +59,7 @@ func problemSchema() Schema {
 			"stage":         str("The pipeline stage that refused or failed, e.g. `permission_check`."),
 			"retriable":     Schema{"type": "boolean", "description": "Whether the same call may succeed if retried later unchanged."},
 			"remedy":        str("What the caller should do next, in one sentence."),
+			"retry_after":   Schema{"type": "integer", "minimum": 1, "description": "For a retriable refusal such as `rate.limited`: whole seconds to wait before calling again (also the `Retry-After` header)."},
 			"invocation_id": str("The invocation the refusal belongs to; it is in the audit trail."),
 			"challenge_id":  str("For `confirmation.required`: the challenge a human must decide."),
 			"approval_url":  Schema{"type": "string", "format": "uri", "description": "For `confirmation.required`: where a human can decide the challenge."},
