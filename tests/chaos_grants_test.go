@@ -2,6 +2,7 @@ package tests
 
 import (
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -190,7 +191,15 @@ func TestChaosHeldRowsSurviveShutdownWhileTheDatabaseHangs(t *testing.T) {
 			t.Errorf("the executor did not stop cleanly with the database frozen: %v", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("the executor did not stop within 30 s with the database frozen")
+		// A goroutine dump in its log says what held the shutdown.
+		_ = exe.cmd.Process.Signal(syscall.SIGQUIT)
+		<-exe.done
+		_ = exe.log.Close()
+		thaw()
+		if b, err := os.ReadFile(filepath.Join(tp.logDir, "executor.log")); err == nil {
+			_ = os.WriteFile("/tmp/exec_dump.log", b, 0o644)
+		}
+		t.Fatalf("the executor did not stop within 30 s with the database frozen; its log:\n%s", tp.logOf("executor"))
 	}
 	_ = exe.log.Close()
 	thaw()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/app/auditcmd"
@@ -36,6 +38,8 @@ func runAudit(ctx context.Context, args []string, io IO) error {
 			return runAuditVerify(ctx, args[1:], io)
 		case "resolve":
 			return runAuditResolve(ctx, args[1:], io)
+		case "dead-letters":
+			return runAuditDeadLetters(ctx, args[1:], io)
 		}
 	}
 	return auditcmd.Run(ctx, args, io)
@@ -290,4 +294,116 @@ func runAuditResolve(ctx context.Context, args []string, io IO) error {
 	fmt.Fprintf(io.Stdout, "invocation %s of tenant %s resolved as %s by %s (seq %d); %s; %s\n",
 		invocation, rec.GetTenant(), as, rec.GetUserId(), rec.GetSeq(), receipt, key)
 	return nil
+}
+
+// runAuditDeadLetters lists the audit rows of the operator's tenant that
+// the trail refused outright and the executor keeps in its dead letter
+// (ExecutorService.ListDeadLetters), or re-drives them (--redrive with
+// --id or --all, and --reason): they go back to the executor's spool,
+// whose flusher appends them to the trail within seconds.
+func runAuditDeadLetters(ctx context.Context, args []string, io IO) error {
+	var (
+		token        config.Secret
+		addr, reason string
+		format       string
+		ids          []string
+		redrive, all bool
+		limit        int
+	)
+	s := config.New("audit dead-letters", io.Env)
+	s.FlagSet().SetOutput(io.Stderr)
+	s.String(&addr, "executor-addr", "127.0.0.1:9092", "gRPC address of the executor (mandate dev: its --grpc-addr)")
+	s.SecretVar(&token, "token", "the operator's bearer token: a user holding audit.resolve and audit.read; the token's tenant only")
+	s.String(&format, "format", "table", "table or json")
+	s.Int(&limit, "limit", 100, "list at most this many rows, oldest first (at most 1000)")
+	s.Bool(&redrive, "redrive", false, "put rows back in the executor's spool instead of listing them (with --id or --all, and --reason)")
+	s.Strings(&ids, "id", nil, "with --redrive: the rows to re-drive (their ids in the listing)")
+	s.Bool(&all, "all", false, "with --redrive: every row of the tenant")
+	s.String(&reason, "reason", "", "with --redrive: why, e.g. what was fixed (logged with your name; one line, at most 500 bytes)")
+	s.Require("token", func() bool { return !token.Set() })
+	var rowIDs []int64
+	s.Check(func() error {
+		if format != "table" && format != "json" {
+			return s.Errorf("format", "must be table or json")
+		}
+		if limit < 1 || limit > 1000 {
+			return s.Errorf("limit", "must be between 1 and 1000")
+		}
+		for _, id := range ids {
+			n, err := strconv.ParseInt(id, 10, 64)
+			if err != nil || n <= 0 {
+				return s.Errorf("id", "%q is not a row id (a positive integer from the listing)", id)
+			}
+			rowIDs = append(rowIDs, n)
+		}
+		if !redrive {
+			if len(ids) > 0 || all || reason != "" {
+				return s.Errorf("redrive", "--id, --all and --reason re-drive rows: add --redrive")
+			}
+			return nil
+		}
+		if all == (len(ids) > 0) {
+			return s.Errorf("redrive", "name the rows with --id, or --all, not both")
+		}
+		if err := executor.CheckReason(reason); err != nil {
+			return s.Errorf("reason", "%s", failure.ToStatus(err).Message())
+		}
+		return nil
+	})
+	if err := s.Parse(args); err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("--executor-addr: %w", err)
+	}
+	defer func() { _ = conn.Close() }()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token.Reveal())
+	client := mandatev1.NewExecutorServiceClient(conn)
+	if redrive {
+		resp, err := client.RedriveDeadLetters(ctx, &mandatev1.RedriveDeadLettersRequest{Ids: rowIDs, All: all, Reason: reason})
+		if err != nil {
+			return fmt.Errorf("redrive: %s", status.Convert(err).Message())
+		}
+		fmt.Fprintf(io.Stdout, "%d row(s) back in the executor's spool; they reach the trail within seconds (a row the trail still refuses returns here)\n", resp.GetRedriven())
+		return nil
+	}
+	resp, err := client.ListDeadLetters(ctx, &mandatev1.ListDeadLettersRequest{Limit: int32(limit)}) //nolint:gosec // G115: checked to be at most 1000
+	if err != nil {
+		return fmt.Errorf("dead letters: %s", status.Convert(err).Message())
+	}
+	if format == "json" {
+		out := make([]json.RawMessage, 0, len(resp.GetDeadLetters()))
+		for _, d := range resp.GetDeadLetters() {
+			b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(d)
+			if err != nil {
+				return err
+			}
+			out = append(out, b)
+		}
+		enc := json.NewEncoder(io.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	if len(resp.GetDeadLetters()) == 0 {
+		fmt.Fprintln(io.Stdout, "the dead letter is empty: every row reached the trail")
+		return nil
+	}
+	tw := tabwriter.NewWriter(io.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tDEAD AT\tINVOCATION\tPHASE\tCOMMAND\tREASON")
+	for _, d := range resp.GetDeadLetters() {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", d.GetId(), d.GetDeadAt().AsTime().Format(time.RFC3339), d.GetInvocationId(),
+			d.GetRecord().GetPhase(), d.GetRecord().GetCommand(), oneLine(d.GetReason()))
+	}
+	return tw.Flush()
+}
+
+// oneLine keeps a table row on one line.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
 }

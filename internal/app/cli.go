@@ -43,7 +43,7 @@ var commands = map[string]command{
 	"manifest":    {"compare two manifests for what they promise: `mandate manifest diff OLD NEW` (docs/governance-diff.md)", runManifest},
 	"proto":       {"write the .proto files your service's build imports: `mandate proto export DIR`", runProto},
 	"init":        {"scaffold a module for a service of your own: `mandate init DIR --service NAME`", runInit},
-	"audit":       {"run the audit service; `mandate audit query|verify` read the trail", runAudit},
+	"audit":       {"run the audit service; `mandate audit query|verify` read the trail, `resolve` and `dead-letters` are the operator's", runAudit},
 	"catalog":     {"run the catalog: tool lists per principal, manifest reads, ops.review", catalogcmd.Run},
 	"confirm":     {"run the confirm service and its approval pages", confirmcmd.Run},
 	"dev":         {"run the whole suite in one process on in-memory stores: the helpdesk sample, or --manifest with its --backend and --policy", runDev},

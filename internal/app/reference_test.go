@@ -20,7 +20,7 @@ var referencePath = filepath.Join("..", "..", "docs", "configuration.md")
 // subcommandsWithSub are run as "<name> <sub> -h" in the reference.
 var subcommandsWithSub = map[string][]string{
 	"policy":   {"apply", "simulate"},
-	"audit":    {"", "query", "verify"},
+	"audit":    {"", "query", "verify", "resolve", "dead-letters"},
 	"events":   {"tail"},
 	"proto":    {"export"},
 	"manifest": {"diff"},

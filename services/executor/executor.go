@@ -200,6 +200,11 @@ type Executor struct {
 	// stop ends the spool flusher (Close).
 	stop      chan struct{}
 	closeOnce sync.Once
+	// stopping is closed as Close begins: rows still being retried go to
+	// the spool after their current attempt instead of holding the
+	// shutdown for every retry.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
 	spoolWG   sync.WaitGroup
 	// spoolFailures counts refused flushes per spooled row (flusher only).
 	spoolFailures map[int64]int
@@ -279,7 +284,7 @@ func New(cfg Config) (*Executor, error) {
 	}
 	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, conditions: conds, pending: make(chan struct{}, 1024),
 		leases: leases{held: map[*invocation]*heldLease{}},
-		stop:   make(chan struct{}), spoolFailures: map[int64]int{}}
+		stop:   make(chan struct{}), stopping: make(chan struct{}), spoolFailures: map[int64]int{}}
 	if err := e.loadHeld(); err != nil {
 		return nil, err
 	}
@@ -713,12 +718,15 @@ func (e *Executor) appendRow(ctx context.Context, inv *invocation, rec *mandatev
 		// attempt's deadline (its database hung) will not answer the next
 		// either: when a caller waits for the row (a refusal's), it goes to
 		// the spool at once, whose flusher tries the trail again later.
-		if attempt >= maxOutcomeAttempts || !unavailable(err) || (silent && waited) {
+		if attempt >= maxOutcomeAttempts || !unavailable(err) || (silent && waited) || e.isStopping() {
 			span.SetStatus(codes.Error, failure.CodeAuditUnavailable)
 			e.spool(ctx, inv, rec)
 			return
 		}
-		time.Sleep(backoff)
+		select {
+		case <-time.After(backoff):
+		case <-e.stopping:
+		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
 }
@@ -749,8 +757,22 @@ func (e *Executor) afterReply(write func()) {
 	}()
 }
 
-// Close waits for outcome rows still being written.
+// isStopping reports whether Close has begun.
+func (e *Executor) isStopping() bool {
+	select {
+	case <-e.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close waits for outcome rows still being written (each spooled after
+// its current attempt if the trail does not take it), stops the loops
+// (an attempt in flight is abandoned, its rows kept) and keeps the rows
+// still held (keepHeld).
 func (e *Executor) Close() {
+	e.stoppingOnce.Do(func() { close(e.stopping) })
 	e.wg.Wait()
 	e.closeOnce.Do(func() { close(e.stop) })
 	e.spoolWG.Wait()

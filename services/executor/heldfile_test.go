@@ -92,3 +92,87 @@ func TestHeldRowsWithoutAFileAreCounted(t *testing.T) {
 	}
 	t.Fatalf("no error line counting the lost rows:\n%s", log.String())
 }
+
+// TestAHeldRowTheTrailRefusesIsSpooledNotDropped (issue 31 item 3): a row
+// held in memory (trail and store both down) that the trail, once back,
+// refuses outright goes to the store's spool, where the flusher's tries
+// and the dead letter take over; while the store will not take it either,
+// it stays held. It is never dropped.
+func TestAHeldRowTheTrailRefusesIsSpooledNotDropped(t *testing.T) {
+	h := newStageHarness(t, func(c *Config) { c.OutcomeAttemptTimeout = 50 * time.Millisecond })
+	h.audit.takeAway(status.Error(codes.Unavailable, "the trail is down"))
+	h.store.down = errors.New("the database is down")
+	inv := heldRefusal(t, h)
+
+	// The trail is back but refuses the row; the store is still down.
+	h.audit.takeAway(status.Error(codes.InvalidArgument, "the trail refuses this row"))
+	if _, err := h.e.FlushSpool(t.Context()); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	h.e.heldMu.Lock()
+	held := len(h.e.held)
+	h.e.heldMu.Unlock()
+	if held != 1 {
+		t.Fatalf("with the store down the refused row must stay held: %d held", held)
+	}
+
+	h.store.mu.Lock()
+	h.store.down = nil
+	h.store.mu.Unlock()
+	if _, err := h.e.FlushSpool(t.Context()); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	h.e.heldMu.Lock()
+	held = len(h.e.held)
+	h.e.heldMu.Unlock()
+	h.store.mu.Lock()
+	spooled := append([]SpooledRow(nil), h.store.spooled...)
+	h.store.mu.Unlock()
+	if held != 0 || len(spooled) != 1 || spooled[0].InvocationID != inv {
+		t.Fatalf("the refused row: %d held, spooled %+v; want it in the store's spool", held, spooled)
+	}
+	h.e.Close()
+}
+
+// TestShutdownDoesNotWaitForAHungTrail (issue 31 item 4; the chaos test
+// TestChaosHeldRowsSurviveShutdownWhileTheDatabaseHangs saw it in CI):
+// with the trail hung, a flush in flight when Close begins is abandoned,
+// its rows kept, and no further flush starts — Close does not wait out an
+// attempt's deadline (a minute here), let alone several: it keeps the
+// held rows in the held file and returns.
+func TestShutdownDoesNotWaitForAHungTrail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "held")
+	h := newStageHarness(t, func(c *Config) {
+		c.HeldFile = path
+		c.OutcomeAttemptTimeout = time.Minute
+		c.SpoolInterval = 10 * time.Millisecond
+	})
+	h.audit.takeAway(status.Error(codes.Unavailable, "the trail is down"))
+	h.store.down = errors.New("the database is down")
+	heldRefusal(t, h)
+	// Now the trail hangs, and each attempt may wait a minute.
+	h.audit.takeAway(nil)
+	h.audit.hang(true)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		h.audit.mu.Lock()
+		asked := h.audit.unanswered
+		h.audit.mu.Unlock()
+		if asked > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no flush reached the hung trail")
+		}
+	}
+	closed := make(chan struct{})
+	go func() { h.e.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close waited for a flush stuck on the hung trail")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || bytes.Count(b, []byte("\n")) != 1 {
+		t.Fatalf("the held file after shutdown: %q, %v; want the one held row", b, err)
+	}
+}

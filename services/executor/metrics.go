@@ -26,6 +26,10 @@ const (
 	// MetricSpooled counts audit rows the executor spooled because the
 	// audit trail was unavailable (they are appended once it is back).
 	MetricSpooled = "mandate.executor.audit.spooled"
+	// MetricDeadLettered counts audit rows the trail refused outright,
+	// kept in the executor's dead letter until an operator re-drives them
+	// (`mandate audit dead-letters`). Anything above zero needs a look.
+	MetricDeadLettered = "mandate.executor.audit.dead_lettered"
 )
 
 // Attribute keys of the executor's metrics.
@@ -77,6 +81,7 @@ type metrics struct {
 	calls    metric.Int64Counter
 	duration metric.Float64Histogram
 	spooled  metric.Int64Counter
+	dead     metric.Int64Counter
 	commands map[string]bool
 
 	mu     sync.RWMutex
@@ -101,7 +106,12 @@ func newMetrics(mp metric.MeterProvider, set *manifest.Set) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &metrics{calls: calls, duration: duration, spooled: spooled, commands: map[string]bool{}, series: map[seriesKey]series{}}
+	dead, err := meter.Int64Counter(MetricDeadLettered, metric.WithUnit("{row}"),
+		metric.WithDescription("Audit rows the trail refused outright, kept in the executor's dead letter until an operator re-drives them."))
+	if err != nil {
+		return nil, err
+	}
+	m := &metrics{calls: calls, duration: duration, spooled: spooled, dead: dead, commands: map[string]bool{}, series: map[seriesKey]series{}}
 	for _, c := range set.Commands() {
 		m.commands[c.Code] = true
 		for _, ch := range channels {

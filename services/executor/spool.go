@@ -16,10 +16,11 @@ import (
 const (
 	defaultSpoolInterval = time.Second
 	spoolBatch           = 256
-	// spoolGiveUp is how many flushes a spooled row may fail with an
-	// error other than unavailability (e.g. the trail already holds a row
-	// for its invocation and phase) before it is dropped and logged.
-	spoolGiveUp = 20
+	// DeadLetterAfter is how many flushes a spooled row may fail with an
+	// error other than unavailability (the trail refuses the row itself)
+	// before it is moved to the dead letter (Store.Bury), logged and
+	// counted; it is never dropped.
+	DeadLetterAfter = 20
 	// maxHeld bounds the rows held in memory while the executor's own
 	// store is down too (a database outage takes both).
 	maxHeld = 10000
@@ -64,13 +65,24 @@ func (e *Executor) spool(ctx context.Context, inv *invocation, rec *mandatev1.Au
 		return
 	}
 	e.metrics.spooled.Add(ctx, 1)
-	e.logger(ctx, inv).Warn("audit trail unavailable: row spooled, to be appended when it is back", "phase", rec.GetPhase(), "outcome", rec.GetOutcome())
+	e.logger(ctx, inv).Warn("audit trail did not take the row: spooled, to be appended when it does", "phase", rec.GetPhase(), "outcome", rec.GetOutcome())
 }
 
 // every runs fn every interval until stop is closed, logging its failures
-// at debug level (the next round retries).
+// at debug level (the next round retries). Closing stop ends a round in
+// flight (its context is cancelled) and starts no other, so a hung
+// database or trail does not hold the shutdown.
 func (e *Executor) every(stop <-chan struct{}, interval time.Duration, what string, fn func(context.Context) (int, error)) {
 	defer e.spoolWG.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -79,7 +91,13 @@ func (e *Executor) every(stop <-chan struct{}, interval time.Duration, what stri
 			return
 		case <-t.C:
 		}
-		if _, err := fn(context.Background()); err != nil {
+		// A tick and stop may be ready together: stop wins.
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if _, err := fn(ctx); err != nil && ctx.Err() == nil {
 			e.log.Debug(what+" failed; retrying", "error", err)
 		}
 	}
@@ -88,7 +106,7 @@ func (e *Executor) every(stop <-chan struct{}, interval time.Duration, what stri
 // FlushSpool appends spooled audit rows to the trail, oldest first, and
 // drops those it appended; it returns how many. A row the trail refuses for
 // a reason other than its unavailability is tried again at later flushes
-// and dropped (and logged) after spoolGiveUp of them.
+// and, after DeadLetterAfter of them, kept in the dead letter (bury).
 func (e *Executor) FlushSpool(ctx context.Context) (int, error) {
 	held, err := e.flushHeld(ctx)
 	if err != nil {
@@ -109,13 +127,16 @@ func (e *Executor) flushHeld(ctx context.Context) (int, error) {
 	actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
 	_, err := e.append(actx, recs...)
 	cancel()
-	if err != nil && unavailable(err) {
-		return 0, err
+	if err != nil && (unavailable(err) || ctx.Err() != nil) {
+		return 0, err // all kept; the next flush tries again
 	}
 	appended := len(recs)
+	var keep []*mandatev1.AuditRecord
 	if err != nil {
-		// Something in the batch is refused: one at a time; a row the
-		// trail refuses outright is dropped and logged.
+		// Something in the batch is refused: one at a time. A row the
+		// trail refuses outright goes to the store's spool, whose flusher
+		// tries it again and in the end keeps it in the dead letter; while
+		// the store will not take it either, it stays held.
 		appended = 0
 		for i := range recs {
 			actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
@@ -124,18 +145,57 @@ func (e *Executor) flushHeld(ctx context.Context) (int, error) {
 			switch {
 			case err == nil:
 				appended++
-			case unavailable(err):
-				return appended, err // keep them all; the next flush tries again
+			case unavailable(err) || ctx.Err() != nil:
+				// The next flush tries this row and the rest again (and
+				// those appended, appends being idempotent); those moved
+				// to the store's spool are no longer held.
+				keep = append(keep, recs[i:]...)
+				e.heldMu.Lock()
+				e.held = append(keep, e.held[len(recs):]...)
+				e.heldMu.Unlock()
+				return appended, err
 			default:
-				e.log.Error("audit spool: the trail refuses a held row; dropped", "tenant", recs[i].GetTenant(),
+				if serr := e.spoolStored(ctx, recs[i]); serr != nil {
+					keep = append(keep, recs[i])
+					continue
+				}
+				e.log.Warn("audit spool: the trail refuses a held row; spooled in the executor's store to be tried again", "tenant", recs[i].GetTenant(),
 					"invocation_id", recs[i].GetInvocationId(), "error", err)
 			}
 		}
 	}
 	e.heldMu.Lock()
-	e.held = e.held[len(recs):]
+	e.held = append(keep, e.held[len(recs):]...)
 	e.heldMu.Unlock()
 	return appended, nil
+}
+
+// spoolStored spools rec in the executor's store, within spoolStoreTimeout.
+func (e *Executor) spoolStored(ctx context.Context, rec *mandatev1.AuditRecord) error {
+	b, err := encodeSpooled(rec)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spoolStoreTimeout)
+	defer cancel()
+	return e.cfg.Store.Spool(sctx, SpooledRow{Tenant: rec.GetTenant(), InvocationID: rec.GetInvocationId(), Record: b, Time: rec.GetTime().AsTime()})
+}
+
+// bury keeps a spooled row the trail refuses outright in the dead letter
+// (Store.Bury), logs it and counts it; it reports whether the store took
+// it (if not, the row stays spooled and the next flush tries again).
+func (e *Executor) bury(ctx context.Context, r SpooledRow, reason string) bool {
+	err := e.cfg.Store.Bury(ctx, DeadLetter{SpoolID: r.ID, Tenant: r.Tenant, InvocationID: r.InvocationID, Record: r.Record,
+		Spooled: r.Time, Dead: e.cfg.Now(), Reason: reason})
+	if err != nil {
+		e.log.Warn("audit spool: a row the trail refuses could not be moved to the dead letter; it stays spooled", "tenant", r.Tenant,
+			"invocation_id", r.InvocationID, "error", err)
+		return false
+	}
+	e.metrics.dead.Add(ctx, 1)
+	e.log.Error("audit spool: the trail refuses a row; kept in the dead letter until an operator re-drives it (mandate audit dead-letters)",
+		"tenant", r.Tenant, "invocation_id", r.InvocationID, "reason", reason)
+	return true
 }
 
 // flushStored appends the rows spooled in the store.
@@ -149,8 +209,7 @@ func (e *Executor) flushStored(ctx context.Context) (int, error) {
 	for _, r := range rows {
 		rec, err := decodeSpooled(r.Record)
 		if err != nil {
-			e.log.Error("audit spool: an unreadable row is dropped", "tenant", r.Tenant, "invocation_id", r.InvocationID)
-			ids = append(ids, r.ID)
+			e.bury(ctx, r, "the spooled row cannot be read: "+err.Error())
 			continue
 		}
 		recs = append(recs, rec)
@@ -164,7 +223,7 @@ func (e *Executor) flushStored(ctx context.Context) (int, error) {
 		}
 		return len(recs), e.cfg.Store.Unspool(ctx, ids)
 	}
-	if unavailable(err) {
+	if unavailable(err) || ctx.Err() != nil {
 		if len(ids) > 0 {
 			_ = e.cfg.Store.Unspool(ctx, ids)
 		}
@@ -184,13 +243,10 @@ func (e *Executor) flushStored(ctx context.Context) (int, error) {
 		case err == nil:
 			appended++
 			ids = append(ids, r.ID)
-		case unavailable(err):
+		case unavailable(err) || ctx.Err() != nil:
 		default:
 			e.spoolFailures[r.ID]++
-			if e.spoolFailures[r.ID] >= spoolGiveUp {
-				e.log.Error("audit spool: the trail keeps refusing a row; dropped", "tenant", r.Tenant,
-					"invocation_id", r.InvocationID, "error", err)
-				ids = append(ids, r.ID)
+			if e.spoolFailures[r.ID] >= DeadLetterAfter && e.bury(ctx, r, failure.ToStatus(err).Message()) {
 				delete(e.spoolFailures, r.ID)
 			}
 		}

@@ -86,6 +86,36 @@ type Store interface {
 	Spooled(ctx context.Context, limit int) ([]SpooledRow, error)
 	// Unspool drops spooled rows once the trail holds them.
 	Unspool(ctx context.Context, ids []int64) error
+	// Bury keeps a row the trail refuses outright in the dead letter, in
+	// one transaction with unspooling it (row.SpoolID; 0 for a row that
+	// was never spooled): a row is never dropped.
+	Bury(ctx context.Context, row DeadLetter) error
+	// DeadLetters returns up to limit of tenant's dead-lettered rows,
+	// oldest first.
+	DeadLetters(ctx context.Context, tenant string, limit int) ([]DeadLetter, error)
+	// Redrive moves tenant's dead-lettered rows ids (nil: all of them)
+	// back to the spool, in one transaction, and says how many it moved;
+	// ids of another tenant or unknown are ignored.
+	Redrive(ctx context.Context, tenant string, ids []int64) (int, error)
+}
+
+// DeadLetter is an audit row the trail refused outright, kept until an
+// operator re-drives it.
+type DeadLetter struct {
+	// ID is assigned by Bury, increasing.
+	ID int64
+	// SpoolID is the spooled row it replaces (Bury only; 0: none).
+	SpoolID int64
+	// Tenant and InvocationID say whose row it is.
+	Tenant       string
+	InvocationID string
+	// Record is the audit record as spooled.
+	Record []byte
+	// Spooled is when it was first spooled (or held); Dead when it was
+	// buried.
+	Spooled, Dead time.Time
+	// Reason is the trail's last refusal.
+	Reason string
 }
 
 // Cursor is a tenant's delivery state.

@@ -12,6 +12,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -83,6 +84,299 @@ func (Verdict) EnumDescriptor() ([]byte, []int) {
 	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{0}
 }
 
+// DeadLetter is an audit row the trail refused outright.
+type DeadLetter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its id in the dead letter, for RedriveDeadLetters.
+	Id int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The invocation the row belongs to.
+	InvocationId string `protobuf:"bytes,2,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	// The row as the executor would have appended it (already redacted);
+	// unset when the kept bytes could not be read.
+	Record *AuditRecord `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	// When the executor first kept it for the trail, and when it gave up.
+	SpooledAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=spooled_at,json=spooledAt,proto3" json:"spooled_at,omitempty"`
+	DeadAt    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=dead_at,json=deadAt,proto3" json:"dead_at,omitempty"`
+	// The trail's last refusal.
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadLetter) Reset() {
+	*x = DeadLetter{}
+	mi := &file_mandate_v1_executor_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadLetter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadLetter) ProtoMessage() {}
+
+func (x *DeadLetter) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_executor_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
+func (*DeadLetter) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *DeadLetter) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *DeadLetter) GetInvocationId() string {
+	if x != nil {
+		return x.InvocationId
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetRecord() *AuditRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *DeadLetter) GetSpooledAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SpooledAt
+	}
+	return nil
+}
+
+func (x *DeadLetter) GetDeadAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeadAt
+	}
+	return nil
+}
+
+func (x *DeadLetter) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ListDeadLettersRequest pages nothing: the dead letter is small or
+// something is badly wrong.
+type ListDeadLettersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many, oldest first (0: 100).
+	Limit         int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeadLettersRequest) Reset() {
+	*x = ListDeadLettersRequest{}
+	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeadLettersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeadLettersRequest) ProtoMessage() {}
+
+func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
+func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListDeadLettersRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ListDeadLettersResponse lists dead-lettered rows, oldest first.
+type ListDeadLettersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DeadLetters   []*DeadLetter          `protobuf:"bytes,1,rep,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeadLettersResponse) Reset() {
+	*x = ListDeadLettersResponse{}
+	mi := &file_mandate_v1_executor_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeadLettersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeadLettersResponse) ProtoMessage() {}
+
+func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_executor_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
+func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
+	if x != nil {
+		return x.DeadLetters
+	}
+	return nil
+}
+
+// RedriveDeadLettersRequest names the rows to try again.
+type RedriveDeadLettersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rows (DeadLetter.id); with all, every row of the tenant.
+	Ids []int64 `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	All bool    `protobuf:"varint,2,opt,name=all,proto3" json:"all,omitempty"`
+	// Why, e.g. what was fixed; logged with the operator's name. One line of
+	// at most 500 bytes, without control or bidirectional-override
+	// characters.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveDeadLettersRequest) Reset() {
+	*x = RedriveDeadLettersRequest{}
+	mi := &file_mandate_v1_executor_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveDeadLettersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveDeadLettersRequest) ProtoMessage() {}
+
+func (x *RedriveDeadLettersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_executor_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveDeadLettersRequest.ProtoReflect.Descriptor instead.
+func (*RedriveDeadLettersRequest) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RedriveDeadLettersRequest) GetIds() []int64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *RedriveDeadLettersRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+func (x *RedriveDeadLettersRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// RedriveDeadLettersResponse says how many rows went back to the spool.
+type RedriveDeadLettersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Redriven      int32                  `protobuf:"varint,1,opt,name=redriven,proto3" json:"redriven,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveDeadLettersResponse) Reset() {
+	*x = RedriveDeadLettersResponse{}
+	mi := &file_mandate_v1_executor_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveDeadLettersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveDeadLettersResponse) ProtoMessage() {}
+
+func (x *RedriveDeadLettersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_executor_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveDeadLettersResponse.ProtoReflect.Descriptor instead.
+func (*RedriveDeadLettersResponse) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RedriveDeadLettersResponse) GetRedriven() int32 {
+	if x != nil {
+		return x.Redriven
+	}
+	return 0
+}
+
 // ResolveRequest is an operator's verdict on an unknown outcome.
 type ResolveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -103,7 +397,7 @@ type ResolveRequest struct {
 
 func (x *ResolveRequest) Reset() {
 	*x = ResolveRequest{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[0]
+	mi := &file_mandate_v1_executor_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -115,7 +409,7 @@ func (x *ResolveRequest) String() string {
 func (*ResolveRequest) ProtoMessage() {}
 
 func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[0]
+	mi := &file_mandate_v1_executor_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -128,7 +422,7 @@ func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveRequest.ProtoReflect.Descriptor instead.
 func (*ResolveRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{0}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ResolveRequest) GetInvocationId() string {
@@ -176,7 +470,7 @@ type ResolveResponse struct {
 
 func (x *ResolveResponse) Reset() {
 	*x = ResolveResponse{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	mi := &file_mandate_v1_executor_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -188,7 +482,7 @@ func (x *ResolveResponse) String() string {
 func (*ResolveResponse) ProtoMessage() {}
 
 func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	mi := &file_mandate_v1_executor_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -201,7 +495,7 @@ func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveResponse.ProtoReflect.Descriptor instead.
 func (*ResolveResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{1}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ResolveResponse) GetRecord() *AuditRecord {
@@ -255,7 +549,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[2]
+	mi := &file_mandate_v1_executor_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +561,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[2]
+	mi := &file_mandate_v1_executor_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +574,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{2}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExecuteRequest) GetCode() string {
@@ -349,7 +643,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[3]
+	mi := &file_mandate_v1_executor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -361,7 +655,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[3]
+	mi := &file_mandate_v1_executor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -374,7 +668,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{3}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CheckResponse) GetCheckId() string {
@@ -420,7 +714,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[4]
+	mi := &file_mandate_v1_executor_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +726,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[4]
+	mi := &file_mandate_v1_executor_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +739,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{4}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExecuteResponse) GetInvocationId() string {
@@ -488,7 +782,28 @@ var File_mandate_v1_executor_proto protoreflect.FileDescriptor
 const file_mandate_v1_executor_proto_rawDesc = "" +
 	"\n" +
 	"\x19mandate/v1/executor.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16mandate/v1/audit.proto\x1a\x17mandate/v1/errors.proto\"\xc9\x01\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16mandate/v1/audit.proto\x1a\x17mandate/v1/errors.proto\"\xfa\x01\n" +
+	"\n" +
+	"DeadLetter\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12#\n" +
+	"\rinvocation_id\x18\x02 \x01(\tR\finvocationId\x12/\n" +
+	"\x06record\x18\x03 \x01(\v2\x17.mandate.v1.AuditRecordR\x06record\x129\n" +
+	"\n" +
+	"spooled_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tspooledAt\x123\n" +
+	"\adead_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06deadAt\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\":\n" +
+	"\x16ListDeadLettersRequest\x12 \n" +
+	"\x05limit\x18\x01 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\x05limit\"T\n" +
+	"\x17ListDeadLettersResponse\x129\n" +
+	"\fdead_letters\x18\x01 \x03(\v2\x16.mandate.v1.DeadLetterR\vdeadLetters\"n\n" +
+	"\x19RedriveDeadLettersRequest\x12\x1b\n" +
+	"\x03ids\x18\x01 \x03(\x03B\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\x03ids\x12\x10\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\x12\"\n" +
+	"\x06reason\x18\x03 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\xf4\x03R\x06reason\"8\n" +
+	"\x1aRedriveDeadLettersResponse\x12\x1a\n" +
+	"\bredriven\x18\x01 \x01(\x05R\bredriven\"\xc9\x01\n" +
 	"\x0eResolveRequest\x12/\n" +
 	"\rinvocation_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\finvocationId\x127\n" +
@@ -525,11 +840,13 @@ const file_mandate_v1_executor_proto_rawDesc = "" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fVERDICT_ALLOWED\x10\x01\x12\x1d\n" +
 	"\x19VERDICT_APPROVAL_REQUIRED\x10\x02\x12\x13\n" +
-	"\x0fVERDICT_REFUSED\x10\x032\xdb\x02\n" +
+	"\x0fVERDICT_REFUSED\x10\x032\xdc\x04\n" +
 	"\x0fExecutorService\x12j\n" +
 	"\aExecute\x12\x1a.mandate.v1.ExecuteRequest\x1a\x1b.mandate.v1.ExecuteResponse\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/commands/{code}:execute\x12d\n" +
 	"\x05Check\x12\x1a.mandate.v1.ExecuteRequest\x1a\x19.mandate.v1.CheckResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/commands/{code}:check\x12v\n" +
-	"\aResolve\x12\x1a.mandate.v1.ResolveRequest\x1a\x1b.mandate.v1.ResolveResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/invocations/{invocation_id}:resolveB9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
+	"\aResolve\x12\x1a.mandate.v1.ResolveRequest\x1a\x1b.mandate.v1.ResolveResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/invocations/{invocation_id}:resolve\x12t\n" +
+	"\x0fListDeadLetters\x12\".mandate.v1.ListDeadLettersRequest\x1a#.mandate.v1.ListDeadLettersResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/dead-letters\x12\x88\x01\n" +
+	"\x12RedriveDeadLetters\x12%.mandate.v1.RedriveDeadLettersRequest\x1a&.mandate.v1.RedriveDeadLettersResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/dead-letters:redriveB9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
 
 var (
 	file_mandate_v1_executor_proto_rawDescOnce sync.Once
@@ -544,35 +861,49 @@ func file_mandate_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_mandate_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mandate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_mandate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_mandate_v1_executor_proto_goTypes = []any{
-	(Verdict)(0),            // 0: mandate.v1.Verdict
-	(*ResolveRequest)(nil),  // 1: mandate.v1.ResolveRequest
-	(*ResolveResponse)(nil), // 2: mandate.v1.ResolveResponse
-	(*ExecuteRequest)(nil),  // 3: mandate.v1.ExecuteRequest
-	(*CheckResponse)(nil),   // 4: mandate.v1.CheckResponse
-	(*ExecuteResponse)(nil), // 5: mandate.v1.ExecuteResponse
-	(*AuditRecord)(nil),     // 6: mandate.v1.AuditRecord
-	(*structpb.Struct)(nil), // 7: google.protobuf.Struct
-	(*CommandError)(nil),    // 8: mandate.v1.CommandError
+	(Verdict)(0),                       // 0: mandate.v1.Verdict
+	(*DeadLetter)(nil),                 // 1: mandate.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),     // 2: mandate.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),    // 3: mandate.v1.ListDeadLettersResponse
+	(*RedriveDeadLettersRequest)(nil),  // 4: mandate.v1.RedriveDeadLettersRequest
+	(*RedriveDeadLettersResponse)(nil), // 5: mandate.v1.RedriveDeadLettersResponse
+	(*ResolveRequest)(nil),             // 6: mandate.v1.ResolveRequest
+	(*ResolveResponse)(nil),            // 7: mandate.v1.ResolveResponse
+	(*ExecuteRequest)(nil),             // 8: mandate.v1.ExecuteRequest
+	(*CheckResponse)(nil),              // 9: mandate.v1.CheckResponse
+	(*ExecuteResponse)(nil),            // 10: mandate.v1.ExecuteResponse
+	(*AuditRecord)(nil),                // 11: mandate.v1.AuditRecord
+	(*timestamppb.Timestamp)(nil),      // 12: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),            // 13: google.protobuf.Struct
+	(*CommandError)(nil),               // 14: mandate.v1.CommandError
 }
 var file_mandate_v1_executor_proto_depIdxs = []int32{
-	6, // 0: mandate.v1.ResolveResponse.record:type_name -> mandate.v1.AuditRecord
-	7, // 1: mandate.v1.ExecuteRequest.input:type_name -> google.protobuf.Struct
-	0, // 2: mandate.v1.CheckResponse.verdict:type_name -> mandate.v1.Verdict
-	8, // 3: mandate.v1.CheckResponse.reason:type_name -> mandate.v1.CommandError
-	7, // 4: mandate.v1.ExecuteResponse.result:type_name -> google.protobuf.Struct
-	3, // 5: mandate.v1.ExecutorService.Execute:input_type -> mandate.v1.ExecuteRequest
-	3, // 6: mandate.v1.ExecutorService.Check:input_type -> mandate.v1.ExecuteRequest
-	1, // 7: mandate.v1.ExecutorService.Resolve:input_type -> mandate.v1.ResolveRequest
-	5, // 8: mandate.v1.ExecutorService.Execute:output_type -> mandate.v1.ExecuteResponse
-	4, // 9: mandate.v1.ExecutorService.Check:output_type -> mandate.v1.CheckResponse
-	2, // 10: mandate.v1.ExecutorService.Resolve:output_type -> mandate.v1.ResolveResponse
-	8, // [8:11] is the sub-list for method output_type
-	5, // [5:8] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	11, // 0: mandate.v1.DeadLetter.record:type_name -> mandate.v1.AuditRecord
+	12, // 1: mandate.v1.DeadLetter.spooled_at:type_name -> google.protobuf.Timestamp
+	12, // 2: mandate.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	1,  // 3: mandate.v1.ListDeadLettersResponse.dead_letters:type_name -> mandate.v1.DeadLetter
+	11, // 4: mandate.v1.ResolveResponse.record:type_name -> mandate.v1.AuditRecord
+	13, // 5: mandate.v1.ExecuteRequest.input:type_name -> google.protobuf.Struct
+	0,  // 6: mandate.v1.CheckResponse.verdict:type_name -> mandate.v1.Verdict
+	14, // 7: mandate.v1.CheckResponse.reason:type_name -> mandate.v1.CommandError
+	13, // 8: mandate.v1.ExecuteResponse.result:type_name -> google.protobuf.Struct
+	8,  // 9: mandate.v1.ExecutorService.Execute:input_type -> mandate.v1.ExecuteRequest
+	8,  // 10: mandate.v1.ExecutorService.Check:input_type -> mandate.v1.ExecuteRequest
+	6,  // 11: mandate.v1.ExecutorService.Resolve:input_type -> mandate.v1.ResolveRequest
+	2,  // 12: mandate.v1.ExecutorService.ListDeadLetters:input_type -> mandate.v1.ListDeadLettersRequest
+	4,  // 13: mandate.v1.ExecutorService.RedriveDeadLetters:input_type -> mandate.v1.RedriveDeadLettersRequest
+	10, // 14: mandate.v1.ExecutorService.Execute:output_type -> mandate.v1.ExecuteResponse
+	9,  // 15: mandate.v1.ExecutorService.Check:output_type -> mandate.v1.CheckResponse
+	7,  // 16: mandate.v1.ExecutorService.Resolve:output_type -> mandate.v1.ResolveResponse
+	3,  // 17: mandate.v1.ExecutorService.ListDeadLetters:output_type -> mandate.v1.ListDeadLettersResponse
+	5,  // 18: mandate.v1.ExecutorService.RedriveDeadLetters:output_type -> mandate.v1.RedriveDeadLettersResponse
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_mandate_v1_executor_proto_init() }
@@ -588,7 +919,7 @@ func file_mandate_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mandate_v1_executor_proto_rawDesc), len(file_mandate_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,9 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ExecutorService_Execute_FullMethodName = "/mandate.v1.ExecutorService/Execute"
-	ExecutorService_Check_FullMethodName   = "/mandate.v1.ExecutorService/Check"
-	ExecutorService_Resolve_FullMethodName = "/mandate.v1.ExecutorService/Resolve"
+	ExecutorService_Execute_FullMethodName            = "/mandate.v1.ExecutorService/Execute"
+	ExecutorService_Check_FullMethodName              = "/mandate.v1.ExecutorService/Check"
+	ExecutorService_Resolve_FullMethodName            = "/mandate.v1.ExecutorService/Resolve"
+	ExecutorService_ListDeadLetters_FullMethodName    = "/mandate.v1.ExecutorService/ListDeadLetters"
+	ExecutorService_RedriveDeadLetters_FullMethodName = "/mandate.v1.ExecutorService/RedriveDeadLetters"
 )
 
 // ExecutorServiceClient is the client API for ExecutorService service.
@@ -64,6 +66,17 @@ type ExecutorServiceClient interface {
 	// that contradicts it is refused (`audit.contradicts_receipt`) unless
 	// override_receipt is set, which the row records.
 	Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error)
+	// Lists the dead letter of the caller's tenant: audit rows the trail
+	// refused outright (not for being unavailable) after the executor had
+	// tried them repeatedly. They are kept, never dropped, until an operator
+	// re-drives them. Only a user (never an agent) holding `audit.resolve`
+	// and `audit.read`.
+	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
+	// Puts dead-lettered rows of the caller's tenant back in the executor's
+	// spool, whose flusher appends them to the trail within seconds (a row
+	// the trail still refuses returns to the dead letter). Same callers as
+	// ListDeadLetters; the executor logs who re-drove what and why.
+	RedriveDeadLetters(ctx context.Context, in *RedriveDeadLettersRequest, opts ...grpc.CallOption) (*RedriveDeadLettersResponse, error)
 }
 
 type executorServiceClient struct {
@@ -98,6 +111,26 @@ func (c *executorServiceClient) Resolve(ctx context.Context, in *ResolveRequest,
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResolveResponse)
 	err := c.cc.Invoke(ctx, ExecutorService_Resolve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDeadLettersResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_ListDeadLetters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) RedriveDeadLetters(ctx context.Context, in *RedriveDeadLettersRequest, opts ...grpc.CallOption) (*RedriveDeadLettersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RedriveDeadLettersResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_RedriveDeadLetters_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -144,6 +177,17 @@ type ExecutorServiceServer interface {
 	// that contradicts it is refused (`audit.contradicts_receipt`) unless
 	// override_receipt is set, which the row records.
 	Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error)
+	// Lists the dead letter of the caller's tenant: audit rows the trail
+	// refused outright (not for being unavailable) after the executor had
+	// tried them repeatedly. They are kept, never dropped, until an operator
+	// re-drives them. Only a user (never an agent) holding `audit.resolve`
+	// and `audit.read`.
+	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
+	// Puts dead-lettered rows of the caller's tenant back in the executor's
+	// spool, whose flusher appends them to the trail within seconds (a row
+	// the trail still refuses returns to the dead letter). Same callers as
+	// ListDeadLetters; the executor logs who re-drove what and why.
+	RedriveDeadLetters(context.Context, *RedriveDeadLettersRequest) (*RedriveDeadLettersResponse, error)
 	mustEmbedUnimplementedExecutorServiceServer()
 }
 
@@ -162,6 +206,12 @@ func (UnimplementedExecutorServiceServer) Check(context.Context, *ExecuteRequest
 }
 func (UnimplementedExecutorServiceServer) Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Resolve not implemented")
+}
+func (UnimplementedExecutorServiceServer) ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDeadLetters not implemented")
+}
+func (UnimplementedExecutorServiceServer) RedriveDeadLetters(context.Context, *RedriveDeadLettersRequest) (*RedriveDeadLettersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RedriveDeadLetters not implemented")
 }
 func (UnimplementedExecutorServiceServer) mustEmbedUnimplementedExecutorServiceServer() {}
 func (UnimplementedExecutorServiceServer) testEmbeddedByValue()                         {}
@@ -238,6 +288,42 @@ func _ExecutorService_Resolve_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutorService_ListDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDeadLettersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).ListDeadLetters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_ListDeadLetters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).ListDeadLetters(ctx, req.(*ListDeadLettersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_RedriveDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RedriveDeadLettersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).RedriveDeadLetters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_RedriveDeadLetters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).RedriveDeadLetters(ctx, req.(*RedriveDeadLettersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExecutorService_ServiceDesc is the grpc.ServiceDesc for ExecutorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -256,6 +342,14 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Resolve",
 			Handler:    _ExecutorService_Resolve_Handler,
+		},
+		{
+			MethodName: "ListDeadLetters",
+			Handler:    _ExecutorService_ListDeadLetters_Handler,
+		},
+		{
+			MethodName: "RedriveDeadLetters",
+			Handler:    _ExecutorService_RedriveDeadLetters_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -116,6 +116,28 @@ func (s *Service) Resolve(ctx context.Context, req *mandatev1.ResolveRequest) (*
 	return &mandatev1.ResolveResponse{Record: res.Row, Receipt: res.Receipt, Key: res.Key}, nil
 }
 
+// ListDeadLetters lists the caller's tenant's dead-lettered audit rows
+// (Executor.DeadLetters): the caller is the operator.
+func (s *Service) ListDeadLetters(ctx context.Context, req *mandatev1.ListDeadLettersRequest) (*mandatev1.ListDeadLettersResponse, error) {
+	p, _ := identity.FromContext(ctx)
+	rows, err := s.exec.DeadLetters(ctx, p, int(req.GetLimit()))
+	if err != nil {
+		return nil, err
+	}
+	return &mandatev1.ListDeadLettersResponse{DeadLetters: rows}, nil
+}
+
+// RedriveDeadLetters puts dead-lettered rows back in the spool
+// (Executor.Redrive): the caller is the operator.
+func (s *Service) RedriveDeadLetters(ctx context.Context, req *mandatev1.RedriveDeadLettersRequest) (*mandatev1.RedriveDeadLettersResponse, error) {
+	p, _ := identity.FromContext(ctx)
+	n, err := s.exec.Redrive(ctx, p, req.GetIds(), req.GetAll(), req.GetReason())
+	if err != nil {
+		return nil, err
+	}
+	return &mandatev1.RedriveDeadLettersResponse{Redriven: int32(n)}, nil //nolint:gosec // G115: at most maxDeadLetters ids or the tenant's dead letter
+}
+
 // Check answers whether the call would pass, running nothing. A refusal
 // is the verdict, not an error: the RPC fails only when no verdict could
 // be reached.

@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
 		{"Reclaim", s.testReclaim},
 		{"Settle", s.testSettle},
 		{"Spool", s.testSpool},
+		{"DeadLetter", s.testDeadLetter},
 		{"Resolve", s.testResolve},
 		{"Canceled", s.testCanceled},
 		{"Delivery", s.testDelivery},
@@ -1109,6 +1110,72 @@ func (s *suite) testSpool(t *testing.T) {
 	}
 	if rows, err := st.Spooled(ctx, 10); err != nil || len(rows) != 0 {
 		t.Fatalf("after unspooling all: %+v, %v", rows, err)
+	}
+}
+
+// testDeadLetter: a buried row leaves the spool and is kept, byte for
+// byte, per tenant; a re-driven row is spooled again (after what is
+// already spooled) and leaves the dead letter; ids of another tenant are
+// ignored; nil re-drives all.
+func (s *suite) testDeadLetter(t *testing.T) {
+	ctx := testCtx(t)
+	st := s.newStore(t)
+	for i := range 3 {
+		if err := st.Spool(ctx, executor.SpooledRow{Tenant: "acme", InvocationID: fmt.Sprintf("inv-%d", i), Record: []byte(fmt.Sprintf(`{"n":%d}`, i)), Time: Base}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := st.Spooled(ctx, 10)
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("Spooled = %+v, %v", rows, err)
+	}
+	// inv-0 is buried from the spool; a held row of globex, never spooled, directly.
+	if err := st.Bury(ctx, executor.DeadLetter{SpoolID: rows[0].ID, Tenant: "acme", InvocationID: "inv-0", Record: rows[0].Record, Spooled: Base, Dead: Base.Add(time.Minute), Reason: "refused: bad row"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Bury(ctx, executor.DeadLetter{Tenant: "globex", InvocationID: "inv-g", Record: []byte(`{"g":1}`), Reason: "refused"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Bury(ctx, executor.DeadLetter{Tenant: "acme"}); err == nil {
+		t.Fatal("a dead letter without a record was kept")
+	}
+	if rows, err := st.Spooled(ctx, 10); err != nil || len(rows) != 2 || rows[0].InvocationID != "inv-1" {
+		t.Fatalf("the buried row is still spooled: %+v, %v", rows, err)
+	}
+	dead, err := st.DeadLetters(ctx, "acme", 10)
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("DeadLetters(acme) = %+v, %v", dead, err)
+	}
+	d := dead[0]
+	if d.InvocationID != "inv-0" || string(d.Record) != `{"n":0}` || d.Reason != "refused: bad row" || !d.Spooled.Equal(Base) || !d.Dead.Equal(Base.Add(time.Minute)) || d.ID == 0 {
+		t.Fatalf("dead letter %+v", d)
+	}
+	if g, err := st.DeadLetters(ctx, "globex", 10); err != nil || len(g) != 1 || g[0].InvocationID != "inv-g" || g[0].Dead.IsZero() {
+		t.Fatalf("DeadLetters(globex) = %+v, %v", g, err)
+	}
+	// acme cannot re-drive globex's row by its id.
+	g, _ := st.DeadLetters(ctx, "globex", 10)
+	if n, err := st.Redrive(ctx, "acme", []int64{g[0].ID}); err != nil || n != 0 {
+		t.Fatalf("acme re-drove globex's row: %d, %v", n, err)
+	}
+	if n, err := st.Redrive(ctx, "acme", []int64{}); err != nil || n != 0 {
+		t.Fatalf("Redrive(no ids) = %d, %v", n, err)
+	}
+	if n, err := st.Redrive(ctx, "acme", []int64{d.ID}); err != nil || n != 1 {
+		t.Fatalf("Redrive(acme, %d) = %d, %v", d.ID, n, err)
+	}
+	rows, err = st.Spooled(ctx, 10)
+	if err != nil || len(rows) != 3 || rows[2].InvocationID != "inv-0" || string(rows[2].Record) != `{"n":0}` || !rows[2].Time.Equal(Base) {
+		t.Fatalf("after Redrive the spool is %+v, %v", rows, err)
+	}
+	if dead, err := st.DeadLetters(ctx, "acme", 10); err != nil || len(dead) != 0 {
+		t.Fatalf("after Redrive the dead letter holds %+v, %v", dead, err)
+	}
+	if n, err := st.Redrive(ctx, "globex", nil); err != nil || n != 1 {
+		t.Fatalf("Redrive(globex, all) = %d, %v", n, err)
+	}
+	if g, err := st.DeadLetters(ctx, "globex", 10); err != nil || len(g) != 0 {
+		t.Fatalf("after Redrive(all) globex holds %+v, %v", g, err)
 	}
 }
 

@@ -41,6 +41,8 @@ type Store struct {
 	events map[string]*outbox  // by tenant
 	spool  []executor.SpooledRow
 	spoolN int64
+	dead   []executor.DeadLetter
+	deadN  int64
 }
 
 type record struct {
@@ -512,6 +514,76 @@ func (s *Store) Unspool(ctx context.Context, ids []int64) error {
 	defer s.mu.Unlock()
 	s.spool = slices.DeleteFunc(s.spool, func(r executor.SpooledRow) bool { return drop[r.ID] })
 	return nil
+}
+
+// Bury implements executor.Store.
+func (s *Store) Bury(ctx context.Context, row executor.DeadLetter) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(row.Record) == 0 || row.Tenant == "" {
+		return fail("bury", errors.New("a dead letter needs a tenant and a record"))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if row.SpoolID != 0 {
+		s.spool = slices.DeleteFunc(s.spool, func(r executor.SpooledRow) bool { return r.ID == row.SpoolID })
+	}
+	s.deadN++
+	row.ID, row.SpoolID = s.deadN, 0
+	if row.Dead.IsZero() {
+		row.Dead = s.opts.Now()
+	}
+	if row.Spooled.IsZero() {
+		row.Spooled = row.Dead
+	}
+	row.Record = bytes.Clone(row.Record)
+	s.dead = append(s.dead, row)
+	return nil
+}
+
+// DeadLetters implements executor.Store.
+func (s *Store) DeadLetters(ctx context.Context, tenant string, limit int) ([]executor.DeadLetter, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []executor.DeadLetter
+	for _, r := range s.dead {
+		if limit > 0 && len(out) == limit {
+			break
+		}
+		if r.Tenant == tenant {
+			r.Record = bytes.Clone(r.Record)
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// Redrive implements executor.Store.
+func (s *Store) Redrive(ctx context.Context, tenant string, ids []int64) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	pick := map[int64]bool{}
+	for _, id := range ids {
+		pick[id] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	s.dead = slices.DeleteFunc(s.dead, func(r executor.DeadLetter) bool {
+		if r.Tenant != tenant || (ids != nil && !pick[r.ID]) {
+			return false
+		}
+		s.spoolN++
+		s.spool = append(s.spool, executor.SpooledRow{ID: s.spoolN, Tenant: r.Tenant, InvocationID: r.InvocationID, Record: r.Record, Time: r.Spooled})
+		n++
+		return true
+	})
+	return n, nil
 }
 
 // Resolve implements executor.Store.

@@ -520,6 +520,45 @@ func (s *Store) Unspool(ctx context.Context, ids []int64) error {
 	return mapErr(ctx, "executor: unspool", err)
 }
 
+// Bury implements executor.Store.
+func (s *Store) Bury(ctx context.Context, row executor.DeadLetter) error {
+	if len(row.Record) == 0 || row.Tenant == "" {
+		return invalid("executor: bury", errors.New("a dead letter needs a tenant and a record"))
+	}
+	dead := orNow(row.Dead, s.now())
+	_, err := s.pool.Exec(ctx, sqlBury, row.Tenant, row.InvocationID, row.Record, orNow(row.Spooled, dead), dead, row.Reason, row.SpoolID)
+	return mapErr(ctx, "executor: bury", err)
+}
+
+// DeadLetters implements executor.Store.
+func (s *Store) DeadLetters(ctx context.Context, tenant string, limit int) ([]executor.DeadLetter, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := s.pool.Query(ctx, sqlDeadLetters, tenant, limit)
+	if err != nil {
+		return nil, mapErr(ctx, "executor: dead letters", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (executor.DeadLetter, error) {
+		var d executor.DeadLetter
+		err := r.Scan(&d.ID, &d.Tenant, &d.InvocationID, &d.Record, &d.Spooled, &d.Dead, &d.Reason)
+		return d, err
+	})
+	return out, mapErr(ctx, "executor: dead letters", err)
+}
+
+// Redrive implements executor.Store.
+func (s *Store) Redrive(ctx context.Context, tenant string, ids []int64) (int, error) {
+	if ids != nil && len(ids) == 0 {
+		return 0, ctx.Err()
+	}
+	tag, err := s.pool.Exec(ctx, sqlRedrive, tenant, ids)
+	if err != nil {
+		return 0, mapErr(ctx, "executor: redrive", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // Resolve implements executor.Store.
 func (s *Store) Resolve(ctx context.Context, tenant, invocationID string, saved *executor.Saved) (bool, error) {
 	const op = "executor: resolve"

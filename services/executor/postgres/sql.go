@@ -105,6 +105,24 @@ const (
 	// sqlUnspool drops delivered spooled rows.
 	sqlUnspool = `DELETE FROM executor.audit_spool WHERE id = ANY($1::bigint[])`
 
+	// sqlBury keeps a row in the dead letter and unspools $7 (0: none) in one statement.
+	sqlBury = `WITH gone AS (DELETE FROM executor.audit_spool WHERE id = $7)
+	INSERT INTO executor.audit_dead_letter (tenant, invocation_id, record, spooled_at, dead_at, reason)
+	VALUES ($1, $2, $3, $4, $5, $6)`
+
+	// sqlDeadLetters reads tenant $1's oldest dead-lettered rows.
+	sqlDeadLetters = `SELECT id, tenant, invocation_id, record, spooled_at, dead_at, reason
+	FROM executor.audit_dead_letter WHERE tenant = $1 ORDER BY id LIMIT $2`
+
+	// sqlRedrive moves tenant $1's dead-lettered rows $2 (NULL: all) back to the spool, in
+	// their order, in one statement.
+	sqlRedrive = `WITH moved AS (
+		DELETE FROM executor.audit_dead_letter
+		WHERE tenant = $1 AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
+		RETURNING id, tenant, invocation_id, record, spooled_at)
+	INSERT INTO executor.audit_spool (tenant, invocation_id, record, spooled_at)
+	SELECT tenant, invocation_id, record, spooled_at FROM moved ORDER BY id`
+
 	// sqlResolveForget drops the idempotency record of an invocation an
 	// operator resolved as never run. $1 tenant, $2 invocation.
 	sqlResolveForget = `DELETE FROM executor.idempotency WHERE tenant = $1 AND invocation_id = $2`
