@@ -205,7 +205,7 @@ type Executor struct {
 	// shutdown for every retry.
 	stopping     chan struct{}
 	stoppingOnce sync.Once
-	spoolWG   sync.WaitGroup
+	spoolWG      sync.WaitGroup
 	// spoolFailures counts refused flushes per spooled row (flusher only).
 	spoolFailures map[int64]int
 	// held are rows neither the trail nor the store would take (spool).

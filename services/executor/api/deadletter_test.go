@@ -55,7 +55,9 @@ func (r *refusingTrail) set(command string, refuse bool) {
 // operator sees nothing and re-drives nothing; RedriveDeadLetters puts
 // it back in the spool and, the trail now taking it, the next flush
 // appends it: the trail holds the row, the dead letter is empty.
-func TestARefusedRowIsKeptInTheDeadLetter(t *testing.T) { eachStore(t, testARefusedRowIsKeptInTheDeadLetter) }
+func TestARefusedRowIsKeptInTheDeadLetter(t *testing.T) {
+	eachStore(t, testARefusedRowIsKeptInTheDeadLetter)
+}
 
 func testARefusedRowIsKeptInTheDeadLetter(t *testing.T, st stores) {
 	reader := metric.NewManualReader()
