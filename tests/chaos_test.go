@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -434,7 +435,13 @@ type ownPostgres struct {
 // startOwnPostgres initdb's and starts a cluster as the postgres user, or
 // skips when the tools or that user are missing (unless the tests require
 // Postgres).
-func startOwnPostgres(t *testing.T) *ownPostgres {
+func startOwnPostgres(t *testing.T) *ownPostgres { return startOwnPostgresWith(t, 0) }
+
+// startOwnPostgresWith is startOwnPostgres whose data directory, when
+// dataLimit > 0, is a tmpfs of that many bytes (WAL beside it on the
+// ordinary disk, so that a full disk fails writes with SQLSTATE 53100
+// instead of stopping the server); it skips where tmpfs cannot be mounted.
+func startOwnPostgresWith(t *testing.T, dataLimit int64) *ownPostgres {
 	t.Helper()
 	for _, tool := range []string{"initdb", "pg_ctl", "runuser"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -454,7 +461,22 @@ func startOwnPostgres(t *testing.T) *ownPostgres {
 	}
 	_, port, _ := strings.Cut(freePort(t), ":")
 	pg := &ownPostgres{dir: dir, port: port}
-	pg.run(t, "initdb", "-D", filepath.Join(dir, "data"), "-A", "trust", "-U", "postgres", "--no-sync")
+	initdb := []string{"initdb", "-D", filepath.Join(dir, "data"), "-A", "trust", "-U", "postgres", "--no-sync"}
+	if dataLimit > 0 {
+		data := filepath.Join(dir, "data")
+		if err := os.Mkdir(data, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0700", dataLimit), "tmpfs", data).CombinedOutput(); err != nil {
+			t.Skipf("cannot mount a tmpfs for the data directory: %v %s", err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("umount", "-l", data).Run() })
+		if out, err := exec.Command("chown", "postgres", data).CombinedOutput(); err != nil {
+			t.Fatalf("chown %s: %v %s", data, err, out)
+		}
+		initdb = append(initdb, "--waldir", filepath.Join(dir, "wal"))
+	}
+	pg.run(t, initdb...)
 	pg.start(t)
 	t.Cleanup(func() {
 		_ = exec.Command("runuser", "-u", "postgres", "--", "pg_ctl", "-D", filepath.Join(dir, "data"), "-m", "immediate", "stop").Run()
@@ -478,6 +500,36 @@ func (pg *ownPostgres) start(t *testing.T) {
 	t.Helper()
 	pg.run(t, "pg_ctl", "-D", filepath.Join(pg.dir, "data"), "-l", filepath.Join(pg.dir, "log"), "-w",
 		"-o", "-p "+pg.port+" -k "+pg.dir+" -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+}
+
+// fillData fills the tmpfs of the data directory (startOwnPostgresWith)
+// with a file, as root, until the device is full; free removes it.
+func (pg *ownPostgres) fillData(t *testing.T) (free func()) {
+	t.Helper()
+	path := filepath.Join(pg.dir, "data", "zz_disk_full")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("filling the data directory: %v", err)
+			}
+			break
+		}
+	}
+	// The last partial pages too.
+	for size := 1 << 19; size >= 512; size /= 2 {
+		for {
+			if _, err := f.Write(chunk[:size]); err != nil {
+				break
+			}
+		}
+	}
+	_ = f.Close()
+	return func() { _ = os.Remove(path) }
 }
 
 // stop crashes the cluster (immediate shutdown: no checkpoint), as a lost
@@ -517,6 +569,54 @@ func TestChaosPostgresStoppedUnderLoad(t *testing.T) {
 		t.Errorf("clients were refused with audit.unavailable %d times; the trail holds %d of those attempts", seen, recorded)
 	}
 	t.Logf("%d audit.unavailable refusals during the outage, %d in the trail", seen, recorded)
+}
+
+// TestChaosDiskFull (issue 31 item 3): the disk of the one PostgreSQL
+// every service uses fills up mid-load (its data directory is a small
+// tmpfs, filled to the last byte) and is freed three seconds later.
+// Writes fail with "No space left on device" (SQLSTATE 53100): that is
+// the store being unavailable, never an internal error — clients see 503s
+// and retry, none a 500 — and no audit row is dropped or dead-lettered:
+// the rows neither the trail nor the executor's store would take are held
+// and reach the trail once there is room. Then finish's invariants hold:
+// one report per key, no effect without an intent, every intent its
+// outcome, every refusal a client saw its row, no key left in flight,
+// and the chain verifies.
+func TestChaosDiskFull(t *testing.T) {
+	pg := startOwnPostgresWith(t, 96<<20)
+	// The edge's rate limit is not what this test is about.
+	tp := newTopology(t, topologyOptions{databaseURL: pg.url(), executorArgs: append([]string{"--rate-limit", "100000", "--rate-burst", "100000"}, quickReconcile...)})
+	l := startChaosLoad(tp, 4, 4)
+	time.Sleep(400 * time.Millisecond)
+	free := pg.fillData(t)
+	time.Sleep(3 * time.Second)
+	free()
+	time.Sleep(2 * time.Second)
+	_, _, answers := l.finishAnswers(t)
+	refused := 0
+	for answer, n := range answers {
+		if strings.HasPrefix(answer, "500") {
+			t.Errorf("clients saw %d answers %q while the disk was full: a full disk is the store being unavailable", n, answer)
+		}
+		if strings.HasPrefix(answer, "503") {
+			refused += n
+		}
+	}
+	if refused == 0 {
+		t.Fatalf("no call was refused while the disk was full (answers %v): the fault did not happen", answers)
+	}
+	if n := tp.count(`SELECT count(*) FROM executor.audit_dead_letter`); n != 0 {
+		t.Errorf("%d audit rows in the dead letter: a full disk is not a refusal of the row", n)
+	}
+	for _, name := range []string{"executor", "audit", "confirm"} {
+		log := tp.logOf(name)
+		for _, lost := range []string{"audit row lost", "dropped", "are lost"} {
+			if strings.Contains(log, lost) {
+				t.Errorf("the %s log says %q:\n%s", name, lost, log)
+			}
+		}
+	}
+	t.Logf("%d calls refused 503 while the disk was full; every one has its row, none dead-lettered, the chain intact", refused)
 }
 
 // TestResolveAnUnknownOutcome: when a backend cannot say whether a call ran

@@ -27,6 +27,13 @@ const (
 	sqlCrashShutdown        = "57P02"
 	sqlCannotConnectNow     = "57P03"
 	sqlTooManyConnections   = "53300"
+	// Class 53, insufficient resources (disk full 53100, out of memory 53200, too many
+	// connections 53300); an I/O error (58030); a read-only transaction (25006, a standby
+	// that has not been promoted yet): the database cannot take the write now, and the
+	// transaction rolled back — nothing was changed, a retry may succeed.
+	sqlClassInsufficientResources = "53"
+	sqlIOError                    = "58030"
+	sqlReadOnlyTransaction        = "25006"
 )
 
 // classOf returns the helpdesk sentinel of a driver error: ErrNotFound for no rows, ErrConflict
@@ -39,6 +46,7 @@ func classOf(err error) error {
 			c == sqlSerializationFailure, c == sqlDeadlockDetected:
 			return helpdesk.ErrConflict
 		case c == sqlAdminShutdown, c == sqlCrashShutdown, c == sqlCannotConnectNow, c == sqlTooManyConnections,
+			strings.HasPrefix(c, sqlClassInsufficientResources), c == sqlIOError, c == sqlReadOnlyTransaction,
 			strings.HasPrefix(c, "08"): // class 08: connection exception
 			return helpdesk.ErrUnavailable
 		}
