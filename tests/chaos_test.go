@@ -374,6 +374,43 @@ func TestChaosBackendStalledUnderLoad(t *testing.T) {
 	l.finish(t)
 }
 
+// TestChaosExecutorFrozenUnderLoad (issue 31 item 6): the executor is
+// stopped with SIGSTOP mid-load four times for 1.5 s, longer than its 1 s
+// deadline, so the calls it holds resume with their deadline already
+// past — some before they were sent to the backend. Such a call provably
+// never ran: it is not executed, its key is given back and the client's
+// retry runs it; never a cached, non-retriable 500 (finish fails on a key
+// that never gets its report, and on a failed outcome the receipt does
+// not back). Every key ends with exactly one report. Which calls a freeze
+// catches before their dispatch is chance (the log counts them);
+// services/executor/api TestACallCancelledBeforeItWasSentIsNotExecuted is
+// the deterministic case.
+func TestChaosExecutorFrozenUnderLoad(t *testing.T) {
+	tp := newTopology(t, topologyOptions{executorArgs: append([]string{"--default-deadline", "1s", "--lease", "1500ms"}, quickReconcile...)})
+	l := startChaosLoad(tp, 4, 4)
+	time.Sleep(400 * time.Millisecond)
+	p := tp.process("executor")
+	// Four freezes, each catching the calls in flight at another point.
+	for range 4 {
+		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	_, _, answers := l.finishAnswers(t)
+	for answer, n := range answers {
+		if strings.HasPrefix(answer, "500") {
+			t.Errorf("clients saw %d answers %q after the executor's freezes", n, answer)
+		}
+	}
+	notSent := tp.count(`SELECT count(*) FROM audit.records WHERE phase = 'outcome' AND code = 'handler.not_sent'`)
+	t.Logf("%d calls resumed past their deadline before they were sent (not executed, key given back)", notSent)
+}
+
 // executorArgs are the flags newTopology starts the executor with, plus
 // extra.
 func (tp *topology) executorArgs(extra ...string) []string {
