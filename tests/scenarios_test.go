@@ -159,6 +159,7 @@ func newTopology(t *testing.T, opts topologyOptions) *topology {
 		"--executor-addr", tp.addr["executor"].grpc,
 		"--catalog-addr", tp.addr["catalog"].grpc,
 		"--confirm-addr", tp.addr["confirm"].grpc,
+		"--audit-addr", tp.addr["audit"].grpc,
 	}})
 	return tp
 }

@@ -320,7 +320,9 @@ func idleCPU(ctx context.Context, names []string, ts []target) (string, error) {
 // of the demo agent support-bot acting for alice.
 func startDev(ctx context.Context, f *fleet) (target, error) {
 	tokensFile := filepath.Join(f.dir, "tokens.json")
-	p, err := f.service(ctx, "dev", "--tokens-file", tokensFile, "--log-level", "error")
+	// The bench's callers share one principal: no edge rate limit, as the
+	// reference has none.
+	p, err := f.service(ctx, "dev", "--tokens-file", tokensFile, "--log-level", "error", "--rate-limit", "0")
 	if err != nil {
 		return target{}, err
 	}
@@ -402,7 +404,9 @@ func startTopology(ctx context.Context, f *fleet, d benchDB) (target, error) {
 	if svc["mcpbridge"], err = f.service(ctx, "mcpbridge",
 		"--executor-addr", svc["executor"].grpcAddr,
 		"--catalog-addr", svc["catalog"].grpcAddr,
-		"--confirm-addr", svc["confirm"].grpcAddr); err != nil {
+		"--confirm-addr", svc["confirm"].grpcAddr,
+		"--audit-addr", svc["audit"].grpcAddr,
+		"--rate-limit", "0"); err != nil {
 		return target{}, err
 	}
 	tok, err := identity.MintDev([]byte(topoDevSecret), identity.MintRequest{

@@ -395,6 +395,9 @@ func TestServicesFindEachOther(t *testing.T) {
 	if got, want := env(service(t, p, "confirm"))["MANDATE_AUDIT_ADDR"], "audit:"+grpcPort("audit"); got != want {
 		t.Errorf("confirm: MANDATE_AUDIT_ADDR=%q, want %q (its decision rows)", got, want)
 	}
+	if got, want := env(service(t, p, "mcpbridge"))["MANDATE_AUDIT_ADDR"], "audit:"+grpcPort("audit"); got != want {
+		t.Errorf("mcpbridge: MANDATE_AUDIT_ADDR=%q, want %q (its edge refusals)", got, want)
+	}
 	backends := strings.Split(ex["MANDATE_BACKEND"], ",")
 	slices.Sort(backends)
 	if want := []string{"examples.helpdesk.v1.HelpdeskService=helpdesk:" + grpcPort("helpdesk"), "mandate.v1.CatalogService=catalog:" + grpcPort("catalog")}; !slices.Equal(backends, want) {

@@ -352,6 +352,7 @@ func wantBalanced(t *testing.T, objs []object, age, grace, keepalive string) {
 	want := map[string]string{
 		"executor MANDATE_AUDIT_ADDR":      "dns:///mandate-audit-headless:9094",
 		"confirm MANDATE_AUDIT_ADDR":       "dns:///mandate-audit-headless:9094",
+		"bridge MANDATE_AUDIT_ADDR":        "dns:///mandate-audit-headless:9094",
 		"executor MANDATE_CONFIRM_ADDR":    "dns:///mandate-confirm-headless:9093",
 		"bridge MANDATE_CATALOG_ADDR":      "dns:///mandate-catalog-headless:9091",
 		"bridge MANDATE_EXECUTOR_ADDR":     "dns:///mandate-executor-headless:9092",
@@ -362,6 +363,7 @@ func wantBalanced(t *testing.T, objs []object, age, grace, keepalive string) {
 		"executor MANDATE_AUDIT_ADDR": exec["MANDATE_AUDIT_ADDR"], "executor MANDATE_CONFIRM_ADDR": exec["MANDATE_CONFIRM_ADDR"],
 		"bridge MANDATE_CATALOG_ADDR": bridge["MANDATE_CATALOG_ADDR"], "bridge MANDATE_EXECUTOR_ADDR": bridge["MANDATE_EXECUTOR_ADDR"],
 		"bridge MANDATE_CONFIRM_ADDR":      bridge["MANDATE_CONFIRM_ADDR"],
+		"bridge MANDATE_AUDIT_ADDR":        bridge["MANDATE_AUDIT_ADDR"],
 		"confirm MANDATE_AUDIT_ADDR":       conf["MANDATE_AUDIT_ADDR"],
 		"executor MANDATE_BACKEND catalog": strings.Split(exec["MANDATE_BACKEND"], ",")[0],
 	}

@@ -353,7 +353,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 		Catalog: local, Executor: local, Confirm: local,
 		Manifest: set, Verifier: users,
 		ResourceURL: base + "/mcp", AuthorizationServers: []string{authServer.Issuer()}, SessionTimeout: time.Hour, Logger: log,
-		StateKey: []byte(randomHex(32))}, cl)
+		StateKey: []byte(randomHex(32)), Edge: d.edge, Audit: local}, cl)
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/contract"
+	"github.com/mandate-dev/mandate/internal/edgelimit"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
@@ -81,6 +82,18 @@ type Config struct {
 	// Clock reads the time that seals and checks requestState expiry
 	// (default time.Now).
 	Clock func() time.Time
+	// EdgeLimit, when set, bounds each principal's MCP requests
+	// (edgelimit; docs/architecture/limits.md): past it a request is
+	// answered HTTP 429 rate.limited with Retry-After. Nil: no limit.
+	EdgeLimit *edgelimit.Limiter
+	// MaxSessions bounds the MCP sessions one principal holds open on this
+	// bridge (default DefaultMaxSessions): an initialize past it is
+	// answered HTTP 429 session.too_many.
+	MaxSessions int
+	// EdgeRecorder records the audit row of each request refused at the
+	// edge (rate.limited, session.too_many), bounded per principal (nil:
+	// none are recorded).
+	EdgeRecorder *edgelimit.Recorder
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -127,6 +140,9 @@ type Bridge struct {
 	servers  map[string]*entry
 	closed   bool
 	sweeping bool
+
+	// opening counts the sessions being opened per principal (edge.go).
+	opening opening
 }
 
 // entry is one principal's server, the tool names registered on it, and
@@ -190,6 +206,9 @@ func New(cfg Config) (*Bridge, error) {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
@@ -204,6 +223,7 @@ func New(cfg Config) (*Bridge, error) {
 		advertise:   advertise,
 		callSpans:   callSpanNames(cfg.Manifest),
 		servers:     map[string]*entry{},
+		opening:     opening{n: map[string]int{}},
 		ctx:         ctx,
 		cancel:      cancel,
 	}
@@ -237,6 +257,10 @@ func (b *Bridge) Handler() http.Handler {
 		})
 	}
 	h = b.checkEnvelope(h) // strict JSON (envelope.go), after authentication
+	// The edge's limits (edge.go), after authentication and before the
+	// body is read; a replica limits the requests it serves itself, so a
+	// forwarded one is counted where its session lives.
+	h = b.limitEdge(h)
 	if b.proxy != nil {
 		// Authenticated before it is forwarded, body untouched.
 		h = b.routeSessions(h)

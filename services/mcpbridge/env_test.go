@@ -23,6 +23,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/server/inprocess"
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
 	"github.com/mandate-dev/mandate/services/audit"
+	auditapi "github.com/mandate-dev/mandate/services/audit/api"
 	"github.com/mandate-dev/mandate/services/catalog"
 	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
 	"github.com/mandate-dev/mandate/services/confirm"
@@ -91,6 +92,9 @@ type env struct {
 	users    *identity.Verifier
 	authn    *identity.Authenticator
 	bridge   *mcpbridge.Bridge
+	// auditAPI is the audit service's API over e.audit, for a server of
+	// its own (edge_test.go).
+	auditAPI *auditapi.Service
 }
 
 func start(t testing.TB) *env {
@@ -195,7 +199,7 @@ func start(t testing.TB) *env {
 		cancel()
 	})
 	return &env{url: srv.URL, set: set, catalog: cat, gateway: gw, audit: st.audit, confirm: confirmSvc, dir: dir, helpdeskAddr: hsrv.GRPCAddr(),
-		services: svc, local: local, users: users, authn: authn, bridge: b}
+		services: svc, local: local, users: users, authn: authn, bridge: b, auditAPI: auditapi.New(writer, cache, nil)}
 }
 
 // serveServices serves the APIs of exec, cat and confirmSvc on one

@@ -20,6 +20,7 @@ import (
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/app/clicore"
 	"github.com/mandate-dev/mandate/internal/config"
+	"github.com/mandate-dev/mandate/internal/edgelimit"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/server"
@@ -42,13 +43,21 @@ type Deps struct {
 	IdleTimeout          time.Duration
 	SessionTimeout       time.Duration
 	StateKey             []byte
-	Logger               *slog.Logger
+	// Edge is the per-principal request rate of the bridge; MaxSessions
+	// bounds a principal's open sessions (0: mcpbridge.DefaultMaxSessions).
+	Edge        clicore.EdgeFlags
+	MaxSessions int
+	// Audit, when set, is where the bridge appends, on its own authority,
+	// the rows of the requests it refused at the edge (nil: none).
+	Audit  grpc.ClientConnInterface
+	Logger *slog.Logger
 }
 
 // Service is the MCP bridge and the path it serves at.
 type Service struct {
-	bridge *mcpbridge.Bridge
-	path   string
+	bridge   *mcpbridge.Bridge
+	path     string
+	refusals *edgelimit.Recorder
 }
 
 // Build builds the bridge; it is closed with cl.
@@ -68,16 +77,22 @@ func Build(d Deps, cl *clicore.Closers) (*Service, error) {
 		ResourceURL: d.ResourceURL, AuthorizationServers: d.AuthorizationServers,
 		IdleTimeout: d.IdleTimeout, SessionTimeout: d.SessionTimeout, Logger: d.Logger,
 		StateKey: d.StateKey, AdvertiseURL: d.AdvertiseURL,
+		EdgeLimit: d.Edge.Limiter(), MaxSessions: d.MaxSessions,
 	}
 	if d.Confirm != nil {
 		cfg.Confirm = mandatev1.NewConfirmServiceClient(d.Confirm)
+	}
+	if d.Audit != nil {
+		if cfg.EdgeRecorder, err = edgelimit.NewRecorder(edgelimit.RecorderConfig{Audit: mandatev1.NewAuditServiceClient(d.Audit), Logger: d.Logger}); err != nil {
+			return nil, err
+		}
 	}
 	bridge, err := mcpbridge.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	cl.Add(bridge.Close)
-	return &Service{bridge: bridge, path: path}, nil
+	return &Service{bridge: bridge, path: path, refusals: cfg.EdgeRecorder}, nil
 }
 
 // Register serves MCP and the protected-resource metadata on srv.
@@ -88,7 +103,12 @@ func (b *Service) Register(srv *server.Server) {
 
 // Start ends the open sessions' SSE streams as soon as p begins to stop:
 // they would hold the HTTP shutdown until its timeout.
-func (b *Service) Start(p *clicore.Group) { p.OnStopping(b.bridge.Close) }
+func (b *Service) Start(p *clicore.Group) {
+	p.OnStopping(b.bridge.Close)
+	if b.refusals != nil {
+		p.Loop(b.refusals.Run) // appends the edge's refusal rows until the servers have stopped
+	}
+}
 
 // Run runs the MCP bridge on its own: Streamable HTTP at the path
 // of --resource-url, the RFC 9728 metadata and /healthz on --http-addr,
@@ -108,6 +128,9 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		authServers                        []string
 		sessionTimeout, idleTimeout        time.Duration
 		stateSecret                        config.Secret
+		auditAddr                          string
+		edge                               clicore.EdgeFlags
+		maxSessions                        int
 	)
 	s := config.New("mcpbridge", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
@@ -119,6 +142,17 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	s.String(&catalogAddr, "catalog-addr", "127.0.0.1:9091", "gRPC address of the catalog service: host:port, or dns:///host:port, balanced round robin over every address the name resolves to")
 	s.String(&executorAddr, "executor-addr", "127.0.0.1:9092", "gRPC address of the executor (host:port or dns:///host:port, balanced like --catalog-addr)")
 	s.String(&confirm, "confirm-addr", "127.0.0.1:9093", "gRPC address of the confirm service (elicited confirmations); empty: approval URLs only")
+	s.String(&auditAddr, "audit-addr", "127.0.0.1:9094", "gRPC address of the audit service, where the bridge appends the rows of requests it refused at the edge "+
+		"(rate.limited, session.too_many; bounded per principal, the rest counted) on its own authority (host:port or dns:///host:port); empty: not recorded")
+	edge.Declare(s, "MCP")
+	s.Int(&maxSessions, "max-sessions", mcpbridge.DefaultMaxSessions, "MCP sessions one principal (tenant, user, agent) may hold open on this bridge; "+
+		"past it an initialize is refused 429 session.too_many, and audited")
+	s.Check(func() error {
+		if maxSessions < 1 {
+			return s.Errorf("max-sessions", "must be at least 1")
+		}
+		return nil
+	})
 	s.String(&resourceURL, "resource-url", "", "public URL of the MCP endpoint, the RFC 9728 resource (default http://<http-addr>/mcp)")
 	s.String(&advertiseURL, "advertise-url", "", "URL at which the other bridge replicas reach this one (http://host:port of --http-addr, e.g. the pod's "+
 		"address): session ids name it, sealed with the state secret, and a replica forwards requests for another's sessions to it "+
@@ -207,6 +241,12 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		Manifest: set, Verifier: users,
 		ResourceURL: resourceURL, AuthorizationServers: authServers, AdvertiseURL: advertiseURL,
 		IdleTimeout: idleTimeout, SessionTimeout: sessionTimeout, StateKey: []byte(stateSecret.Reveal()), Logger: log,
+		Edge: edge, MaxSessions: maxSessions,
+	}
+	if auditAddr != "" {
+		if deps.Audit, err = dial.Service(auditAddr); err != nil {
+			return err
+		}
 	}
 	if !stateSecret.Set() {
 		deps.StateKey = deriveStateKey([]byte(f.ServiceSecret.Reveal()))
@@ -223,7 +263,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if au, err := url.Parse(advertiseURL); err == nil && (au.Hostname() == "" || net.ParseIP(au.Hostname()).IsUnspecified()) {
 		log.Warn("the advertise URL names no address the other replicas can reach: set --advertise-url when running more than one replica", "advertise", advertiseURL)
 	}
-	log.Info("MCP endpoint", "resource", resourceURL, "advertise", advertiseURL, "catalog", catalogAddr, "executor", executorAddr, "confirm", confirm)
+	log.Info("MCP endpoint", "resource", resourceURL, "advertise", advertiseURL, "catalog", catalogAddr, "executor", executorAddr, "confirm", confirm, "audit", auditAddr)
 	return f.Serve(ctx, server.Config{Name: "mcpbridge", Auth: auth, Logger: log, Metrics: metrics, ManifestDigest: set.Digest()}, svc.Register, svc.Start)
 }
 
