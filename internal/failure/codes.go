@@ -74,6 +74,7 @@ const (
 	CodeConfirmationAlreadyRedeemed    = "confirmation.already_redeemed"
 	CodeConfirmationGrantMismatch      = "confirmation.grant_mismatch"
 	CodeConfirmationRevoked            = "confirmation.revoked"
+	CodeConfirmationDeclarationChanged = "confirmation.declaration_changed"
 	CodeConfirmationTooManyOpen        = "confirmation.too_many_open"
 	CodeConfirmationApproverNotAllowed = "confirmation.approver_not_allowed"
 	CodeConfirmationNotFound           = "confirmation.not_found"
@@ -253,6 +254,9 @@ var table = []Spec{
 	{Code: CodeConfirmationRevoked, Stages: []string{StageConfirmation}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
 		Remedy:  "ask the user again: call the command again to open a new challenge",
 		Meaning: "the call was asked for before its user or agent was last disabled (access revoked); an approval given then does not survive the revocation"},
+	{Code: CodeConfirmationDeclarationChanged, Stages: []string{StageConfirmation}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
+		Remedy:  "ask the approver again under the new declaration: call the command again without the grant to open a new challenge",
+		Meaning: "the command's declaration (risk, confirmation, approver, permissions, conditions, input schema…) changed since the approval was given; an approval holds for the declaration it was given under, and the grant was not used"},
 	{Code: CodeConfirmationGrantMismatch, Stages: []string{StageConfirmation}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
 		Remedy:  "ask the user again: call the command again to open a new challenge",
 		Meaning: "the grant was given for another invocation (other arguments, principal or idempotency key)"},

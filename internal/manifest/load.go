@@ -2,6 +2,8 @@ package manifest
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +33,8 @@ type Set struct {
 	byCode   map[string]*Command
 	byMethod map[string]*Command
 	methods  map[string]protoreflect.MethodDescriptor
+	// declarations are the commands' DeclarationDigest, by code.
+	declarations map[string]string
 }
 
 // Embedded loads the manifest and descriptor set compiled into the binary
@@ -94,6 +98,8 @@ func Load(manifestJSON, descriptorSet []byte) (*Set, error) {
 		byCode:   map[string]*Command{},
 		byMethod: map[string]*Command{},
 		methods:  map[string]protoreflect.MethodDescriptor{},
+
+		declarations: map[string]string{},
 	}
 	for _, c := range m.Commands {
 		if c == nil || c.Code == "" {
@@ -109,8 +115,40 @@ func Load(manifestJSON, descriptorSet []byte) (*Set, error) {
 		s.byCode[c.Code] = c
 		s.byMethod[c.RPC.FullMethod] = c
 		s.methods[c.Code] = md
+		if s.declarations[c.Code], err = declarationDigest(c); err != nil {
+			return fail("%s: %v", c.Code, err)
+		}
 	}
 	return s, nil
+}
+
+// DeclarationDigest is the digest of command code's declaration (64 hex
+// characters; "" for a code the manifest does not have): everything that
+// decides how a call of it is governed and what it may do — risk,
+// confirmation, approver, permissions, conditions, side effects,
+// separation of duties, sensitive fields, deadline, lifecycle, its RPC and
+// its input schema — and not its prose (display name, description, agent
+// hint, examples) nor its output schema. An approval holds for one
+// declaration: a redeploy that changes it voids the command's open grants.
+func (s *Set) DeclarationDigest(code string) string { return s.declarations[code] }
+
+// DeclarationDigestOf is the DeclarationDigest of a command declared
+// outside a Set (a test's fixture); "" when it cannot be encoded.
+func DeclarationDigestOf(c *Command) string {
+	d, _ := declarationDigest(c)
+	return d
+}
+
+// declarationDigest hashes c's governing fields, canonically encoded.
+func declarationDigest(c *Command) (string, error) {
+	d := *c
+	d.DisplayName, d.Description, d.AgentHint, d.Examples, d.OutputSchema = "", "", "", nil, nil
+	b, err := Canonical(&d, false)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(append([]byte("mandate.declaration.v1\n"), b...))
+	return hex.EncodeToString(sum[:]), nil
 }
 
 func (s *Set) lookupMethod(c *Command) (protoreflect.MethodDescriptor, error) {

@@ -40,6 +40,7 @@ var (
 	ErrExpired            = &Error{Code: failure.CodeConfirmationExpired, Message: "the challenge expired before it was decided or used; ask again"}
 	ErrAlreadyRedeemed    = &Error{Code: failure.CodeConfirmationAlreadyRedeemed, Message: "the grant was already used; an approval is good for one call"}
 	ErrGrantMismatch      = &Error{Code: failure.CodeConfirmationGrantMismatch, Message: "the grant was given for another invocation (other arguments, principal or idempotency key); consent does not carry over"}
+	ErrDeclarationChanged = &Error{Code: failure.CodeConfirmationDeclarationChanged, Message: "the command's declaration changed since the approval; an approval holds for the declaration it was given under — ask again"}
 	ErrRevoked            = &Error{Code: failure.CodeConfirmationRevoked, Message: "the call was asked for before its user's or agent's access was last revoked; ask again"}
 	ErrTooManyOpen        = &Error{Code: failure.CodeConfirmationTooManyOpen, Message: "too many approvals requested by this caller are still waiting"}
 	ErrRefused            = &Error{Code: failure.CodeConfirmationRefused, Message: "the approver declined the call"}

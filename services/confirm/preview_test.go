@@ -34,7 +34,7 @@ func TestOpenWithAPreview(t *testing.T) {
 	if _, err := f.svc.Decide(ctx, alice, c.ID, true, confirm.ChannelAPI); err != nil {
 		t.Fatal(err)
 	}
-	g, err := f.svc.Redeem(ctx, aliceViaExecutor, c.ID, c.InvocationDigest)
+	g, err := f.svc.Redeem(ctx, aliceViaExecutor, c.ID, c.InvocationDigest, "")
 	if err != nil || g.PreviewDigest != digest {
 		t.Fatalf("the grant: %+v %v", g, err)
 	}

@@ -64,6 +64,11 @@ type Prompt struct {
 	// each condition's description from the declaration, with its id,
 	// neutralised. Empty when the declaration asks for every call.
 	Reasons []string `json:"reasons,omitempty"`
+	// DeclarationDigest is the digest of the command's declaration the
+	// prompt was rendered from (manifest.Set DeclarationDigest): the
+	// approval holds for it only. Empty in challenges opened before it was
+	// recorded.
+	DeclarationDigest string `json:"declaration_digest,omitempty"`
 }
 
 // WithheldValue replaces a sensitive value that reached the renderer.

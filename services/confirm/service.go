@@ -17,6 +17,9 @@ import (
 // Commands looks up command declarations; *manifest.Set implements it.
 type Commands interface {
 	ByCode(code string) (*manifest.Command, bool)
+	// DeclarationDigest is the digest of a command's declaration: an
+	// approval holds for the declaration it was given under.
+	DeclarationDigest(code string) string
 }
 
 // Config wires a Service.
@@ -171,6 +174,7 @@ func (s *Service) Open(ctx context.Context, p identity.Principal, req OpenReques
 	if err != nil {
 		return Challenge{}, err
 	}
+	prompt.DeclarationDigest = s.commands.DeclarationDigest(cmd.Code)
 	c := Challenge{
 		ID: NewID(), Tenant: p.Tenant, Command: cmd.Code, Risk: cmd.Risk,
 		InvocationDigest: req.InvocationDigest, InvocationID: req.InvocationID,
@@ -430,7 +434,7 @@ func (s *Service) CanDecide(ctx context.Context, p identity.Principal, c Challen
 // Redeem uses the grant of an approved challenge for the invocation that p
 // — the requester, relayed by a Mandate service — is making; digest is that
 // invocation's digest. It succeeds once.
-func (s *Service) Redeem(ctx context.Context, p identity.Principal, id, digest string) (Grant, error) {
+func (s *Service) Redeem(ctx context.Context, p identity.Principal, id, digest, declaration string) (Grant, error) {
 	if err := relayed(p, "redeem a grant"); err != nil {
 		return Grant{}, err
 	}
@@ -457,6 +461,16 @@ func (s *Service) Redeem(ctx context.Context, p identity.Principal, id, digest s
 		s.log.WarnContext(ctx, "grant refused: asked for before a revocation", "tenant", p.Tenant, "challenge_id", id,
 			"invocation_id", c.InvocationID, "command", c.Command)
 		return Grant{}, ErrRevoked
+	}
+	// An approval holds for the declaration it was given under: after a
+	// redeploy that changed the command, it is refused and left unused.
+	if declaration == "" {
+		declaration = s.commands.DeclarationDigest(c.Command)
+	}
+	if was := c.Prompt.DeclarationDigest; was != "" && was != declaration {
+		s.log.WarnContext(ctx, "grant refused: the command's declaration changed since the approval", "tenant", p.Tenant, "challenge_id", id,
+			"invocation_id", c.InvocationID, "command", c.Command)
+		return Grant{}, ErrDeclarationChanged
 	}
 	redeemed, err := s.store.Redeem(ctx, p.Tenant, id, digest)
 	if err != nil {

@@ -211,7 +211,7 @@ func TestRule_L4AlwaysRecordsAnApprover(t *testing.T) {
 	if _, err := f.svc.Decide(context.Background(), carol, c.ID, true, confirm.ChannelApprovalPage); err != nil {
 		t.Fatal(err)
 	}
-	g, err := f.svc.Redeem(context.Background(), botForAlice, c.ID, c.InvocationDigest)
+	g, err := f.svc.Redeem(context.Background(), botForAlice, c.ID, c.InvocationDigest, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestRule_OtherTenant_confirmation_not_found(t *testing.T) {
 	if _, err := f.svc.Decide(ctx, alice, c.ID, true, confirm.ChannelAPI); err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.svc.Redeem(ctx, identity.Principal{Kind: identity.KindUser, Tenant: "globex", UserID: "gina", Via: "executor"}, c.ID, c.InvocationDigest)
+	_, err = f.svc.Redeem(ctx, identity.Principal{Kind: identity.KindUser, Tenant: "globex", UserID: "gina", Via: "executor"}, c.ID, c.InvocationDigest, "")
 	wantCode(t, "Redeem", err, failure.CodeConfirmationNotFound)
 	if list, err := f.svc.Pending(ctx, gina, 10); err != nil || len(list) != 0 {
 		t.Fatalf("Pending for gina: %v %v", list, err)
@@ -284,7 +284,7 @@ func TestRule_Redeem(t *testing.T) {
 	}{
 		{"replayed", func(t *testing.T, f *fixture, c confirm.Challenge) (identity.Principal, string) {
 			approveIt(t, f, c)
-			if _, err := f.svc.Redeem(ctx, botForAlice, c.ID, c.InvocationDigest); err != nil {
+			if _, err := f.svc.Redeem(ctx, botForAlice, c.ID, c.InvocationDigest, ""); err != nil {
 				t.Fatal(err)
 			}
 			return botForAlice, c.InvocationDigest
@@ -321,7 +321,7 @@ func TestRule_Redeem(t *testing.T) {
 			c := f.open(t, botForAlice, "ticket.refund")
 			p, digest := tc.arrange(t, f, c)
 			before := f.state(t, c.ID)
-			_, err := f.svc.Redeem(ctx, p, c.ID, digest)
+			_, err := f.svc.Redeem(ctx, p, c.ID, digest, "")
 			wantCode(t, "Redeem", err, tc.code)
 			if after := f.state(t, c.ID); after != before {
 				t.Fatalf("a refused Redeem moved the challenge from %s to %s", before, after)
@@ -348,10 +348,10 @@ func TestRule_ConsentNeverCarriesOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	approveIt(t, f, c)
-	if _, err := f.svc.Redeem(ctx, botForAlice, c.ID, confirmtest.Digest("B")); !errors.Is(err, confirm.ErrGrantMismatch) {
+	if _, err := f.svc.Redeem(ctx, botForAlice, c.ID, confirmtest.Digest("B"), ""); !errors.Is(err, confirm.ErrGrantMismatch) {
 		t.Fatalf("redeeming for other arguments: %v", err)
 	}
-	if _, err := f.svc.Redeem(ctx, botForAlice, c.ID, c.InvocationDigest); err != nil {
+	if _, err := f.svc.Redeem(ctx, botForAlice, c.ID, c.InvocationDigest, ""); err != nil {
 		t.Fatal(err)
 	}
 	// Opening again for the same invocation returns the first challenge; a
@@ -370,7 +370,7 @@ func TestRule_ConsentNeverCarriesOver(t *testing.T) {
 	if err != nil || next.ID == c.ID || next.State != confirm.StatePending {
 		t.Fatalf("new invocation: %+v %v", next, err)
 	}
-	_, err = f.svc.Redeem(ctx, botForAlice, next.ID, next.InvocationDigest)
+	_, err = f.svc.Redeem(ctx, botForAlice, next.ID, next.InvocationDigest, "")
 	wantCode(t, "the new challenge before anyone decided", err, failure.CodeConfirmationPending)
 }
 
@@ -384,7 +384,7 @@ func TestConcurrentRedeems(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 64 {
 		wg.Go(func() {
-			_, err := f.svc.Redeem(context.Background(), botForAlice, c.ID, c.InvocationDigest)
+			_, err := f.svc.Redeem(context.Background(), botForAlice, c.ID, c.InvocationDigest, "")
 			switch {
 			case err == nil:
 				won.Add(1)

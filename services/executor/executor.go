@@ -564,7 +564,8 @@ func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) e
 	var g *mandatev1.Grant
 	redeem := func(ctx context.Context) error {
 		var err error
-		g, err = e.cfg.Confirm.Redeem(ctx, &mandatev1.RedeemRequest{ChallengeId: inv.call.GrantID, InvocationDigest: d})
+		g, err = e.cfg.Confirm.Redeem(ctx, &mandatev1.RedeemRequest{ChallengeId: inv.call.GrantID, InvocationDigest: d,
+			DeclarationDigest: e.cfg.Manifest.DeclarationDigest(inv.cmd.Code)})
 		return confirmError(err)
 	}
 	err := e.stage(ctx, StageConfirmation, redeem)

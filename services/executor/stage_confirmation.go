@@ -77,9 +77,11 @@ func (e *Executor) confirmationVerdict(ctx context.Context, inv *invocation) (*R
 	refuse := func(code, msg string) (*Result, error) {
 		return nil, e.confirmFailure(ctx, inv, failure.New(StageConfirmation, code, msg))
 	}
-	switch {
+	switch was := ch.GetDeclarationDigest(); {
 	case ch.GetInvocationDigest() != invocationDigest(inv, inv.canon):
 		return refuse(failure.CodeConfirmationGrantMismatch, "the grant was given for another invocation (other arguments, principal or idempotency key)")
+	case was != "" && was != e.cfg.Manifest.DeclarationDigest(inv.cmd.Code):
+		return refuse(failure.CodeConfirmationDeclarationChanged, "the command's declaration changed since the approval; an approval holds for the declaration it was given under")
 	case ch.GetState() == mandatev1.ChallengeState_CHALLENGE_STATE_APPROVED:
 		return nil, e.checkPreflight(ctx, inv)
 	case ch.GetState() == mandatev1.ChallengeState_CHALLENGE_STATE_PENDING:

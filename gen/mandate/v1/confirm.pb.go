@@ -356,8 +356,14 @@ type Challenge struct {
 	// The executor's digest of the backend's preview the approver was shown
 	// (Prompt.effect_lines); empty when there was none.
 	PreviewDigest string `protobuf:"bytes,19,opt,name=preview_digest,json=previewDigest,proto3" json:"preview_digest,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The digest of the command's declaration (manifest.Set
+	// DeclarationDigest) the challenge was opened under: 64 hex characters,
+	// empty for challenges opened before it was recorded. A grant is
+	// redeemed only under the same declaration: a redeploy that changes the
+	// command voids its open approvals.
+	DeclarationDigest string `protobuf:"bytes,20,opt,name=declaration_digest,json=declarationDigest,proto3" json:"declaration_digest,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Challenge) Reset() {
@@ -519,6 +525,13 @@ func (x *Challenge) GetElicitable() bool {
 func (x *Challenge) GetPreviewDigest() string {
 	if x != nil {
 		return x.PreviewDigest
+	}
+	return ""
+}
+
+func (x *Challenge) GetDeclarationDigest() string {
+	if x != nil {
+		return x.DeclarationDigest
 	}
 	return ""
 }
@@ -811,8 +824,13 @@ type RedeemRequest struct {
 	// The digest of the invocation redeeming it; must equal the one the
 	// challenge was opened for.
 	InvocationDigest string `protobuf:"bytes,2,opt,name=invocation_digest,json=invocationDigest,proto3" json:"invocation_digest,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The digest of the command's declaration the redeeming executor runs
+	// (empty: the confirm service's own); a challenge opened under another
+	// declaration is refused (confirmation.declaration_changed) and stays
+	// unredeemed.
+	DeclarationDigest string `protobuf:"bytes,3,opt,name=declaration_digest,json=declarationDigest,proto3" json:"declaration_digest,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RedeemRequest) Reset() {
@@ -855,6 +873,13 @@ func (x *RedeemRequest) GetChallengeId() string {
 func (x *RedeemRequest) GetInvocationDigest() string {
 	if x != nil {
 		return x.InvocationDigest
+	}
+	return ""
+}
+
+func (x *RedeemRequest) GetDeclarationDigest() string {
+	if x != nil {
+		return x.DeclarationDigest
 	}
 	return ""
 }
@@ -1019,7 +1044,7 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	" \x01(\tR\vrequestedBy\x12%\n" +
 	"\x0eargument_lines\x18\v \x03(\tR\rargumentLines\x12!\n" +
 	"\feffect_lines\x18\f \x03(\tR\veffectLines\x12\x18\n" +
-	"\areasons\x18\r \x03(\tR\areasons\"\xa5\x06\n" +
+	"\areasons\x18\r \x03(\tR\areasons\"\xd4\x06\n" +
 	"\tChallenge\x12!\n" +
 	"\fchallenge_id\x18\x01 \x01(\tR\vchallengeId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x18\n" +
@@ -1046,7 +1071,8 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\n" +
 	"elicitable\x18\x12 \x01(\bR\n" +
 	"elicitable\x12%\n" +
-	"\x0epreview_digest\x18\x13 \x01(\tR\rpreviewDigest\"\xe1\x03\n" +
+	"\x0epreview_digest\x18\x13 \x01(\tR\rpreviewDigest\x12-\n" +
+	"\x12declaration_digest\x18\x14 \x01(\tR\x11declarationDigest\"\xe1\x03\n" +
 	"\vOpenRequest\x12$\n" +
 	"\acommand\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\acommand\x12B\n" +
@@ -1072,11 +1098,12 @@ const file_mandate_v1_confirm_proto_rawDesc = "" +
 	"\achannel\x18\x03 \x01(\tB\a\xbaH\x04r\x02\x18@R\achannel\"=\n" +
 	"\fAwaitRequest\x12-\n" +
 	"\fchallenge_id\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\vchallengeId\"\x82\x01\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\vchallengeId\"\xcb\x01\n" +
 	"\rRedeemRequest\x12-\n" +
 	"\fchallenge_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\vchallengeId\x12B\n" +
-	"\x11invocation_digest\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x10invocationDigest\"\x83\x01\n" +
+	"\x11invocation_digest\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x10invocationDigest\x12G\n" +
+	"\x12declaration_digest\x18\x03 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\x11declarationDigest\"\x83\x01\n" +
 	"\x0eReleaseRequest\x12-\n" +
 	"\fchallenge_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\vchallengeId\x12B\n" +

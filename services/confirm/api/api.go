@@ -182,7 +182,7 @@ func (s *Service) Redeem(ctx context.Context, req *mandatev1.RedeemRequest) (*ma
 	if err != nil {
 		return nil, err
 	}
-	g, err := s.confirm.Redeem(ctx, p, req.GetChallengeId(), req.GetInvocationDigest())
+	g, err := s.confirm.Redeem(ctx, p, req.GetChallengeId(), req.GetInvocationDigest(), req.GetDeclarationDigest())
 	if err != nil {
 		return nil, s.mapErr(ctx, "redeem", err)
 	}
@@ -254,14 +254,15 @@ func (s *Service) toProto(c *confirm.Challenge) *mandatev1.Challenge {
 			EffectLines:   c.Prompt.Effects,
 			Reasons:       c.Prompt.Reasons,
 		},
-		PreviewDigest:   c.Prompt.PreviewDigest,
-		State:           stateProto(c.State),
-		CreatedAt:       timestamppb.New(c.CreatedAt),
-		ExpiresAt:       timestamppb.New(c.ExpiresAt),
-		DecidedBy:       c.DecidedBy,
-		DecisionChannel: c.DecisionChannel,
-		ApprovalUrl:     s.confirm.ApprovalURL(c.ID),
-		Elicitable:      c.Elicitable,
+		PreviewDigest:     c.Prompt.PreviewDigest,
+		DeclarationDigest: c.Prompt.DeclarationDigest,
+		State:             stateProto(c.State),
+		CreatedAt:         timestamppb.New(c.CreatedAt),
+		ExpiresAt:         timestamppb.New(c.ExpiresAt),
+		DecidedBy:         c.DecidedBy,
+		DecisionChannel:   c.DecisionChannel,
+		ApprovalUrl:       s.confirm.ApprovalURL(c.ID),
+		Elicitable:        c.Elicitable,
 	}
 	if !c.DecidedAt.IsZero() {
 		out.DecidedAt = timestamppb.New(c.DecidedAt)

@@ -103,7 +103,7 @@ func TestRevocationVoidsOpenGrants(t *testing.T) {
 			}
 			relay := func(p identity.Principal) identity.Principal { p.Via = "executor"; return p }
 
-			_, err = svc.Redeem(ctx, relay(oldToken), ch.ID, ch.InvocationDigest)
+			_, err = svc.Redeem(ctx, relay(oldToken), ch.ID, ch.InvocationDigest, "")
 			wantConfirmCode(t, "a token of before the revocation", err, failure.CodeAuthorizationPrincipalInactive)
 
 			res, err := directory.Direct(dir).Resolve(ctx, "acme", "alice", "support-bot")
@@ -112,14 +112,14 @@ func TestRevocationVoidsOpenGrants(t *testing.T) {
 			}
 			newToken := elicitBot
 			newToken.IssuedAt = res.NotBefore()
-			_, err = svc.Redeem(ctx, relay(newToken), ch.ID, ch.InvocationDigest)
+			_, err = svc.Redeem(ctx, relay(newToken), ch.ID, ch.InvocationDigest, "")
 			wantConfirmCode(t, "a grant asked for before the revocation", err, failure.CodeConfirmationRevoked)
 
 			fresh := openFor(t, svc, newToken, "ticket.refund")
 			if _, err := svc.Decide(ctx, elicitAlice, fresh.ID, true, confirm.ChannelApprovalPage); err != nil {
 				t.Fatal(err)
 			}
-			if g, err := svc.Redeem(ctx, relay(newToken), fresh.ID, fresh.InvocationDigest); err != nil || g.Approver != "alice" {
+			if g, err := svc.Redeem(ctx, relay(newToken), fresh.ID, fresh.InvocationDigest, ""); err != nil || g.Approver != "alice" {
 				t.Fatalf("a grant asked for after re-enabling: %+v %v", g, err)
 			}
 		})

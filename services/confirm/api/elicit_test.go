@@ -93,7 +93,7 @@ func TestDecideElicited(t *testing.T) {
 			if err != nil || got.State != confirm.StateApproved || got.DecidedBy != "alice" || got.DecisionChannel != confirm.ChannelMCPElicitation {
 				t.Fatalf("approve: %+v %v", got, err)
 			}
-			g, err := svc.Redeem(ctx, identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "alice", AgentID: "support-bot", Via: "executor"}, c.ID, c.InvocationDigest)
+			g, err := svc.Redeem(ctx, identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "alice", AgentID: "support-bot", Via: "executor"}, c.ID, c.InvocationDigest, "")
 			if err != nil || g.Approver != "alice" || g.Channel != confirm.ChannelMCPElicitation {
 				t.Fatalf("redeem the elicited grant: %+v %v", g, err)
 			}
@@ -106,7 +106,7 @@ func TestDecideElicited(t *testing.T) {
 			if err != nil || got.State != confirm.StateDeclined || got.DecidedBy != "alice" || got.DecisionChannel != confirm.ChannelMCPElicitation {
 				t.Fatalf("decline: %+v %v", got, err)
 			}
-			_, err = svc.Redeem(ctx, identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "alice", AgentID: "support-bot", Via: "executor"}, d.ID, d.InvocationDigest)
+			_, err = svc.Redeem(ctx, identity.Principal{Kind: identity.KindAgent, Tenant: "acme", UserID: "alice", AgentID: "support-bot", Via: "executor"}, d.ID, d.InvocationDigest, "")
 			wantConfirmCode(t, "redeeming a declined challenge", err, failure.CodeConfirmationRefused)
 
 			pending := openFor(t, svc, elicitBot, "ticket.refund")

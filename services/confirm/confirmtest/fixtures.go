@@ -17,6 +17,15 @@ func (s CommandSet) ByCode(code string) (*manifest.Command, bool) {
 	return c, ok
 }
 
+// DeclarationDigest implements confirm.Commands.
+func (s CommandSet) DeclarationDigest(code string) string {
+	c, ok := s[code]
+	if !ok {
+		return ""
+	}
+	return manifest.DeclarationDigestOf(c)
+}
+
 // Commands returns declarations covering every approver rule:
 //
 //   - ticket.refund: L3, the requesting user approves (as in the helpdesk

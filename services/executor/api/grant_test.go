@@ -42,7 +42,7 @@ func testGrantOfACallThatNeverRanIsNotSpent(t *testing.T, st stores) {
 	}
 	relay := carolsBot
 	relay.Via = "executor"
-	if _, err := e.confirm.Redeem(ctx, relay, challenge, ch.InvocationDigest); err != nil {
+	if _, err := e.confirm.Redeem(ctx, relay, challenge, ch.InvocationDigest, ""); err != nil {
 		t.Fatal(err)
 	}
 	k := executor.IdemKey{Tenant: "acme", User: "carol", Command: "ticket.refund", Key: key}

@@ -99,6 +99,8 @@ type env struct {
 	dir directory.Store
 	// execStore is the executor's own store (idempotency, executions).
 	execStore executor.Store
+	// backing is its stores, for a redeploy on them (startOn).
+	backing backing
 }
 
 func verifiers(t testing.TB, ctx context.Context) (*identity.Verifier, *identity.ServiceVerifier) {
@@ -228,17 +230,24 @@ func (u *unplugged) AppendBatch(ctx context.Context, recs []audit.Record) ([]aud
 // configuration.
 func start(t testing.TB, st stores, opts ...func(*executor.Config)) *env {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	set, err := manifest.Embedded()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b backing
 	if st == postgresStores {
-		b = postgresBacking(t, ctx)
+		b = postgresBacking(t, context.Background())
 	} else {
 		b = memoryBacking(t)
 	}
+	return startOn(t, b, set, opts...)
+}
+
+// startOn is start on the stores b with the manifest set: a second
+// topology on the same stores is a redeploy of the first.
+func startOn(t testing.TB, b backing, set *manifest.Set, opts ...func(*executor.Config)) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
 	if _, err := directory.Apply(ctx, b.dir, []byte(policy)); err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +339,7 @@ func start(t testing.TB, st stores, opts ...func(*executor.Config)) *env {
 		cancel()
 	})
 	return &env{exec: esrv, conn: conn, gateway: gw, helpdesk: hstore, audit: b.auditStore, takeAuditAway: b.takeAuditAway,
-		confirm: confirmSvc, backend: backendConn, writer: writer, pipeline: exec, dir: b.dir, execStore: b.execStore}
+		confirm: confirmSvc, backend: backendConn, writer: writer, pipeline: exec, dir: b.dir, execStore: b.execStore, backing: b}
 }
 
 func token(t testing.TB, tenant, user, agent string) string {

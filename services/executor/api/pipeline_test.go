@@ -334,10 +334,10 @@ func testAuditUnavailableFailsClosed(t *testing.T, st stores) {
 	}
 	relay := carolsBot
 	relay.Via = "executor"
-	if _, err := e.confirm.Redeem(context.Background(), relay, challenge, ch.InvocationDigest); err != nil {
+	if _, err := e.confirm.Redeem(context.Background(), relay, challenge, ch.InvocationDigest, ""); err != nil {
 		t.Fatalf("the retry of the same invocation cannot redeem the grant: %v", err)
 	}
-	if _, err := e.confirm.Redeem(context.Background(), relay, challenge, ch.InvocationDigest); !errors.Is(err, confirm.ErrAlreadyRedeemed) {
+	if _, err := e.confirm.Redeem(context.Background(), relay, challenge, ch.InvocationDigest, ""); !errors.Is(err, confirm.ErrAlreadyRedeemed) {
 		t.Fatalf("a released grant redeemed twice: %v", err)
 	}
 }
