@@ -143,6 +143,26 @@ func TestApprovalPageRendersByDeclaration(t *testing.T) {
 				} else if r.Reason != tc.reason {
 					t.Fatalf("the reason reads %q, want %q", r.Reason, tc.reason)
 				}
+				// Issue 27 §5: the decision fits the first screen of a
+				// phone 390 px wide (and of the desktop): what, how much,
+				// who asks, what it will do, Approve and Decline — the
+				// details and the agent's text come after.
+				if w.name != "phone320" {
+					for what, bottom := range map[string]float64{"Approve": r.ApproveBottom, "Decline": r.DeclineBottom, "the amount": r.AmountsBottom, "the effect": r.EffectsBottom} {
+						if bottom <= 0 || bottom > float64(r.InnerHeight) {
+							t.Fatalf("%s ends at %.0f px, below the first screen (%d px tall)", what, bottom, r.InnerHeight)
+						}
+					}
+				}
+				if !strings.Contains(r.Amounts, tc.wantMoney) || !strings.Contains(r.Asker, "finance-bot, an agent acting for carol") ||
+					!strings.Contains(r.ExpiresIn, "expires in") || !strings.Contains(r.Next, "nothing has run yet") {
+					t.Fatalf("the decision screen: amounts %q, asker %q, %q, next %q", r.Amounts, r.Asker, r.ExpiresIn, r.Next)
+				}
+				// Approver-facing wording: the risk explained, no code
+				// markup, no example meant for the agent beside the value.
+				if !strings.Contains(r.RiskMeaning, "moves money") || strings.Contains(r.Text, "`") || strings.Contains(r.Text, "e.g.") {
+					t.Fatalf("risk %q; the page's text holds a backtick or an e.g.:\n%s", r.RiskMeaning, r.Text)
+				}
 			})
 		}
 	}
@@ -155,6 +175,11 @@ type renderReport struct {
 	Overflowing                                  []string
 	Amount, Reason, ReasonLabel, ReasonKind      string
 	Withheld, Text, HTML                         string
+	// The decision screen: where Approve, Decline, the amounts and the
+	// effect lines end, in px from the top, and the viewport's height.
+	InnerHeight                                                int64
+	ApproveBottom, DeclineBottom, AmountsBottom, EffectsBottom float64
+	Amounts, Asker, ExpiresIn, Next, RiskMeaning               string
 }
 
 // renderProbe opens the exact-JSON box, then measures the page: the
@@ -183,6 +208,13 @@ const renderProbe = `(() => {
     ReasonLabel: text('[data-pointer="/reason"] .f-label'),
     ReasonKind: q('[data-pointer="/reason"]') ? q('[data-pointer="/reason"]').dataset.kind : '',
     Withheld: text('[data-pointer="/cardholder_reference"] .f-value'),
+    InnerHeight: window.innerHeight,
+    ApproveBottom: q('#approve') ? q('#approve').getBoundingClientRect().bottom : 0,
+    DeclineBottom: q('#decline') ? q('#decline').getBoundingClientRect().bottom : 0,
+    AmountsBottom: q('#amounts') ? q('#amounts').getBoundingClientRect().bottom : 0,
+    EffectsBottom: q('#effects') ? q('#effects').getBoundingClientRect().bottom : 0,
+    Amounts: text('#amounts'), Asker: text('#asker'), ExpiresIn: text('#expires-in'), Next: text('#next'),
+    RiskMeaning: text('#risk-meaning'),
     Text: document.body.innerText,
     HTML: de.outerHTML,
   };

@@ -292,6 +292,8 @@ func shown(page, field string, d *pageData) bool {
 		return c.Reversible
 	case ".C.CannotDecide":
 		return c.Pending && !c.CanDecide
+	case ".C.ExpiresIn":
+		return c.Pending
 	case ".C.Fields[1].Raw": // free text has no raw value to show
 		return false
 	case ".C.NeutralisedNote":

@@ -167,6 +167,59 @@ type challengeView struct {
 	DecidedBy, DecidedAt, Channel string
 	Pending, CanDecide            bool
 	CannotDecide                  string
+	// ExpiresIn is how long is left to decide ("in 9 min"); Asker is who
+	// asks, as the approver reads it ("finance-bot, an agent acting for
+	// carol").
+	ExpiresIn, Asker string
+	// RiskMeaning says what the declared risk level means.
+	RiskMeaning string
+	// Next says what follows the decision, or followed it.
+	Next string
+}
+
+// riskMeanings are the declared risk levels as an approver reads them
+// (mandate.v1.Risk).
+var riskMeanings = map[string]string{
+	"L0": "reads only; changes nothing",
+	"L1": "a small change that is easy to undo",
+	"L2": "a business change with limited, recoverable impact",
+	"L3": "moves money, is visible to customers, or is hard to undo",
+	"L4": "irreversible and high impact",
+}
+
+// exampleClause is an "e.g. …" clause of a field's description: written
+// for the agent that fills the field in, it reads to an approver as if it
+// were the value (an "e.g. T-1001" beside the real T-1001).
+var exampleClause = regexp.MustCompile(`\s*[,;(]?\s*\b(e\.g\.|for example)\s[^;)]*\)?`)
+
+// approverFields are fields with their descriptions worded for an
+// approver: no code markup (backticks), no examples meant for the agent.
+func approverFields(fs []confirm.PromptField) []confirm.PromptField {
+	out := make([]confirm.PromptField, len(fs))
+	for i, f := range fs {
+		d := strings.ReplaceAll(f.Description, "`", "")
+		if cut := exampleClause.ReplaceAllString(d, ""); cut != d {
+			d = strings.TrimRight(strings.TrimSpace(cut), ",;:")
+			if d != "" && !strings.HasSuffix(d, ".") {
+				d += "."
+			}
+		}
+		f.Description = d
+		out[i] = f
+	}
+	return out
+}
+
+// Money are the fields that are amounts of money, which the decision
+// screen shows first.
+func (v *challengeView) Money() []confirm.PromptField {
+	var out []confirm.PromptField
+	for _, f := range v.Fields {
+		if f.Kind == confirm.KindMoney && f.Problem == "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // listItem is one waiting request on the index: Amount is the amounts of
@@ -419,7 +472,8 @@ func (h *Handler) show(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := view(&c)
-	v.Fields = h.cfg.Confirm.Fields(&c)
+	v.Fields = approverFields(h.cfg.Confirm.Fields(&c))
+	v.ExpiresIn = expiresIn(c.ExpiresAt.Sub(h.cfg.Now()))
 	if v.Pending {
 		if err := h.cfg.Confirm.CanDecide(r.Context(), p, c); err != nil {
 			if fe, ok := api.Failure(err); ok {
@@ -527,8 +581,24 @@ func view(c *confirm.Challenge) *challengeView {
 	}
 	if c.RequesterAgent != "" {
 		v.Writer, _ = confirm.Neutralise("the agent " + c.RequesterAgent)
+		v.Asker, _ = confirm.Neutralise(c.RequesterAgent + ", an agent acting for " + c.RequesterUser)
 	} else {
 		v.Writer, _ = confirm.Neutralise(c.RequesterUser)
+		v.Asker = v.Writer
+	}
+	v.RiskMeaning = riskMeanings[c.Prompt.Risk]
+	by := v.Asker
+	switch c.State {
+	case confirm.StatePending:
+		v.Next = "Approve lets this exact call run once, if " + by + " sends it again before the request expires; nothing has run yet. Decline means it will not run, and " + by + " is told so."
+	case confirm.StateApproved:
+		v.Next = "Approved. Nothing has run yet: the call runs once, when " + by + " sends it again with this approval before it expires. The audit trail will name you as the approver."
+	case confirm.StateRedeemed:
+		v.Next = "Approved and used: the call was sent with this approval. Its outcome is in the audit trail."
+	case confirm.StateDeclined:
+		v.Next = "Declined. The call will not run; " + by + " is told it was declined."
+	case confirm.StateExpired:
+		v.Next = "Nobody decided in time, so the call did not run. " + by + " has to ask again."
 	}
 	switch c.Approver.Kind {
 	case confirm.ApproverPermissionHolder:

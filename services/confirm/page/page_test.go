@@ -438,7 +438,7 @@ func TestPreviewOnThePage(t *testing.T) {
 <li class="effect" dir="ltr"><bdi>refund 25.00 EUR of 49.90 EUR paid; 0.00 EUR refunded so far</bdi></li>
 <li class="effect" dir="ltr"><bdi>&lt;b&gt;x&lt;/b&gt; ⟦U&#43;202E⟧RUE</bdi></li>
 </ul>`
-	if r.status != http.StatusOK || !strings.Contains(r.body, "<h2>What it will do</h2>") || !strings.Contains(r.body, want) {
+	if r.status != http.StatusOK || !strings.Contains(r.body, `<p class="effects-head">What it will do`) || !strings.Contains(r.body, want) {
 		t.Fatalf("challenge page: %d\n%s", r.status, r.body)
 	}
 	plain := f.open(t, "ticket.refund", "inv-plain")

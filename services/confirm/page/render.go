@@ -120,12 +120,49 @@ func writeItems(w *htmlWriter, items []listItem) {
 	w.markup(`</ul>` + "\n")
 }
 
+// writeChallenge lays a request out decision first: the first screen of a
+// phone holds what is asked, how much, who asks, what the system that runs
+// it says it will do, when the request expires and Approve / Decline, with
+// what follows each; the details and every argument come after.
 func writeChallenge(w *htmlWriter, d *pageData) {
 	if c := d.C; c != nil {
 		w.element(`<div class="card" id="challenge" data-state="`, c.State, `">`+"\n")
-		w.element(`<p><span class="state state-`, c.State, `" id="state">`)
-		w.element(``, c.State, "</span></p>\n")
+		w.element(`<p class="top"><span class="state state-`, c.State, `" id="state">`)
+		w.element(``, c.State, "</span>")
+		if c.Pending {
+			w.element(` <span class="expires" id="expires-in">expires `, c.ExpiresIn, `</span>`)
+		}
+		w.markup("</p>\n")
 		w.element(`<h1 id="title">`, c.Title, "</h1>\n")
+		w.element(`<p id="asks">Asked by <strong id="asker">`, c.Asker, "</strong></p>\n")
+		if money := c.Money(); len(money) > 0 {
+			w.markup(`<ul class="amounts" id="amounts">` + "\n")
+			for _, f := range money {
+				w.element(`<li><span class="a-label">`, f.Label, `</span> <strong class="a-value" dir="ltr"><bdi>`)
+				w.element(``, f.Value, "</bdi></strong></li>\n")
+			}
+			w.markup("</ul>\n")
+		}
+		writeEffects(w, c)
+		switch {
+		case c.CanDecide:
+			w.markup(`<div class="actions">` + "\n")
+			writeDecision(w, d.CSRF, c.ID, "approve", `<button type="submit" id="approve">Approve</button>`)
+			w.markup("\n")
+			writeDecision(w, d.CSRF, c.ID, "decline", `<button type="submit" id="decline">Decline</button>`)
+			w.markup("\n</div>\n")
+		case c.Pending:
+			w.element(`<p class="note" id="cannot-decide">`, c.CannotDecide, "</p>\n")
+		}
+		if c.DecidedBy != "" {
+			w.element(`<p id="decision">Decided by `, c.DecidedBy, ` via `)
+			w.element(``, c.Channel, ` at `)
+			w.element(``, c.DecidedAt, "</p>\n")
+		}
+		w.element(`<p class="next" id="next">`, c.Next, "</p>\n")
+		w.markup("</div>\n")
+
+		w.markup(`<div class="card" id="details">` + "\n<h2>Details</h2>\n")
 		w.element(`<p id="summary">`, c.Summary, "</p>\n<dl>\n")
 		w.element(`<dt>Requested by</dt><dd id="requested-by">`, c.RequestedBy, "</dd>\n")
 		if len(c.Reasons) > 0 {
@@ -133,7 +170,11 @@ func writeChallenge(w *htmlWriter, d *pageData) {
 			writeList(w, c.Reasons, "", "", "")
 			w.markup("</dd>\n")
 		}
-		w.element(`<dt>Risk</dt><dd class="risk" id="risk">`, c.Risk, "</dd>\n")
+		w.element(`<dt>Risk</dt><dd id="risk-level"><span class="risk" id="risk">`, c.Risk, `</span>`)
+		if c.RiskMeaning != "" {
+			w.element(` <span class="note" id="risk-meaning">— `, c.RiskMeaning, ` (levels run from L0, reads only, to L4, irreversible)</span>`)
+		}
+		w.markup("</dd>\n")
 		w.markup(`<dt>Side effects</dt><dd id="side-effects">`)
 		writeList(w, c.SideEffects, "", "", "none declared")
 		w.markup("</dd>\n" + `<dt>Can be undone</dt><dd id="reversible">`)
@@ -156,14 +197,7 @@ func writeChallenge(w *htmlWriter, d *pageData) {
 			w.markup(`<dt>Expired or expires at</dt>`)
 		}
 		w.element(`<dd id="expires">`, c.ExpiresAt, "</dd>\n")
-		if c.DecidedBy != "" {
-			w.element(`<dt>Decided</dt><dd id="decision">`, c.DecidedBy, ` via `)
-			w.element(``, c.Channel, ` at `)
-			w.element(``, c.DecidedAt, `</dd>`)
-		}
-		w.markup("\n</dl>\n")
-		writeEffects(w, c)
-		w.markup("<h2>Arguments</h2>\n")
+		w.markup("</dl>\n<h2>Arguments</h2>\n")
 		writeFields(w, c)
 		w.element(`<details id="exact"><summary>Exact arguments as sent (JSON)</summary>
 <pre id="arguments">`, c.Arguments, "</pre>\n</details>\n")
@@ -175,17 +209,6 @@ func writeChallenge(w *htmlWriter, d *pageData) {
 				w.element(`<li class="withheld"><code>`, f, `</code> <em>withheld</em></li>`)
 			}
 			w.markup("</ul>\n</div>")
-		}
-		w.markup("\n")
-		switch {
-		case c.CanDecide:
-			w.markup(`<div class="actions">` + "\n")
-			writeDecision(w, d.CSRF, c.ID, "approve", `<button type="submit" id="approve">Approve</button>`)
-			w.markup("\n")
-			writeDecision(w, d.CSRF, c.ID, "decline", `<button type="submit" id="decline">Decline</button>`)
-			w.markup("\n</div>")
-		case c.Pending:
-			w.element(`<p class="note" id="cannot-decide">`, c.CannotDecide, `</p>`)
 		}
 		w.markup("\n</div>")
 	}
@@ -222,8 +245,7 @@ func writeEffects(w *htmlWriter, c *challengeView) {
 	if len(c.Effects) == 0 {
 		return
 	}
-	w.markup(`<h2>What it will do</h2>
-<p class="note">The system that runs this command checked it just now and says it would do this. It checks again when the call runs.</p>
+	w.markup(`<p class="effects-head">What it will do, as the system that runs it reports (checked again when the call runs):</p>
 <ul class="effects" id="effects">
 `)
 	for _, e := range c.Effects {

@@ -38,16 +38,31 @@ ul.fields li{border-top:1px solid #eef0f2;padding:.6rem 0;min-width:0}
 .f-problem{color:#a40e26;font-size:.9rem;font-weight:600;margin:.2rem 0 0}
 details{margin-top:.8rem}
 summary{cursor:pointer;color:#57606a}
-.actions{display:flex;flex-wrap:wrap;gap:1rem;margin-top:1rem}
+.actions{display:flex;flex-wrap:wrap;gap:1rem;margin-top:.8rem}
 .actions form{margin:0}
-.actions button{font-size:1rem;padding:.5rem 1.4rem;border-radius:6px;border:1px solid;cursor:pointer}
+.actions button{font-size:1.05rem;padding:.6rem 1.6rem;border-radius:6px;border:1px solid;cursor:pointer;min-width:8rem}
 #approve{background:#1f883d;color:#fff;border-color:#1a7f37}
 #decline{background:#fff;color:#a40e26;border-color:#a40e26}
 .note{color:#57606a;font-size:.9rem}
+.top{margin:0;display:flex;flex-wrap:wrap;gap:.3rem .8rem;align-items:center}
+.expires{color:#57606a;font-size:.9rem}
+#asks{margin:.2rem 0 .6rem}
+ul.amounts{list-style:none;padding:0;margin:.4rem 0}
+ul.amounts li{display:flex;flex-wrap:wrap;gap:0 .6rem;align-items:baseline}
+.a-label{color:#57606a}
+.a-value{font-size:1.5rem;font-variant-numeric:tabular-nums;unicode-bidi:isolate}
+.effects-head{margin:.6rem 0 .2rem;color:#57606a;font-size:.9rem}
+ul.effects{margin:.2rem 0 .4rem;padding-left:1.2rem}
+.next{color:#57606a;font-size:.9rem;margin:.8rem 0 0}
+#details h2:first-child{margin-top:0}
 ul.list{list-style:none;padding:0}
 ul.list li{padding:.5rem 0;border-bottom:1px solid #eef0f2}
 @media (max-width:30rem){
-main{padding:0 .5rem;margin-top:1rem}
+main{padding:0 .5rem;margin-top:.6rem}
+h1{font-size:1.2rem}
+.actions{gap:.6rem}
+.actions form{flex:1}
+.actions button{width:100%;min-width:0}
 .card{padding:1rem .8rem}
 dl{grid-template-columns:minmax(0,1fr);gap:0}
 dd{margin-bottom:.4rem}
