@@ -721,6 +721,21 @@ func TestResolveAnUnknownOutcome(t *testing.T) {
 			t.Fatalf("resolving %s again: %v %s", inv, err, out)
 		}
 	}
+	// The dead letter, over the executor's API with the operator's token
+	// (issue 31 item 3): empty here, every row reached the trail; an agent
+	// may neither list nor re-drive it.
+	if out := tp.run("audit", "dead-letters", "--executor-addr", tp.addr["executor"].grpc, "--token", olive); !strings.Contains(out, "the dead letter is empty") {
+		t.Fatalf("mandate audit dead-letters: %s", out)
+	}
+	if out := tp.run("audit", "dead-letters", "--executor-addr", tp.addr["executor"].grpc, "--token", olive,
+		"--redrive", "--all", "--reason", "after the outage"); !strings.Contains(out, "0 row(s) back in the executor's spool") {
+		t.Fatalf("mandate audit dead-letters --redrive: %s", out)
+	}
+	cmd := exec.Command(tp.bin, "audit", "dead-letters", "--executor-addr", tp.addr["executor"].grpc, "--token", tp.token("acme", "carol", "finance-bot"))
+	cmd.Env = tp.env
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "resolve") {
+		t.Fatalf("an agent listed the dead letter: %v %s", err, out)
+	}
 	if out := tp.run("audit", "verify", "--tenant", "acme"); !strings.Contains(out, "intact") {
 		t.Fatalf("audit verify: %s", out)
 	}

@@ -269,13 +269,12 @@ func runAuditResolve(ctx context.Context, args []string, io IO) error {
 	if err := s.Parse(args); err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	ctx, client, done, err := operatorExecutor(ctx, addr, token)
 	if err != nil {
-		return fmt.Errorf("--executor-addr: %w", err)
+		return err
 	}
-	defer func() { _ = conn.Close() }()
-	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token.Reveal())
-	resp, err := mandatev1.NewExecutorServiceClient(conn).Resolve(ctx, &mandatev1.ResolveRequest{
+	defer done()
+	resp, err := client.Resolve(ctx, &mandatev1.ResolveRequest{
 		InvocationId: invocation, Verdict: verdict, Reason: reason, OverrideReceipt: override,
 	})
 	if err != nil {
@@ -353,13 +352,11 @@ func runAuditDeadLetters(ctx context.Context, args []string, io IO) error {
 	if err := s.Parse(args); err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	ctx, client, done, err := operatorExecutor(ctx, addr, token)
 	if err != nil {
-		return fmt.Errorf("--executor-addr: %w", err)
+		return err
 	}
-	defer func() { _ = conn.Close() }()
-	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token.Reveal())
-	client := mandatev1.NewExecutorServiceClient(conn)
+	defer done()
 	if redrive {
 		resp, err := client.RedriveDeadLetters(ctx, &mandatev1.RedriveDeadLettersRequest{Ids: rowIDs, All: all, Reason: reason})
 		if err != nil {
@@ -406,4 +403,15 @@ func oneLine(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// operatorExecutor is the executor's client at addr for an operator's
+// command, with ctx carrying the operator's token; done closes it.
+func operatorExecutor(ctx context.Context, addr string, token config.Secret) (context.Context, mandatev1.ExecutorServiceClient, func(), error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--executor-addr: %w", err)
+	}
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token.Reveal())
+	return ctx, mandatev1.NewExecutorServiceClient(conn), func() { _ = conn.Close() }, nil
 }
