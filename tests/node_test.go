@@ -21,7 +21,7 @@ import (
 // aliceTools is what alice, and so her support-bot, may call in the demo
 // directory (ticket.read and expense.report.submit), and the bridge's check
 // tool that goes with them.
-var aliceTools = []string{"expense.report.create", "expense.report.recall", "expense.report.submit", "mandate.check", "ticket.get", "ticket.search"}
+var aliceTools = []string{"expense.report.create", "expense.report.recall", "expense.report.submit", "mandate.check", "mandate.plan", "ticket.get", "ticket.search"}
 
 const nodeRefund = `{"ticket_id":"T-1001","amount":{"currency_code":"EUR","amount_minor":"1500"},"reason":"Customer was charged twice","cardholder_reference":"CH4242424242"}`
 

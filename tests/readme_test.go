@@ -25,7 +25,7 @@ var walkthroughExpect = [][]string{
 	{"EXPENSE_REPORT_STATE_SUBMITTED\n", "EXPENSE_REPORT_STATE_DRAFT\n", "EXPENSE_REPORT_STATE_APPROVED\n", `"code":"state.already_approved"`, `"stage":"state_check"`},
 	{`"code":"entitlement.missing"`, `"stage":"entitlement_check"`},
 	{`"approver":"carol"`, `"code":"authorization.permission_denied"`, `"ok":true`},
-	{`["expense.report.create","expense.report.recall","expense.report.submit","mandate.check","ticket.get","ticket.search"]`,
+	{`["expense.report.create","expense.report.recall","expense.report.submit","mandate.check","mandate.plan","ticket.get","ticket.search"]`,
 		`{"isError":true,"code":"authorization.permission_denied","stage":"permission_check"}`},
 }
 

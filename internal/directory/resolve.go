@@ -184,6 +184,25 @@ func (r Resolution) HasFeature(f string) bool {
 	return r.Active && ok
 }
 
+// MayCall is the rule of who may call a command, as the catalog lists it
+// and the pipeline's load, entitlement and permission stages enforce it: r
+// is active, the command is published, the tenant has its required
+// feature and the user holds every permission it declares.
+func (r Resolution) MayCall(cmd *manifest.Command) bool {
+	if !r.Active || !cmd.Published() {
+		return false
+	}
+	if cmd.RequiredFeature != "" && !r.HasFeature(cmd.RequiredFeature) {
+		return false
+	}
+	for _, perm := range cmd.Permissions {
+		if !r.HasPermission(perm) {
+			return false
+		}
+	}
+	return true
+}
+
 // clone returns a deep copy so that callers cannot modify a cached resolution.
 func (r Resolution) clone() Resolution {
 	r.Permissions = slices.Clone(r.Permissions)

@@ -62,7 +62,7 @@ func refsOf(t *testing.T, s any) []string {
 func TestDeploymentDescribesTheAdoptersCommands(t *testing.T) {
 	doc := deployment(t, adopterSet(t), "mandate.v1.ExecutorService")
 	paths := keys(get(t, doc, "paths").(map[string]any))
-	want := []string{"/v1/commands/{code}:check", "/v1/commands/{code}:execute", "/v1/dead-letters", "/v1/dead-letters:redrive", "/v1/invocations/{invocation_id}:resolve", "/v2/drafts/{report.id}", "/v2/reports/{report_id}"}
+	want := []string{"/v1/commands/{code}:check", "/v1/commands/{code}:execute", "/v1/dead-letters", "/v1/dead-letters:redrive", "/v1/invocations/{invocation_id}:resolve", "/v1/plan", "/v2/drafts/{report.id}", "/v2/reports/{report_id}"}
 	if !slices.Equal(paths, want) {
 		t.Fatalf("paths %v, want %v (no sample route, no other service)", paths, want)
 	}

@@ -287,23 +287,11 @@ func requireAll(res directory.Resolution, perms []string, what string) error {
 	return nil
 }
 
-// Visible is the catalog's rule: an active principal sees a command when it
-// is published, its tenant has the command's required feature, and its user
-// holds every permission the command declares.
-func Visible(cmd *manifest.Command, res directory.Resolution) bool {
-	if !res.Active || !cmd.Published() {
-		return false
-	}
-	if cmd.RequiredFeature != "" && !res.HasFeature(cmd.RequiredFeature) {
-		return false
-	}
-	for _, perm := range cmd.Permissions {
-		if !res.HasPermission(perm) {
-			return false
-		}
-	}
-	return true
-}
+// Visible is the catalog's rule, the pipeline's too
+// (directory.Resolution.MayCall): an active principal sees a command when
+// it is published, its tenant has the command's required feature, and its
+// user holds every permission the command declares.
+func Visible(cmd *manifest.Command, res directory.Resolution) bool { return res.MayCall(cmd) }
 
 // toolSet derives the visible set from a resolution. The set depends only
 // on the resolution's features and permissions, so it is memoised by them:

@@ -423,6 +423,14 @@ func (e *entry) sync(b *Bridge, ts toolSet) {
 			e.tools[CheckTool] = true
 		}
 	}
+	// So does the plan tool, which lists them.
+	if len(ts) > 0 && b.offersPlan() {
+		want[PlanTool] = true
+		if !e.tools[PlanTool] {
+			e.srv.AddTool(planTool(), b.callTool)
+			e.tools[PlanTool] = true
+		}
+	}
 	var gone []string
 	for name := range e.tools {
 		if !want[name] {

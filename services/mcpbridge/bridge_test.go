@@ -395,12 +395,12 @@ func catalogNames(t *testing.T, e *env, p identity.Principal) []string {
 }
 
 // withCheck is the list the bridge serves for the catalog's names: those,
-// and its check tool when there is one to check.
+// and its check and plan tools when there is one to check.
 func withCheck(names []string) []string {
 	if len(names) == 0 {
 		return names
 	}
-	out := append(slices.Clone(names), mcpbridge.CheckTool)
+	out := append(slices.Clone(names), mcpbridge.CheckTool, mcpbridge.PlanTool)
 	slices.Sort(out)
 	return out
 }

@@ -183,6 +183,9 @@ func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if !known && name == CheckTool && b.offersCheck() {
 		return b.check(ctx, call)
 	}
+	if !known && name == PlanTool && b.offersPlan() {
+		return b.plan(ctx, call)
+	}
 	if !known {
 		// Not a tool of this server: the executor refuses it at
 		// load_definition, so the attempt is audited, and the client gets

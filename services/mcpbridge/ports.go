@@ -31,6 +31,12 @@ type Checker interface {
 	Check(ctx context.Context, in *mandatev1.ExecuteRequest, opts ...grpc.CallOption) (*mandatev1.CheckResponse, error)
 }
 
+// Planner is the part of the executor's client the plan tool uses
+// (ExecutorService.Plan); the generated client implements it.
+type Planner interface {
+	Plan(ctx context.Context, in *mandatev1.PlanRequest, opts ...grpc.CallOption) (*mandatev1.PlanResponse, error)
+}
+
 // Catalog is what the bridge needs of the catalog service: the caller's
 // tools, a stream of changes to them, and the manifest's bytes.
 type Catalog interface {

@@ -84,6 +84,184 @@ func (Verdict) EnumDescriptor() ([]byte, []int) {
 	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{0}
 }
 
+// PlanRequest asks for the caller's plan; the token says who calls.
+type PlanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanRequest) Reset() {
+	*x = PlanRequest{}
+	mi := &file_mandate_v1_executor_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanRequest) ProtoMessage() {}
+
+func (x *PlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_executor_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanRequest.ProtoReflect.Descriptor instead.
+func (*PlanRequest) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{0}
+}
+
+// PlanResponse lists what the caller may do, by command code.
+type PlanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Commands      []*PlanEntry           `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanResponse) Reset() {
+	*x = PlanResponse{}
+	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanResponse) ProtoMessage() {}
+
+func (x *PlanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
+func (*PlanResponse) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PlanResponse) GetCommands() []*PlanEntry {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
+// PlanEntry is one command the caller may call.
+type PlanEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The command code, e.g. `ticket.refund`, and its display name.
+	Command string `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	Title   string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// The declared risk, `L0` … `L4`.
+	Risk string `protobuf:"bytes,3,opt,name=risk,proto3" json:"risk,omitempty"`
+	// VERDICT_ALLOWED: a call runs without asking anyone (unless a
+	// condition in depends_on asks); VERDICT_APPROVAL_REQUIRED: every call
+	// waits for a human's approval.
+	Verdict Verdict `protobuf:"varint,4,opt,name=verdict,proto3,enum=mandate.v1.Verdict" json:"verdict,omitempty"`
+	// Under four eyes, the permission the approving user must hold (the
+	// caller's own user may not approve); empty when the caller's user
+	// approves.
+	ApproverPermission string `protobuf:"bytes,5,opt,name=approver_permission,json=approverPermission,proto3" json:"approver_permission,omitempty"`
+	// What a call's arguments or history decide, in words: the declared
+	// conditions ("a human is asked when …", "refused when …") and
+	// separation of duties.
+	DependsOn     []string `protobuf:"bytes,6,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanEntry) Reset() {
+	*x = PlanEntry{}
+	mi := &file_mandate_v1_executor_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanEntry) ProtoMessage() {}
+
+func (x *PlanEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_executor_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanEntry.ProtoReflect.Descriptor instead.
+func (*PlanEntry) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PlanEntry) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *PlanEntry) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *PlanEntry) GetRisk() string {
+	if x != nil {
+		return x.Risk
+	}
+	return ""
+}
+
+func (x *PlanEntry) GetVerdict() Verdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return Verdict_VERDICT_UNSPECIFIED
+}
+
+func (x *PlanEntry) GetApproverPermission() string {
+	if x != nil {
+		return x.ApproverPermission
+	}
+	return ""
+}
+
+func (x *PlanEntry) GetDependsOn() []string {
+	if x != nil {
+		return x.DependsOn
+	}
+	return nil
+}
+
 // DeadLetter is an audit row the trail refused outright.
 type DeadLetter struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -105,7 +283,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[0]
+	mi := &file_mandate_v1_executor_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -117,7 +295,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[0]
+	mi := &file_mandate_v1_executor_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -130,7 +308,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{0}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DeadLetter) GetId() int64 {
@@ -187,7 +365,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	mi := &file_mandate_v1_executor_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -199,7 +377,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[1]
+	mi := &file_mandate_v1_executor_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -212,7 +390,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{1}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListDeadLettersRequest) GetLimit() int32 {
@@ -232,7 +410,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[2]
+	mi := &file_mandate_v1_executor_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -244,7 +422,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[2]
+	mi := &file_mandate_v1_executor_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -257,7 +435,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{2}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -283,7 +461,7 @@ type RedriveDeadLettersRequest struct {
 
 func (x *RedriveDeadLettersRequest) Reset() {
 	*x = RedriveDeadLettersRequest{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[3]
+	mi := &file_mandate_v1_executor_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +473,7 @@ func (x *RedriveDeadLettersRequest) String() string {
 func (*RedriveDeadLettersRequest) ProtoMessage() {}
 
 func (x *RedriveDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[3]
+	mi := &file_mandate_v1_executor_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +486,7 @@ func (x *RedriveDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*RedriveDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{3}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RedriveDeadLettersRequest) GetIds() []int64 {
@@ -342,7 +520,7 @@ type RedriveDeadLettersResponse struct {
 
 func (x *RedriveDeadLettersResponse) Reset() {
 	*x = RedriveDeadLettersResponse{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[4]
+	mi := &file_mandate_v1_executor_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +532,7 @@ func (x *RedriveDeadLettersResponse) String() string {
 func (*RedriveDeadLettersResponse) ProtoMessage() {}
 
 func (x *RedriveDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[4]
+	mi := &file_mandate_v1_executor_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +545,7 @@ func (x *RedriveDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*RedriveDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{4}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RedriveDeadLettersResponse) GetRedriven() int32 {
@@ -397,7 +575,7 @@ type ResolveRequest struct {
 
 func (x *ResolveRequest) Reset() {
 	*x = ResolveRequest{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[5]
+	mi := &file_mandate_v1_executor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -409,7 +587,7 @@ func (x *ResolveRequest) String() string {
 func (*ResolveRequest) ProtoMessage() {}
 
 func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[5]
+	mi := &file_mandate_v1_executor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -422,7 +600,7 @@ func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveRequest.ProtoReflect.Descriptor instead.
 func (*ResolveRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{5}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ResolveRequest) GetInvocationId() string {
@@ -470,7 +648,7 @@ type ResolveResponse struct {
 
 func (x *ResolveResponse) Reset() {
 	*x = ResolveResponse{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[6]
+	mi := &file_mandate_v1_executor_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -482,7 +660,7 @@ func (x *ResolveResponse) String() string {
 func (*ResolveResponse) ProtoMessage() {}
 
 func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[6]
+	mi := &file_mandate_v1_executor_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -495,7 +673,7 @@ func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveResponse.ProtoReflect.Descriptor instead.
 func (*ResolveResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{6}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ResolveResponse) GetRecord() *AuditRecord {
@@ -549,7 +727,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[7]
+	mi := &file_mandate_v1_executor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +739,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[7]
+	mi := &file_mandate_v1_executor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +752,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{7}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExecuteRequest) GetCode() string {
@@ -643,7 +821,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[8]
+	mi := &file_mandate_v1_executor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +833,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[8]
+	mi := &file_mandate_v1_executor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +846,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{8}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CheckResponse) GetCheckId() string {
@@ -714,7 +892,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[9]
+	mi := &file_mandate_v1_executor_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +904,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[9]
+	mi := &file_mandate_v1_executor_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +917,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{9}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExecuteResponse) GetInvocationId() string {
@@ -782,7 +960,18 @@ var File_mandate_v1_executor_proto protoreflect.FileDescriptor
 const file_mandate_v1_executor_proto_rawDesc = "" +
 	"\n" +
 	"\x19mandate/v1/executor.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16mandate/v1/audit.proto\x1a\x17mandate/v1/errors.proto\"\xfa\x01\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16mandate/v1/audit.proto\x1a\x17mandate/v1/errors.proto\"\r\n" +
+	"\vPlanRequest\"A\n" +
+	"\fPlanResponse\x121\n" +
+	"\bcommands\x18\x01 \x03(\v2\x15.mandate.v1.PlanEntryR\bcommands\"\xce\x01\n" +
+	"\tPlanEntry\x12\x18\n" +
+	"\acommand\x18\x01 \x01(\tR\acommand\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12\x12\n" +
+	"\x04risk\x18\x03 \x01(\tR\x04risk\x12-\n" +
+	"\averdict\x18\x04 \x01(\x0e2\x13.mandate.v1.VerdictR\averdict\x12/\n" +
+	"\x13approver_permission\x18\x05 \x01(\tR\x12approverPermission\x12\x1d\n" +
+	"\n" +
+	"depends_on\x18\x06 \x03(\tR\tdependsOn\"\xfa\x01\n" +
 	"\n" +
 	"DeadLetter\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12#\n" +
@@ -840,11 +1029,13 @@ const file_mandate_v1_executor_proto_rawDesc = "" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fVERDICT_ALLOWED\x10\x01\x12\x1d\n" +
 	"\x19VERDICT_APPROVAL_REQUIRED\x10\x02\x12\x13\n" +
-	"\x0fVERDICT_REFUSED\x10\x032\xdc\x04\n" +
+	"\x0fVERDICT_REFUSED\x10\x032\xa9\x05\n" +
 	"\x0fExecutorService\x12j\n" +
 	"\aExecute\x12\x1a.mandate.v1.ExecuteRequest\x1a\x1b.mandate.v1.ExecuteResponse\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/commands/{code}:execute\x12d\n" +
 	"\x05Check\x12\x1a.mandate.v1.ExecuteRequest\x1a\x19.mandate.v1.CheckResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/commands/{code}:check\x12v\n" +
-	"\aResolve\x12\x1a.mandate.v1.ResolveRequest\x1a\x1b.mandate.v1.ResolveResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/invocations/{invocation_id}:resolve\x12t\n" +
+	"\aResolve\x12\x1a.mandate.v1.ResolveRequest\x1a\x1b.mandate.v1.ResolveResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/invocations/{invocation_id}:resolve\x12K\n" +
+	"\x04Plan\x12\x17.mandate.v1.PlanRequest\x1a\x18.mandate.v1.PlanResponse\"\x10\x82\xd3\xe4\x93\x02\n" +
+	"\x12\b/v1/plan\x12t\n" +
 	"\x0fListDeadLetters\x12\".mandate.v1.ListDeadLettersRequest\x1a#.mandate.v1.ListDeadLettersResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/dead-letters\x12\x88\x01\n" +
 	"\x12RedriveDeadLetters\x12%.mandate.v1.RedriveDeadLettersRequest\x1a&.mandate.v1.RedriveDeadLettersResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/dead-letters:redriveB9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
 
@@ -861,49 +1052,56 @@ func file_mandate_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_mandate_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mandate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_mandate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_mandate_v1_executor_proto_goTypes = []any{
 	(Verdict)(0),                       // 0: mandate.v1.Verdict
-	(*DeadLetter)(nil),                 // 1: mandate.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),     // 2: mandate.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),    // 3: mandate.v1.ListDeadLettersResponse
-	(*RedriveDeadLettersRequest)(nil),  // 4: mandate.v1.RedriveDeadLettersRequest
-	(*RedriveDeadLettersResponse)(nil), // 5: mandate.v1.RedriveDeadLettersResponse
-	(*ResolveRequest)(nil),             // 6: mandate.v1.ResolveRequest
-	(*ResolveResponse)(nil),            // 7: mandate.v1.ResolveResponse
-	(*ExecuteRequest)(nil),             // 8: mandate.v1.ExecuteRequest
-	(*CheckResponse)(nil),              // 9: mandate.v1.CheckResponse
-	(*ExecuteResponse)(nil),            // 10: mandate.v1.ExecuteResponse
-	(*AuditRecord)(nil),                // 11: mandate.v1.AuditRecord
-	(*timestamppb.Timestamp)(nil),      // 12: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),            // 13: google.protobuf.Struct
-	(*CommandError)(nil),               // 14: mandate.v1.CommandError
+	(*PlanRequest)(nil),                // 1: mandate.v1.PlanRequest
+	(*PlanResponse)(nil),               // 2: mandate.v1.PlanResponse
+	(*PlanEntry)(nil),                  // 3: mandate.v1.PlanEntry
+	(*DeadLetter)(nil),                 // 4: mandate.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),     // 5: mandate.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),    // 6: mandate.v1.ListDeadLettersResponse
+	(*RedriveDeadLettersRequest)(nil),  // 7: mandate.v1.RedriveDeadLettersRequest
+	(*RedriveDeadLettersResponse)(nil), // 8: mandate.v1.RedriveDeadLettersResponse
+	(*ResolveRequest)(nil),             // 9: mandate.v1.ResolveRequest
+	(*ResolveResponse)(nil),            // 10: mandate.v1.ResolveResponse
+	(*ExecuteRequest)(nil),             // 11: mandate.v1.ExecuteRequest
+	(*CheckResponse)(nil),              // 12: mandate.v1.CheckResponse
+	(*ExecuteResponse)(nil),            // 13: mandate.v1.ExecuteResponse
+	(*AuditRecord)(nil),                // 14: mandate.v1.AuditRecord
+	(*timestamppb.Timestamp)(nil),      // 15: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),            // 16: google.protobuf.Struct
+	(*CommandError)(nil),               // 17: mandate.v1.CommandError
 }
 var file_mandate_v1_executor_proto_depIdxs = []int32{
-	11, // 0: mandate.v1.DeadLetter.record:type_name -> mandate.v1.AuditRecord
-	12, // 1: mandate.v1.DeadLetter.spooled_at:type_name -> google.protobuf.Timestamp
-	12, // 2: mandate.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	1,  // 3: mandate.v1.ListDeadLettersResponse.dead_letters:type_name -> mandate.v1.DeadLetter
-	11, // 4: mandate.v1.ResolveResponse.record:type_name -> mandate.v1.AuditRecord
-	13, // 5: mandate.v1.ExecuteRequest.input:type_name -> google.protobuf.Struct
-	0,  // 6: mandate.v1.CheckResponse.verdict:type_name -> mandate.v1.Verdict
-	14, // 7: mandate.v1.CheckResponse.reason:type_name -> mandate.v1.CommandError
-	13, // 8: mandate.v1.ExecuteResponse.result:type_name -> google.protobuf.Struct
-	8,  // 9: mandate.v1.ExecutorService.Execute:input_type -> mandate.v1.ExecuteRequest
-	8,  // 10: mandate.v1.ExecutorService.Check:input_type -> mandate.v1.ExecuteRequest
-	6,  // 11: mandate.v1.ExecutorService.Resolve:input_type -> mandate.v1.ResolveRequest
-	2,  // 12: mandate.v1.ExecutorService.ListDeadLetters:input_type -> mandate.v1.ListDeadLettersRequest
-	4,  // 13: mandate.v1.ExecutorService.RedriveDeadLetters:input_type -> mandate.v1.RedriveDeadLettersRequest
-	10, // 14: mandate.v1.ExecutorService.Execute:output_type -> mandate.v1.ExecuteResponse
-	9,  // 15: mandate.v1.ExecutorService.Check:output_type -> mandate.v1.CheckResponse
-	7,  // 16: mandate.v1.ExecutorService.Resolve:output_type -> mandate.v1.ResolveResponse
-	3,  // 17: mandate.v1.ExecutorService.ListDeadLetters:output_type -> mandate.v1.ListDeadLettersResponse
-	5,  // 18: mandate.v1.ExecutorService.RedriveDeadLetters:output_type -> mandate.v1.RedriveDeadLettersResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	3,  // 0: mandate.v1.PlanResponse.commands:type_name -> mandate.v1.PlanEntry
+	0,  // 1: mandate.v1.PlanEntry.verdict:type_name -> mandate.v1.Verdict
+	14, // 2: mandate.v1.DeadLetter.record:type_name -> mandate.v1.AuditRecord
+	15, // 3: mandate.v1.DeadLetter.spooled_at:type_name -> google.protobuf.Timestamp
+	15, // 4: mandate.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	4,  // 5: mandate.v1.ListDeadLettersResponse.dead_letters:type_name -> mandate.v1.DeadLetter
+	14, // 6: mandate.v1.ResolveResponse.record:type_name -> mandate.v1.AuditRecord
+	16, // 7: mandate.v1.ExecuteRequest.input:type_name -> google.protobuf.Struct
+	0,  // 8: mandate.v1.CheckResponse.verdict:type_name -> mandate.v1.Verdict
+	17, // 9: mandate.v1.CheckResponse.reason:type_name -> mandate.v1.CommandError
+	16, // 10: mandate.v1.ExecuteResponse.result:type_name -> google.protobuf.Struct
+	11, // 11: mandate.v1.ExecutorService.Execute:input_type -> mandate.v1.ExecuteRequest
+	11, // 12: mandate.v1.ExecutorService.Check:input_type -> mandate.v1.ExecuteRequest
+	9,  // 13: mandate.v1.ExecutorService.Resolve:input_type -> mandate.v1.ResolveRequest
+	1,  // 14: mandate.v1.ExecutorService.Plan:input_type -> mandate.v1.PlanRequest
+	5,  // 15: mandate.v1.ExecutorService.ListDeadLetters:input_type -> mandate.v1.ListDeadLettersRequest
+	7,  // 16: mandate.v1.ExecutorService.RedriveDeadLetters:input_type -> mandate.v1.RedriveDeadLettersRequest
+	13, // 17: mandate.v1.ExecutorService.Execute:output_type -> mandate.v1.ExecuteResponse
+	12, // 18: mandate.v1.ExecutorService.Check:output_type -> mandate.v1.CheckResponse
+	10, // 19: mandate.v1.ExecutorService.Resolve:output_type -> mandate.v1.ResolveResponse
+	2,  // 20: mandate.v1.ExecutorService.Plan:output_type -> mandate.v1.PlanResponse
+	6,  // 21: mandate.v1.ExecutorService.ListDeadLetters:output_type -> mandate.v1.ListDeadLettersResponse
+	8,  // 22: mandate.v1.ExecutorService.RedriveDeadLetters:output_type -> mandate.v1.RedriveDeadLettersResponse
+	17, // [17:23] is the sub-list for method output_type
+	11, // [11:17] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_mandate_v1_executor_proto_init() }
@@ -919,7 +1117,7 @@ func file_mandate_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mandate_v1_executor_proto_rawDesc), len(file_mandate_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,7 @@ const (
 	ExecutorService_Execute_FullMethodName            = "/mandate.v1.ExecutorService/Execute"
 	ExecutorService_Check_FullMethodName              = "/mandate.v1.ExecutorService/Check"
 	ExecutorService_Resolve_FullMethodName            = "/mandate.v1.ExecutorService/Resolve"
+	ExecutorService_Plan_FullMethodName               = "/mandate.v1.ExecutorService/Plan"
 	ExecutorService_ListDeadLetters_FullMethodName    = "/mandate.v1.ExecutorService/ListDeadLetters"
 	ExecutorService_RedriveDeadLetters_FullMethodName = "/mandate.v1.ExecutorService/RedriveDeadLetters"
 )
@@ -66,6 +67,15 @@ type ExecutorServiceClient interface {
 	// that contradicts it is refused (`audit.contradicts_receipt`) unless
 	// override_receipt is set, which the row records.
 	Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error)
+	// Answers "what may I do now?" for the caller: each command it may call
+	// (those the catalog lists as its tools), whether a call would run at
+	// once or wait for a human's approval, and who would approve. It is
+	// asked without arguments, so what they decide — the declared
+	// conditions, separation of duties, the arguments' schema, the
+	// backend's own checks — is named, not decided: ask Check about one
+	// call. Nothing is run, reserved or opened, and like a tool list it
+	// leaves no audit row.
+	Plan(ctx context.Context, in *PlanRequest, opts ...grpc.CallOption) (*PlanResponse, error)
 	// Lists the dead letter of the caller's tenant: audit rows the trail
 	// refused outright (not for being unavailable) after the executor had
 	// tried them repeatedly. They are kept, never dropped, until an operator
@@ -111,6 +121,16 @@ func (c *executorServiceClient) Resolve(ctx context.Context, in *ResolveRequest,
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResolveResponse)
 	err := c.cc.Invoke(ctx, ExecutorService_Resolve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) Plan(ctx context.Context, in *PlanRequest, opts ...grpc.CallOption) (*PlanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlanResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_Plan_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -177,6 +197,15 @@ type ExecutorServiceServer interface {
 	// that contradicts it is refused (`audit.contradicts_receipt`) unless
 	// override_receipt is set, which the row records.
 	Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error)
+	// Answers "what may I do now?" for the caller: each command it may call
+	// (those the catalog lists as its tools), whether a call would run at
+	// once or wait for a human's approval, and who would approve. It is
+	// asked without arguments, so what they decide — the declared
+	// conditions, separation of duties, the arguments' schema, the
+	// backend's own checks — is named, not decided: ask Check about one
+	// call. Nothing is run, reserved or opened, and like a tool list it
+	// leaves no audit row.
+	Plan(context.Context, *PlanRequest) (*PlanResponse, error)
 	// Lists the dead letter of the caller's tenant: audit rows the trail
 	// refused outright (not for being unavailable) after the executor had
 	// tried them repeatedly. They are kept, never dropped, until an operator
@@ -206,6 +235,9 @@ func (UnimplementedExecutorServiceServer) Check(context.Context, *ExecuteRequest
 }
 func (UnimplementedExecutorServiceServer) Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Resolve not implemented")
+}
+func (UnimplementedExecutorServiceServer) Plan(context.Context, *PlanRequest) (*PlanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Plan not implemented")
 }
 func (UnimplementedExecutorServiceServer) ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDeadLetters not implemented")
@@ -288,6 +320,24 @@ func _ExecutorService_Resolve_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutorService_Plan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PlanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).Plan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_Plan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).Plan(ctx, req.(*PlanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ExecutorService_ListDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListDeadLettersRequest)
 	if err := dec(in); err != nil {
@@ -342,6 +392,10 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Resolve",
 			Handler:    _ExecutorService_Resolve_Handler,
+		},
+		{
+			MethodName: "Plan",
+			Handler:    _ExecutorService_Plan_Handler,
 		},
 		{
 			MethodName: "ListDeadLetters",

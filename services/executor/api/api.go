@@ -116,6 +116,16 @@ func (s *Service) Resolve(ctx context.Context, req *mandatev1.ResolveRequest) (*
 	return &mandatev1.ResolveResponse{Record: res.Row, Receipt: res.Receipt, Key: res.Key}, nil
 }
 
+// Plan answers "what may I do now?" for the caller (Executor.Plan).
+func (s *Service) Plan(ctx context.Context, _ *mandatev1.PlanRequest) (*mandatev1.PlanResponse, error) {
+	p, _ := identity.FromContext(ctx)
+	entries, err := s.exec.Plan(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return &mandatev1.PlanResponse{Commands: entries}, nil
+}
+
 // ListDeadLetters lists the caller's tenant's dead-lettered audit rows
 // (Executor.DeadLetters): the caller is the operator.
 func (s *Service) ListDeadLetters(ctx context.Context, req *mandatev1.ListDeadLettersRequest) (*mandatev1.ListDeadLettersResponse, error) {
