@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
 	"github.com/mandate-dev/mandate/pkg/backend"
@@ -20,7 +21,64 @@ func (b *Backend) previews() *backend.Previews {
 	p := backend.NewPreviews(b.caller)
 	backend.HandlePreview(p, helpdeskv1.HelpdeskService_IssueRefund_FullMethodName, b.previewRefund)
 	backend.HandlePreview(p, helpdeskv1.HelpdeskService_SubmitExpenseReport_FullMethodName, b.previewSubmit)
+	backend.HandlePreview(p, helpdeskv1.HelpdeskService_EraseCustomer_FullMethodName, b.previewErase)
 	return p
+}
+
+// previewErase is the preview of EraseCustomer.
+func (b *Backend) previewErase(ctx context.Context, p backend.Caller, req *helpdeskv1.EraseCustomerRequest) ([]backend.Effect, error) {
+	effects, err := b.desk.previewErase(ctx, p, req.GetCustomerEmail())
+	if err != nil {
+		return nil, b.fail(ctx, "PreviewEraseCustomer", p, err)
+	}
+	return effects, nil
+}
+
+// maxPreviewTickets bounds the tickets an erasure's preview counts.
+const maxPreviewTickets = 1000
+
+// previewErase counts the tickets whose email the erasure would replace,
+// as eraseCustomer would match them, and says that it cannot be undone.
+// An erasure that would change nothing is not refused (a deletion request
+// for someone without tickets is still answered), but the approver reads
+// that it changes nothing.
+func (d *desk) previewErase(ctx context.Context, p backend.Caller, email string) ([]backend.Effect, error) {
+	email = strings.ToLower(strings.TrimSpace(email))
+	if email == "" || !strings.Contains(email, "@") {
+		return nil, invalidInput("/customer_email", "customer_email must be an email address")
+	}
+	var n int
+	err := d.store.InTx(ctx, func(tx Tx) error {
+		var after *TicketCursor
+		for n < maxPreviewTickets {
+			page, err := tx.SearchTickets(ctx, p.Tenant, TicketFilter{CustomerEmail: email}, after, 100)
+			if err != nil {
+				return err
+			}
+			n += len(page)
+			if len(page) < 100 {
+				return nil
+			}
+			last := page[len(page)-1]
+			after = &TicketCursor{CreatedAt: last.CreatedAt, ID: last.ID}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var text string
+	switch {
+	case n == 0:
+		text = "erase nothing: no ticket of this tenant has this customer's email"
+	case n >= maxPreviewTickets:
+		text = fmt.Sprintf("replace this customer's email by a tombstone on at least %d tickets; this cannot be undone", n)
+	case n == 1:
+		text = "replace this customer's email by a tombstone on 1 ticket; this cannot be undone"
+	default:
+		text = fmt.Sprintf("replace this customer's email by a tombstone on %d tickets; this cannot be undone", n)
+	}
+	return []backend.Effect{{Kind: "erase", Text: text}}, nil
 }
 
 // previewRefund is the preview of IssueRefund.

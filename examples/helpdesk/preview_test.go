@@ -171,3 +171,57 @@ func TestPreviewNotOfEveryMethod(t *testing.T) {
 		t.Fatalf("a method without a preview: %v", err)
 	}
 }
+
+// TestPreviewErase (issue 27 §2: the sample's erase implements the
+// preflight): on each store, the preview of an erasure counts the tickets
+// whose email it would replace — matched case-insensitively, as the
+// erasure matches them — says it cannot be undone, never repeats the
+// email, and changes nothing; once the erasure ran, the same preview says
+// it would erase nothing. A malformed email is refused as the command
+// refuses it.
+func TestPreviewErase(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore func(*testing.T) helpdesk.Store) {
+		e := start(t, newStore)
+		method := helpdeskv1.HelpdeskService_EraseCustomer_FullMethodName
+		effect := func(email string) string {
+			t.Helper()
+			pv, err := e.preview(t, user("alice"), method, &helpdeskv1.EraseCustomerRequest{CustomerEmail: email, Reason: "DR-1"})
+			mustOK(t, err)
+			got := pv.GetAllowed().GetEffects()
+			if len(got) != 1 || got[0].GetKind() != "erase" {
+				t.Fatalf("the erasure's effects for %s: %v", email, pv)
+			}
+			if txt := got[0].GetText(); regexp.MustCompile(`(?i)@example`).MatchString(txt) {
+				t.Fatalf("the effect repeats the email: %q", txt)
+			}
+			return got[0].GetText()
+		}
+		if got := effect("Jane.Doe@Example.com"); got != "replace this customer's email by a tombstone on 2 tickets; this cannot be undone" {
+			t.Fatalf("jane's erasure: %q", got)
+		}
+		if got := effect("li.wei@example.com"); got != "replace this customer's email by a tombstone on 1 ticket; this cannot be undone" {
+			t.Fatalf("li's erasure: %q", got)
+		}
+		if got := effect("nobody@example.com"); got != "erase nothing: no ticket of this tenant has this customer's email" {
+			t.Fatalf("nobody's erasure: %q", got)
+		}
+		tk, err := e.store.Ticket(testCtx(t), "acme", "T-1001")
+		if err != nil || tk.CustomerEmail != "jane.doe@example.com" {
+			t.Fatalf("the preview changed the ticket: %q %v", tk.CustomerEmail, err)
+		}
+		if _, err := e.exec.EraseCustomer(as(t, user("alice")), &helpdeskv1.EraseCustomerRequest{CustomerEmail: "jane.doe@example.com", Reason: "DR-1"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := effect("jane.doe@example.com"); got != "erase nothing: no ticket of this tenant has this customer's email" {
+			t.Fatalf("jane's erasure once erased: %q", got)
+		}
+		pv, err := e.preview(t, user("alice"), method, &helpdeskv1.EraseCustomerRequest{CustomerEmail: "not-an-email", Reason: "DR-1"})
+		mustOK(t, err)
+		r := pv.GetRefusal().GetError()
+		if r.GetCode() == "" {
+			t.Fatalf("a malformed email's preview: %v", pv)
+		}
+		_, err = e.exec.EraseCustomer(as(t, user("alice")), &helpdeskv1.EraseCustomerRequest{CustomerEmail: "not-an-email", Reason: "DR-1"})
+		checkRefusal(t, err, refusal{codes.Code(pv.GetRefusal().GetGrpcCode()), r.GetStage(), r.GetCode()})
+	})
+}
