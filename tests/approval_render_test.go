@@ -154,6 +154,9 @@ func TestApprovalPageRendersByDeclaration(t *testing.T) {
 						}
 					}
 				}
+				if !strings.Contains(r.Hint, "Sends money back to the customer's card") {
+					t.Fatalf("the declaration's approver hint is not on the decision screen: %q", r.Hint)
+				}
 				if !strings.Contains(r.Amounts, tc.wantMoney) || !strings.Contains(r.Asker, "finance-bot, an agent acting for carol") ||
 					!strings.Contains(r.ExpiresIn, "expires in") || !strings.Contains(r.Next, "nothing has run yet") {
 					t.Fatalf("the decision screen: amounts %q, asker %q, %q, next %q", r.Amounts, r.Asker, r.ExpiresIn, r.Next)
@@ -179,7 +182,7 @@ type renderReport struct {
 	// effect lines end, in px from the top, and the viewport's height.
 	InnerHeight                                                int64
 	ApproveBottom, DeclineBottom, AmountsBottom, EffectsBottom float64
-	Amounts, Asker, ExpiresIn, Next, RiskMeaning               string
+	Amounts, Asker, ExpiresIn, Next, RiskMeaning, Hint         string
 }
 
 // renderProbe opens the exact-JSON box, then measures the page: the
@@ -214,7 +217,7 @@ const renderProbe = `(() => {
     AmountsBottom: q('#amounts') ? q('#amounts').getBoundingClientRect().bottom : 0,
     EffectsBottom: q('#effects') ? q('#effects').getBoundingClientRect().bottom : 0,
     Amounts: text('#amounts'), Asker: text('#asker'), ExpiresIn: text('#expires-in'), Next: text('#next'),
-    RiskMeaning: text('#risk-meaning'),
+    RiskMeaning: text('#risk-meaning'), Hint: text('#hint'),
     Text: document.body.innerText,
     HTML: de.outerHTML,
   };

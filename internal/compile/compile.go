@@ -198,6 +198,9 @@ type compiler struct {
 
 // refuse records a finding of rule; the rule's severity decides whether it
 // refuses the build.
+// maxApproverHint bounds CommandOptions.approver_hint.
+const maxApproverHint = 300
+
 func (c *compiler) refuse(rule string, md protoreflect.MethodDescriptor, code, format string, args ...any) {
 	c.findings = append(c.findings, Finding{
 		Rule:     rule,
@@ -233,6 +236,9 @@ func (c *compiler) method(md protoreflect.MethodDescriptor) error {
 	}
 	if strings.TrimSpace(decl.GetAgentHint()) == "" {
 		c.refuse("MANDATE1003", md, code, "missing `agent_hint`; write one sentence for an LLM: the intent, the preconditions to check, the recall command if any")
+	}
+	if h := decl.GetApproverHint(); strings.ContainsAny(h, "`*_<>[]#\n\r") || len(h) > maxApproverHint {
+		c.refuse("MANDATE1022", md, code, "`approver_hint` must be plain text of at most %d bytes on one line: no backticks, asterisks, underscores, angle or square brackets, hashes or line breaks; the approval page shows it as written", maxApproverHint)
 	}
 	if md.IsStreamingClient() || md.IsStreamingServer() {
 		c.refuse("MANDATE1011", md, code, "streaming RPCs cannot be commands; make the method unary")
@@ -315,6 +321,7 @@ func (c *compiler) method(md protoreflect.MethodDescriptor) error {
 		Code:                 code,
 		DisplayName:          decl.GetDisplayName(),
 		AgentHint:            strings.TrimSpace(decl.GetAgentHint()),
+		ApproverHint:         strings.TrimSpace(decl.GetApproverHint()),
 		Description:          leadingComment(md),
 		Risk:                 risk,
 		Idempotent:           decl.GetIdempotent(),

@@ -100,6 +100,9 @@ var Rules = []Rule{
 	{"MANDATE1021", SeverityError,
 		"`confirmation: CONFIRMATION_CONDITIONAL` on an L4 command, or without any condition of effect REQUIRE_CONFIRMATION",
 		"declare the condition under which a human is asked, or drop the value (L4 calls are always approved)"},
+	{"MANDATE1022", SeverityError,
+		"an `approver_hint` with markup (backticks, asterisks, underscores, angle or square brackets, hashes), a line break, or more than 300 bytes: the approval page shows it as written, to the human who decides",
+		"write one or two plain sentences of what the call does, in the approver's words, e.g. \"Sends money back to the customer's card; it cannot be taken back.\""},
 }
 
 // ruleByID indexes Rules.

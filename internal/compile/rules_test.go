@@ -104,6 +104,12 @@ var ruleCases = []struct {
 		"MANDATE1021", []string{"x.a"}},
 	{"CONDITIONAL on L4", rpc("A", `code: "x.a" agent_hint: "h" risk: RISK_L4 approver: {kind: APPROVER_KIND_REQUESTING_USER} confirmation: CONFIRMATION_CONDITIONAL conditions: {id: "c" expression: "true" effect: CONDITION_EFFECT_REQUIRE_CONFIRMATION description: "d"}`),
 		"MANDATE1021", []string{"x.a"}},
+	{"approver hint with backticks", rpc("A", `code: "x.a" approver_hint: "Runs `+"`x.a`"+` now" `+ok),
+		"MANDATE1022", []string{"x.a"}},
+	{"approver hint with a tag", rpc("A", `code: "x.a" approver_hint: "Runs <b>now</b>" `+ok),
+		"MANDATE1022", []string{"x.a"}},
+	{"approver hint on two lines", rpc("A", `code: "x.a" approver_hint: "Runs.\nNow." `+ok),
+		"MANDATE1022", []string{"x.a"}},
 }
 
 // TestConditionsLandInTheManifest: declared conditions that type-check

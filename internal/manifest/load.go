@@ -128,7 +128,7 @@ func Load(manifestJSON, descriptorSet []byte) (*Set, error) {
 // confirmation, approver, permissions, conditions, side effects,
 // separation of duties, sensitive fields, deadline, lifecycle, its RPC and
 // its input schema — and not its prose (display name, description, agent
-// hint, examples) nor its output schema. An approval holds for one
+// and approver hints, examples) nor its output schema. An approval holds for one
 // declaration: a redeploy that changes it voids the command's open grants.
 func (s *Set) DeclarationDigest(code string) string { return s.declarations[code] }
 
@@ -142,7 +142,7 @@ func DeclarationDigestOf(c *Command) string {
 // declarationDigest hashes c's governing fields, canonically encoded.
 func declarationDigest(c *Command) (string, error) {
 	d := *c
-	d.DisplayName, d.Description, d.AgentHint, d.Examples, d.OutputSchema = "", "", "", nil, nil
+	d.DisplayName, d.Description, d.AgentHint, d.ApproverHint, d.Examples, d.OutputSchema = "", "", "", "", nil, nil
 	b, err := Canonical(&d, false)
 	if err != nil {
 		return "", err

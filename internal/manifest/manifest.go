@@ -32,6 +32,9 @@ type Command struct {
 	Code        string `json:"code"`
 	DisplayName string `json:"display_name"`
 	AgentHint   string `json:"agent_hint"`
+	// ApproverHint is what the call does in the approver's words (plain
+	// text); empty: the prompt's generated summary.
+	ApproverHint string `json:"approver_hint,omitempty"`
 	// Description is the RPC's leading comment.
 	Description string `json:"description"`
 	// Risk is "L0" … "L4".

@@ -99,7 +99,7 @@ func summary(c map[string]any) string {
 // handled are the command keys compared by their own rules; any other key
 // that differs is command.changed.
 var handled = map[string]bool{
-	"code": true, "display_name": true, "agent_hint": true, "description": true, "examples": true,
+	"code": true, "display_name": true, "agent_hint": true, "approver_hint": true, "description": true, "examples": true,
 	"risk": true, "idempotent": true, "reversible": true, "recall": true, "side_effects": true,
 	"permissions": true, "required_feature": true, "confirmation": true, "confirmation_required": true,
 	"approver": true, "separation_of_duties": true, "subject_field": true, "lifecycle": true,
@@ -131,7 +131,7 @@ func (d *differ) command(o, n map[string]any) {
 	d.scalar("/subject_field", o["subject_field"], n["subject_field"], RuleSubjectChanged, "the subject field changed")
 	d.scalar("/deadline", o["deadline"], n["deadline"], RuleDeadlineChanged, "the deadline changed")
 	d.leaves("/rpc", o["rpc"], n["rpc"], RuleRPCChanged, "the binding changed")
-	for _, k := range []string{"display_name", "agent_hint", "description", "examples"} {
+	for _, k := range []string{"display_name", "agent_hint", "approver_hint", "description", "examples"} {
 		if !equal(o[k], n[k]) {
 			d.add(RuleTextChanged, "/"+k, o[k], n[k], "%s changed", strings.ReplaceAll(k, "_", " "))
 		}

@@ -280,6 +280,8 @@ var diffCases = []struct {
 		[]want{{"rpc.changed", refund, "/rpc/http/path", info}}},
 	{"agent hint changed", func(_, n doc) { n.cmd(refund)["agent_hint"] = "Refund freely." },
 		[]want{{"text.changed", refund, "/agent_hint", info}}},
+	{"approver hint changed", func(_, n doc) { n.cmd(refund)["approver_hint"] = "Refunds." },
+		[]want{{"text.changed", refund, "/approver_hint", info}}},
 	{"unknown key changed", func(_, n doc) { n.cmd(refund)["budget"] = map[string]any{"per_day": num(3)} },
 		[]want{{"command.changed", refund, "/budget", warn}}},
 }

@@ -154,7 +154,7 @@ var rules = []Rule{
 	{RuleOutputSchemaChanged, Info, "the output schema differs"},
 	{RuleDeadlineChanged, Info, "the declared deadline differs"},
 	{RuleRPCChanged, Info, "the gRPC method or REST route the command binds to differs"},
-	{RuleTextChanged, Info, "display name, agent hint, description or examples differ (what agents and approvers read)"},
+	{RuleTextChanged, Info, "display name, agent or approver hint, description or examples differ (what agents and approvers read)"},
 	{RuleCommandChanged, Warn, "a key of the command this version does not know differs: review it by hand"},
 }
 

@@ -64,6 +64,9 @@ type Prompt struct {
 	// each condition's description from the declaration, with its id,
 	// neutralised. Empty when the declaration asks for every call.
 	Reasons []string `json:"reasons,omitempty"`
+	// Hint is what the call does in the approver's words, as the
+	// declaration's approver_hint says it (neutralised); empty without one.
+	Hint string `json:"hint,omitempty"`
 	// DeclarationDigest is the digest of the command's declaration the
 	// prompt was rendered from (manifest.Set DeclarationDigest): the
 	// approval holds for it only. Empty in challenges opened before it was
@@ -140,6 +143,12 @@ func RenderPrompt(cmd *manifest.Command, in PromptInput) (Prompt, error) {
 	}
 	title, _ := Neutralise(display + " (" + cmd.Code + ")")
 	sum, _ := Neutralise(summary(by, display, cmd))
+	hint, _ := Neutralise(cmd.ApproverHint)
+	if hint != "" {
+		// The declaration's own words for the approver lead; who asks and
+		// what it touches follow.
+		sum = hint + " " + sum
+	}
 	by, _ = Neutralise(by)
 	return Prompt{
 		Title:          title,
@@ -156,6 +165,7 @@ func RenderPrompt(cmd *manifest.Command, in PromptInput) (Prompt, error) {
 		Effects:        effects,
 		PreviewDigest:  in.PreviewDigest,
 		Reasons:        reasons,
+		Hint:           hint,
 	}, nil
 }
 

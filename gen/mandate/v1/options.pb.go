@@ -576,7 +576,13 @@ type CommandOptions struct {
 	// call or ask a human for it, never waive what the rest of the
 	// declaration demands. Each is type-checked against the request at build
 	// time (MANDATE1019, MANDATE1020).
-	Conditions    []*Condition `protobuf:"bytes,18,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	Conditions []*Condition `protobuf:"bytes,18,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// What the call does, in the words of the human who approves it: one or
+	// two plain sentences, e.g. "Sends money back to the customer's card; it
+	// cannot be taken back." Shown on the approval page and in the
+	// confirmation form instead of the generated summary. Plain text: no
+	// markup such as backticks, asterisks or angle brackets (MANDATE1022).
+	ApproverHint  string `protobuf:"bytes,19,opt,name=approver_hint,json=approverHint,proto3" json:"approver_hint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -735,6 +741,13 @@ func (x *CommandOptions) GetConditions() []*Condition {
 		return x.Conditions
 	}
 	return nil
+}
+
+func (x *CommandOptions) GetApproverHint() string {
+	if x != nil {
+		return x.ApproverHint
+	}
+	return ""
 }
 
 // Condition is one rule over the call, written in CEL
@@ -1024,7 +1037,7 @@ const file_mandate_v1_options_proto_rawDesc = "" +
 	"\x05field\x18\x02 \x01(\tR\x05field\"A\n" +
 	"\aExample\x12 \n" +
 	"\vdescription\x18\x01 \x01(\tR\vdescription\x12\x14\n" +
-	"\x05input\x18\x02 \x01(\tR\x05input\"\x95\x06\n" +
+	"\x05input\x18\x02 \x01(\tR\x05input\"\xba\x06\n" +
 	"\x0eCommandOptions\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12\x1d\n" +
@@ -1051,7 +1064,8 @@ const file_mandate_v1_options_proto_rawDesc = "" +
 	"\bexamples\x18\x11 \x03(\v2\x13.mandate.v1.ExampleR\bexamples\x125\n" +
 	"\n" +
 	"conditions\x18\x12 \x03(\v2\x15.mandate.v1.ConditionR\n" +
-	"conditions\"\x92\x01\n" +
+	"conditions\x12#\n" +
+	"\rapprover_hint\x18\x13 \x01(\tR\fapproverHint\"\x92\x01\n" +
 	"\tCondition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +

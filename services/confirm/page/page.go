@@ -167,6 +167,9 @@ type challengeView struct {
 	DecidedBy, DecidedAt, Channel string
 	Pending, CanDecide            bool
 	CannotDecide                  string
+	// Hint is what the call does in the approver's words (the
+	// declaration's approver_hint); empty without one.
+	Hint string
 	// ExpiresIn is how long is left to decide ("in 9 min"); Asker is who
 	// asks, as the approver reads it ("finance-bot, an agent acting for
 	// carol").
@@ -571,7 +574,7 @@ func view(c *confirm.Challenge) *challengeView {
 		ID: c.ID, State: string(c.State), Title: c.Prompt.Title, Summary: c.Prompt.Summary, Risk: c.Prompt.Risk,
 		RequestedBy: c.Prompt.RequestedBy, SideEffects: c.Prompt.SideEffects, Permissions: c.Prompt.Permissions,
 		Withheld: c.Prompt.WithheldFields, Reversible: c.Prompt.Reversible, Recall: c.Prompt.Recall, Effects: c.Prompt.Effects,
-		Reasons:   c.Prompt.Reasons,
+		Reasons: c.Prompt.Reasons, Hint: c.Prompt.Hint,
 		Arguments: prettyJSON(c.Prompt.ArgumentsJSON), CreatedAt: stamp(c.CreatedAt), ExpiresAt: stamp(c.ExpiresAt),
 		DecidedBy: c.DecidedBy, Channel: c.DecisionChannel, Pending: c.State == confirm.StatePending,
 		NeutralisedNote: confirm.NeutralisedNote,

@@ -134,6 +134,9 @@ func writeChallenge(w *htmlWriter, d *pageData) {
 		}
 		w.markup("</p>\n")
 		w.element(`<h1 id="title">`, c.Title, "</h1>\n")
+		if c.Hint != "" {
+			w.element(`<p id="hint">`, c.Hint, "</p>\n")
+		}
 		w.element(`<p id="asks">Asked by <strong id="asker">`, c.Asker, "</strong></p>\n")
 		if money := c.Money(); len(money) > 0 {
 			w.markup(`<ul class="amounts" id="amounts">` + "\n")

@@ -47,6 +47,7 @@ summary{cursor:pointer;color:#57606a}
 .top{margin:0;display:flex;flex-wrap:wrap;gap:.3rem .8rem;align-items:center}
 .expires{color:#57606a;font-size:.9rem}
 #asks{margin:.2rem 0 .6rem}
+#hint{margin:.2rem 0}
 ul.amounts{list-style:none;padding:0;margin:.4rem 0}
 ul.amounts li{display:flex;flex-wrap:wrap;gap:0 .6rem;align-items:baseline}
 .a-label{color:#57606a}

@@ -1531,7 +1531,7 @@ const file_examples_helpdesk_v1_helpdesk_proto_rawDesc = "" +
 	" EXPENSE_REPORT_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aEXPENSE_REPORT_STATE_DRAFT\x10\x01\x12\"\n" +
 	"\x1eEXPENSE_REPORT_STATE_SUBMITTED\x10\x02\x12!\n" +
-	"\x1dEXPENSE_REPORT_STATE_APPROVED\x10\x032\xac#\n" +
+	"\x1dEXPENSE_REPORT_STATE_APPROVED\x10\x032\xc1&\n" +
 	"\x0fHelpdeskService\x12\x9b\x03\n" +
 	"\rSearchTickets\x12*.examples.helpdesk.v1.SearchTicketsRequest\x1a+.examples.helpdesk.v1.SearchTicketsResponse\"\xb0\x02\x82\x80\x19\x98\x02\n" +
 	"\rticket.search\x12\x0eSearch tickets\x1anFind support tickets by free text, status, customer email or tag; read-only, use it before acting on a ticket. \x01(\x01J\vticket.read\x8a\x01u\n" +
@@ -1539,30 +1539,30 @@ const file_examples_helpdesk_v1_helpdesk_proto_rawDesc = "" +
 	"\tGetTicket\x12&.examples.helpdesk.v1.GetTicketRequest\x1a\x1c.examples.helpdesk.v1.Ticket\"\xcf\x01\x82\x80\x19\xab\x01\n" +
 	"\n" +
 	"ticket.get\x12\fGet a ticket\x1aCRead one ticket by id, including what the customer paid; read-only. \x01(\x01J\vticket.readr\tticket_id\x8a\x01-\n" +
-	"\x12Read ticket T-1001\x12\x17{\"ticket_id\": \"T-1001\"}\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/tickets/{ticket_id}\x12\xdc\a\n" +
-	"\vIssueRefund\x12(.examples.helpdesk.v1.IssueRefundRequest\x1a\x1c.examples.helpdesk.v1.Refund\"\x84\a\x82\x80\x19\xd6\x06\n" +
+	"\x12Read ticket T-1001\x12\x17{\"ticket_id\": \"T-1001\"}\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/tickets/{ticket_id}\x12\xba\b\n" +
+	"\vIssueRefund\x12(.examples.helpdesk.v1.IssueRefundRequest\x1a\x1c.examples.helpdesk.v1.Refund\"\xe2\a\x82\x80\x19\xb4\a\n" +
 	"\rticket.refund\x12\x0fRefund a ticket\x1a\xb9\x01Send money back to the customer of a ticket; irreversible, so first check the ticket was paid, the amount does not exceed what was paid, and tell the user exactly what will be refunded. \x04B\x06ledgerB\x0fpayment-gatewayJ\x0epayment.refundR\arefundsX\x03r\tticket_id\x82\x01\x02\b\n" +
 	"\x8a\x01\xc9\x01\n" +
 	"!Refund 25.00 EUR on ticket T-1001\x12\xa3\x01{\"ticket_id\": \"T-1001\", \"amount\": {\"currency_code\": \"EUR\", \"amount_minor\": \"2500\"}, \"reason\": \"Customer was charged twice\", \"cardholder_reference\": \"CH4242424242\"}\x92\x01\x9c\x01\n" +
 	"\x14refund-needs-a-human\x12\"request.amount.amount_minor >= 100\x18\x01\"^a human is asked for a refund of 1.00 or more (100 minor units); a smaller refund runs at once\x92\x01\xc3\x01\n" +
-	"\x1bagents-refund-at-most-10000\x12>principal.agent != '' && request.amount.amount_minor > 1000000\x18\x02\"ban agent may not refund more than 10,000.00 (1000000 minor units); such a refund is made by a user\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/tickets/{ticket_id}:refund\x12\xde\x04\n" +
+	"\x1bagents-refund-at-most-10000\x12>principal.agent != '' && request.amount.amount_minor > 1000000\x18\x02\"ban agent may not refund more than 10,000.00 (1000000 minor units); such a refund is made by a user\x9a\x01[Sends money back to the customer's card for this ticket. It cannot be taken back once sent.\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/tickets/{ticket_id}:refund\x12\xde\x04\n" +
 	"\x13CreateExpenseReport\x120.examples.helpdesk.v1.CreateExpenseReportRequest\x1a#.examples.helpdesk.v1.ExpenseReport\"\xef\x03\x82\x80\x19\xcc\x03\n" +
 	"\x15expense.report.create\x12\x18Create an expense report\x1ayCreate a draft expense report with its lines; nothing is sent to anyone until it is submitted with expense.report.submit. \x02(\x01J\x15expense.report.submitR\bexpenses\x8a\x01\xf7\x01\n" +
-	")A train ticket reimbursed through payroll\x12\xc9\x01{\"title\": \"Customer visit Lyon\", \"lines\": [{\"description\": \"Train Paris-Lyon\", \"amount\": {\"currency_code\": \"EUR\", \"amount_minor\": 8900}, \"category\": \"EXPENSE_CATEGORY_TRAVEL\"}], \"payroll_id\": \"P-0042\"}\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/expense-reports\x12\x9b\x04\n" +
-	"\x13SubmitExpenseReport\x120.examples.helpdesk.v1.SubmitExpenseReportRequest\x1a#.examples.helpdesk.v1.ExpenseReport\"\xac\x03\x82\x80\x19\xf6\x02\n" +
+	")A train ticket reimbursed through payroll\x12\xc9\x01{\"title\": \"Customer visit Lyon\", \"lines\": [{\"description\": \"Train Paris-Lyon\", \"amount\": {\"currency_code\": \"EUR\", \"amount_minor\": 8900}, \"category\": \"EXPENSE_CATEGORY_TRAVEL\"}], \"payroll_id\": \"P-0042\"}\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/expense-reports\x12\x83\x05\n" +
+	"\x13SubmitExpenseReport\x120.examples.helpdesk.v1.SubmitExpenseReportRequest\x1a#.examples.helpdesk.v1.ExpenseReport\"\x94\x04\x82\x80\x19\xde\x03\n" +
 	"\x15expense.report.submit\x12\x18Submit an expense report\x1a\xa1\x01Send a draft expense report to the manager for approval; summarise the total to the user first; it can be undone with expense.report.recall until it is approved. \x03(\x010\x01:\x15expense.report.recallB\x05emailJ\x15expense.report.submitR\bexpensesr\treport_id\x8a\x01N\n" +
-	"\x15Submit report ER-2001\x125{\"report_id\": \"ER-2001\", \"note\": \"Receipts attached\"}\x82\xd3\xe4\x93\x02+:\x01*\"&/v1/expense-reports/{report_id}:submit\x12\xd4\x03\n" +
+	"\x15Submit report ER-2001\x125{\"report_id\": \"ER-2001\", \"note\": \"Receipts attached\"}\x9a\x01eSends this expense report to the manager for approval. It can be withdrawn until the manager decides.\x82\xd3\xe4\x93\x02+:\x01*\"&/v1/expense-reports/{report_id}:submit\x12\xd4\x03\n" +
 	"\x13RecallExpenseReport\x120.examples.helpdesk.v1.RecallExpenseReportRequest\x1a#.examples.helpdesk.v1.ExpenseReport\"\xe5\x02\x82\x80\x19\xaf\x02\n" +
 	"\x15expense.report.recall\x12\x18Recall an expense report\x1a^Withdraw a submitted expense report back to draft; only possible before a manager approved it. \x02(\x01J\x15expense.report.submitR\bexpensesr\treport_id\x8a\x01k\n" +
-	"#Recall report ER-2002 to fix a line\x12D{\"report_id\": \"ER-2002\", \"reason\": \"Wrong amount on the hotel line\"}\x82\xd3\xe4\x93\x02+:\x01*\"&/v1/expense-reports/{report_id}:recall\x12\xa0\x04\n" +
-	"\x14ApproveExpenseReport\x121.examples.helpdesk.v1.ApproveExpenseReportRequest\x1a#.examples.helpdesk.v1.ExpenseReport\"\xaf\x03\x82\x80\x19\xf8\x02\n" +
+	"#Recall report ER-2002 to fix a line\x12D{\"report_id\": \"ER-2002\", \"reason\": \"Wrong amount on the hotel line\"}\x82\xd3\xe4\x93\x02+:\x01*\"&/v1/expense-reports/{report_id}:recall\x12\x8d\x05\n" +
+	"\x14ApproveExpenseReport\x121.examples.helpdesk.v1.ApproveExpenseReportRequest\x1a#.examples.helpdesk.v1.ExpenseReport\"\x9c\x04\x82\x80\x19\xe5\x03\n" +
 	"\x16expense.report.approve\x12\x19Approve an expense report\x1a\x9f\x01Approve a submitted expense report for reimbursement; irreversible, so check the lines and total with the user; the submitter may not approve their own report. \x03(\x01B\x06ledgerJ\x16expense.report.approveR\bexpensesj\"\n" +
 	"\x15expense.report.submit\x12\treport_idr\treport_id\x8a\x01C\n" +
-	"\x16Approve report ER-2003\x12){\"report_id\": \"ER-2003\", \"comment\": \"OK\"}\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/expense-reports/{report_id}:approve\x12\xfc\x04\n" +
-	"\rEraseCustomer\x12*.examples.helpdesk.v1.EraseCustomerRequest\x1a%.examples.helpdesk.v1.CustomerErasure\"\x97\x04\x82\x80\x19\xf4\x03\n" +
+	"\x16Approve report ER-2003\x12){\"report_id\": \"ER-2003\", \"comment\": \"OK\"}\x9a\x01jApproves this expense report for reimbursement: the submitter will be paid the total. It cannot be undone.\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/expense-reports/{report_id}:approve\x12\xde\x05\n" +
+	"\rEraseCustomer\x12*.examples.helpdesk.v1.EraseCustomerRequest\x1a%.examples.helpdesk.v1.CustomerErasure\"\xf9\x04\x82\x80\x19\xd6\x04\n" +
 	"\x0ecustomer.erase\x12 Erase a customer's personal data\x1a\xdf\x01Permanently erase a customer's personal data (their email on every ticket) after a verified deletion request; irreversible, so confirm the exact email with the user, and another user holding privacy.approve must approve it. \x05(\x01B\x03crmJ\x0ecustomer.eraseb\x13\b\x02\x12\x0fprivacy.approver\x0ecustomer_email\x82\x01\x02\b\n" +
 	"\x8a\x01\x99\x01\n" +
-	":Erase li.wei@example.com after a verified deletion request\x12[{\"customer_email\": \"li.wei@example.com\", \"reason\": \"Verified GDPR deletion request DR-118\"}\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/customers:eraseBDZBgithub.com/mandate-dev/mandate/gen/examples/helpdesk/v1;helpdeskv1b\x06proto3"
+	":Erase li.wei@example.com after a verified deletion request\x12[{\"customer_email\": \"li.wei@example.com\", \"reason\": \"Verified GDPR deletion request DR-118\"}\x9a\x01_Permanently removes this customer's email from every ticket of the tenant. It cannot be undone.\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/customers:eraseBDZBgithub.com/mandate-dev/mandate/gen/examples/helpdesk/v1;helpdeskv1b\x06proto3"
 
 var (
 	file_examples_helpdesk_v1_helpdesk_proto_rawDescOnce sync.Once
