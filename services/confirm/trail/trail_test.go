@@ -30,10 +30,9 @@ type audit struct {
 	rows    []*mandatev1.AuditRecord
 	seen    map[string]bool
 	relayed bool
-	took    chan struct{}
 }
 
-func newAudit() *audit { return &audit{seen: map[string]bool{}, took: make(chan struct{}, 100)} }
+func newAudit() *audit { return &audit{seen: map[string]bool{}} }
 
 func (a *audit) Append(ctx context.Context, in *mandatev1.AppendRequest, _ ...grpc.CallOption) (*mandatev1.AppendResponse, error) {
 	a.mu.Lock()
@@ -53,7 +52,6 @@ func (a *audit) Append(ctx context.Context, in *mandatev1.AppendRequest, _ ...gr
 			a.rows = append(a.rows, r)
 		}
 	}
-	a.took <- struct{}{}
 	return &mandatev1.AppendResponse{}, nil
 }
 
@@ -127,8 +125,13 @@ func TestHeldRowsAreRetriedInOrder(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- tr.Run(ctx) }()
-	for tr.Held() > 0 {
-		<-a.took
+	// Run drops rows from its hold after their append returns: wait for
+	// the hold to empty, not for a number of appends (one append may take
+	// both rows, and be counted before they leave the hold).
+	for deadline := time.Now().Add(10 * time.Second); tr.Held() > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows still held 10 s after the trail came back", tr.Held())
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {
