@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -65,6 +66,17 @@ type RecorderConfig struct {
 	Now func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+}
+
+// RateLimited is the refusal of a request past its principal's edge limit
+// (the REST gateway's, the MCP bridge's), which may be made again after
+// retry.
+func RateLimited(retry time.Duration) *failure.Error {
+	spec, _ := failure.Lookup(failure.CodeRateLimited)
+	e := failure.New(failure.StageRequest, failure.CodeRateLimited,
+		"too many requests from this caller; slow down (try again in "+strconv.Itoa(failure.RetryAfterSeconds(retry))+" s)")
+	e.Retriable, e.Remedy, e.RetryAfter = spec.Retriable, spec.Remedy, retry
+	return e
 }
 
 // Refusal is one request refused at the edge.

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -224,21 +223,11 @@ func (s *Server) edgeRefused(w http.ResponseWriter, r *http.Request, p identity.
 	if ok {
 		return false
 	}
-	e := RateLimited(retry)
+	e := edgelimit.RateLimited(retry)
 	s.cfg.EdgeRecorder.Record(edgelimit.Refusal{Principal: p, Channel: contract.ChannelREST, Code: e.Code, Message: e.Message})
 	w.Header().Set("Retry-After", strconv.Itoa(failure.RetryAfterSeconds(retry)))
 	WriteProblem(w, failure.Problem(e.GRPCStatus(), safePath(r)))
 	return true
-}
-
-// RateLimited is the refusal of a request past its principal's edge limit,
-// which may be made again after retry.
-func RateLimited(retry time.Duration) *failure.Error {
-	spec, _ := failure.Lookup(failure.CodeRateLimited)
-	e := failure.New(failure.StageRequest, failure.CodeRateLimited,
-		"too many requests from this caller; slow down (try again in "+strconv.Itoa(failure.RetryAfterSeconds(retry))+" s)")
-	e.Retriable, e.Remedy, e.RetryAfter = spec.Retriable, spec.Remedy, retry
-	return e
 }
 
 // redispatch handles the gateway's own refusal of a bodyless request whose

@@ -20,13 +20,9 @@ func (e *Executor) Plan(ctx context.Context, p identity.Principal) ([]*mandatev1
 	if p.Tenant == "" || p.UserID == "" {
 		return nil, failure.New(StageAuthenticate, failure.CodeAuthenticationMissingCredentials, "a user or an agent acting for a user must ask")
 	}
-	res, err := e.cfg.Directory.Resolve(ctx, p.Tenant, p.UserID, p.AgentID)
+	res, err := e.activeResolution(ctx, p, StageAuthenticate)
 	if err != nil {
-		return nil, failure.New(StageAuthenticate, failure.CodeDirectoryUnavailable, "the directory is unavailable")
-	}
-	res = res.Admit(p.IssuedAt)
-	if !res.Active {
-		return nil, failure.New(StageAuthenticate, failure.CodeAuthorizationPrincipalInactive, "the principal is not active ("+res.Reason+")")
+		return nil, err
 	}
 	var out []*mandatev1.PlanEntry
 	for _, cmd := range e.cfg.Manifest.Commands() {

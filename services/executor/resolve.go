@@ -12,6 +12,7 @@ import (
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/contract"
+	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 )
@@ -191,13 +192,9 @@ func (e *Executor) mayResolve(ctx context.Context, p identity.Principal) error {
 	case p.Via != "":
 		return failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied, "resolving an outcome is not relayed: the operator calls the executor directly")
 	}
-	res, err := e.cfg.Directory.Resolve(ctx, p.Tenant, p.UserID, p.AgentID)
+	res, err := e.activeResolution(ctx, p, failure.StagePermission)
 	if err != nil {
-		return failure.New(failure.StagePermission, failure.CodeDirectoryUnavailable, "the directory is unavailable")
-	}
-	res = res.Admit(p.IssuedAt)
-	if !res.Active {
-		return failure.New(failure.StagePermission, failure.CodeAuthorizationPrincipalInactive, "the principal is not active ("+res.Reason+")")
+		return err
 	}
 	for _, perm := range []string{ResolvePermission, readPermission} {
 		if !res.HasPermission(perm) {
@@ -285,4 +282,20 @@ func (a *AuditStream) Get(ctx context.Context, in *mandatev1.GetRequest, opts ..
 		return nil, failure.New(StageAudit, failure.CodeAuditUnavailable, "this executor cannot read the audit trail")
 	}
 	return r.Get(ctx, in, opts...)
+}
+
+// activeResolution is p's directory resolution, refused at stage when the
+// directory does not answer or p is not active (disabled, or its token
+// issued before a revocation): the operator's and the plan's check of who
+// asks, outside the pipeline.
+func (e *Executor) activeResolution(ctx context.Context, p identity.Principal, stage string) (directory.Resolution, error) {
+	res, err := e.cfg.Directory.Resolve(ctx, p.Tenant, p.UserID, p.AgentID)
+	if err != nil {
+		return res, failure.New(stage, failure.CodeDirectoryUnavailable, "the directory is unavailable")
+	}
+	res = res.Admit(p.IssuedAt)
+	if !res.Active {
+		return res, failure.New(stage, failure.CodeAuthorizationPrincipalInactive, "the principal is not active ("+res.Reason+")")
+	}
+	return res, nil
 }

@@ -40,15 +40,9 @@ func (e *Executor) spool(ctx context.Context, inv *invocation, rec *mandatev1.Au
 	if rec.Time == nil {
 		rec.Time = timestamppb.New(e.cfg.Now())
 	}
-	b, err := encodeSpooled(rec)
-	if err == nil {
-		// Bounded: the store is often on the database whose outage made
-		// the trail unavailable, and the caller waits for this row.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spoolStoreTimeout)
-		err = e.cfg.Store.Spool(sctx, SpooledRow{Tenant: rec.GetTenant(), InvocationID: rec.GetInvocationId(), Record: b, Time: rec.GetTime().AsTime()})
-		cancel()
-	}
-	if err != nil {
+	// Bounded (spoolStored): the store is often on the database whose
+	// outage made the trail unavailable, and the caller waits for this row.
+	if err := e.spoolStored(ctx, rec); err != nil {
 		e.heldMu.Lock()
 		full := len(e.held) >= maxHeld
 		if !full {

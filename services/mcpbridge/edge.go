@@ -50,9 +50,7 @@ func (b *Bridge) limitEdge(next http.Handler) http.Handler {
 		}
 		session := r.Header.Get(sessionHeader)
 		if allowed, retry := b.cfg.EdgeLimit.Allow(edgelimit.Key(c.p)); !allowed {
-			e := failure.New(failure.StageRequest, failure.CodeRateLimited,
-				"too many requests from this caller; slow down (try again in "+strconv.Itoa(failure.RetryAfterSeconds(retry))+" s)")
-			b.refuseAtEdge(w, c, session, e, retry)
+			b.refuseAtEdge(w, c, session, edgelimit.RateLimited(retry), retry)
 			return
 		}
 		if session != "" || r.Method != http.MethodPost || statelessRequest(r) && len(b.cfg.StateKey) > 0 {
