@@ -777,3 +777,129 @@ func TestReplicasTypeScriptClient(t *testing.T) {
 		t.Fatalf("nginx sent the session's POSTs to one replica only: %v", h)
 	}
 }
+
+// TestReplicasBudgetRaceOverTwoExecutors: the sample's refund declares a
+// budget — an agent refunds at most 50.00 per currency a day, and past it
+// every refund it makes needs a human (issue 29 §2). finance-bot sends 64
+// concurrent refunds of 0.99 EUR, each under its own key, half to each
+// executor directly: small refunds run without a human, so only the
+// budget stands between the loop and the money. Exactly 50 run (49.50;
+// a 51st would pass 50.00), the 14 others each open an approval instead
+// of being refused, and the shared store holds exactly 4950 — never more.
+// Retrying every key that ran replays it and spends nothing more. One
+// approved escalation then runs past the ceiling and counts.
+func TestReplicasBudgetRaceOverTwoExecutors(t *testing.T) {
+	rt := newReplicaTopology(t)
+	// T-1001 was paid 49.90: make it 1,000.00, so the ticket's own
+	// refundable amount never decides, the budget does.
+	if _, err := rt.db.Exec(context.Background(), `UPDATE helpdesk.tickets SET paid_minor = 100000 WHERE tenant = 'acme' AND ticket_id = 'T-1001'`); err != nil {
+		t.Fatal(err)
+	}
+	const n, amount = 64, 99
+	bot := rt.token("acme", "carol", "finance-bot")
+	body := fmt.Sprintf(`{"amount":{"currency_code":"EUR","amount_minor":"%d"},"reason":"Goodwill gesture","cardholder_reference":"CH4242424242"}`, amount)
+	type answer struct {
+		status          int
+		code, challenge string
+		message         string
+	}
+	call := func(i int, key string, headers ...string) answer {
+		u := "http://" + rt.direct["executor"][i%2].http + "/v1/tickets/T-1001:refund"
+		r, err := send(context.Background(), nil, http.MethodPost, u, body,
+			append([]string{"Authorization", "Bearer " + bot, "Content-Type", "application/json", "Idempotency-Key", key}, headers...)...)
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+			return answer{}
+		}
+		var b map[string]any
+		_ = json.Unmarshal([]byte(r.body), &b)
+		a := answer{status: r.status}
+		a.code, _ = b["code"].(string)
+		a.challenge, _ = b["challenge_id"].(string)
+		a.message, _ = b["detail"].(string)
+		return a
+	}
+	answers := make([]answer, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			answers[i] = call(i, fmt.Sprintf("budget-race-%02d", i))
+		})
+	}
+	close(start)
+	wg.Wait()
+	var ran []int
+	var escalated []answer
+	for i, a := range answers {
+		switch {
+		case a.status == http.StatusOK:
+			ran = append(ran, i)
+		case a.status == http.StatusUnprocessableEntity && a.code == "confirmation.required" && a.challenge != "":
+			if !strings.Contains(a.message, "agent-daily-refunds") {
+				t.Errorf("call %d was escalated without naming the limit: %q", i, a.message)
+			}
+			escalated = append(escalated, a)
+		default:
+			t.Fatalf("call %d (executor-%d): %+v", i, i%2+1, a)
+		}
+	}
+	// Each helpdesk replica has a payment gateway of its own: the booked
+	// refunds are counted in the shared database.
+	booked := func(n, minor int) {
+		t.Helper()
+		if got := rt.count(`SELECT count(*) FROM helpdesk.refunds WHERE tenant = 'acme'`); got != n {
+			t.Fatalf("%d refunds booked, want %d", got, n)
+		}
+		if got := rt.count(`SELECT coalesce(sum(amount_minor), 0)::int FROM helpdesk.refunds WHERE tenant = 'acme'`); got != minor {
+			t.Fatalf("refunds of %d booked, want %d", got, minor)
+		}
+	}
+	spent := func() int {
+		return rt.count(`SELECT coalesce(sum(amount), 0)::int FROM executor.limit_spend WHERE tenant = 'acme' AND bucket LIKE 'ticket.refund/agent-daily-refunds/agent:finance-bot/%'`)
+	}
+	if len(ran) != 50 || len(escalated) != n-50 {
+		t.Fatalf("%d refunds ran and %d were escalated; want 50 and %d", len(ran), len(escalated), n-50)
+	}
+	if got := spent(); got != 50*amount {
+		t.Fatalf("the budget holds %d spent, want exactly %d", got, 50*amount)
+	}
+	booked(50, 50*amount)
+
+	// Every key that ran, again, concurrently: replays, nothing spent.
+	for j, i := range ran {
+		wg.Go(func() {
+			if a := call(j, fmt.Sprintf("budget-race-%02d", i)); a.status != http.StatusOK {
+				t.Errorf("the retry of key %d: %+v", i, a)
+			}
+		})
+	}
+	wg.Wait()
+	if got := spent(); got != 50*amount {
+		t.Fatalf("after the retries the budget holds %d spent, want %d", got, 50*amount)
+	}
+	booked(50, 50*amount)
+
+	// carol approves one escalation; the approved refund runs past the
+	// ceiling and counts.
+	first := escalated[0]
+	carol := rt.token("acme", "carol", "")
+	if _, err := rt.decide(carol, first.challenge, mandatev1.Decision_DECISION_APPROVE); err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	for i, a := range answers {
+		if a.challenge == first.challenge {
+			key = fmt.Sprintf("budget-race-%02d", i)
+		}
+	}
+	if a := call(0, key, "X-Mandate-Approval-Grant", first.challenge); a.status != http.StatusOK {
+		t.Fatalf("the approved escalation: %+v", a)
+	}
+	if got := spent(); got != 51*amount {
+		t.Fatalf("after the approved refund the budget holds %d spent, want %d", got, 51*amount)
+	}
+	booked(51, 51*amount)
+	t.Logf("64 refunds over two executors: 50 ran (%d spent of 5000), %d escalated to a human; 50 retries replayed; one approved past the ceiling", 50*amount, len(escalated))
+}

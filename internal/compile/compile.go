@@ -24,6 +24,7 @@ import (
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/condition"
+	"github.com/mandate-dev/mandate/internal/limit"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/schema"
 )
@@ -299,6 +300,7 @@ func (c *compiler) method(md protoreflect.MethodDescriptor) error {
 	}
 	examples := c.examples(md, code, decl.GetExamples())
 	conditions := c.conditions(md, code, decl)
+	limits := c.limits(md, code, decl, conditions)
 
 	in, err := schema.Build(md.Input(), schema.Input)
 	if err != nil {
@@ -338,6 +340,7 @@ func (c *compiler) method(md protoreflect.MethodDescriptor) error {
 		Deadline:             deadline,
 		Examples:             examples,
 		Conditions:           conditions,
+		Limits:               limits,
 		RPC:                  rpcOf(md),
 		SensitiveFields:      nonNil(schema.SensitivePaths(md.Input())),
 		InputSchema:          inJSON,
@@ -545,6 +548,69 @@ func (c *compiler) conditions(md protoreflect.MethodDescriptor, code string, dec
 		case !asks:
 			c.refuse("MANDATE1021", md, code, "`confirmation: CONFIRMATION_CONDITIONAL` without a condition of effect CONDITION_EFFECT_REQUIRE_CONFIRMATION: nobody would ever be asked; declare the condition under which a human is asked, or drop the confirmation value")
 		}
+	}
+	return out
+}
+
+// limits checks the declared limits (MANDATE1023) and returns them as
+// the manifest records them: each needs an id unique among the command's
+// limits and conditions, a scope, a window within (0, 31 days], a
+// positive ceiling, field paths that resolve on the request (an integer to
+// sum, a string or enum to group by), what happens when exhausted and a
+// description.
+func (c *compiler) limits(md protoreflect.MethodDescriptor, code string, decl *mandatev1.CommandOptions, conds []manifest.Condition) []manifest.Limit {
+	var out []manifest.Limit
+	seen := map[string]bool{}
+	for _, cd := range conds {
+		seen[cd.ID] = true
+	}
+	for i, l := range decl.GetLimits() {
+		id := l.GetId()
+		switch {
+		case id == "":
+			c.refuse("MANDATE1023", md, code, "limit %d has no `id`; give it a stable kebab-case id such as `agent-daily-refunds`", i+1)
+		case len(id) > condition.MaxIDLen || !condition.IDPattern.MatchString(id):
+			c.refuse("MANDATE1023", md, code, "limit id %q is malformed; use lower-case letters and digits in segments joined by '-', '_' or '.', at most %d characters", id, condition.MaxIDLen)
+		case seen[id]:
+			c.refuse("MANDATE1023", md, code, "limit id %q is declared twice (limits and conditions of a command share ids); give each its own", id)
+		}
+		seen[id] = true
+		per := limit.PerName(l.GetPer())
+		if per == "" {
+			c.refuse("MANDATE1023", md, code, "limit %q has no `per`; declare LIMIT_SCOPE_AGENT, LIMIT_SCOPE_USER or LIMIT_SCOPE_TENANT", id)
+		}
+		w := l.GetWindow()
+		switch {
+		case w == nil:
+			c.refuse("MANDATE1023", md, code, "limit %q has no `window`; declare how long a call counts, e.g. `window: {seconds: 3600}`", id)
+		case !w.IsValid() || limit.CheckWindow(w.AsDuration()) != nil:
+			c.refuse("MANDATE1023", md, code, "limit %q: `window` must be positive and at most 31 days", id)
+		}
+		if l.GetMax() <= 0 {
+			c.refuse("MANDATE1023", md, code, "limit %q: `max` must be positive (the most calls, or the most of `sum_field`, per window)", id)
+		}
+		if f := l.GetSumField(); f != "" {
+			if _, err := limit.Resolve(md.Input(), f, true); err != nil {
+				c.refuse("MANDATE1023", md, code, "limit %q: `sum_field` %q does not name a singular integer field of %s (%s); name one by its proto path, e.g. `amount.amount_minor`", id, f, md.Input().FullName(), strings.TrimPrefix(err.Error(), limit.ErrPath.Error()+": "))
+			}
+		}
+		if f := l.GetGroupField(); f != "" {
+			if _, err := limit.Resolve(md.Input(), f, false); err != nil {
+				c.refuse("MANDATE1023", md, code, "limit %q: `group_field` %q does not name a singular string or enum field of %s (%s); name one by its proto path, e.g. `amount.currency_code`", id, f, md.Input().FullName(), strings.TrimPrefix(err.Error(), limit.ErrPath.Error()+": "))
+			}
+		}
+		then := limit.ExhaustedName(l.GetWhenExhausted())
+		if then == "" {
+			c.refuse("MANDATE1023", md, code, "limit %q has no `when_exhausted`; declare LIMIT_EXHAUSTED_REFUSE or LIMIT_EXHAUSTED_ESCALATE", id)
+		}
+		desc := strings.TrimSpace(l.GetDescription())
+		if desc == "" {
+			c.refuse("MANDATE1023", md, code, "limit %q has no `description`; write the sentence a human reads, e.g. \"an agent refunds at most 500.00 a day per currency\"", id)
+		}
+		out = append(out, manifest.Limit{
+			ID: id, Per: per, Window: limit.WindowString(w), Max: l.GetMax(), SumField: l.GetSumField(),
+			GroupField: l.GetGroupField(), WhenExhausted: then, Description: desc,
+		})
 	}
 	return out
 }

@@ -103,6 +103,9 @@ var Rules = []Rule{
 	{"MANDATE1022", SeverityError,
 		"an `approver_hint` with markup (backticks, asterisks, underscores, angle or square brackets, hashes), a line break, or more than 300 bytes: the approval page shows it as written, to the human who decides",
 		"write one or two plain sentences of what the call does, in the approver's words, e.g. \"Sends money back to the customer's card; it cannot be taken back.\""},
+	{"MANDATE1023", SeverityError,
+		"a limit without a well-formed `id` (unique among the command's limits and conditions), a scope (`per`), a `window` within (0, 31 days], a positive `max`, `when_exhausted` or a `description`, or whose `sum_field` is not a singular integer field of the request or whose `group_field` is not a singular string or enum field",
+		"declare e.g. `limits: {id: \"agent-daily-refunds\" per: LIMIT_SCOPE_AGENT window: {seconds: 86400} max: 50000 sum_field: \"amount.amount_minor\" group_field: \"amount.currency_code\" when_exhausted: LIMIT_EXHAUSTED_ESCALATE description: \"an agent refunds at most 500.00 a day per currency\"}`"},
 }
 
 // ruleByID indexes Rules.

@@ -66,6 +66,9 @@ const (
 	CodeConditionDenied           = "condition.denied"
 	CodeConditionEvaluationFailed = "condition.evaluation_failed"
 
+	CodeBudgetExhausted   = "budget.exhausted"
+	CodeBudgetUnavailable = "budget.unavailable"
+
 	CodeConfirmationRequired           = "confirmation.required"
 	CodeConfirmationPending            = "confirmation.pending"
 	CodeConfirmationRefused            = "confirmation.refused"
@@ -186,9 +189,9 @@ var table = []Spec{
 	{Code: CodeManifestMismatch, Stages: []string{StageRequest}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
 		Remedy:  "ask an operator: deploy the same manifest to every Mandate service (compare the manifest_digest of their /healthz)",
 		Meaning: "the calling Mandate service runs another manifest than the one receiving the call (x-mandate-manifest-digest differs); refused before any effect"},
-	{Code: CodeRateLimited, Stages: []string{StageRequest}, GRPC: codes.ResourceExhausted, HTTP: http.StatusTooManyRequests, Retriable: true,
+	{Code: CodeRateLimited, Stages: []string{StageRequest, StageBudget}, GRPC: codes.ResourceExhausted, HTTP: http.StatusTooManyRequests, Retriable: true,
 		Remedy:  "slow down: wait retry_after seconds (the Retry-After header), then call again",
-		Meaning: "the caller sent more requests than one principal may at the edge (the MCP bridge, the REST gateway); nothing behind the edge was asked"},
+		Meaning: "the caller sent more requests than one principal may at the edge (the MCP bridge, the REST gateway; stage request_check, nothing behind the edge was asked), or the call would go past a rate its command declares (budget_check; the detail names the limit, nothing was run)"},
 	{Code: CodeSessionTooMany, Stages: []string{StageRequest}, GRPC: codes.ResourceExhausted, HTTP: http.StatusTooManyRequests, Retriable: true,
 		Remedy:  "reuse an MCP session you hold, or end those you no longer use (HTTP DELETE with their Mcp-Session-Id); idle ones close after the session timeout",
 		Meaning: "the principal already holds the most MCP sessions one principal may open; no session was opened"},
@@ -235,6 +238,11 @@ var table = []Spec{
 	{Code: CodeConditionEvaluationFailed, Stages: []string{StageCondition}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity,
 		Remedy:  "check the arguments the condition reads; if they are right, ask an operator to fix the declaration",
 		Meaning: "a declared condition could not be evaluated on this call (fail closed: nothing was run, nobody was asked); the detail names the condition's id"},
+	{Code: CodeBudgetExhausted, Stages: []string{StageBudget}, GRPC: codes.ResourceExhausted, HTTP: http.StatusTooManyRequests, Retriable: true,
+		Remedy:  "wait retry_after seconds for the window to free enough, or ask a human to make the call; the detail names the limit",
+		Meaning: "the call would spend more of a declared budget (the sum of a request field per window) than is left; nothing was run. A limit declared to escalate asks a human instead"},
+	{Code: CodeBudgetUnavailable, Stages: []string{StageBudget}, GRPC: codes.Unavailable, HTTP: http.StatusServiceUnavailable, Retriable: true, Remedy: "retry later",
+		Meaning: "the store that counts the command's declared limits could not be reached; nothing was run"},
 	{Code: CodeConfirmationRequired, Stages: []string{StageConfirmation}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity, Retriable: true,
 		Remedy:  "the approver the refusal names decides at the approval URL; then call again with the same arguments and the challenge id where grant_in and grant_name say (MCP _meta mandate.dev/approval, header X-Mandate-Approval-Grant, metadata x-mandate-approval-grant or the approval_grant_id field)",
 		Meaning: "a human must confirm the call; carries the challenge id and approval URL"},

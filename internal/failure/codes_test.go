@@ -17,7 +17,7 @@ import (
 // decode: the REST gateway's reading of a request before the pipeline.
 var stages = []string{
 	"decode", "authenticate", "request_check", "load_definition", "entitlement_check", "permission_check",
-	"schema_validate", "scope_check", "idempotency_check", "sod_check", "condition_check", "confirmation_check", "audit", "dispatch",
+	"schema_validate", "scope_check", "idempotency_check", "sod_check", "condition_check", "budget_check", "confirmation_check", "audit", "dispatch",
 }
 
 var codeShape = regexp.MustCompile(`^[a-z]+\.[a-z_]+$`)

@@ -31,6 +31,7 @@ const (
 	StageAuditOutcome  = "audit_outcome"
 	StagePublish       = "publish"
 	StageCondition     = "condition_check"
+	StageBudget        = "budget_check"
 )
 
 // StageName returns the wire name of s, "" for STAGE_UNSPECIFIED or a value

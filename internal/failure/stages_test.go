@@ -24,6 +24,7 @@ func TestStagesAreTheEnum(t *testing.T) {
 		failure.StageIdempotency, failure.StageSoD, failure.StageConfirmation, failure.StageAudit,
 		failure.StageDispatch, failure.StageState, failure.StagePreInvariant, failure.StageAssert,
 		failure.StagePostInvariant, failure.StageAuditOutcome, failure.StagePublish, failure.StageCondition,
+		failure.StageBudget,
 	}
 	if got := failure.Stages(); !slices.Equal(got, consts) {
 		t.Fatalf("the enum's stages %v\n          constants %v", got, consts)

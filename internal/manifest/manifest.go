@@ -64,7 +64,10 @@ type Command struct {
 	// Conditions are the declared CEL conditions, in declaration order,
 	// each type-checked against the request at build time.
 	Conditions []Condition `json:"conditions"`
-	RPC        RPC         `json:"rpc"`
+	// Limits are the declared ceilings on how often, or how much, the
+	// command is used per window; absent when it declares none.
+	Limits []Limit `json:"limits,omitempty"`
+	RPC    RPC     `json:"rpc"`
 	// SensitiveFields are JSON pointers (proto names, "*" for any element
 	// or key) of the input fields declared sensitive.
 	SensitiveFields []string        `json:"sensitive_fields"`
@@ -114,6 +117,53 @@ type Condition struct {
 	Effect string `json:"effect"`
 	// Description is the sentence humans read (tool descriptor, prompt).
 	Description string `json:"description"`
+}
+
+// Limit scopes (Limit.Per) and exhaustion policies (Limit.WhenExhausted),
+// as the manifest spells them.
+const (
+	LimitPerAgent        = "AGENT"
+	LimitPerUser         = "USER"
+	LimitPerTenant       = "TENANT"
+	LimitExhaustRefuse   = "REFUSE"
+	LimitExhaustEscalate = "ESCALATE"
+)
+
+// Limit is one declared ceiling of a command: at most Max calls (a rate,
+// SumField empty) or at most Max of SumField's values added up (a budget)
+// per Window, counted per Per and, with GroupField, per value of that
+// field.
+type Limit struct {
+	// ID is stable and unique among the command's limits and conditions.
+	ID string `json:"id"`
+	// Per is "AGENT", "USER" or "TENANT".
+	Per string `json:"per"`
+	// Window is a protojson duration such as "86400s".
+	Window string `json:"window"`
+	// Max is the ceiling.
+	Max int64 `json:"max"`
+	// SumField is the dotted path of the integer request field a call
+	// spends; "" counts calls.
+	SumField string `json:"sum_field,omitempty"`
+	// GroupField is the dotted path of the string or enum request field
+	// whose values are counted apart; "" for one ceiling.
+	GroupField string `json:"group_field,omitempty"`
+	// WhenExhausted is "REFUSE" or "ESCALATE".
+	WhenExhausted string `json:"when_exhausted"`
+	// Description is the sentence humans read.
+	Description string `json:"description"`
+}
+
+// Describe is the limit in words for a tool descriptor or a plan: its
+// description and what happens past it, e.g. "an agent refunds at most
+// 500.00 a day per currency (limit agent-daily-refunds; past it a human is
+// asked)".
+func (l Limit) Describe() string {
+	then := "past it the call is refused until the window frees enough"
+	if l.WhenExhausted == LimitExhaustEscalate {
+		then = "past it a human is asked"
+	}
+	return l.Description + " (limit " + l.ID + "; " + then + ")"
 }
 
 // Example is a declared example input, validated at build time.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/mandate-dev/mandate/internal/manifest"
 )
@@ -104,7 +105,7 @@ var handled = map[string]bool{
 	"permissions": true, "required_feature": true, "confirmation": true, "confirmation_required": true,
 	"approver": true, "separation_of_duties": true, "subject_field": true, "lifecycle": true,
 	"deadline": true, "rpc": true, "sensitive_fields": true, "input_schema": true, "output_schema": true,
-	"conditions": true,
+	"conditions": true, "limits": true,
 }
 
 func (d *differ) command(o, n map[string]any) {
@@ -137,6 +138,7 @@ func (d *differ) command(o, n map[string]any) {
 		}
 	}
 	d.conditions(o["conditions"], n["conditions"])
+	d.limits(o["limits"], n["limits"])
 	d.schema("/input_schema", o["input_schema"], n["input_schema"])
 	if !equal(o["output_schema"], n["output_schema"]) {
 		d.add(RuleOutputSchemaChanged, "/output_schema", nil, nil, "the output schema changed")
@@ -287,31 +289,40 @@ func (d *differ) sod(o, n map[string]any) {
 	}
 }
 
+// byID indexes a list of objects that have an identity (conditions,
+// limits) by their id, by position ("#0", "#1", …) for a member without
+// one.
+func byID(v any) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	list, _ := v.([]any)
+	for i, e := range list {
+		m, _ := e.(map[string]any)
+		id := str(m["id"])
+		if id == "" {
+			id = fmt.Sprintf("#%d", i)
+		}
+		out[id] = m
+	}
+	return out
+}
+
+// unionKeys returns the keys of a and b, sorted.
+func unionKeys[V any](a, b map[string]V) []string {
+	keys := map[string]bool{}
+	for k := range a {
+		keys[k] = true
+	}
+	for k := range b {
+		keys[k] = true
+	}
+	return sortedKeys(keys)
+}
+
 // conditions compares the conditions lists member by member, by id (by
 // position for a member without one).
 func (d *differ) conditions(o, n any) {
-	index := func(v any) map[string]map[string]any {
-		out := map[string]map[string]any{}
-		list, _ := v.([]any)
-		for i, e := range list {
-			c, _ := e.(map[string]any)
-			id := str(c["id"])
-			if id == "" {
-				id = fmt.Sprintf("#%d", i)
-			}
-			out[id] = c
-		}
-		return out
-	}
-	om, nm := index(o), index(n)
-	ids := map[string]bool{}
-	for id := range om {
-		ids[id] = true
-	}
-	for id := range nm {
-		ids[id] = true
-	}
-	for _, id := range sortedKeys(ids) {
+	om, nm := byID(o), byID(n)
+	for _, id := range unionKeys(om, nm) {
 		path := "/conditions/" + pointerEscape(id)
 		oc, nc := om[id], nm[id]
 		switch {
@@ -320,14 +331,7 @@ func (d *differ) conditions(o, n any) {
 		case oc == nil:
 			d.add(RuleConditionAdded, path, nil, nc, "condition %s is added", id)
 		default:
-			keys := map[string]bool{}
-			for k := range oc {
-				keys[k] = true
-			}
-			for k := range nc {
-				keys[k] = true
-			}
-			for _, k := range sortedKeys(keys) {
+			for _, k := range unionKeys(oc, nc) {
 				if equal(oc[k], nc[k]) {
 					continue
 				}
@@ -339,6 +343,133 @@ func (d *differ) conditions(o, n any) {
 			}
 		}
 	}
+}
+
+// limitScopes are the values of a limit's per, from the party counted
+// narrowest (each agent apart: the most calls in all) to the widest (the
+// whole tenant).
+var limitScopes = []string{manifest.LimitPerAgent, manifest.LimitPerUser, manifest.LimitPerTenant}
+
+// limits compares the limits lists member by member, by id (by position
+// for a member without one).
+func (d *differ) limits(o, n any) {
+	om, nm := byID(o), byID(n)
+	for _, id := range unionKeys(om, nm) {
+		path := "/limits/" + pointerEscape(id)
+		ol, nl := om[id], nm[id]
+		switch {
+		case nl == nil:
+			d.add(RuleLimitRemoved, path, ol, nil, "limit %s is gone (%s)", id, limitSummary(ol))
+		case ol == nil:
+			d.add(RuleLimitAdded, path, nil, nl, "limit %s is added (%s)", id, limitSummary(nl))
+		default:
+			d.limit(path, id, ol, nl)
+		}
+	}
+}
+
+// limit compares two versions of one limit key by key: what lets more
+// calls (or more of what a call spends) through is limit.loosened, less
+// limit.tightened, what cannot be ranked limit.changed.
+func (d *differ) limit(path, id string, o, n map[string]any) {
+	// A rate (no sum_field) counts calls, a budget adds up a field: when
+	// what is counted changes, max is in another unit and cannot be ranked.
+	sumChanged := !equal(o["sum_field"], n["sum_field"])
+	for _, k := range unionKeys(o, n) {
+		ov, nv := o[k], n[k]
+		if equal(ov, nv) {
+			continue
+		}
+		p := path + "/" + pointerEscape(k)
+		report := func(rule, format string, args ...any) {
+			d.add(rule, p, ov, nv, format, args...)
+		}
+		switch k {
+		case "description":
+			report(RuleTextChanged, "limit %s's description changed", id)
+		case "max":
+			on, nn, ok := numbers(ov, nv)
+			switch {
+			case sumChanged:
+				report(RuleLimitChanged, "limit %s's max changed with what it counts", id)
+			case !ok:
+				report(RuleLimitChanged, "limit %s's max changed", id)
+			case nn.Cmp(on) > 0:
+				report(RuleLimitLoosened, "limit %s's max is higher: more passes per window", id)
+			default:
+				report(RuleLimitTightened, "limit %s's max is lower", id)
+			}
+		case "window":
+			ow, oerr := time.ParseDuration(str(ov))
+			nw, nerr := time.ParseDuration(str(nv))
+			switch {
+			case oerr != nil || nerr != nil:
+				report(RuleLimitChanged, "limit %s's window changed", id)
+			case nw < ow:
+				report(RuleLimitLoosened, "limit %s's window is shorter (%s → %s): calls leave the count sooner, more pass over time", id, ow, nw)
+			case nw > ow:
+				report(RuleLimitTightened, "limit %s's window is longer (%s → %s)", id, ow, nw)
+			}
+		case "per":
+			oi, ni := slices.Index(limitScopes, str(ov)), slices.Index(limitScopes, str(nv))
+			switch {
+			case oi < 0 || ni < 0:
+				report(RuleLimitChanged, "limit %s is counted per %s, no longer per %s", id, str(nv), str(ov))
+			case ni < oi:
+				report(RuleLimitLoosened, "limit %s is counted per %s, no longer per %s: more passes in all", id, str(nv), str(ov))
+			default:
+				report(RuleLimitTightened, "limit %s is counted per %s, no longer per %s", id, str(nv), str(ov))
+			}
+		case "group_field":
+			switch {
+			case isZero(ov):
+				report(RuleLimitLoosened, "limit %s is counted apart per value of %s where it was one ceiling", id, str(nv))
+			case isZero(nv):
+				report(RuleLimitTightened, "limit %s is one ceiling, no longer one per value of %s", id, str(ov))
+			default:
+				report(RuleLimitChanged, "limit %s is counted per value of %s, no longer of %s", id, str(nv), str(ov))
+			}
+		case "sum_field":
+			switch {
+			case isZero(ov):
+				report(RuleLimitChanged, "limit %s adds up %s where it counted calls", id, str(nv))
+			case isZero(nv):
+				report(RuleLimitChanged, "limit %s counts calls where it added up %s", id, str(ov))
+			default:
+				report(RuleLimitChanged, "limit %s adds up %s, no longer %s", id, str(nv), str(ov))
+			}
+		case "when_exhausted":
+			const refuse, escalate = manifest.LimitExhaustRefuse, manifest.LimitExhaustEscalate
+			switch {
+			case str(ov) == refuse && str(nv) == escalate:
+				report(RuleLimitLoosened, "past limit %s a human is asked where the call was refused: calls pass the ceiling with an approval", id)
+			case str(ov) == escalate && str(nv) == refuse:
+				report(RuleLimitTightened, "past limit %s the call is refused where a human was asked", id)
+			default:
+				report(RuleLimitChanged, "limit %s's when_exhausted changed", id)
+			}
+		default:
+			report(RuleLimitChanged, "limit %s's %s changed", id, k)
+		}
+	}
+}
+
+// limitSummary describes a limit in a few words: "at most 10 calls per
+// 86400s, counted per AGENT; refused past it".
+func limitSummary(l map[string]any) string {
+	what := "calls"
+	if f := str(l["sum_field"]); f != "" {
+		what = "of " + f
+	}
+	per := str(l["per"])
+	if g := str(l["group_field"]); g != "" {
+		per += " and per value of " + g
+	}
+	then := "refused past it"
+	if str(l["when_exhausted"]) == manifest.LimitExhaustEscalate {
+		then = "a human is asked past it"
+	}
+	return fmt.Sprintf("at most %s %s per %s, counted per %s; %s", encode(l["max"]), what, str(l["window"]), per, then)
 }
 
 // set reports members of o missing from n (removed) and of n missing from

@@ -24,10 +24,11 @@ func sample(t *testing.T) doc {
 		t.Fatal(err)
 	}
 	// The crafted cases start from a refund that always asks a human and
-	// declares no conditions (the sample's refund now asks only when its
-	// conditions say so): each case adds what it tests.
+	// declares no conditions and no limits (the sample's refund now asks
+	// only when its conditions say so): each case adds what it tests.
 	r := d.cmd(refund)
 	r["confirmation"], r["confirmation_required"], r["conditions"] = "DEFAULT", true, []any{}
+	delete(r, "limits")
 	return d
 }
 
@@ -95,6 +96,37 @@ const (
 
 func largeRefund() map[string]any {
 	return map[string]any{"id": "large-refund", "expression": "request.amount.amount_minor > 2000", "effect": "REQUIRE_CONFIRMATION", "description": "a human is asked above 20.00"}
+}
+
+// dailyRefunds is a budget: what an agent refunds a day, per currency;
+// past it a human is asked.
+func dailyRefunds() map[string]any {
+	return map[string]any{
+		"id": "agent-daily-refunds", "per": "AGENT", "window": "86400s", "max": num(50000),
+		"sum_field": "amount.amount_minor", "group_field": "amount.currency_code", "when_exhausted": "ESCALATE",
+		"description": "an agent refunds at most 500.00 a day per currency",
+	}
+}
+
+// hourlyRefunds is a rate: refunds of the whole tenant an hour; past it
+// the call is refused.
+func hourlyRefunds() map[string]any {
+	return map[string]any{
+		"id": "tenant-hourly-refunds", "per": "TENANT", "window": "3600s", "max": num(100),
+		"when_exhausted": "REFUSE", "description": "the tenant refunds at most 100 times an hour",
+	}
+}
+
+// withLimits sets the refund's limits, each changed by change (nil: as is).
+func withLimits(d doc, change func(l map[string]any), limits ...map[string]any) {
+	list := make([]any, len(limits))
+	for i, l := range limits {
+		if change != nil {
+			change(l)
+		}
+		list[i] = l
+	}
+	d.cmd(refund)["limits"] = list
 }
 
 // diffCases is the crafted set of before/after manifests: each changes the
@@ -199,6 +231,74 @@ var diffCases = []struct {
 	}},
 	{"condition added", func(_, n doc) { n.cmd(refund)["conditions"] = []any{largeRefund()} },
 		[]want{{"condition.added", refund, "/conditions/large-refund", info}}},
+	{"limit removed", func(o, _ doc) { withLimits(o, nil, dailyRefunds()) },
+		[]want{{"limit.removed", refund, "/limits/agent-daily-refunds", high}}},
+	{"limit added", func(_, n doc) { withLimits(n, nil, dailyRefunds(), hourlyRefunds()) },
+		[]want{{"limit.added", refund, "/limits/agent-daily-refunds", info}, {"limit.added", refund, "/limits/tenant-hourly-refunds", info}}},
+	{"limit raised", func(o, n doc) {
+		withLimits(o, nil, dailyRefunds())
+		withLimits(n, func(l map[string]any) { l["max"] = num(500000) }, dailyRefunds())
+	}, []want{{"limit.loosened", refund, "/limits/agent-daily-refunds/max", warn}}},
+	{"limit window shortened", func(o, n doc) {
+		withLimits(o, nil, hourlyRefunds())
+		withLimits(n, func(l map[string]any) { l["window"] = "60s" }, hourlyRefunds())
+	}, []want{{"limit.loosened", refund, "/limits/tenant-hourly-refunds/window", warn}}},
+	{"limit counted per a narrower party", func(o, n doc) {
+		withLimits(o, func(l map[string]any) {
+			if l["id"] == "agent-daily-refunds" {
+				l["per"] = "USER"
+			}
+		}, dailyRefunds(), hourlyRefunds())
+		withLimits(n, func(l map[string]any) {
+			if l["id"] == "tenant-hourly-refunds" {
+				l["per"] = "USER"
+			}
+		}, dailyRefunds(), hourlyRefunds())
+	}, []want{
+		{"limit.loosened", refund, "/limits/agent-daily-refunds/per", warn},
+		{"limit.loosened", refund, "/limits/tenant-hourly-refunds/per", warn},
+	}},
+	{"limit counted per group", func(o, n doc) {
+		withLimits(o, nil, hourlyRefunds())
+		withLimits(n, func(l map[string]any) { l["group_field"] = "amount.currency_code" }, hourlyRefunds())
+	}, []want{{"limit.loosened", refund, "/limits/tenant-hourly-refunds/group_field", warn}}},
+	{"limit escalates where it refused", func(o, n doc) {
+		withLimits(o, nil, hourlyRefunds())
+		withLimits(n, func(l map[string]any) { l["when_exhausted"] = "ESCALATE" }, hourlyRefunds())
+	}, []want{{"limit.loosened", refund, "/limits/tenant-hourly-refunds/when_exhausted", warn}}},
+	{"limit tightened", func(o, n doc) {
+		withLimits(o, func(l map[string]any) { l["per"] = "USER" }, dailyRefunds())
+		withLimits(n, func(l map[string]any) {
+			l["max"], l["window"], l["per"], l["when_exhausted"] = num(20000), "604800s", "TENANT", "REFUSE"
+			delete(l, "group_field")
+		}, dailyRefunds())
+	}, []want{
+		{"limit.tightened", refund, "/limits/agent-daily-refunds/max", info},
+		{"limit.tightened", refund, "/limits/agent-daily-refunds/window", info},
+		{"limit.tightened", refund, "/limits/agent-daily-refunds/per", info},
+		{"limit.tightened", refund, "/limits/agent-daily-refunds/group_field", info},
+		{"limit.tightened", refund, "/limits/agent-daily-refunds/when_exhausted", info},
+	}},
+	{"limit counts another quantity", func(o, n doc) {
+		// A rate becomes a budget: max is in another unit, a higher number
+		// is no loosening to rank.
+		withLimits(o, nil, hourlyRefunds())
+		withLimits(n, func(l map[string]any) { l["sum_field"], l["max"] = "amount.amount_minor", num(1000000) }, hourlyRefunds())
+	}, []want{
+		{"limit.changed", refund, "/limits/tenant-hourly-refunds/sum_field", warn},
+		{"limit.changed", refund, "/limits/tenant-hourly-refunds/max", warn},
+	}},
+	{"limit grouped otherwise, unknown key", func(o, n doc) {
+		withLimits(o, nil, dailyRefunds())
+		withLimits(n, func(l map[string]any) { l["group_field"], l["burst"] = "reason", num(5) }, dailyRefunds())
+	}, []want{
+		{"limit.changed", refund, "/limits/agent-daily-refunds/group_field", warn},
+		{"limit.changed", refund, "/limits/agent-daily-refunds/burst", warn},
+	}},
+	{"limit description changed", func(o, n doc) {
+		withLimits(o, nil, dailyRefunds())
+		withLimits(n, func(l map[string]any) { l["description"] = "an agent refunds at most 500.00 a day" }, dailyRefunds())
+	}, []want{{"text.changed", refund, "/limits/agent-daily-refunds/description", info}}},
 	{"input field added", func(_, n doc) {
 		at(n.cmd(refund), "input_schema", "properties")["note"] = map[string]any{"type": "string"}
 	}, []want{{"schema.field_added", refund, "/input_schema/properties/note", warn}}},
@@ -333,6 +433,7 @@ func TestDiffOfTheSameManifestIsEmpty(t *testing.T) {
 	o, n := sample(t), sample(t)
 	for _, c := range n["commands"].([]any) {
 		c.(map[string]any)["conditions"] = []any{}
+		c.(map[string]any)["limits"] = []any{}
 		c.(map[string]any)["rate_limit"] = nil
 	}
 	if got := manifestdiff.Diff(o.parse(t, "old"), n.parse(t, "new")); len(got) != 0 {
@@ -385,5 +486,28 @@ func TestTextShowsExpressionsAsWritten(t *testing.T) {
 	got := text(t, manifestdiff.Diff(o.parse(t, "old"), n.parse(t, "new")))
 	if want := `"request.amount.amount_minor > 2000" → "a > 1 && b < 2"`; !strings.Contains(got, want) {
 		t.Fatalf("got %s, want %s", got, want)
+	}
+}
+
+// TestLimitsAreMatchedByID: reordering limits is no change; a changed
+// limit is reported at its id, and a removed one reads as written.
+func TestLimitsAreMatchedByID(t *testing.T) {
+	o, n := sample(t), sample(t)
+	withLimits(o, nil, dailyRefunds(), hourlyRefunds())
+	withLimits(n, nil, hourlyRefunds(), dailyRefunds())
+	if got := manifestdiff.Diff(o.parse(t, "old"), n.parse(t, "new")); len(got) != 0 {
+		t.Fatalf("reordered limits: findings:\n%s", text(t, got))
+	}
+	withLimits(n, func(l map[string]any) {
+		if l["id"] == "tenant-hourly-refunds" {
+			l["max"] = num(1000)
+		}
+	}, hourlyRefunds())
+	got := text(t, manifestdiff.Diff(o.parse(t, "old"), n.parse(t, "new")))
+	want := `high  limit.removed  ticket.refund  /limits/agent-daily-refunds  {"description":"an agent refunds at most 500.00 a day per currency","group_fiel… → -  limit agent-daily-refunds is gone (at most 50000 of amount.amount_minor per 86400s, counted per AGENT and per value of amount.currency_code; a human is asked past it)
+warn  limit.loosened  ticket.refund  /limits/tenant-hourly-refunds/max  100 → 1000  limit tenant-hourly-refunds's max is higher: more passes per window
+`
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
 }

@@ -93,6 +93,11 @@ const (
 	RuleConditionRemoved      = "condition.removed"
 	RuleConditionChanged      = "condition.changed"
 	RuleConditionAdded        = "condition.added"
+	RuleLimitRemoved          = "limit.removed"
+	RuleLimitLoosened         = "limit.loosened"
+	RuleLimitChanged          = "limit.changed"
+	RuleLimitTightened        = "limit.tightened"
+	RuleLimitAdded            = "limit.added"
 	RuleSchemaFieldAdded      = "schema.field_added"
 	RuleSchemaRequiredRemoved = "schema.required_removed"
 	RuleSchemaBoundRelaxed    = "schema.bound_relaxed"
@@ -142,6 +147,11 @@ var rules = []Rule{
 	{RuleConditionRemoved, High, "a condition (by id) is gone"},
 	{RuleConditionChanged, Warn, "a condition's expression, effect or any other part changes"},
 	{RuleConditionAdded, Info, "a condition is added"},
+	{RuleLimitRemoved, High, "a limit (by id) is gone: what it counted is no longer capped"},
+	{RuleLimitLoosened, Warn, "a limit lets more through: `max` higher, `window` shorter, counted per a narrower party (`per` TENANT → USER → AGENT), or per value of a `group_field` where it was one ceiling; or past it a human is asked where the call was refused (`when_exhausted` REFUSE → ESCALATE)"},
+	{RuleLimitChanged, Warn, "a limit counts something else, or changed in a way this version cannot rank: its `sum_field` (and with it what `max` counts), another `group_field`, a value or key this version does not know"},
+	{RuleLimitTightened, Info, "a limit lets less through: `max` lower, `window` longer, counted per a wider party, as one ceiling where it was per group, or refused where a human was asked (ESCALATE → REFUSE)"},
+	{RuleLimitAdded, Info, "a limit is added"},
 	{RuleSchemaFieldAdded, Warn, "the input accepts a field it did not (`properties` gained a key)"},
 	{RuleSchemaRequiredRemoved, Warn, "an input field is no longer required"},
 	{RuleSchemaBoundRelaxed, Warn, "a bound is looser or gone: maxLength, maximum, exclusiveMaximum, maxItems, maxProperties higher; minLength, minimum, exclusiveMinimum, minItems, minProperties lower; multipleOf gone"},

@@ -46,6 +46,10 @@ const (
 	// description}; absent when none is declared. The expressions stay in
 	// the manifest: an agent reads when a human is asked, in words.
 	MetaConditions = MetaPrefix + "conditions"
+	// MetaLimits lists the declared limits, each as {id, per, window,
+	// max, sum_field, group_field, when_exhausted, description}; absent
+	// when none is declared.
+	MetaLimits = MetaPrefix + "limits"
 )
 
 // Condition is one declared condition as a tool's `_meta` lists it.
@@ -56,7 +60,8 @@ type Condition struct {
 }
 
 // conditionWords says, in words, when the declared conditions ask a human
-// or refuse, for the tool's description; "" without conditions.
+// or refuse, and the declared limits, for the tool's description; "" with
+// neither.
 func conditionWords(c *manifest.Command) string {
 	var ask, deny []string
 	for _, cd := range c.Conditions {
@@ -73,6 +78,13 @@ func conditionWords(c *manifest.Command) string {
 	}
 	if len(deny) > 0 {
 		b.WriteString(" Refused: " + strings.Join(deny, "; ") + ".")
+	}
+	if len(c.Limits) > 0 {
+		limits := make([]string, len(c.Limits))
+		for i, l := range c.Limits {
+			limits[i] = l.Describe()
+		}
+		b.WriteString(" Limits: " + strings.Join(limits, "; ") + ".")
 	}
 	return b.String()
 }
@@ -158,6 +170,9 @@ func FromCommand(c *manifest.Command, o Options) Tool {
 			conds[i] = Condition{ID: cd.ID, Effect: cd.Effect, Description: cd.Description}
 		}
 		meta[MetaConditions] = conds
+	}
+	if len(c.Limits) > 0 {
+		meta[MetaLimits] = c.Limits
 	}
 	return Tool{
 		Name:         c.Code,

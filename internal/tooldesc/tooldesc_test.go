@@ -184,7 +184,8 @@ func TestConditionsInWords(t *testing.T) {
 	tool := tooldesc.FromCommand(refund, tooldesc.Options{})
 	if want := refund.DisplayName + " — " + refund.AgentHint +
 		" When a human is asked: a human is asked for a refund of 1.00 or more (100 minor units); a smaller refund runs at once." +
-		" Refused: an agent may not refund more than 10,000.00 (1000000 minor units); such a refund is made by a user."; tool.Description != want {
+		" Refused: an agent may not refund more than 10,000.00 (1000000 minor units); such a refund is made by a user." +
+		" Limits: an agent refunds at most 50.00 per currency a day (5000 minor units) (limit agent-daily-refunds; past it a human is asked)."; tool.Description != want {
 		t.Errorf("description %q\nwant        %q", tool.Description, want)
 	}
 	conds, _ := tool.Meta[tooldesc.MetaConditions].([]tooldesc.Condition)

@@ -173,26 +173,34 @@ func RenderPrompt(cmd *manifest.Command, in PromptInput) (Prompt, error) {
 const MaxConditions = 32
 
 // reasonsOf is why a human is asked: the declared description of each
-// condition ids names. Only the declaration's words are shown; an id that
-// is not one of the command's conditions asking for a confirmation is
-// refused, so the executor cannot put words of its own in the prompt.
+// condition, or limit escalating the call, ids names. Only the
+// declaration's words are shown; an id that is not one of the command's
+// conditions asking for a confirmation, nor one of its limits that
+// escalate, is refused, so the executor cannot put words of its own in
+// the prompt.
 func reasonsOf(cmd *manifest.Command, ids []string) ([]string, error) {
 	if len(ids) > MaxConditions {
 		return nil, Invalid("conditions", fmt.Sprintf("names more than %d conditions", MaxConditions))
 	}
 	var out []string
 	for i, id := range ids {
-		var found *manifest.Condition
+		reason := ""
 		for j := range cmd.Conditions {
 			if c := &cmd.Conditions[j]; c.ID == id && c.Effect == "REQUIRE_CONFIRMATION" {
-				found = c
+				reason = c.Description + " (condition " + c.ID + ")"
 				break
 			}
 		}
-		if found == nil {
-			return nil, Invalid("conditions/"+strconv.Itoa(i), "names no condition of "+cmd.Code+" that asks for a confirmation")
+		for j := range cmd.Limits {
+			if l := &cmd.Limits[j]; reason == "" && l.ID == id && l.WhenExhausted == manifest.LimitExhaustEscalate {
+				reason = "the call would go past " + l.Description + " (limit " + l.ID + ")"
+				break
+			}
 		}
-		r, _ := Neutralise(found.Description + " (condition " + found.ID + ")")
+		if reason == "" {
+			return nil, Invalid("conditions/"+strconv.Itoa(i), "names no condition of "+cmd.Code+" that asks for a confirmation, nor a limit that escalates")
+		}
+		r, _ := Neutralise(reason)
 		out = append(out, r)
 	}
 	return out, nil

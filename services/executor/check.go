@@ -19,6 +19,10 @@ type Verdict struct {
 	// Reason is the refusal (VERDICT_REFUSED) or the confirmation the call
 	// needs (VERDICT_APPROVAL_REQUIRED); nil when it is allowed.
 	Reason *failure.Error
+	// Limits are the command's declared limits that count the call, as
+	// budget_check found them (nothing spent); nil when none does or the
+	// check ended before budget_check.
+	Limits []LimitBalance
 }
 
 // Check takes the call through the pipeline in check mode: every stage
@@ -32,7 +36,7 @@ func (e *Executor) Check(ctx context.Context, call Call) (*Verdict, error) {
 	defer span.End()
 	inv.checking = true
 	_, err := e.run(ctx, inv)
-	v := &Verdict{CheckID: inv.id, Verdict: mandatev1.Verdict_VERDICT_ALLOWED}
+	v := &Verdict{CheckID: inv.id, Verdict: mandatev1.Verdict_VERDICT_ALLOWED, Limits: inv.balances}
 	outcome, stage, code, msg := contract.OutcomeAllowed, "", "", ""
 	var fe *failure.Error
 	switch {

@@ -62,6 +62,7 @@ const (
 	StageIdempotency   = failure.StageIdempotency
 	StageSoD           = failure.StageSoD
 	StageCondition     = failure.StageCondition
+	StageBudget        = failure.StageBudget
 	StageConfirmation  = failure.StageConfirmation
 	StageAudit         = failure.StageAudit
 	StageDispatch      = failure.StageDispatch
@@ -195,8 +196,11 @@ type Executor struct {
 	// conditions are each command's declared conditions, compiled once
 	// (stage_condition.go).
 	conditions map[string][]compiledCondition
-	pending    chan struct{}
-	wg         sync.WaitGroup
+	// limits are each command's declared limits, resolved once
+	// (compileLimits).
+	limits  map[string][]compiledLimit
+	pending chan struct{}
+	wg      sync.WaitGroup
 	// stop ends the spool flusher (Close).
 	stop      chan struct{}
 	closeOnce sync.Once
@@ -282,7 +286,11 @@ func New(cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, conditions: conds, pending: make(chan struct{}, 1024),
+	lims, err := compileLimits(cfg.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, conditions: conds, limits: lims, pending: make(chan struct{}, 1024),
 		leases: leases{held: map[*invocation]*heldLease{}},
 		stop:   make(chan struct{}), stopping: make(chan struct{}), spoolFailures: map[int64]int{}}
 	if err := e.loadHeld(); err != nil {
@@ -407,6 +415,14 @@ type invocation struct {
 	// needsApproval is, in check mode, the confirmation the call would need
 	// (confirmationVerdict); nil when it needs none.
 	needsApproval *failure.Error
+	// escalatedBy are the declared limits the call would go past that ask
+	// a human instead of refusing (budget_check); nil when none does.
+	escalatedBy []*compiledLimit
+	// spent is what the call spent of its limits (budget_check), given
+	// back if it provably does not run; nil when it spent nothing.
+	spent *Spending
+	// balances are the call's limits as budget_check found them.
+	balances []LimitBalance
 }
 
 // Execute runs one call through the pipeline. Errors are *failure.Error

@@ -27,8 +27,10 @@ type stage struct {
 // pipeline is every governed call's chain of stages, in order. The
 // constraints on the order (authenticate first, permission before schema
 // and before a human is asked, the declared conditions after the arguments
-// are decoded and before a human is asked, the audit intent right before
-// dispatch) are
+// are decoded and before a human is asked, the declared limits after the
+// idempotency key (a replay never spends) and the conditions (a denied
+// call never spends) and before a human is asked (a limit may escalate),
+// the audit intent right before dispatch) are
 // asserted by TestPipelineOrder.
 var pipeline = []stage{
 	{name: StageAuthenticate, run: (*Executor).authenticate},
@@ -41,6 +43,7 @@ var pipeline = []stage{
 	{name: StageIdempotency, run: (*Executor).idempotencyCheck, check: (*Executor).idempotencyKeyCheck},
 	{name: StageSoD, run: (*Executor).sodCheck},
 	{name: StageCondition, run: (*Executor).conditionCheck},
+	{name: StageBudget, run: (*Executor).budgetCheck, check: (*Executor).budgetVerdict},
 	{name: StageConfirmation, run: (*Executor).confirmationCheck, check: (*Executor).confirmationVerdict},
 	{name: StageAudit, run: (*Executor).auditIntent, check: skipInCheck},
 	{name: StageDispatch, run: (*Executor).dispatch, settles: true, check: skipInCheck},

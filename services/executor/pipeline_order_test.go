@@ -49,6 +49,13 @@ func TestPipelineOrder(t *testing.T) {
 	before(StageSchema, StageCondition)
 	before(StagePermission, StageCondition)
 	before(StageCondition, StageConfirmation)
+	// Limits spend after the key is reserved (a replay never spends) and
+	// after the conditions (a denied call never spends), and before a
+	// human is asked (a limit may escalate the call to one).
+	before(StageIdempotency, StageBudget)
+	before(StageCondition, StageBudget)
+	before(StageSoD, StageBudget)
+	before(StageBudget, StageConfirmation)
 	if at(StageAudit)+1 != at(StageDispatch) {
 		t.Errorf("the audit intent is not immediately before dispatch: %v", names)
 	}
@@ -64,7 +71,7 @@ func TestPipelineOrder(t *testing.T) {
 	// decides without it (a reservation, a challenge, the intent, the
 	// dispatch); the others only read.
 	for _, s := range pipeline {
-		effect := slices.Contains([]string{StageIdempotency, StageConfirmation, StageAudit, StageDispatch}, s.name)
+		effect := slices.Contains([]string{StageIdempotency, StageBudget, StageConfirmation, StageAudit, StageDispatch}, s.name)
 		if effect && s.check == nil {
 			t.Errorf("%s has an effect and no check: Executor.Check would run it", s.name)
 		}

@@ -37,15 +37,26 @@ func (e *Executor) Plan(ctx context.Context, p identity.Principal) ([]*mandatev1
 		if cmd.Approver.Kind == manifest.ApproverPermissionHolder && (entry.Verdict == mandatev1.Verdict_VERDICT_APPROVAL_REQUIRED || asksByCondition(cmd)) {
 			entry.ApproverPermission = cmd.Approver.Permission
 		}
+		if len(cmd.Limits) > 0 {
+			if entry.Limits, err = e.planLimits(ctx, cmd.Code, p); err != nil {
+				return nil, failure.Wrap(StageBudget, failure.CodeBudgetUnavailable, "the store that counts the commands' limits could not be read", err)
+			}
+		}
 		out = append(out, entry)
 	}
 	return out, nil
 }
 
-// asksByCondition reports whether a declared condition may ask a human.
+// asksByCondition reports whether a declared condition, or a limit that
+// escalates, may ask a human.
 func asksByCondition(cmd *manifest.Command) bool {
 	for _, c := range cmd.Conditions {
 		if c.Effect == "REQUIRE_CONFIRMATION" {
+			return true
+		}
+	}
+	for _, l := range cmd.Limits {
+		if l.WhenExhausted == manifest.LimitExhaustEscalate {
 			return true
 		}
 	}
@@ -54,7 +65,7 @@ func asksByCondition(cmd *manifest.Command) bool {
 
 // dependsOn says in words what a call's arguments or its subject's history
 // decide beyond the plan: the declared conditions and separation of
-// duties.
+// duties, and the declared limits.
 func dependsOn(cmd *manifest.Command) []string {
 	var out []string
 	for _, c := range cmd.Conditions {
@@ -64,6 +75,9 @@ func dependsOn(cmd *manifest.Command) []string {
 		case "DENY":
 			out = append(out, c.Description+" (condition "+c.ID+", refuses)")
 		}
+	}
+	for _, l := range cmd.Limits {
+		out = append(out, l.Describe())
 	}
 	if sod := cmd.SeparationOfDuties; sod != nil && len(sod.ConflictsWith) > 0 {
 		out = append(out, "refused for a "+sod.Field+" on which the same user already ran "+strings.Join(sod.ConflictsWith, " or ")+" (separation of duties)")

@@ -124,26 +124,34 @@ func conditionPrincipal(inv *invocation) *mandatev1.ConditionPrincipal {
 }
 
 // askedReason is why a human is asked, when conditions ask: each one's
-// description and id; "" when the declaration asks by itself.
+// description and id; "" when the declaration asks by itself —
+// and the limits the call would go past that escalate it.
 func askedReason(inv *invocation) string {
-	if len(inv.askedBy) == 0 {
+	if len(inv.askedBy) == 0 && len(inv.escalatedBy) == 0 {
 		return ""
 	}
-	parts := make([]string, len(inv.askedBy))
-	for i, c := range inv.askedBy {
-		parts[i] = c.Description + " (condition " + c.ID + ")"
+	parts := make([]string, 0, len(inv.askedBy)+1)
+	for _, c := range inv.askedBy {
+		parts = append(parts, c.Description+" (condition "+c.ID+")")
+	}
+	if len(inv.escalatedBy) > 0 {
+		parts = append(parts, escalatedReason(inv))
 	}
 	return strings.Join(parts, "; ")
 }
 
-// askedIDs are the ids of the conditions that ask a human.
+// askedIDs are the ids of the conditions that ask a human, then of the
+// limits that escalate the call.
 func askedIDs(inv *invocation) []string {
-	if len(inv.askedBy) == 0 {
+	if len(inv.askedBy) == 0 && len(inv.escalatedBy) == 0 {
 		return nil
 	}
-	ids := make([]string, len(inv.askedBy))
-	for i, c := range inv.askedBy {
-		ids[i] = c.ID
+	ids := make([]string, 0, len(inv.askedBy)+len(inv.escalatedBy))
+	for _, c := range inv.askedBy {
+		ids = append(ids, c.ID)
+	}
+	for _, l := range inv.escalatedBy {
+		ids = append(ids, l.ID)
 	}
 	return ids
 }

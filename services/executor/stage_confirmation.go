@@ -30,7 +30,7 @@ func (e *Executor) confirmationCheck(ctx context.Context, inv *invocation) (*Res
 
 // needsConfirmation reports whether a human must confirm the call.
 func (e *Executor) needsConfirmation(inv *invocation) bool {
-	return inv.cmd.ConfirmationRequired || len(inv.askedBy) > 0 || (e.cfg.ConfirmSideEffects && len(inv.cmd.SideEffects) > 0)
+	return inv.cmd.ConfirmationRequired || len(inv.askedBy) > 0 || len(inv.escalatedBy) > 0 || (e.cfg.ConfirmSideEffects && len(inv.cmd.SideEffects) > 0)
 }
 
 // confirmationMessage is the refusal's message when a human must confirm:

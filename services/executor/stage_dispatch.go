@@ -13,7 +13,9 @@ import (
 // settles the idempotency reservation itself: a call that left for the
 // backend keeps its key (its response, or its failure, is what a retry
 // gets), one that provably never ran gives it back, and the grant it
-// redeemed with it. An answer lost on the
+// redeemed with it. What the call spent of its command's limits is given
+// back when it provably never ran or its backend refused it; a call that
+// ran, failed or whose effect is unknown keeps its spend. An answer lost on the
 // way is settled from the backend's receipt, or recorded as unknown.
 func (e *Executor) dispatch(ctx context.Context, inv *invocation) (*Result, error) {
 	cmd, msg := inv.cmd, inv.req
@@ -35,6 +37,9 @@ func (e *Executor) dispatch(ctx context.Context, inv *invocation) (*Result, erro
 		switch {
 		case isRefusalStage(fe.Stage) || clientError(fe.Status):
 			outcome = contract.OutcomeRefused
+			// The backend refused it: nothing was done, so nothing of
+			// the command's limits is spent.
+			e.refundSpend(ctx, inv)
 		case effectUnknown(fe.Code) && !errors.Is(dispatchErr, ErrNotSent):
 			// The call left for the backend and no answer came back: the
 			// effect may have happened. The backend's receipt says which;
@@ -52,6 +57,7 @@ func (e *Executor) dispatch(ctx context.Context, inv *invocation) (*Result, erro
 				e.outcomeAsync(ctx, inv, contract.OutcomeFailed, fe.Stage, fe.Code, fe.Message, nil)
 				e.releaseKey(context.WithoutCancel(ctx), inv)
 				e.releaseGrant(context.WithoutCancel(ctx), inv)
+				e.refundSpend(ctx, inv)
 				return nil, fe
 			default:
 				outcome = contract.OutcomeUnknown
@@ -71,6 +77,7 @@ func (e *Executor) dispatch(ctx context.Context, inv *invocation) (*Result, erro
 				// Nothing ran: a retry with the same key may run.
 				e.releaseKey(context.WithoutCancel(ctx), inv)
 				e.releaseGrant(context.WithoutCancel(ctx), inv)
+				e.refundSpend(ctx, inv)
 				return nil, fe
 			}
 			e.finish(ctx, inv, Saved{InvocationID: inv.id, Status: statusBytes(fe), AuditID: auditID(inv.intentRows)}, nil)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,6 +50,7 @@ var stageTests = map[string]struct{ file, test string }{
 	StageIdempotency:  {"stage_idempotency_test.go", "TestStageIdempotency"},
 	StageSoD:          {"stage_sod_test.go", "TestStageSoD"},
 	StageCondition:    {"stage_condition_test.go", "TestStageCondition"},
+	StageBudget:       {"stage_budget_test.go", "TestStageBudget"},
 	StageConfirmation: {"stage_confirmation_test.go", "TestStageConfirmation"},
 	StageAudit:        {"stage_audit_test.go", "TestStageAudit"},
 	StageDispatch:     {"stage_dispatch_test.go", "TestStageDispatch"},
@@ -643,6 +645,87 @@ type fakeStore struct {
 	spooled    []SpooledRow
 	asked      []executedQuery
 	down       error
+	// spends are the limits' spends, by tenant, bucket and holder;
+	// refunded the holders given back, in order.
+	spends   map[string]map[string]fakeSpend
+	refunded []string
+}
+
+// fakeSpend is one holder's spend in a bucket.
+type fakeSpend struct {
+	amount int64
+	lapses time.Time
+}
+
+// Spend keeps the limits' spends in a map, as the contract says, on the
+// real clock.
+func (s *fakeStore) Spend(_ context.Context, sp Spending) ([]Balance, error) {
+	if err := ValidSpending(sp); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down != nil {
+		return nil, s.down
+	}
+	if s.spends == nil {
+		s.spends = map[string]map[string]fakeSpend{}
+	}
+	now := time.Now()
+	out := make([]Balance, len(sp.Items))
+	all := true
+	for i, it := range sp.Items {
+		var live []Lapse
+		for holder, sd := range s.spends[sp.Tenant+"\x00"+it.Bucket] {
+			if holder != sp.Holder && sd.lapses.After(now) {
+				live = append(live, Lapse{Amount: sd.amount, At: sd.lapses})
+				out[i].Used += sd.amount
+			}
+		}
+		out[i].Fits = out[i].Used+it.Amount <= it.Max
+		if !out[i].Fits {
+			all = false
+			out[i].RetryAfter = RetryAfterOf(live, it.Amount, it.Max, now)
+		}
+	}
+	if sp.DryRun || (!all && !sp.Force) {
+		return out, nil
+	}
+	for _, it := range sp.Items {
+		b := sp.Tenant + "\x00" + it.Bucket
+		if s.spends[b] == nil {
+			s.spends[b] = map[string]fakeSpend{}
+		}
+		s.spends[b][sp.Holder] = fakeSpend{amount: it.Amount, lapses: now.Add(it.Window)}
+	}
+	return out, nil
+}
+
+// Refund drops the holder's spends.
+func (s *fakeStore) Refund(_ context.Context, tenant, holder string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down != nil {
+		return s.down
+	}
+	for b, m := range s.spends {
+		if strings.HasPrefix(b, tenant+"\x00") {
+			delete(m, holder)
+		}
+	}
+	s.refunded = append(s.refunded, holder)
+	return nil
+}
+
+// spent is what tenant's bucket holds, summed.
+func (s *fakeStore) spent(tenant, bucket string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, sd := range s.spends[tenant+"\x00"+bucket] {
+		n += sd.amount
+	}
+	return n
 }
 
 // Renew keeps a running call's claim: the fake's keys have no lease, so

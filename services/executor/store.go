@@ -3,6 +3,8 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 )
 
@@ -97,6 +99,113 @@ type Store interface {
 	// back to the spool, in one transaction, and says how many it moved;
 	// ids of another tenant or unknown are ignored.
 	Redrive(ctx context.Context, tenant string, ids []int64) (int, error)
+	// Spend counts one call's use of its command's declared limits
+	// (budget_check), all or none, serialised per bucket across every
+	// executor sharing the store: for each item it sums what other holders
+	// spent in the bucket within the item's window (the holder's own
+	// earlier spend in the bucket is replaced, never added: a retry under
+	// the same holder spends once) and says whether Amount still fits
+	// under Max. When every item fits — or s.Force — each is recorded
+	// under s.Holder, timed by the store's clock; when one does not, none
+	// is. s.DryRun records nothing (check mode). The balances are in the
+	// order of s.Items.
+	Spend(ctx context.Context, s Spending) ([]Balance, error)
+	// Refund gives back everything holder spent in tenant (its call
+	// provably did not run); a holder that spent nothing is no error.
+	Refund(ctx context.Context, tenant, holder string) error
+}
+
+// Spending is one call's use of declared limits (Store.Spend).
+type Spending struct {
+	Tenant string
+	// Holder identifies the spend: the call's idempotency key (a retry
+	// with the key replaces, never adds) or, without one, its invocation.
+	Holder string
+	Items  []SpendItem
+	// Force records every item even past its ceiling: a human approved
+	// the call that a limit escalated.
+	Force bool
+	// DryRun reads the balances and records nothing.
+	DryRun bool
+}
+
+// SpendItem is the use of one limit's bucket.
+type SpendItem struct {
+	// Bucket names what is counted together within the tenant: the
+	// command, the limit and whose (and which group's) calls.
+	Bucket string
+	// Amount is what the call spends (1 for a rate); at least 0.
+	Amount int64
+	// Max is the ceiling; Window how long a spend counts.
+	Max    int64
+	Window time.Duration
+}
+
+// Balance is a bucket's state as Store.Spend found it.
+type Balance struct {
+	// Used is what other holders spent in the bucket within the window,
+	// before this call.
+	Used int64
+	// Fits reports whether Used plus the item's Amount is at most Max.
+	Fits bool
+	// RetryAfter, when the item does not fit, is how long until enough of
+	// the window's spends lapse for it to fit; 0 when it never can (its
+	// Amount alone is over Max).
+	RetryAfter time.Duration
+}
+
+// ErrSpendInvalid: a Spending the store refuses (no tenant or holder, an
+// item without a bucket, a negative amount, a ceiling or window that is
+// not positive).
+var ErrSpendInvalid = errors.New("executor: invalid spending")
+
+// ValidSpending checks s as every Store does before Spend.
+func ValidSpending(s Spending) error {
+	if s.Tenant == "" || s.Holder == "" {
+		return fmt.Errorf("%w: tenant and holder are required", ErrSpendInvalid)
+	}
+	for i, it := range s.Items {
+		if it.Bucket == "" || it.Amount < 0 || it.Max <= 0 || it.Window <= 0 {
+			return fmt.Errorf("%w: item %d (bucket %q, amount %d, max %d, window %s)", ErrSpendInvalid, i, it.Bucket, it.Amount, it.Max, it.Window)
+		}
+	}
+	return nil
+}
+
+// RetryAfterOf is Balance.RetryAfter for an item that does not fit:
+// spends are a bucket's spends within the window (other holders'), each
+// with the time it lapses; it returns how long after now enough of them
+// have lapsed for amount to fit under max, and 0 when amount alone is
+// over max. Every Store computes it the same way.
+func RetryAfterOf(spends []Lapse, amount, max int64, now time.Time) time.Duration {
+	if amount > max {
+		return 0
+	}
+	var used int64
+	for _, s := range spends {
+		used += s.Amount
+	}
+	sorted := slices.Clone(spends)
+	slices.SortFunc(sorted, func(a, b Lapse) int { return a.At.Compare(b.At) })
+	for _, s := range sorted {
+		if used+amount <= max {
+			break
+		}
+		used -= s.Amount
+		if used+amount <= max {
+			if d := s.At.Sub(now); d > 0 {
+				return d
+			}
+			return time.Millisecond
+		}
+	}
+	return time.Millisecond
+}
+
+// Lapse is one spend in a bucket: what it spent and when it stops counting.
+type Lapse struct {
+	Amount int64
+	At     time.Time
 }
 
 // DeadLetter is an audit row the trail refused outright, kept until an
@@ -143,6 +252,8 @@ type PurgePolicy struct {
 type Purged struct {
 	Events          int64
 	IdempotencyKeys int64
+	// Spends are limit spends whose window had passed.
+	Spends int64
 }
 
 // Store errors.

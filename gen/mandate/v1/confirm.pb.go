@@ -558,9 +558,11 @@ type OpenRequest struct {
 	// with effects, empty without.
 	PreviewDigest string `protobuf:"bytes,8,opt,name=preview_digest,json=previewDigest,proto3" json:"preview_digest,omitempty"`
 	// The ids of the command's conditions (CommandOptions.conditions) that
-	// ask for this confirmation, empty when the declaration asks by itself.
-	// The service shows their declared descriptions as the reason; an id the
-	// declaration does not have is refused.
+	// ask for this confirmation, and of its limits (CommandOptions.limits)
+	// that escalate the call because it would go past them; empty when the
+	// declaration asks by itself. The service shows their declared
+	// descriptions as the reason; an id the declaration does not have (or
+	// one that never asks a human) is refused.
 	Conditions    []string `protobuf:"bytes,9,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -74,6 +74,9 @@ const (
 	// The command's declared conditions (CEL) over the arguments and the
 	// principal: deny the call, or ask a human for it.
 	Stage_STAGE_CONDITION_CHECK Stage = 20
+	// The command's declared limits (CommandOptions.limits): how often, or
+	// how much, within a window.
+	Stage_STAGE_BUDGET_CHECK Stage = 21
 )
 
 // Enum value maps for Stage.
@@ -100,6 +103,7 @@ var (
 		18: "STAGE_AUDIT_OUTCOME",
 		19: "STAGE_PUBLISH",
 		20: "STAGE_CONDITION_CHECK",
+		21: "STAGE_BUDGET_CHECK",
 	}
 	Stage_value = map[string]int32{
 		"STAGE_UNSPECIFIED":        0,
@@ -123,6 +127,7 @@ var (
 		"STAGE_AUDIT_OUTCOME":      18,
 		"STAGE_PUBLISH":            19,
 		"STAGE_CONDITION_CHECK":    20,
+		"STAGE_BUDGET_CHECK":       21,
 	}
 )
 
@@ -402,7 +407,7 @@ const file_mandate_v1_errors_proto_rawDesc = "" +
 	"\tViolation\x12\x18\n" +
 	"\apointer\x18\x01 \x01(\tR\apointer\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage*\xff\x03\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage*\x97\x04\n" +
 	"\x05Stage\x12\x15\n" +
 	"\x11STAGE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSTAGE_DECODE\x10\x01\x12\x16\n" +
@@ -425,7 +430,8 @@ const file_mandate_v1_errors_proto_rawDesc = "" +
 	"\x14STAGE_POST_INVARIANT\x10\x11\x12\x17\n" +
 	"\x13STAGE_AUDIT_OUTCOME\x10\x12\x12\x11\n" +
 	"\rSTAGE_PUBLISH\x10\x13\x12\x19\n" +
-	"\x15STAGE_CONDITION_CHECK\x10\x14B9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
+	"\x15STAGE_CONDITION_CHECK\x10\x14\x12\x16\n" +
+	"\x12STAGE_BUDGET_CHECK\x10\x15B9Z7github.com/mandate-dev/mandate/gen/mandate/v1;mandatev1b\x06proto3"
 
 var (
 	file_mandate_v1_errors_proto_rawDescOnce sync.Once

@@ -11,6 +11,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -185,7 +186,11 @@ type PlanEntry struct {
 	// What a call's arguments or history decide, in words: the declared
 	// conditions ("a human is asked when …", "refused when …") and
 	// separation of duties.
-	DependsOn     []string `protobuf:"bytes,6,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	DependsOn []string `protobuf:"bytes,6,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
+	// The command's declared limits that count the caller's calls, as they
+	// stand for a call that spends one (a rate) or nothing yet (a budget:
+	// `needs` is 0, `used` what is spent).
+	Limits        []*LimitState `protobuf:"bytes,7,rep,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -258,6 +263,13 @@ func (x *PlanEntry) GetApproverPermission() string {
 func (x *PlanEntry) GetDependsOn() []string {
 	if x != nil {
 		return x.DependsOn
+	}
+	return nil
+}
+
+func (x *PlanEntry) GetLimits() []*LimitState {
+	if x != nil {
+		return x.Limits
 	}
 	return nil
 }
@@ -814,7 +826,11 @@ type CheckResponse struct {
 	// (VERDICT_APPROVAL_REQUIRED, code `confirmation.required`, or
 	// `confirmation.pending` when the grant it carries is not decided yet).
 	// Unset when the call is allowed.
-	Reason        *CommandError `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason *CommandError `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The command's declared limits that count this call
+	// (CommandOptions.limits), as they stand: how much is used, what the
+	// call needs and whether it fits. Nothing is spent by a check.
+	Limits        []*LimitState `protobuf:"bytes,4,rep,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -870,6 +886,122 @@ func (x *CheckResponse) GetReason() *CommandError {
 	return nil
 }
 
+func (x *CheckResponse) GetLimits() []*LimitState {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// LimitState is one declared limit of a command as a call would meet it.
+type LimitState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The limit's id and its description, as declared.
+	Id          string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// The ceiling, what other calls spent within the window, and what this
+	// call spends (1 for a rate). All three are 0 when the summed field is
+	// declared sensitive.
+	Max   int64 `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
+	Used  int64 `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
+	Needs int64 `protobuf:"varint,5,opt,name=needs,proto3" json:"needs,omitempty"`
+	// Whether the call fits under the ceiling now.
+	Fits bool `protobuf:"varint,6,opt,name=fits,proto3" json:"fits,omitempty"`
+	// When it does not fit: how long until it would (unset when it never
+	// can: the call alone is over the ceiling).
+	RetryAfter *durationpb.Duration `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// Past the ceiling a human is asked instead of a refusal.
+	Escalates     bool `protobuf:"varint,8,opt,name=escalates,proto3" json:"escalates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LimitState) Reset() {
+	*x = LimitState{}
+	mi := &file_mandate_v1_executor_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LimitState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LimitState) ProtoMessage() {}
+
+func (x *LimitState) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_executor_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LimitState.ProtoReflect.Descriptor instead.
+func (*LimitState) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *LimitState) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *LimitState) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *LimitState) GetMax() int64 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *LimitState) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *LimitState) GetNeeds() int64 {
+	if x != nil {
+		return x.Needs
+	}
+	return 0
+}
+
+func (x *LimitState) GetFits() bool {
+	if x != nil {
+		return x.Fits
+	}
+	return false
+}
+
+func (x *LimitState) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *LimitState) GetEscalates() bool {
+	if x != nil {
+		return x.Escalates
+	}
+	return false
+}
+
 // ExecuteResponse is the command's result.
 type ExecuteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -892,7 +1024,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[12]
+	mi := &file_mandate_v1_executor_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +1036,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[12]
+	mi := &file_mandate_v1_executor_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +1049,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{12}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExecuteResponse) GetInvocationId() string {
@@ -960,10 +1092,10 @@ var File_mandate_v1_executor_proto protoreflect.FileDescriptor
 const file_mandate_v1_executor_proto_rawDesc = "" +
 	"\n" +
 	"\x19mandate/v1/executor.proto\x12\n" +
-	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16mandate/v1/audit.proto\x1a\x17mandate/v1/errors.proto\"\r\n" +
+	"mandate.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16mandate/v1/audit.proto\x1a\x17mandate/v1/errors.proto\"\r\n" +
 	"\vPlanRequest\"A\n" +
 	"\fPlanResponse\x121\n" +
-	"\bcommands\x18\x01 \x03(\v2\x15.mandate.v1.PlanEntryR\bcommands\"\xce\x01\n" +
+	"\bcommands\x18\x01 \x03(\v2\x15.mandate.v1.PlanEntryR\bcommands\"\xfe\x01\n" +
 	"\tPlanEntry\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x12\n" +
@@ -971,7 +1103,8 @@ const file_mandate_v1_executor_proto_rawDesc = "" +
 	"\averdict\x18\x04 \x01(\x0e2\x13.mandate.v1.VerdictR\averdict\x12/\n" +
 	"\x13approver_permission\x18\x05 \x01(\tR\x12approverPermission\x12\x1d\n" +
 	"\n" +
-	"depends_on\x18\x06 \x03(\tR\tdependsOn\"\xfa\x01\n" +
+	"depends_on\x18\x06 \x03(\tR\tdependsOn\x12.\n" +
+	"\x06limits\x18\a \x03(\v2\x16.mandate.v1.LimitStateR\x06limits\"\xfa\x01\n" +
 	"\n" +
 	"DeadLetter\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12#\n" +
@@ -1013,11 +1146,23 @@ const file_mandate_v1_executor_proto_rawDesc = "" +
 	"\x0fconversation_id\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x0econversationId\x12$\n" +
 	"\x0eresult_as_json\x18\x06 \x01(\bR\fresultAsJson\x12(\n" +
 	"\n" +
-	"input_json\x18\a \x01(\fB\t\xbaH\x06z\x04\x18\x80\x80@R\tinputJson\"\x8b\x01\n" +
+	"input_json\x18\a \x01(\fB\t\xbaH\x06z\x04\x18\x80\x80@R\tinputJson\"\xbb\x01\n" +
 	"\rCheckResponse\x12\x19\n" +
 	"\bcheck_id\x18\x01 \x01(\tR\acheckId\x12-\n" +
 	"\averdict\x18\x02 \x01(\x0e2\x13.mandate.v1.VerdictR\averdict\x120\n" +
-	"\x06reason\x18\x03 \x01(\v2\x18.mandate.v1.CommandErrorR\x06reason\"\xbf\x01\n" +
+	"\x06reason\x18\x03 \x01(\v2\x18.mandate.v1.CommandErrorR\x06reason\x12.\n" +
+	"\x06limits\x18\x04 \x03(\v2\x16.mandate.v1.LimitStateR\x06limits\"\xe8\x01\n" +
+	"\n" +
+	"LimitState\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x10\n" +
+	"\x03max\x18\x03 \x01(\x03R\x03max\x12\x12\n" +
+	"\x04used\x18\x04 \x01(\x03R\x04used\x12\x14\n" +
+	"\x05needs\x18\x05 \x01(\x03R\x05needs\x12\x12\n" +
+	"\x04fits\x18\x06 \x01(\bR\x04fits\x12:\n" +
+	"\vretry_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\x12\x1c\n" +
+	"\tescalates\x18\b \x01(\bR\tescalates\"\xbf\x01\n" +
 	"\x0fExecuteResponse\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\tR\finvocationId\x12/\n" +
 	"\x06result\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06result\x12\x19\n" +
@@ -1052,7 +1197,7 @@ func file_mandate_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_mandate_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mandate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_mandate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_mandate_v1_executor_proto_goTypes = []any{
 	(Verdict)(0),                       // 0: mandate.v1.Verdict
 	(*PlanRequest)(nil),                // 1: mandate.v1.PlanRequest
@@ -1067,41 +1212,46 @@ var file_mandate_v1_executor_proto_goTypes = []any{
 	(*ResolveResponse)(nil),            // 10: mandate.v1.ResolveResponse
 	(*ExecuteRequest)(nil),             // 11: mandate.v1.ExecuteRequest
 	(*CheckResponse)(nil),              // 12: mandate.v1.CheckResponse
-	(*ExecuteResponse)(nil),            // 13: mandate.v1.ExecuteResponse
-	(*AuditRecord)(nil),                // 14: mandate.v1.AuditRecord
-	(*timestamppb.Timestamp)(nil),      // 15: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),            // 16: google.protobuf.Struct
-	(*CommandError)(nil),               // 17: mandate.v1.CommandError
+	(*LimitState)(nil),                 // 13: mandate.v1.LimitState
+	(*ExecuteResponse)(nil),            // 14: mandate.v1.ExecuteResponse
+	(*AuditRecord)(nil),                // 15: mandate.v1.AuditRecord
+	(*timestamppb.Timestamp)(nil),      // 16: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),            // 17: google.protobuf.Struct
+	(*CommandError)(nil),               // 18: mandate.v1.CommandError
+	(*durationpb.Duration)(nil),        // 19: google.protobuf.Duration
 }
 var file_mandate_v1_executor_proto_depIdxs = []int32{
 	3,  // 0: mandate.v1.PlanResponse.commands:type_name -> mandate.v1.PlanEntry
 	0,  // 1: mandate.v1.PlanEntry.verdict:type_name -> mandate.v1.Verdict
-	14, // 2: mandate.v1.DeadLetter.record:type_name -> mandate.v1.AuditRecord
-	15, // 3: mandate.v1.DeadLetter.spooled_at:type_name -> google.protobuf.Timestamp
-	15, // 4: mandate.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	4,  // 5: mandate.v1.ListDeadLettersResponse.dead_letters:type_name -> mandate.v1.DeadLetter
-	14, // 6: mandate.v1.ResolveResponse.record:type_name -> mandate.v1.AuditRecord
-	16, // 7: mandate.v1.ExecuteRequest.input:type_name -> google.protobuf.Struct
-	0,  // 8: mandate.v1.CheckResponse.verdict:type_name -> mandate.v1.Verdict
-	17, // 9: mandate.v1.CheckResponse.reason:type_name -> mandate.v1.CommandError
-	16, // 10: mandate.v1.ExecuteResponse.result:type_name -> google.protobuf.Struct
-	11, // 11: mandate.v1.ExecutorService.Execute:input_type -> mandate.v1.ExecuteRequest
-	11, // 12: mandate.v1.ExecutorService.Check:input_type -> mandate.v1.ExecuteRequest
-	9,  // 13: mandate.v1.ExecutorService.Resolve:input_type -> mandate.v1.ResolveRequest
-	1,  // 14: mandate.v1.ExecutorService.Plan:input_type -> mandate.v1.PlanRequest
-	5,  // 15: mandate.v1.ExecutorService.ListDeadLetters:input_type -> mandate.v1.ListDeadLettersRequest
-	7,  // 16: mandate.v1.ExecutorService.RedriveDeadLetters:input_type -> mandate.v1.RedriveDeadLettersRequest
-	13, // 17: mandate.v1.ExecutorService.Execute:output_type -> mandate.v1.ExecuteResponse
-	12, // 18: mandate.v1.ExecutorService.Check:output_type -> mandate.v1.CheckResponse
-	10, // 19: mandate.v1.ExecutorService.Resolve:output_type -> mandate.v1.ResolveResponse
-	2,  // 20: mandate.v1.ExecutorService.Plan:output_type -> mandate.v1.PlanResponse
-	6,  // 21: mandate.v1.ExecutorService.ListDeadLetters:output_type -> mandate.v1.ListDeadLettersResponse
-	8,  // 22: mandate.v1.ExecutorService.RedriveDeadLetters:output_type -> mandate.v1.RedriveDeadLettersResponse
-	17, // [17:23] is the sub-list for method output_type
-	11, // [11:17] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	13, // 2: mandate.v1.PlanEntry.limits:type_name -> mandate.v1.LimitState
+	15, // 3: mandate.v1.DeadLetter.record:type_name -> mandate.v1.AuditRecord
+	16, // 4: mandate.v1.DeadLetter.spooled_at:type_name -> google.protobuf.Timestamp
+	16, // 5: mandate.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	4,  // 6: mandate.v1.ListDeadLettersResponse.dead_letters:type_name -> mandate.v1.DeadLetter
+	15, // 7: mandate.v1.ResolveResponse.record:type_name -> mandate.v1.AuditRecord
+	17, // 8: mandate.v1.ExecuteRequest.input:type_name -> google.protobuf.Struct
+	0,  // 9: mandate.v1.CheckResponse.verdict:type_name -> mandate.v1.Verdict
+	18, // 10: mandate.v1.CheckResponse.reason:type_name -> mandate.v1.CommandError
+	13, // 11: mandate.v1.CheckResponse.limits:type_name -> mandate.v1.LimitState
+	19, // 12: mandate.v1.LimitState.retry_after:type_name -> google.protobuf.Duration
+	17, // 13: mandate.v1.ExecuteResponse.result:type_name -> google.protobuf.Struct
+	11, // 14: mandate.v1.ExecutorService.Execute:input_type -> mandate.v1.ExecuteRequest
+	11, // 15: mandate.v1.ExecutorService.Check:input_type -> mandate.v1.ExecuteRequest
+	9,  // 16: mandate.v1.ExecutorService.Resolve:input_type -> mandate.v1.ResolveRequest
+	1,  // 17: mandate.v1.ExecutorService.Plan:input_type -> mandate.v1.PlanRequest
+	5,  // 18: mandate.v1.ExecutorService.ListDeadLetters:input_type -> mandate.v1.ListDeadLettersRequest
+	7,  // 19: mandate.v1.ExecutorService.RedriveDeadLetters:input_type -> mandate.v1.RedriveDeadLettersRequest
+	14, // 20: mandate.v1.ExecutorService.Execute:output_type -> mandate.v1.ExecuteResponse
+	12, // 21: mandate.v1.ExecutorService.Check:output_type -> mandate.v1.CheckResponse
+	10, // 22: mandate.v1.ExecutorService.Resolve:output_type -> mandate.v1.ResolveResponse
+	2,  // 23: mandate.v1.ExecutorService.Plan:output_type -> mandate.v1.PlanResponse
+	6,  // 24: mandate.v1.ExecutorService.ListDeadLetters:output_type -> mandate.v1.ListDeadLettersResponse
+	8,  // 25: mandate.v1.ExecutorService.RedriveDeadLetters:output_type -> mandate.v1.RedriveDeadLettersResponse
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_mandate_v1_executor_proto_init() }
@@ -1117,7 +1267,7 @@ func file_mandate_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mandate_v1_executor_proto_rawDesc), len(file_mandate_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -286,6 +286,122 @@ func (ApproverKind) EnumDescriptor() ([]byte, []int) {
 	return file_mandate_v1_options_proto_rawDescGZIP(), []int{3}
 }
 
+// LimitScope is whose calls a limit counts together.
+type LimitScope int32
+
+const (
+	// Not declared; refused at build time (MANDATE1023).
+	LimitScope_LIMIT_SCOPE_UNSPECIFIED LimitScope = 0
+	// Each agent's calls, whoever it acts for. Calls no agent makes (a
+	// user's own, a service's) are not counted by the limit.
+	LimitScope_LIMIT_SCOPE_AGENT LimitScope = 1
+	// The calls made for each user, by the user or by any agent acting for
+	// them.
+	LimitScope_LIMIT_SCOPE_USER LimitScope = 2
+	// Every call in the tenant.
+	LimitScope_LIMIT_SCOPE_TENANT LimitScope = 3
+)
+
+// Enum value maps for LimitScope.
+var (
+	LimitScope_name = map[int32]string{
+		0: "LIMIT_SCOPE_UNSPECIFIED",
+		1: "LIMIT_SCOPE_AGENT",
+		2: "LIMIT_SCOPE_USER",
+		3: "LIMIT_SCOPE_TENANT",
+	}
+	LimitScope_value = map[string]int32{
+		"LIMIT_SCOPE_UNSPECIFIED": 0,
+		"LIMIT_SCOPE_AGENT":       1,
+		"LIMIT_SCOPE_USER":        2,
+		"LIMIT_SCOPE_TENANT":      3,
+	}
+)
+
+func (x LimitScope) Enum() *LimitScope {
+	p := new(LimitScope)
+	*p = x
+	return p
+}
+
+func (x LimitScope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LimitScope) Descriptor() protoreflect.EnumDescriptor {
+	return file_mandate_v1_options_proto_enumTypes[4].Descriptor()
+}
+
+func (LimitScope) Type() protoreflect.EnumType {
+	return &file_mandate_v1_options_proto_enumTypes[4]
+}
+
+func (x LimitScope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LimitScope.Descriptor instead.
+func (LimitScope) EnumDescriptor() ([]byte, []int) {
+	return file_mandate_v1_options_proto_rawDescGZIP(), []int{4}
+}
+
+// LimitExhausted is what happens to a call that would go past a limit.
+type LimitExhausted int32
+
+const (
+	// Not declared; refused at build time (MANDATE1023).
+	LimitExhausted_LIMIT_EXHAUSTED_UNSPECIFIED LimitExhausted = 0
+	// The call is refused: rate.limited for a limit that counts calls,
+	// budget.exhausted for one that sums a field; both are retriable and
+	// say when the window frees enough (retry_after).
+	LimitExhausted_LIMIT_EXHAUSTED_REFUSE LimitExhausted = 1
+	// The call needs a human's approval instead: it is sent to the
+	// command's approver with the limit's description as the reason, and
+	// once approved it runs and is counted past the ceiling.
+	LimitExhausted_LIMIT_EXHAUSTED_ESCALATE LimitExhausted = 2
+)
+
+// Enum value maps for LimitExhausted.
+var (
+	LimitExhausted_name = map[int32]string{
+		0: "LIMIT_EXHAUSTED_UNSPECIFIED",
+		1: "LIMIT_EXHAUSTED_REFUSE",
+		2: "LIMIT_EXHAUSTED_ESCALATE",
+	}
+	LimitExhausted_value = map[string]int32{
+		"LIMIT_EXHAUSTED_UNSPECIFIED": 0,
+		"LIMIT_EXHAUSTED_REFUSE":      1,
+		"LIMIT_EXHAUSTED_ESCALATE":    2,
+	}
+)
+
+func (x LimitExhausted) Enum() *LimitExhausted {
+	p := new(LimitExhausted)
+	*p = x
+	return p
+}
+
+func (x LimitExhausted) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LimitExhausted) Descriptor() protoreflect.EnumDescriptor {
+	return file_mandate_v1_options_proto_enumTypes[5].Descriptor()
+}
+
+func (LimitExhausted) Type() protoreflect.EnumType {
+	return &file_mandate_v1_options_proto_enumTypes[5]
+}
+
+func (x LimitExhausted) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LimitExhausted.Descriptor instead.
+func (LimitExhausted) EnumDescriptor() ([]byte, []int) {
+	return file_mandate_v1_options_proto_rawDescGZIP(), []int{5}
+}
+
 // ConditionEffect is what a condition does to a call when its expression
 // is true. There is deliberately no effect that loosens a declaration.
 type ConditionEffect int32
@@ -326,11 +442,11 @@ func (x ConditionEffect) String() string {
 }
 
 func (ConditionEffect) Descriptor() protoreflect.EnumDescriptor {
-	return file_mandate_v1_options_proto_enumTypes[4].Descriptor()
+	return file_mandate_v1_options_proto_enumTypes[6].Descriptor()
 }
 
 func (ConditionEffect) Type() protoreflect.EnumType {
-	return &file_mandate_v1_options_proto_enumTypes[4]
+	return &file_mandate_v1_options_proto_enumTypes[6]
 }
 
 func (x ConditionEffect) Number() protoreflect.EnumNumber {
@@ -339,7 +455,7 @@ func (x ConditionEffect) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConditionEffect.Descriptor instead.
 func (ConditionEffect) EnumDescriptor() ([]byte, []int) {
-	return file_mandate_v1_options_proto_rawDescGZIP(), []int{4}
+	return file_mandate_v1_options_proto_rawDescGZIP(), []int{6}
 }
 
 // ApproverPolicy says who may approve a confirmation. Agents never approve,
@@ -582,7 +698,17 @@ type CommandOptions struct {
 	// cannot be taken back." Shown on the approval page and in the
 	// confirmation form instead of the generated summary. Plain text: no
 	// markup such as backticks, asterisks or angle brackets (MANDATE1022).
-	ApproverHint  string `protobuf:"bytes,19,opt,name=approver_hint,json=approverHint,proto3" json:"approver_hint,omitempty"`
+	ApproverHint string `protobuf:"bytes,19,opt,name=approver_hint,json=approverHint,proto3" json:"approver_hint,omitempty"`
+	// Ceilings on how often the command is called, or on how much of a
+	// declared value its calls add up to, each over a sliding window and
+	// shared by every executor of the deployment (stage budget_check, after
+	// the conditions and before confirmation). A call that would go past a
+	// ceiling is refused (rate.limited or budget.exhausted, retriable with
+	// retry_after) or, where the limit says so, needs a human's approval
+	// instead. A call that provably did not run gives back what it spent; a
+	// retry with the same idempotency key never spends twice
+	// (MANDATE1023).
+	Limits        []*Limit `protobuf:"bytes,20,rep,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -750,6 +876,140 @@ func (x *CommandOptions) GetApproverHint() string {
 	return ""
 }
 
+func (x *CommandOptions) GetLimits() []*Limit {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// Limit is a ceiling on a command's calls within a sliding window: a rate
+// (no sum_field: at most `max` calls) or a budget (sum_field: the values of
+// that request field add up to at most `max`). For example, agents may
+// refund at most 500.00 per currency per day:
+//
+//	{ id: "agent-daily-refunds" per: LIMIT_SCOPE_AGENT
+//	  window: { seconds: 86400 } max: 50000
+//	  sum_field: "amount.amount_minor" group_field: "amount.currency_code"
+//	  when_exhausted: LIMIT_EXHAUSTED_ESCALATE
+//	  description: "an agent refunds at most 500.00 a day per currency" }
+type Limit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Stable id, unique among the command's limits and conditions: lower-case
+	// kebab or dotted segments. Refusals, prompts and audit rows name it.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Whose calls are counted together.
+	Per LimitScope `protobuf:"varint,2,opt,name=per,proto3,enum=mandate.v1.LimitScope" json:"per,omitempty"`
+	// The sliding window: a call counts for this long after it was made.
+	// Positive, at most 31 days.
+	Window *durationpb.Duration `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`
+	// The ceiling: calls (a rate) or the sum of sum_field (a budget).
+	// Positive.
+	Max int64 `protobuf:"varint,4,opt,name=max,proto3" json:"max,omitempty"`
+	// A budget: the dotted path of an integer field of the request whose
+	// value each call spends, e.g. `amount.amount_minor`. A negative value
+	// spends nothing. Empty: each call counts one (a rate).
+	SumField string `protobuf:"bytes,5,opt,name=sum_field,json=sumField,proto3" json:"sum_field,omitempty"`
+	// Counts separately per value of this string or enum field of the
+	// request, e.g. `amount.currency_code`: one ceiling per currency.
+	// Empty: one ceiling.
+	GroupField string `protobuf:"bytes,6,opt,name=group_field,json=groupField,proto3" json:"group_field,omitempty"`
+	// What happens to a call that would go past the ceiling.
+	WhenExhausted LimitExhausted `protobuf:"varint,7,opt,name=when_exhausted,json=whenExhausted,proto3,enum=mandate.v1.LimitExhausted" json:"when_exhausted,omitempty"`
+	// One sentence for humans, shown in the tool descriptor, in refusals
+	// and as the approval prompt's reason, e.g. "an agent refunds at most
+	// 500.00 a day per currency". Required.
+	Description   string `protobuf:"bytes,8,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Limit) Reset() {
+	*x = Limit{}
+	mi := &file_mandate_v1_options_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Limit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Limit) ProtoMessage() {}
+
+func (x *Limit) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_options_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Limit.ProtoReflect.Descriptor instead.
+func (*Limit) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_options_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Limit) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Limit) GetPer() LimitScope {
+	if x != nil {
+		return x.Per
+	}
+	return LimitScope_LIMIT_SCOPE_UNSPECIFIED
+}
+
+func (x *Limit) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *Limit) GetMax() int64 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *Limit) GetSumField() string {
+	if x != nil {
+		return x.SumField
+	}
+	return ""
+}
+
+func (x *Limit) GetGroupField() string {
+	if x != nil {
+		return x.GroupField
+	}
+	return ""
+}
+
+func (x *Limit) GetWhenExhausted() LimitExhausted {
+	if x != nil {
+		return x.WhenExhausted
+	}
+	return LimitExhausted_LIMIT_EXHAUSTED_UNSPECIFIED
+}
+
+func (x *Limit) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
 // Condition is one rule over the call, written in CEL
 // (https://cel.dev). Its expression sees two variables:
 //
@@ -781,7 +1041,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_mandate_v1_options_proto_msgTypes[4]
+	mi := &file_mandate_v1_options_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +1053,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_options_proto_msgTypes[4]
+	mi := &file_mandate_v1_options_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +1066,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_options_proto_rawDescGZIP(), []int{4}
+	return file_mandate_v1_options_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Condition) GetId() string {
@@ -861,7 +1121,7 @@ type ConditionPrincipal struct {
 
 func (x *ConditionPrincipal) Reset() {
 	*x = ConditionPrincipal{}
-	mi := &file_mandate_v1_options_proto_msgTypes[5]
+	mi := &file_mandate_v1_options_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +1133,7 @@ func (x *ConditionPrincipal) String() string {
 func (*ConditionPrincipal) ProtoMessage() {}
 
 func (x *ConditionPrincipal) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_options_proto_msgTypes[5]
+	mi := &file_mandate_v1_options_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +1146,7 @@ func (x *ConditionPrincipal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConditionPrincipal.ProtoReflect.Descriptor instead.
 func (*ConditionPrincipal) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_options_proto_rawDescGZIP(), []int{5}
+	return file_mandate_v1_options_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConditionPrincipal) GetTenant() string {
@@ -950,7 +1210,7 @@ type FieldOptions struct {
 
 func (x *FieldOptions) Reset() {
 	*x = FieldOptions{}
-	mi := &file_mandate_v1_options_proto_msgTypes[6]
+	mi := &file_mandate_v1_options_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1222,7 @@ func (x *FieldOptions) String() string {
 func (*FieldOptions) ProtoMessage() {}
 
 func (x *FieldOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_options_proto_msgTypes[6]
+	mi := &file_mandate_v1_options_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1235,7 @@ func (x *FieldOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldOptions.ProtoReflect.Descriptor instead.
 func (*FieldOptions) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_options_proto_rawDescGZIP(), []int{6}
+	return file_mandate_v1_options_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FieldOptions) GetSensitive() bool {
@@ -1037,7 +1297,7 @@ const file_mandate_v1_options_proto_rawDesc = "" +
 	"\x05field\x18\x02 \x01(\tR\x05field\"A\n" +
 	"\aExample\x12 \n" +
 	"\vdescription\x18\x01 \x01(\tR\vdescription\x12\x14\n" +
-	"\x05input\x18\x02 \x01(\tR\x05input\"\xba\x06\n" +
+	"\x05input\x18\x02 \x01(\tR\x05input\"\xe5\x06\n" +
 	"\x0eCommandOptions\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12\x1d\n" +
@@ -1065,7 +1325,18 @@ const file_mandate_v1_options_proto_rawDesc = "" +
 	"\n" +
 	"conditions\x18\x12 \x03(\v2\x15.mandate.v1.ConditionR\n" +
 	"conditions\x12#\n" +
-	"\rapprover_hint\x18\x13 \x01(\tR\fapproverHint\"\x92\x01\n" +
+	"\rapprover_hint\x18\x13 \x01(\tR\fapproverHint\x12)\n" +
+	"\x06limits\x18\x14 \x03(\v2\x11.mandate.v1.LimitR\x06limits\"\xa9\x02\n" +
+	"\x05Limit\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12(\n" +
+	"\x03per\x18\x02 \x01(\x0e2\x16.mandate.v1.LimitScopeR\x03per\x121\n" +
+	"\x06window\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12\x10\n" +
+	"\x03max\x18\x04 \x01(\x03R\x03max\x12\x1b\n" +
+	"\tsum_field\x18\x05 \x01(\tR\bsumField\x12\x1f\n" +
+	"\vgroup_field\x18\x06 \x01(\tR\n" +
+	"groupField\x12A\n" +
+	"\x0ewhen_exhausted\x18\a \x01(\x0e2\x1a.mandate.v1.LimitExhaustedR\rwhenExhausted\x12 \n" +
+	"\vdescription\x18\b \x01(\tR\vdescription\"\x92\x01\n" +
 	"\tCondition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
@@ -1103,7 +1374,17 @@ const file_mandate_v1_options_proto_rawDesc = "" +
 	"\fApproverKind\x12\x1d\n" +
 	"\x19APPROVER_KIND_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dAPPROVER_KIND_REQUESTING_USER\x10\x01\x12#\n" +
-	"\x1fAPPROVER_KIND_PERMISSION_HOLDER\x10\x02*y\n" +
+	"\x1fAPPROVER_KIND_PERMISSION_HOLDER\x10\x02*n\n" +
+	"\n" +
+	"LimitScope\x12\x1b\n" +
+	"\x17LIMIT_SCOPE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11LIMIT_SCOPE_AGENT\x10\x01\x12\x14\n" +
+	"\x10LIMIT_SCOPE_USER\x10\x02\x12\x16\n" +
+	"\x12LIMIT_SCOPE_TENANT\x10\x03*k\n" +
+	"\x0eLimitExhausted\x12\x1f\n" +
+	"\x1bLIMIT_EXHAUSTED_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16LIMIT_EXHAUSTED_REFUSE\x10\x01\x12\x1c\n" +
+	"\x18LIMIT_EXHAUSTED_ESCALATE\x10\x02*y\n" +
 	"\x0fConditionEffect\x12 \n" +
 	"\x1cCONDITION_EFFECT_UNSPECIFIED\x10\x00\x12)\n" +
 	"%CONDITION_EFFECT_REQUIRE_CONFIRMATION\x10\x01\x12\x19\n" +
@@ -1123,45 +1404,52 @@ func file_mandate_v1_options_proto_rawDescGZIP() []byte {
 	return file_mandate_v1_options_proto_rawDescData
 }
 
-var file_mandate_v1_options_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_mandate_v1_options_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_mandate_v1_options_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_mandate_v1_options_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_mandate_v1_options_proto_goTypes = []any{
 	(Risk)(0),                          // 0: mandate.v1.Risk
 	(Confirmation)(0),                  // 1: mandate.v1.Confirmation
 	(Lifecycle)(0),                     // 2: mandate.v1.Lifecycle
 	(ApproverKind)(0),                  // 3: mandate.v1.ApproverKind
-	(ConditionEffect)(0),               // 4: mandate.v1.ConditionEffect
-	(*ApproverPolicy)(nil),             // 5: mandate.v1.ApproverPolicy
-	(*SeparationOfDuties)(nil),         // 6: mandate.v1.SeparationOfDuties
-	(*Example)(nil),                    // 7: mandate.v1.Example
-	(*CommandOptions)(nil),             // 8: mandate.v1.CommandOptions
-	(*Condition)(nil),                  // 9: mandate.v1.Condition
-	(*ConditionPrincipal)(nil),         // 10: mandate.v1.ConditionPrincipal
-	(*FieldOptions)(nil),               // 11: mandate.v1.FieldOptions
-	(*durationpb.Duration)(nil),        // 12: google.protobuf.Duration
-	(*descriptorpb.MethodOptions)(nil), // 13: google.protobuf.MethodOptions
-	(*descriptorpb.FieldOptions)(nil),  // 14: google.protobuf.FieldOptions
+	(LimitScope)(0),                    // 4: mandate.v1.LimitScope
+	(LimitExhausted)(0),                // 5: mandate.v1.LimitExhausted
+	(ConditionEffect)(0),               // 6: mandate.v1.ConditionEffect
+	(*ApproverPolicy)(nil),             // 7: mandate.v1.ApproverPolicy
+	(*SeparationOfDuties)(nil),         // 8: mandate.v1.SeparationOfDuties
+	(*Example)(nil),                    // 9: mandate.v1.Example
+	(*CommandOptions)(nil),             // 10: mandate.v1.CommandOptions
+	(*Limit)(nil),                      // 11: mandate.v1.Limit
+	(*Condition)(nil),                  // 12: mandate.v1.Condition
+	(*ConditionPrincipal)(nil),         // 13: mandate.v1.ConditionPrincipal
+	(*FieldOptions)(nil),               // 14: mandate.v1.FieldOptions
+	(*durationpb.Duration)(nil),        // 15: google.protobuf.Duration
+	(*descriptorpb.MethodOptions)(nil), // 16: google.protobuf.MethodOptions
+	(*descriptorpb.FieldOptions)(nil),  // 17: google.protobuf.FieldOptions
 }
 var file_mandate_v1_options_proto_depIdxs = []int32{
 	3,  // 0: mandate.v1.ApproverPolicy.kind:type_name -> mandate.v1.ApproverKind
 	0,  // 1: mandate.v1.CommandOptions.risk:type_name -> mandate.v1.Risk
 	1,  // 2: mandate.v1.CommandOptions.confirmation:type_name -> mandate.v1.Confirmation
-	5,  // 3: mandate.v1.CommandOptions.approver:type_name -> mandate.v1.ApproverPolicy
-	6,  // 4: mandate.v1.CommandOptions.separation_of_duties:type_name -> mandate.v1.SeparationOfDuties
+	7,  // 3: mandate.v1.CommandOptions.approver:type_name -> mandate.v1.ApproverPolicy
+	8,  // 4: mandate.v1.CommandOptions.separation_of_duties:type_name -> mandate.v1.SeparationOfDuties
 	2,  // 5: mandate.v1.CommandOptions.lifecycle:type_name -> mandate.v1.Lifecycle
-	12, // 6: mandate.v1.CommandOptions.deadline:type_name -> google.protobuf.Duration
-	7,  // 7: mandate.v1.CommandOptions.examples:type_name -> mandate.v1.Example
-	9,  // 8: mandate.v1.CommandOptions.conditions:type_name -> mandate.v1.Condition
-	4,  // 9: mandate.v1.Condition.effect:type_name -> mandate.v1.ConditionEffect
-	13, // 10: mandate.v1.command:extendee -> google.protobuf.MethodOptions
-	14, // 11: mandate.v1.field:extendee -> google.protobuf.FieldOptions
-	8,  // 12: mandate.v1.command:type_name -> mandate.v1.CommandOptions
-	11, // 13: mandate.v1.field:type_name -> mandate.v1.FieldOptions
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	12, // [12:14] is the sub-list for extension type_name
-	10, // [10:12] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	15, // 6: mandate.v1.CommandOptions.deadline:type_name -> google.protobuf.Duration
+	9,  // 7: mandate.v1.CommandOptions.examples:type_name -> mandate.v1.Example
+	12, // 8: mandate.v1.CommandOptions.conditions:type_name -> mandate.v1.Condition
+	11, // 9: mandate.v1.CommandOptions.limits:type_name -> mandate.v1.Limit
+	4,  // 10: mandate.v1.Limit.per:type_name -> mandate.v1.LimitScope
+	15, // 11: mandate.v1.Limit.window:type_name -> google.protobuf.Duration
+	5,  // 12: mandate.v1.Limit.when_exhausted:type_name -> mandate.v1.LimitExhausted
+	6,  // 13: mandate.v1.Condition.effect:type_name -> mandate.v1.ConditionEffect
+	16, // 14: mandate.v1.command:extendee -> google.protobuf.MethodOptions
+	17, // 15: mandate.v1.field:extendee -> google.protobuf.FieldOptions
+	10, // 16: mandate.v1.command:type_name -> mandate.v1.CommandOptions
+	14, // 17: mandate.v1.field:type_name -> mandate.v1.FieldOptions
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	16, // [16:18] is the sub-list for extension type_name
+	14, // [14:16] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_mandate_v1_options_proto_init() }
@@ -1174,8 +1462,8 @@ func file_mandate_v1_options_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mandate_v1_options_proto_rawDesc), len(file_mandate_v1_options_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   7,
+			NumEnums:      7,
+			NumMessages:   8,
 			NumExtensions: 2,
 			NumServices:   0,
 		},

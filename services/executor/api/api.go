@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
@@ -156,11 +157,27 @@ func (s *Service) Check(ctx context.Context, req *mandatev1.ExecuteRequest) (*ma
 	if err != nil {
 		return nil, err
 	}
-	resp := &mandatev1.CheckResponse{CheckId: v.CheckID, Verdict: v.Verdict}
+	resp := &mandatev1.CheckResponse{CheckId: v.CheckID, Verdict: v.Verdict, Limits: limitStates(v.Limits)}
 	if v.Reason != nil {
 		resp.Reason = v.Reason.Proto()
 	}
 	return resp, nil
+}
+
+// limitStates are a command's limits on the wire.
+func limitStates(in []executor.LimitBalance) []*mandatev1.LimitState {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]*mandatev1.LimitState, len(in))
+	for i, b := range in {
+		out[i] = &mandatev1.LimitState{Id: b.ID, Description: b.Description, Max: b.Max, Used: b.Used, Needs: b.Needs,
+			Fits: b.Fits, Escalates: b.Escalates}
+		if !b.Fits && b.RetryAfter > 0 {
+			out[i].RetryAfter = durationpb.New(b.RetryAfter)
+		}
+	}
+	return out
 }
 
 // requestCall is the call an ExecuteRequest makes, with what its metadata

@@ -53,6 +53,17 @@ func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
 		{"Delivery", s.testDelivery},
 		{"Purge", s.testPurge},
 		{"PurgeUndelivered", s.testPurgeUndelivered},
+		{"Spend", s.testSpend},
+		{"SpendAllOrNone", s.testSpendAllOrNone},
+		{"SpendReplaces", s.testSpendReplaces},
+		{"Refund", s.testRefund},
+		{"SpendForce", s.testSpendForce},
+		{"SpendDryRun", s.testSpendDryRun},
+		{"SpendWindow", s.testSpendWindow},
+		{"SpendScopes", s.testSpendScopes},
+		{"SpendInvalid", s.testSpendInvalid},
+		{"PurgeSpends", s.testPurgeSpends},
+		{"SpendConcurrent", s.testSpendConcurrent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -797,10 +808,19 @@ func (s *suite) testCanceled(t *testing.T) {
 	if _, err := st.Purge(ctx, executor.PurgePolicy{Now: time.Now()}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Purge = %v, want context.Canceled", err)
 	}
+	if bs, err := st.Spend(ctx, spending("h1", item("a", 1, 5))); !errors.Is(err, context.Canceled) || bs != nil {
+		t.Errorf("Spend = (%+v, %v), want context.Canceled", bs, err)
+	}
+	if err := st.Refund(ctx, "acme", "h1"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Refund = %v, want context.Canceled", err)
+	}
 	// None of them did anything.
 	mustReserve(t, st, Key(), "d1", TTL)
 	if evs := mustEvents(t, st, "acme", 0, 0); len(evs) != 0 {
 		t.Errorf("%d events after a canceled Finish", len(evs))
+	}
+	if u := used(t, st, "acme", "a", TTL); u != 0 {
+		t.Errorf("a canceled Spend spent %d", u)
 	}
 }
 
@@ -1299,4 +1319,408 @@ func (s *suite) testRenew(t *testing.T) {
 	if _, err := st.Renew(ctx, key, "inv-2", 0); err == nil {
 		t.Fatal("Renew with no lease: no error")
 	}
+}
+
+// item is a use of bucket: amount against max, in a window that does not lapse during a test.
+func item(bucket string, amount, max int64) executor.SpendItem {
+	return executor.SpendItem{Bucket: bucket, Amount: amount, Max: max, Window: TTL}
+}
+
+// spending is holder's use of items in acme.
+func spending(holder string, items ...executor.SpendItem) executor.Spending {
+	return executor.Spending{Tenant: "acme", Holder: holder, Items: items}
+}
+
+// mustSpend spends sp and returns one balance per item.
+func mustSpend(t *testing.T, st executor.Store, sp executor.Spending) []executor.Balance {
+	t.Helper()
+	bs, err := st.Spend(testCtx(t), sp)
+	if err != nil {
+		t.Fatalf("Spend(%+v): %v", sp, err)
+	}
+	if len(bs) != len(sp.Items) {
+		t.Fatalf("Spend(%+v) = %d balances, want one per item (%d)", sp, len(bs), len(sp.Items))
+	}
+	return bs
+}
+
+// used is what tenant's bucket holds, as a holder that spent nothing there reads it (a dry run
+// with window, the window the bucket's spends were made with).
+func used(t *testing.T, st executor.Store, tenant, bucket string, window time.Duration) int64 {
+	t.Helper()
+	sp := executor.Spending{Tenant: tenant, Holder: "observer", DryRun: true,
+		Items: []executor.SpendItem{{Bucket: bucket, Amount: 0, Max: 1, Window: window}}}
+	return mustSpend(t, st, sp)[0].Used
+}
+
+// wantBalance asserts a balance's Used and Fits, and that RetryAfter is 0 when it fits and
+// within (0, window] when it does not (the amount alone being at most the ceiling).
+func wantBalance(t *testing.T, what string, got executor.Balance, used int64, fits bool, window time.Duration) {
+	t.Helper()
+	if got.Used != used || got.Fits != fits {
+		t.Fatalf("%s: balance %+v, want Used %d, Fits %v", what, got, used, fits)
+	}
+	if fits && got.RetryAfter != 0 {
+		t.Fatalf("%s: fits with RetryAfter %s, want 0", what, got.RetryAfter)
+	}
+	if !fits && (got.RetryAfter <= 0 || got.RetryAfter > window) {
+		t.Fatalf("%s: RetryAfter %s, want within (0, %s]", what, got.RetryAfter, window)
+	}
+}
+
+// testSpend: what fits is recorded and counts for the other holders; the balances come in the
+// order of the items; an empty spending spends nothing.
+func (s *suite) testSpend(t *testing.T) {
+	st := s.newStore(t)
+	bs := mustSpend(t, st, spending("h1", item("a", 3, 5), item("b", 1, 2)))
+	wantBalance(t, "h1 a", bs[0], 0, true, TTL)
+	wantBalance(t, "h1 b", bs[1], 0, true, TTL)
+	if ua, ub := used(t, st, "acme", "a", TTL), used(t, st, "acme", "b", TTL); ua != 3 || ub != 1 {
+		t.Fatalf("used a %d, b %d; want 3 and 1", ua, ub)
+	}
+	bs = mustSpend(t, st, spending("h2", item("b", 1, 2), item("a", 2, 5)))
+	wantBalance(t, "h2 b", bs[0], 1, true, TTL)
+	wantBalance(t, "h2 a", bs[1], 3, true, TTL)
+	// a is full: the next unit does not fit, and waits for a spend to lapse.
+	bs = mustSpend(t, st, spending("h3", item("a", 1, 5)))
+	wantBalance(t, "h3 a (full)", bs[0], 5, false, TTL)
+	// Nothing spent still fits a full bucket.
+	bs = mustSpend(t, st, spending("h4", item("a", 0, 5)))
+	wantBalance(t, "h4 a (nothing)", bs[0], 5, true, TTL)
+	if ua := used(t, st, "acme", "a", TTL); ua != 5 {
+		t.Fatalf("used a %d after a refusal and a zero spend, want 5", ua)
+	}
+	bs, err := st.Spend(testCtx(t), spending("h5"))
+	if err != nil || len(bs) != 0 {
+		t.Fatalf("Spend of no items = (%+v, %v), want no balances", bs, err)
+	}
+}
+
+// testSpendAllOrNone: when one item does not fit, none is recorded, and the holder's earlier
+// spends stay as they were.
+func (s *suite) testSpendAllOrNone(t *testing.T) {
+	st := s.newStore(t)
+	mustSpend(t, st, spending("h0", item("b", 2, 2)))
+	mustSpend(t, st, spending("h1", item("c", 1, 5)))
+	for _, items := range [][]executor.SpendItem{
+		{item("a", 1, 5), item("b", 1, 2), item("c", 2, 5)},
+		{item("b", 1, 2), item("c", 2, 5), item("a", 1, 5)},
+	} {
+		bs := mustSpend(t, st, spending("h1", items...))
+		for i, it := range items {
+			switch it.Bucket {
+			case "a":
+				wantBalance(t, "a", bs[i], 0, true, TTL)
+			case "b":
+				wantBalance(t, "b", bs[i], 2, false, TTL)
+			case "c":
+				wantBalance(t, "c", bs[i], 0, true, TTL) // h1's own spend is not counted against it
+			}
+		}
+		if ua, ub, uc := used(t, st, "acme", "a", TTL), used(t, st, "acme", "b", TTL), used(t, st, "acme", "c", TTL); ua != 0 || ub != 2 || uc != 1 {
+			t.Fatalf("after a refused spending: used a %d, b %d, c %d; want 0, 2, 1 (nothing recorded)", ua, ub, uc)
+		}
+	}
+}
+
+// testSpendReplaces: a holder's spend in a bucket replaces its earlier one (a retry spends
+// once), and is not counted against itself; spending nothing replaces too.
+func (s *suite) testSpendReplaces(t *testing.T) {
+	st := s.newStore(t)
+	mustSpend(t, st, spending("h1", item("a", 2, 5)))
+	for range 3 {
+		bs := mustSpend(t, st, spending("h1", item("a", 3, 5)))
+		wantBalance(t, "h1 again", bs[0], 0, true, TTL)
+	}
+	if u := used(t, st, "acme", "a", TTL); u != 3 {
+		t.Fatalf("used %d after h1 spent 2 then 3 three times, want 3", u)
+	}
+	// h1 may take the whole bucket, since its own spend does not count against it.
+	bs := mustSpend(t, st, spending("h1", item("a", 5, 5)))
+	wantBalance(t, "h1 all", bs[0], 0, true, TTL)
+	mustSpend(t, st, spending("h1", item("a", 0, 5)))
+	if u := used(t, st, "acme", "a", TTL); u != 0 {
+		t.Fatalf("used %d after h1 spent 0, want 0", u)
+	}
+	bs = mustSpend(t, st, spending("h2", item("a", 5, 5)))
+	wantBalance(t, "h2 all", bs[0], 0, true, TTL)
+}
+
+// testRefund: a refund gives back everything the holder spent in the tenant, and only that.
+func (s *suite) testRefund(t *testing.T) {
+	st := s.newStore(t)
+	ctx := testCtx(t)
+	mustSpend(t, st, spending("h1", item("a", 2, 5), item("b", 1, 5)))
+	mustSpend(t, st, spending("h2", item("a", 1, 5)))
+	mustSpend(t, st, executor.Spending{Tenant: "globex", Holder: "h1", Items: []executor.SpendItem{item("a", 4, 5)}})
+	if err := st.Refund(ctx, "acme", "h1"); err != nil {
+		t.Fatalf("Refund: %v", err)
+	}
+	if ua, ub, ug := used(t, st, "acme", "a", TTL), used(t, st, "acme", "b", TTL), used(t, st, "globex", "a", TTL); ua != 1 || ub != 0 || ug != 4 {
+		t.Fatalf("after Refund(acme, h1): used acme a %d, b %d, globex a %d; want 1, 0, 4", ua, ub, ug)
+	}
+	for _, holder := range []string{"h1", "never-spent"} {
+		if err := st.Refund(ctx, "acme", holder); err != nil {
+			t.Fatalf("Refund of %s, who holds nothing: %v", holder, err)
+		}
+	}
+	if err := st.Refund(ctx, "initech", "h1"); err != nil {
+		t.Fatalf("Refund in an unknown tenant: %v", err)
+	}
+	bs := mustSpend(t, st, spending("h3", item("a", 4, 5)))
+	wantBalance(t, "after the refund", bs[0], 1, true, TTL)
+}
+
+// testSpendForce: a forced spending is recorded whole, past the ceiling, and says what did not
+// fit; a forced dry run records nothing.
+func (s *suite) testSpendForce(t *testing.T) {
+	st := s.newStore(t)
+	mustSpend(t, st, spending("h1", item("a", 5, 5)))
+	sp := spending("h2", item("b", 1, 5), item("a", 2, 5))
+	sp.Force = true
+	bs := mustSpend(t, st, sp)
+	wantBalance(t, "forced b", bs[0], 0, true, TTL)
+	wantBalance(t, "forced a", bs[1], 5, false, TTL)
+	if ua, ub := used(t, st, "acme", "a", TTL), used(t, st, "acme", "b", TTL); ua != 7 || ub != 1 {
+		t.Fatalf("after a forced spending: used a %d, b %d; want 7, 1", ua, ub)
+	}
+	bs = mustSpend(t, st, spending("h3", item("a", 1, 5)))
+	wantBalance(t, "past the ceiling", bs[0], 7, false, TTL)
+	bs = mustSpend(t, st, spending("h3", item("a", 0, 5)))
+	if bs[0].Used != 7 || bs[0].Fits {
+		t.Fatalf("nothing spent past the ceiling: %+v, want Used 7 and not fitting", bs[0])
+	}
+	sp = spending("h4", item("a", 3, 5))
+	sp.Force, sp.DryRun = true, true
+	mustSpend(t, st, sp)
+	if ua := used(t, st, "acme", "a", TTL); ua != 7 {
+		t.Fatalf("after a forced dry run: used a %d, want 7", ua)
+	}
+}
+
+// testSpendDryRun: a dry run reads the balances and records nothing, whether it fits or not,
+// and replaces none of the holder's spends.
+func (s *suite) testSpendDryRun(t *testing.T) {
+	st := s.newStore(t)
+	dry := func(holder string, items ...executor.SpendItem) []executor.Balance {
+		sp := spending(holder, items...)
+		sp.DryRun = true
+		return mustSpend(t, st, sp)
+	}
+	bs := dry("h1", item("a", 2, 5))
+	wantBalance(t, "dry", bs[0], 0, true, TTL)
+	if u := used(t, st, "acme", "a", TTL); u != 0 {
+		t.Fatalf("used %d after a dry run, want 0", u)
+	}
+	mustSpend(t, st, spending("h1", item("a", 2, 5)))
+	dry("h1", item("a", 4, 5))
+	if u := used(t, st, "acme", "a", TTL); u != 2 {
+		t.Fatalf("used %d after h1's dry run of 4, want its 2 kept", u)
+	}
+	bs = dry("h2", item("a", 4, 5))
+	wantBalance(t, "dry, too much", bs[0], 2, false, TTL)
+	if u := used(t, st, "acme", "a", TTL); u != 2 {
+		t.Fatalf("used %d after a refused dry run, want 2", u)
+	}
+}
+
+// testSpendWindow: a spend counts for its window, then lapses; RetryAfter says when enough has
+// lapsed, and is 0 for an amount that never fits.
+func (s *suite) testSpendWindow(t *testing.T) {
+	const window = 300 * time.Millisecond
+	in := func(bucket string, amount, max int64) executor.SpendItem {
+		return executor.SpendItem{Bucket: bucket, Amount: amount, Max: max, Window: window}
+	}
+	st := s.newStore(t)
+	mustSpend(t, st, spending("h1", in("a", 1, 1)))
+	bs := mustSpend(t, st, spending("h2", in("a", 1, 1)))
+	wantBalance(t, "within the window", bs[0], 1, false, window)
+	if bs := mustSpend(t, st, spending("h2", in("a", 2, 1))); bs[0].Fits || bs[0].RetryAfter != 0 {
+		t.Fatalf("an amount over the ceiling: %+v, want no fit and RetryAfter 0", bs[0])
+	}
+	time.Sleep(bs[0].RetryAfter + expiryWait)
+	bs = mustSpend(t, st, spending("h2", in("a", 1, 1)))
+	wantBalance(t, "after RetryAfter", bs[0], 0, true, window)
+	if u := used(t, st, "acme", "a", window); u != 1 {
+		t.Fatalf("used %d, want h2's 1 (h1's lapsed)", u)
+	}
+
+	// Spends lapse in order: one unit is free once the oldest lapses, all three once the
+	// newest does.
+	mustSpend(t, st, spending("h1", in("b", 1, 3)))
+	time.Sleep(window / 3)
+	mustSpend(t, st, spending("h2", in("b", 2, 3)))
+	one := mustSpend(t, st, executor.Spending{Tenant: "acme", Holder: "h3", DryRun: true, Items: []executor.SpendItem{in("b", 1, 3)}})[0]
+	all := mustSpend(t, st, executor.Spending{Tenant: "acme", Holder: "h3", DryRun: true, Items: []executor.SpendItem{in("b", 3, 3)}})[0]
+	wantBalance(t, "one unit", one, 3, false, window)
+	wantBalance(t, "three units", all, 3, false, window)
+	if all.RetryAfter <= one.RetryAfter {
+		t.Fatalf("RetryAfter for 3 units %s, for 1 unit %s; want it longer for 3 (the newest spend lapses last)", all.RetryAfter, one.RetryAfter)
+	}
+	time.Sleep(window + expiryWait)
+	if u := used(t, st, "acme", "b", window); u != 0 {
+		t.Fatalf("used %d after the window, want 0", u)
+	}
+}
+
+// testSpendScopes: tenants, buckets and holders are independent.
+func (s *suite) testSpendScopes(t *testing.T) {
+	st := s.newStore(t)
+	mustSpend(t, st, spending("h1", item("a", 5, 5)))
+	bs := mustSpend(t, st, executor.Spending{Tenant: "globex", Holder: "h1", Items: []executor.SpendItem{item("a", 5, 5)}})
+	wantBalance(t, "other tenant", bs[0], 0, true, TTL)
+	bs = mustSpend(t, st, spending("h2", item("a2", 5, 5)))
+	wantBalance(t, "other bucket", bs[0], 0, true, TTL)
+	bs = mustSpend(t, st, spending("h2", item("a", 1, 5)))
+	wantBalance(t, "the full bucket", bs[0], 5, false, TTL)
+	if u := used(t, st, "acme", "a", TTL); u != 5 {
+		t.Fatalf("acme's bucket a holds %d, want 5 (globex's h1 replaced nothing)", u)
+	}
+}
+
+// testSpendInvalid: a spending the store refuses matches ErrSpendInvalid and records nothing.
+func (s *suite) testSpendInvalid(t *testing.T) {
+	valid := func() executor.Spending {
+		return spending("h1", item("a", 1, 5), item("b", 1, 5))
+	}
+	tests := []struct {
+		name   string
+		mutate func(*executor.Spending)
+	}{
+		{"no tenant", func(sp *executor.Spending) { sp.Tenant = "" }},
+		{"no holder", func(sp *executor.Spending) { sp.Holder = "" }},
+		{"no bucket", func(sp *executor.Spending) { sp.Items[1].Bucket = "" }},
+		{"negative amount", func(sp *executor.Spending) { sp.Items[1].Amount = -1 }},
+		{"zero ceiling", func(sp *executor.Spending) { sp.Items[1].Max = 0 }},
+		{"negative ceiling", func(sp *executor.Spending) { sp.Items[1].Max = -5 }},
+		{"zero window", func(sp *executor.Spending) { sp.Items[1].Window = 0 }},
+		{"negative window", func(sp *executor.Spending) { sp.Items[1].Window = -time.Second }},
+		{"forced", func(sp *executor.Spending) { sp.Items[1].Max, sp.Force = 0, true }},
+		{"no holder and no items", func(sp *executor.Spending) { sp.Holder, sp.Items = "", nil }},
+	}
+	st := s.newStore(t) // shared: no case may record anything
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sp := valid()
+			tt.mutate(&sp)
+			bs, err := st.Spend(testCtx(t), sp)
+			if !errors.Is(err, executor.ErrSpendInvalid) || bs != nil {
+				t.Fatalf("Spend = (%+v, %v), want ErrSpendInvalid", bs, err)
+			}
+			if errors.Is(err, executor.ErrUnavailable) {
+				t.Fatalf("err = %v, matches ErrUnavailable", err)
+			}
+			if ua := used(t, st, "acme", "a", TTL); ua != 0 {
+				t.Fatalf("the valid item was recorded: used %d", ua)
+			}
+		})
+	}
+}
+
+// testPurgeSpends: Purge deletes the spends whose window has passed, and counts them; what
+// still counts is kept.
+func (s *suite) testPurgeSpends(t *testing.T) {
+	st := s.newStore(t)
+	short := func(bucket string, amount int64) executor.SpendItem {
+		return executor.SpendItem{Bucket: bucket, Amount: amount, Max: 5, Window: shortTTL}
+	}
+	mustSpend(t, st, spending("h1", short("a", 2), short("b", 0)))
+	mustSpend(t, st, spending("h2", item("a", 3, 5)))
+	time.Sleep(expiryWait)
+	policy := executor.PurgePolicy{Now: time.Now(), KeepEvents: TTL}
+	if n := mustPurge(t, st, policy); n != (executor.Purged{Spends: 2}) {
+		t.Fatalf("Purge = %+v, want 2 spends", n)
+	}
+	if n := mustPurge(t, st, policy); n != (executor.Purged{}) {
+		t.Fatalf("second Purge = %+v, want nothing", n)
+	}
+	if u := used(t, st, "acme", "a", TTL); u != 3 {
+		t.Fatalf("used %d after the purge, want h2's 3 kept", u)
+	}
+	// A purge at a later instant takes what lapses by then.
+	if n := mustPurge(t, st, executor.PurgePolicy{Now: time.Now().Add(2 * TTL), KeepEvents: TTL}); n != (executor.Purged{Spends: 1}) {
+		t.Fatalf("Purge an hour on = %+v, want 1 spend", n)
+	}
+}
+
+// testSpendConcurrent: spendings racing for one bucket never take more than it holds.
+func (s *suite) testSpendConcurrent(t *testing.T) {
+	const n = 64
+	race := func(t *testing.T, st executor.Store, items func(i int) []executor.SpendItem) (fit []bool) {
+		t.Helper()
+		ctx := testCtx(t)
+		fit = make([]bool, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				bs, err := st.Spend(ctx, spending(fmt.Sprintf("h%02d", i), items(i)...))
+				if err != nil {
+					t.Errorf("Spend %d: %v", i, err)
+					return
+				}
+				fit[i] = len(bs) > 0
+				for _, b := range bs {
+					fit[i] = fit[i] && b.Fits
+				}
+				if fit[i] != bs[0].Fits {
+					t.Errorf("Spend %d: balances %+v disagree on two buckets spent together", i, bs)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		return fit
+	}
+	count := func(fit []bool) int {
+		k := 0
+		for _, f := range fit {
+			if f {
+				k++
+			}
+		}
+		return k
+	}
+	t.Run("units", func(t *testing.T) {
+		st := s.newStore(t)
+		fit := race(t, st, func(int) []executor.SpendItem { return []executor.SpendItem{item("a", 1, 10)} })
+		if k, u := count(fit), used(t, st, "acme", "a", TTL); k != 10 || u != 10 {
+			t.Fatalf("%d spendings fit, used %d; want 10 and 10", k, u)
+		}
+	})
+	t.Run("amounts", func(t *testing.T) {
+		st := s.newStore(t)
+		const ceiling = 25
+		amount := func(i int) int64 { return int64(1 + i%4) }
+		fit := race(t, st, func(i int) []executor.SpendItem { return []executor.SpendItem{item("a", amount(i), ceiling)} })
+		var sum int64
+		for i, f := range fit {
+			if f {
+				sum += amount(i)
+			}
+		}
+		u := used(t, st, "acme", "a", TTL)
+		if sum > ceiling || u != sum {
+			t.Fatalf("the fitting spendings sum to %d, used %d; want at most %d, and equal", sum, u, ceiling)
+		}
+		// What is left only shrinks: every refusal was needed.
+		for i, f := range fit {
+			if !f && amount(i) <= ceiling-u {
+				t.Fatalf("spending %d of %d was refused with %d left", i, amount(i), ceiling-u)
+			}
+		}
+	})
+	t.Run("two buckets in either order", func(t *testing.T) {
+		st := s.newStore(t)
+		fit := race(t, st, func(i int) []executor.SpendItem {
+			if i%2 == 0 {
+				return []executor.SpendItem{item("a", 1, 10), item("b", 1, 10)}
+			}
+			return []executor.SpendItem{item("b", 1, 10), item("a", 1, 10)}
+		})
+		if k, ua, ub := count(fit), used(t, st, "acme", "a", TTL), used(t, st, "acme", "b", TTL); k != 10 || ua != 10 || ub != 10 {
+			t.Fatalf("%d spendings fit, used a %d, b %d; want 10, 10, 10", k, ua, ub)
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -15,7 +16,8 @@ import (
 
 // Options tunes a Store. Zero fields take the documented defaults.
 type Options struct {
-	// Now is the clock that reservations and their expiry are measured with. Default time.Now.
+	// Now is the clock that reservations and their expiry, and limit spends and their lapse, are
+	// measured with. Default time.Now.
 	Now func() time.Time
 	// MaxEvents caps one Events page; a limit <= 0 or above it means MaxEvents. Default 1000.
 	MaxEvents int
@@ -43,6 +45,13 @@ type Store struct {
 	spoolN int64
 	dead   []executor.DeadLetter
 	deadN  int64
+	spends map[string]map[string]map[string]spend // limit spends by tenant, bucket and holder
+}
+
+// spend is one holder's spend in a bucket.
+type spend struct {
+	amount int64
+	lapses time.Time // it counts strictly before
 }
 
 type record struct {
@@ -72,6 +81,7 @@ func New(opts Options) *Store {
 		idem:   map[executor.IdemKey]*record{},
 		runs:   map[runKey]struct{}{},
 		events: map[string]*outbox{},
+		spends: map[string]map[string]map[string]spend{},
 	}
 }
 
@@ -377,11 +387,28 @@ func (s *Store) Purge(ctx context.Context, p executor.PurgePolicy) (executor.Pur
 		clear(ob.events[len(kept):])
 		ob.events = kept
 	}
+	for tenant, buckets := range s.spends {
+		for bucket, holders := range buckets {
+			for h, sp := range holders {
+				if !p.Now.Before(sp.lapses) {
+					delete(holders, h)
+					n.Spends++
+				}
+			}
+			if len(holders) == 0 {
+				delete(buckets, bucket)
+			}
+		}
+		if len(buckets) == 0 {
+			delete(s.spends, tenant)
+		}
+	}
 	return n, nil
 }
 
-// PurgeExpired deletes the idempotency records that have expired and returns how many it
-// deleted. Reserve replaces an expired record anyway; purging only bounds memory.
+// PurgeExpired deletes the idempotency records that have expired (and, with them, the limit
+// spends that have lapsed) and returns how many records it deleted. Reserve replaces an expired
+// record anyway; purging only bounds memory.
 func (s *Store) PurgeExpired(ctx context.Context) (int64, error) {
 	n, err := s.Purge(ctx, executor.PurgePolicy{Now: s.opts.Now(), KeepEvents: 1<<63 - 1})
 	return n.IdempotencyKeys, err
@@ -607,4 +634,93 @@ func (s *Store) Resolve(ctx context.Context, tenant, invocationID string, saved 
 		return true, nil
 	}
 	return false, nil
+}
+
+// Spend implements executor.Store. The mutex serialises every bucket at once, so deciding and
+// recording are one step; a spend counts while the clock is strictly before its lapse.
+func (s *Store) Spend(ctx context.Context, sp executor.Spending) ([]executor.Balance, error) {
+	if err := executor.ValidSpending(sp); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]executor.Balance, len(sp.Items))
+	if len(sp.Items) == 0 {
+		return out, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opts.Now()
+	buckets := s.spends[sp.Tenant]
+	all := true
+	for i, it := range sp.Items {
+		others := liveSpends(buckets[it.Bucket], sp.Holder, now)
+		var used int64
+		for _, l := range others {
+			used = addSat(used, l.Amount)
+		}
+		b := executor.Balance{Used: used, Fits: used <= it.Max-it.Amount} // Max > 0 and Amount >= 0: no overflow
+		if !b.Fits {
+			b.RetryAfter = executor.RetryAfterOf(others, it.Amount, it.Max, now)
+			all = false
+		}
+		out[i] = b
+	}
+	if sp.DryRun || (!all && !sp.Force) {
+		return out, nil
+	}
+	if buckets == nil {
+		buckets = map[string]map[string]spend{}
+		s.spends[sp.Tenant] = buckets
+	}
+	for _, it := range sp.Items { // a bucket named twice keeps its last item, as in Postgres
+		holders := buckets[it.Bucket]
+		if holders == nil {
+			holders = map[string]spend{}
+			buckets[it.Bucket] = holders
+		}
+		holders[sp.Holder] = spend{amount: it.Amount, lapses: now.Add(it.Window)}
+	}
+	return out, nil
+}
+
+// liveSpends returns the spends of holders other than holder that still count at now.
+func liveSpends(holders map[string]spend, holder string, now time.Time) []executor.Lapse {
+	var out []executor.Lapse
+	for h, sp := range holders {
+		if h != holder && now.Before(sp.lapses) {
+			out = append(out, executor.Lapse{Amount: sp.amount, At: sp.lapses})
+		}
+	}
+	return out
+}
+
+// addSat adds two non-negative amounts, saturating instead of overflowing (forced spends may
+// add up past any ceiling).
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// Refund implements executor.Store.
+func (s *Store) Refund(ctx context.Context, tenant, holder string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	buckets := s.spends[tenant]
+	for bucket, holders := range buckets {
+		delete(holders, holder)
+		if len(holders) == 0 {
+			delete(buckets, bucket)
+		}
+	}
+	if len(buckets) == 0 {
+		delete(s.spends, tenant)
+	}
+	return nil
 }

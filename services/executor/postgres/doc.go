@@ -2,8 +2,9 @@
 // live in the executor schema and are created by the embedded [Migrations]: idempotency (one
 // row per tenant, user, command and key), executions (successful runs, indexed for the
 // separation-of-duties question), events (the outbox, primary key (tenant, seq)),
-// event_heads (each tenant's last seq) and event_cursors (each tenant's last seq the relay
-// delivered).
+// event_heads (each tenant's last seq), event_cursors (each tenant's last seq the relay
+// delivered) and limit_spend (what each holder spent against each bucket of a declared limit,
+// until it lapses).
 //
 // Reserve is one upsert, INSERT … ON CONFLICT DO UPDATE … WHERE the existing record has
 // expired, so claiming a new key and replacing an expired one are both atomic across replicas:
@@ -22,6 +23,16 @@
 // never move it back. Purge deletes expired idempotency records and old delivered events in one
 // transaction; executions are kept, since separation of duties is checked against them.
 //
+// Spend is one round trip: a batch of two statements in one implicit transaction. The first
+// takes a transaction-scoped advisory lock per bucket (a 64-bit hash of tenant and bucket), in
+// key order, so that Spends of several buckets cannot deadlock; the second, whose snapshot is
+// taken once the locks are held, sums the other holders' live spends, decides, and upserts the
+// holder's rows when everything fits (or is forced). Only an item that does not fit reads its
+// bucket's rows, for RetryAfter. Refund deletes the holder's rows; Purge deletes lapsed ones.
+//
 // Times come from Options.Now, not from the database, so that expiry is testable with a fake
-// clock; replicas' clocks only need to agree to well within the idempotency window.
+// clock; replicas' clocks only need to agree to well within the idempotency window. Limit
+// spends are the exception: their windows can be short, so Spend times them with the database's
+// clock (clock_timestamp()), which every replica shares; Purge compares them with its
+// PurgePolicy.Now.
 package postgres

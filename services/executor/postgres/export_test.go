@@ -4,4 +4,6 @@ package postgres
 const (
 	SQLExecuted = sqlExecuted
 	SQLEvents   = sqlEvents
+	SQLSpend    = sqlSpend
+	SQLRefund   = sqlRefund
 )

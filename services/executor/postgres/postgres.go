@@ -4,7 +4,10 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"io/fs"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -330,8 +333,9 @@ func (s *Store) MarkDelivered(ctx context.Context, tenant string, seq int64) err
 	return nil
 }
 
-// Purge implements executor.Store, in one transaction. Run it from one replica now and then;
-// concurrent purges are harmless.
+// Purge implements executor.Store, in one transaction: expired idempotency records, old
+// events and lapsed limit spends. Run it from one replica now and then; concurrent purges are
+// harmless.
 func (s *Store) Purge(ctx context.Context, p executor.PurgePolicy) (executor.Purged, error) {
 	const op = "executor: purge"
 	var n executor.Purged
@@ -352,6 +356,11 @@ func (s *Store) Purge(ctx context.Context, p executor.PurgePolicy) (executor.Pur
 			return err
 		}
 		n.Events = tag.RowsAffected()
+		tag, err = tx.Exec(ctx, sqlPurgeSpends, now)
+		if err != nil {
+			return err
+		}
+		n.Spends = tag.RowsAffected()
 		return nil
 	}, pg.WithRetry(s.opts.TxAttempts))
 	if err != nil {
@@ -578,4 +587,135 @@ func (s *Store) Resolve(ctx context.Context, tenant, invocationID string, saved 
 		return false, mapErr(ctx, op, err)
 	}
 	return tag.RowsAffected() > 0, nil
+}
+
+// Spend implements executor.Store in one round trip: a batch of two statements in one implicit
+// transaction, sqlSpendLock (the buckets' advisory locks, in key order) then sqlSpend (sum,
+// decide, upsert and, for an item that does not fit, its bucket's live spends), timed by the
+// database's clock. A deadlock (with a concurrent Purge or Refund deleting the holder's rows)
+// rolls the whole batch back, and it runs again, up to Options.TxAttempts times.
+func (s *Store) Spend(ctx context.Context, sp executor.Spending) ([]executor.Balance, error) {
+	const op = "executor: spend"
+	if err := executor.ValidSpending(sp); err != nil {
+		return nil, err
+	}
+	if len(sp.Items) == 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return []executor.Balance{}, nil
+	}
+	n := len(sp.Items)
+	buckets, amounts, maxes, windows := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	keys := make([]int64, n)
+	for i, it := range sp.Items {
+		buckets[i], amounts[i], maxes[i], windows[i] = it.Bucket, it.Amount, it.Max, micros(it.Window)
+		keys[i] = spendLockKey(sp.Tenant, it.Bucket)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	var out []executor.Balance
+	err := s.retry(ctx, func() (err error) {
+		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+		b.Queue(sqlSpendLock, keys)
+		b.Queue(sqlSpend, sp.Tenant, sp.Holder, buckets, amounts, maxes, windows, sp.Force, sp.DryRun)
+		br := s.pool.SendBatch(ctx, b)
+		defer func() { err = errors.Join(err, br.Close()) }() // Close reads how the implicit transaction ended
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		out, err = collectBalances(br, sp.Items)
+		return err
+	})
+	if err != nil {
+		return nil, mapErr(ctx, op, err)
+	}
+	return out, nil
+}
+
+// collectBalances reads sqlSpend's rows, one per item in their order, and computes the
+// RetryAfter of the items that do not fit from their buckets' live spends.
+func collectBalances(br pgx.BatchResults, items []executor.SpendItem) ([]executor.Balance, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]executor.Balance, 0, len(items))
+	for rows.Next() {
+		var (
+			bal     executor.Balance
+			now     time.Time
+			amounts []int64
+			lapses  []time.Time
+		)
+		if err := rows.Scan(&bal.Used, &bal.Fits, &now, &amounts, &lapses); err != nil {
+			return nil, err
+		}
+		if len(out) == len(items) || len(amounts) != len(lapses) {
+			return nil, fmt.Errorf("executor: spend: unexpected balance row %d", len(out))
+		}
+		if !bal.Fits {
+			live := make([]executor.Lapse, len(amounts))
+			for j := range amounts {
+				live[j] = executor.Lapse{Amount: amounts[j], At: lapses[j]}
+			}
+			it := items[len(out)]
+			bal.RetryAfter = executor.RetryAfterOf(live, it.Amount, it.Max, now)
+		}
+		out = append(out, bal)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) != len(items) {
+		return nil, fmt.Errorf("executor: spend: %d balances for %d items", len(out), len(items))
+	}
+	return out, nil
+}
+
+// Refund implements executor.Store in one statement.
+func (s *Store) Refund(ctx context.Context, tenant, holder string) error {
+	if tenant == "" || holder == "" {
+		return ctx.Err() // nothing is ever spent without them
+	}
+	err := s.retry(ctx, func() error {
+		_, err := s.pool.Exec(ctx, sqlRefund, tenant, holder)
+		return err
+	})
+	return mapErr(ctx, "executor: refund", err)
+}
+
+// retry runs fn, an atomic unit of work, again while it fails with a serialization failure or
+// a deadlock (nothing happened), up to Options.TxAttempts times in all.
+func (s *Store) retry(ctx context.Context, fn func() error) error {
+	var err error
+	for range s.opts.TxAttempts {
+		if err = fn(); err == nil || !pg.Classify(err).Retryable() || ctx.Err() != nil {
+			return err
+		}
+	}
+	return errors.Join(pg.ErrRetriesExhausted, err)
+}
+
+// spendLockKey is the advisory lock key of tenant's bucket: a stable 64-bit hash, the same in
+// every replica. Two buckets that collide only serialise each other; Spend takes its keys in
+// key order (not bucket order), so a collision cannot deadlock either.
+func spendLockKey(tenant, bucket string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("executor.limit_spend\x00"))
+	_, _ = h.Write([]byte(tenant))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(bucket))
+	return int64(h.Sum64()) //nolint:gosec // a hash, reinterpreted as Postgres' bigint lock key
+}
+
+// micros is a window in whole microseconds, the database's precision, rounded up: a positive
+// window never becomes an empty one.
+func micros(d time.Duration) int64 {
+	us := int64(d / time.Microsecond)
+	if d%time.Microsecond != 0 {
+		us++
+	}
+	return us
 }

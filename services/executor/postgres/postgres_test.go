@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,6 +224,8 @@ func TestIndexesServeQueries(t *testing.T) {
 	}{
 		{"executed", postgres.SQLExecuted, []any{"acme", "user-3", "report/10", []string{"expense.report.approve", "expense.report.submit"}}, "executions_sod"},
 		{"events", postgres.SQLEvents, []any{"acme", int64(40), 10}, "events_pkey"},
+		{"spend", postgres.SQLSpend, []any{"acme", "h1", []string{"a", "b"}, []int64{1, 1}, []int64{5, 5}, []int64{1e6, 1e6}, false, false}, "limit_spend_live"},
+		{"refund", postgres.SQLRefund, []any{"acme", "h1"}, "limit_spend_holder"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -325,6 +329,12 @@ func TestUnavailable(t *testing.T) {
 			_, err := st.Purge(ctx, executor.PurgePolicy{Now: time.Now(), KeepEvents: time.Hour})
 			return err
 		}, "executor: purge: store unavailable"},
+		{"Spend", func() error {
+			_, err := st.Spend(ctx, executor.Spending{Tenant: "acme", Holder: "h1",
+				Items: []executor.SpendItem{{Bucket: "a", Amount: 1, Max: 5, Window: time.Hour}}})
+			return err
+		}, "executor: spend: store unavailable"},
+		{"Refund", func() error { return st.Refund(ctx, "acme", "h1") }, "executor: refund: store unavailable"},
 	}
 	for _, c := range calls {
 		t.Run(c.name, func(t *testing.T) {
@@ -341,5 +351,122 @@ func TestUnavailable(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSpendReplicas races Spends through two Stores on separate pools, as two replicas would:
+// the bucket's ceiling holds across them, including for spendings of two buckets named in
+// either order.
+func TestSpendReplicas(t *testing.T) {
+	_, dsn := pgtest.NewURL(t, postgres.Migrations)
+	var stores []*postgres.Store
+	for range 2 {
+		pool, err := pgxpool.New(ctxFor(t), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		stores = append(stores, postgres.New(pool, postgres.Options{}))
+	}
+	item := func(bucket string) executor.SpendItem {
+		return executor.SpendItem{Bucket: bucket, Amount: 1, Max: 10, Window: time.Hour}
+	}
+	const n = 64
+	var fit atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			items := []executor.SpendItem{item("a"), item("b")}
+			if i%4 >= 2 {
+				slices.Reverse(items)
+			}
+			<-start
+			bs, err := stores[i%2].Spend(ctxFor(t), executor.Spending{Tenant: "acme", Holder: fmt.Sprint("h", i), Items: items})
+			if err != nil {
+				t.Errorf("Spend %d: %v", i, err)
+				return
+			}
+			if bs[0].Fits && bs[1].Fits {
+				fit.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	bs, err := stores[0].Spend(ctxFor(t), executor.Spending{Tenant: "acme", Holder: "observer", DryRun: true, Items: []executor.SpendItem{item("a"), item("b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fit.Load() != 10 || bs[0].Used != 10 || bs[1].Used != 10 {
+		t.Fatalf("%d spendings fit across replicas, used a %d, b %d; want 10, 10, 10", fit.Load(), bs[0].Used, bs[1].Used)
+	}
+}
+
+// countingConn counts the writes a connection makes: each is one message flush, so a request
+// whose reply the client waits for before writing again costs one write per round trip.
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// TestSpendIsOneRoundTrip pins the cost of the hot path: once its statements are prepared on
+// a connection, a Spend — fitting or not, of one bucket or several — is one round trip.
+func TestSpendIsOneRoundTrip(t *testing.T) {
+	_, dsn := pgtest.NewURL(t, postgres.Migrations)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes atomic.Int64
+	cfg.MaxConns = 1
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{Conn: c, writes: &writes}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctxFor(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st := postgres.New(pool, postgres.Options{})
+	item := func(bucket string, amount int64) executor.SpendItem {
+		return executor.SpendItem{Bucket: bucket, Amount: amount, Max: 5, Window: time.Hour}
+	}
+	spend := func(sp executor.Spending) (executor.Balance, int64) {
+		t.Helper()
+		before := writes.Load()
+		bs, err := st.Spend(ctxFor(t), sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bs[0], writes.Load() - before
+	}
+	spend(executor.Spending{Tenant: "acme", Holder: "warm-up", Items: []executor.SpendItem{item("z", 1)}})
+	tests := []struct {
+		name string
+		sp   executor.Spending
+		fits bool
+	}{
+		{"fits", executor.Spending{Tenant: "acme", Holder: "h1", Items: []executor.SpendItem{item("a", 4), item("b", 1)}}, true},
+		{"does not fit", executor.Spending{Tenant: "acme", Holder: "h2", Items: []executor.SpendItem{item("a", 2)}}, false},
+		{"dry run", executor.Spending{Tenant: "acme", Holder: "h3", DryRun: true, Items: []executor.SpendItem{item("a", 1)}}, true},
+	}
+	for _, tt := range tests {
+		b, n := spend(tt.sp)
+		if b.Fits != tt.fits {
+			t.Fatalf("%s: %+v", tt.name, b)
+		}
+		if n != 1 {
+			t.Errorf("%s: %d round trips, want 1", tt.name, n)
+		}
 	}
 }

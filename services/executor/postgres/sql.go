@@ -150,6 +150,53 @@ const (
 	ON CONFLICT (tenant) DO UPDATE SET seq = EXCLUDED.seq, delivered_at = EXCLUDED.delivered_at
 	WHERE c.seq < EXCLUDED.seq`
 
+	// sqlPurgeSpends deletes limit spends lapsed at $1.
+	sqlPurgeSpends = `DELETE FROM executor.limit_spend WHERE lapses_at <= $1`
+
+	// sqlSpendLock serialises the buckets of a Spend: it takes the transaction-scoped advisory
+	// locks $1, sorted and distinct (see spendLockKey), in array order, so that Spends of
+	// several buckets never wait on each other in a cycle. Sent in one implicit transaction
+	// with sqlSpend, which takes its snapshot once the locks are held.
+	sqlSpendLock = `SELECT pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS l(k)`
+
+	// sqlSpend decides and records a Spend in one statement, under sqlSpendLock. For each item
+	// ($3-$6: bucket, amount, max, window in microseconds) it sums the other holders' spends
+	// in tenant $1's bucket that have not lapsed at the database's clock; when every item fits,
+	// or $7 (force), and not $8 (dry run), it upserts holder $2's spend of each bucket (a
+	// bucket named twice keeps its last item). It returns, in item order, the sum (saturated to
+	// bigint), whether the item fits, the clock, and — only for an item that does not fit and
+	// could (amount <= max), for RetryAfter — the live spends' amounts and lapses in lapse order.
+	sqlSpend = `WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
+	items AS MATERIALIZED (
+		SELECT i.ord, i.bucket, i.amount, i.max, i.window_us,
+			(SELECT coalesce(sum(s.amount), 0) FROM executor.limit_spend s
+			 WHERE s.tenant = $1 AND s.bucket = i.bucket AND s.lapses_at > c.now AND s.holder <> $2) AS used
+		FROM unnest($3::text[], $4::bigint[], $5::bigint[], $6::bigint[])
+			WITH ORDINALITY AS i(bucket, amount, max, window_us, ord),
+			clock c),
+	spent AS (
+		INSERT INTO executor.limit_spend AS l (tenant, bucket, holder, amount, spent_at, lapses_at)
+		SELECT DISTINCT ON (i.bucket) $1, i.bucket, $2, i.amount, c.now, c.now + i.window_us * interval '1 microsecond'
+		FROM items i, clock c
+		WHERE NOT $8::boolean AND ($7::boolean OR (SELECT bool_and(used + amount <= max) FROM items))
+		ORDER BY i.bucket, i.ord DESC
+		ON CONFLICT (tenant, bucket, holder) DO UPDATE SET
+			amount = EXCLUDED.amount, spent_at = EXCLUDED.spent_at, lapses_at = EXCLUDED.lapses_at)
+	SELECT least(i.used, 9223372036854775807)::bigint, i.used + i.amount <= i.max, c.now,
+		CASE WHEN i.used + i.amount > i.max AND i.amount <= i.max THEN ARRAY(
+			SELECT s.amount FROM executor.limit_spend s
+			WHERE s.tenant = $1 AND s.bucket = i.bucket AND s.lapses_at > c.now AND s.holder <> $2
+			ORDER BY s.lapses_at, s.holder) END,
+		CASE WHEN i.used + i.amount > i.max AND i.amount <= i.max THEN ARRAY(
+			SELECT s.lapses_at FROM executor.limit_spend s
+			WHERE s.tenant = $1 AND s.bucket = i.bucket AND s.lapses_at > c.now AND s.holder <> $2
+			ORDER BY s.lapses_at, s.holder) END
+	FROM items i, clock c
+	ORDER BY i.ord`
+
+	// sqlRefund gives back everything holder $2 spent in tenant $1.
+	sqlRefund = `DELETE FROM executor.limit_spend WHERE tenant = $1 AND holder = $2`
+
 	// sqlPurgeEvents deletes events committed at or before $1 that were delivered, or, with
 	// $2, whether delivered or not.
 	sqlPurgeEvents = `DELETE FROM executor.events e

@@ -1531,7 +1531,7 @@ const file_examples_helpdesk_v1_helpdesk_proto_rawDesc = "" +
 	" EXPENSE_REPORT_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aEXPENSE_REPORT_STATE_DRAFT\x10\x01\x12\"\n" +
 	"\x1eEXPENSE_REPORT_STATE_SUBMITTED\x10\x02\x12!\n" +
-	"\x1dEXPENSE_REPORT_STATE_APPROVED\x10\x032\xc1&\n" +
+	"\x1dEXPENSE_REPORT_STATE_APPROVED\x10\x032\xd8'\n" +
 	"\x0fHelpdeskService\x12\x9b\x03\n" +
 	"\rSearchTickets\x12*.examples.helpdesk.v1.SearchTicketsRequest\x1a+.examples.helpdesk.v1.SearchTicketsResponse\"\xb0\x02\x82\x80\x19\x98\x02\n" +
 	"\rticket.search\x12\x0eSearch tickets\x1anFind support tickets by free text, status, customer email or tag; read-only, use it before acting on a ticket. \x01(\x01J\vticket.read\x8a\x01u\n" +
@@ -1539,13 +1539,14 @@ const file_examples_helpdesk_v1_helpdesk_proto_rawDesc = "" +
 	"\tGetTicket\x12&.examples.helpdesk.v1.GetTicketRequest\x1a\x1c.examples.helpdesk.v1.Ticket\"\xcf\x01\x82\x80\x19\xab\x01\n" +
 	"\n" +
 	"ticket.get\x12\fGet a ticket\x1aCRead one ticket by id, including what the customer paid; read-only. \x01(\x01J\vticket.readr\tticket_id\x8a\x01-\n" +
-	"\x12Read ticket T-1001\x12\x17{\"ticket_id\": \"T-1001\"}\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/tickets/{ticket_id}\x12\xba\b\n" +
-	"\vIssueRefund\x12(.examples.helpdesk.v1.IssueRefundRequest\x1a\x1c.examples.helpdesk.v1.Refund\"\xe2\a\x82\x80\x19\xb4\a\n" +
+	"\x12Read ticket T-1001\x12\x17{\"ticket_id\": \"T-1001\"}\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/tickets/{ticket_id}\x12\xd1\t\n" +
+	"\vIssueRefund\x12(.examples.helpdesk.v1.IssueRefundRequest\x1a\x1c.examples.helpdesk.v1.Refund\"\xf9\b\x82\x80\x19\xcb\b\n" +
 	"\rticket.refund\x12\x0fRefund a ticket\x1a\xb9\x01Send money back to the customer of a ticket; irreversible, so first check the ticket was paid, the amount does not exceed what was paid, and tell the user exactly what will be refunded. \x04B\x06ledgerB\x0fpayment-gatewayJ\x0epayment.refundR\arefundsX\x03r\tticket_id\x82\x01\x02\b\n" +
 	"\x8a\x01\xc9\x01\n" +
 	"!Refund 25.00 EUR on ticket T-1001\x12\xa3\x01{\"ticket_id\": \"T-1001\", \"amount\": {\"currency_code\": \"EUR\", \"amount_minor\": \"2500\"}, \"reason\": \"Customer was charged twice\", \"cardholder_reference\": \"CH4242424242\"}\x92\x01\x9c\x01\n" +
 	"\x14refund-needs-a-human\x12\"request.amount.amount_minor >= 100\x18\x01\"^a human is asked for a refund of 1.00 or more (100 minor units); a smaller refund runs at once\x92\x01\xc3\x01\n" +
-	"\x1bagents-refund-at-most-10000\x12>principal.agent != '' && request.amount.amount_minor > 1000000\x18\x02\"ban agent may not refund more than 10,000.00 (1000000 minor units); such a refund is made by a user\x9a\x01[Sends money back to the customer's card for this ticket. It cannot be taken back once sent.\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/tickets/{ticket_id}:refund\x12\xde\x04\n" +
+	"\x1bagents-refund-at-most-10000\x12>principal.agent != '' && request.amount.amount_minor > 1000000\x18\x02\"ban agent may not refund more than 10,000.00 (1000000 minor units); such a refund is made by a user\x9a\x01[Sends money back to the customer's card for this ticket. It cannot be taken back once sent.\xa2\x01\x93\x01\n" +
+	"\x13agent-daily-refunds\x10\x01\x1a\x04\b\x80\xa3\x05 \x88'*\x13amount.amount_minor2\x14amount.currency_code8\x02BDan agent refunds at most 50.00 per currency a day (5000 minor units)\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/tickets/{ticket_id}:refund\x12\xde\x04\n" +
 	"\x13CreateExpenseReport\x120.examples.helpdesk.v1.CreateExpenseReportRequest\x1a#.examples.helpdesk.v1.ExpenseReport\"\xef\x03\x82\x80\x19\xcc\x03\n" +
 	"\x15expense.report.create\x12\x18Create an expense report\x1ayCreate a draft expense report with its lines; nothing is sent to anyone until it is submitted with expense.report.submit. \x02(\x01J\x15expense.report.submitR\bexpenses\x8a\x01\xf7\x01\n" +
 	")A train ticket reimbursed through payroll\x12\xc9\x01{\"title\": \"Customer visit Lyon\", \"lines\": [{\"description\": \"Train Paris-Lyon\", \"amount\": {\"currency_code\": \"EUR\", \"amount_minor\": 8900}, \"category\": \"EXPENSE_CATEGORY_TRAVEL\"}], \"payroll_id\": \"P-0042\"}\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/expense-reports\x12\x83\x05\n" +
