@@ -242,7 +242,9 @@ func TestStageBudget(t *testing.T) {
 				}
 			}},
 		{name: "the store is unreachable", p: bot, call: refund("50"),
-			edit:  func(h *stageHarness, _ *invocation) { h.store.script(func(s *fakeStore) { s.down = errors.New("connection refused") }) },
+			edit: func(h *stageHarness, _ *invocation) {
+				h.store.script(func(s *fakeStore) { s.down = errors.New("connection refused") })
+			},
 			stage: StageBudget, code: failure.CodeBudgetUnavailable, failed: true},
 	})
 }
