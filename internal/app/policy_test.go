@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mandate-dev/mandate/examples/policy"
 	"github.com/mandate-dev/mandate/internal/compile"
@@ -113,6 +114,30 @@ tenants:
   - id: initech
     roles: {auditor: [audit.read]}
 `, nil, false, nil},
+		{"a limit override of a declared limit", `
+tenants:
+  - id: initech
+    limits:
+      ticket.refund/agent-daily-refunds: {max: 10000, window: 12h}
+`, nil, false, nil},
+		{"a limit override of a command the manifest lacks", `
+tenants:
+  - id: initech
+    limits:
+      ticket.refnd/agent-daily-refunds: {max: 10000}
+`, nil, true, []string{`error: tenant "initech": limit override "ticket.refnd/agent-daily-refunds" overrides nothing: no command ticket.refnd is in the manifest (did you mean "ticket.refund/agent-daily-refunds"?)`}},
+		{"a limit override of a limit the command does not declare", `
+tenants:
+  - id: initech
+    limits:
+      ticket.refund/daily-refunds: {window: 1h}
+`, nil, true, []string{`error: tenant "initech": limit override "ticket.refund/daily-refunds" overrides nothing: ticket.refund declares no limit "daily-refunds" (it declares agent-daily-refunds)`, `did you mean "ticket.refund/agent-daily-refunds"?`}},
+		{"a limit override of a command that declares none", `
+tenants:
+  - id: initech
+    limits:
+      ticket.get/agent-daily-refunds: {max: 1}
+`, nil, true, []string{`"ticket.get/agent-daily-refunds" overrides nothing: ticket.get declares no limits`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,6 +172,42 @@ tenants:
 				t.Error("a refused file changed the directory")
 			}
 		})
+	}
+}
+
+// TestPolicyApplyLimitOverrides: a tenant's override of the sample's
+// refund budget is applied, reaches the resolution of its principals, is
+// no change the second time, and a dry run names the tenant it changes.
+func TestPolicyApplyLimitOverrides(t *testing.T) {
+	store := seededStore(t)
+	src := strings.Replace(string(policy.Demo), "    trust_ceiling: L3\n",
+		"    trust_ceiling: L3\n    limits:\n      ticket.refund/agent-daily-refunds: {max: 10000, window: 12h}\n", 1)
+	if src == string(policy.Demo) {
+		t.Fatal("the demo policy has no trust_ceiling line to add limits after")
+	}
+	path := writePolicy(t, src)
+	stdout, stderr, _, err := policyRun(t, store, "-f", path, "--dry-run")
+	if err != nil || stderr != "" || !strings.Contains(stdout, "would change tenant acme\n") || strings.Count(stdout, "would ") != 1 {
+		t.Fatalf("dry run: %v, stdout %q, stderr %q", err, stdout, stderr)
+	}
+	stdout, _, _, err = policyRun(t, store, "-f", path)
+	if err != nil || !strings.Contains(stdout, "tenants +0 ~1 -0, roles +0 ~0 -0, users +0 ~0 -0, agents +0 ~0 -0") {
+		t.Fatalf("apply: %v, %q", err, stdout)
+	}
+	want := map[string]directory.LimitOverride{"ticket.refund/agent-daily-refunds": {Max: 10000, Window: 12 * time.Hour}}
+	if got := directoryState(t, store)["acme"].Tenant.Limits; !reflect.DeepEqual(got, want) {
+		t.Errorf("acme's limits %v, want %v", got, want)
+	}
+	res, err := directory.Resolve(context.Background(), store, "acme", "carol", "finance-bot")
+	if err != nil || !res.Active || !reflect.DeepEqual(res.Limits, want) {
+		t.Errorf("carol/finance-bot resolves %+v (%v), want limits %v", res, err, want)
+	}
+	if got := directoryState(t, store)["globex"].Tenant.Limits; got != nil {
+		t.Errorf("globex's limits %v, want none", got)
+	}
+	stdout, _, _, err = policyRun(t, store, "-f", path)
+	if err != nil || !strings.Contains(stdout, "tenants +0 ~0 -0, roles +0 ~0 -0, users +0 ~0 -0, agents +0 ~0 -0") {
+		t.Fatalf("applying it again: %v, %q", err, stdout)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -25,7 +26,7 @@ func (c Counts) total() int { return c.Created + c.Updated + c.Removed }
 // Summary reports what Apply changed. Applying the same file twice yields a zero Summary the
 // second time.
 type Summary struct {
-	// Tenants counts tenant changes (display name, features).
+	// Tenants counts tenant changes (display name, features, trust ceiling, limit overrides).
 	Tenants Counts
 	// Roles counts role changes.
 	Roles Counts
@@ -209,7 +210,8 @@ func upsert[T any](ctx context.Context, have, want []T, key func(T) string, same
 	return nil
 }
 func sameTenant(a, b Tenant) bool {
-	return a.ID == b.ID && a.DisplayName == b.DisplayName && slices.Equal(a.Features, b.Features) && a.TrustCeiling == b.TrustCeiling
+	return a.ID == b.ID && a.DisplayName == b.DisplayName && slices.Equal(a.Features, b.Features) && a.TrustCeiling == b.TrustCeiling &&
+		maps.Equal(a.Limits, b.Limits) // by value; nil and empty alike
 }
 
 func sameRole(a, b Role) bool {

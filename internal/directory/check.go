@@ -2,6 +2,7 @@ package directory
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -39,6 +40,10 @@ func (f CheckFinding) String() string {
 //     the tenant has its feature), and whose approver permission no other
 //     enabled user holds. Such a request waits for an approval nobody can
 //     give; four-eyes means the requester never approves their own call.
+//   - error: a limit override whose key "<command code>/<limit id>" names no
+//     command of the manifest, or a command that declares no limit with
+//     that id. The override would silently govern nothing, so the nearest
+//     declared "<code>/<id>" is suggested.
 //   - warning: a role grants a permission that no command requires, no
 //     approver policy names and that is not in platform (the permissions
 //     Mandate's own services check, e.g. audit.read). Probably a typo, so
@@ -66,11 +71,13 @@ func CheckPolicy(pol Policy, commands []*manifest.Command, platform []string) []
 	}
 	knownNames := sortedKeys(known)
 	featureNames := sortedKeys(features)
+	limits := declaredLimits(commands)
 
 	var errs, warns []CheckFinding
 	for _, snap := range pol.Tenants {
 		tenant := snap.Tenant.ID
 		errs = append(errs, unapprovable(snap, commands)...)
+		errs = append(errs, undeclaredLimits(snap, limits)...)
 		for _, r := range snap.Roles {
 			for _, p := range r.Permissions {
 				if !known[p] {
@@ -151,6 +158,52 @@ func unapprovable(snap Snapshot, commands []*manifest.Command) []CheckFinding {
 		out = append(out, CheckFinding{Tenant: snap.Tenant.ID, Msg: fmt.Sprintf(
 			"%s is approved by a holder of %q and %s: requests by %s would wait for an approval nobody can give; grant %q through a role held by another enabled user, or stop granting %v to them",
 			c.Code, perm, who, strings.Join(stranded, ", "), perm, c.Permissions)})
+	}
+	return out
+}
+
+// declaredLimits maps every command code of the manifest to the ids of
+// the limits it declares (none: an empty list).
+func declaredLimits(commands []*manifest.Command) map[string][]string {
+	out := make(map[string][]string, len(commands))
+	for _, c := range commands {
+		ids := []string{}
+		for _, l := range c.Limits {
+			ids = append(ids, l.ID)
+		}
+		out[c.Code] = ids
+	}
+	return out
+}
+
+// undeclaredLimits finds the limit overrides of a tenant whose key names
+// no limit a command of the manifest declares, in key order.
+func undeclaredLimits(snap Snapshot, declared map[string][]string) []CheckFinding {
+	var known []string
+	for code, ids := range declared {
+		for _, id := range ids {
+			known = append(known, LimitKey(code, id))
+		}
+	}
+	sort.Strings(known)
+	var out []CheckFinding
+	for _, key := range slices.Sorted(maps.Keys(snap.Tenant.Limits)) {
+		code, id, _ := SplitLimitKey(key)
+		ids, ok := declared[code]
+		var why string
+		switch {
+		case !ok:
+			why = fmt.Sprintf("no command %s is in the manifest", code)
+		case len(ids) == 0:
+			why = fmt.Sprintf("%s declares no limits", code)
+		case !slices.Contains(ids, id):
+			why = fmt.Sprintf("%s declares no limit %q (it declares %s)", code, id, strings.Join(ids, ", "))
+		default:
+			continue
+		}
+		out = append(out, CheckFinding{Tenant: snap.Tenant.ID, Msg: fmt.Sprintf(
+			"limit override %q overrides nothing: %s%s; fix the key to \"<command code>/<limit id>\" of a declared limit, or remove it",
+			key, why, suggestion(key, known))})
 	}
 	return out
 }

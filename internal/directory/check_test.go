@@ -9,11 +9,12 @@ import (
 )
 
 // checkCommands is a small manifest: an L4 erase approved by a holder of
-// privacy.approve, a refund that needs the refunds feature and is approved
-// by a holder of refund.approve, and a read.
+// privacy.approve, a refund that needs the refunds feature, is approved by
+// a holder of refund.approve and declares two limits, and a read.
 var checkCommands = []*manifest.Command{
 	{Code: "customer.erase", Permissions: []string{"customer.erase"}, Approver: manifest.Approver{Kind: "PERMISSION_HOLDER", Permission: "privacy.approve", Declared: true}},
-	{Code: "ticket.refund", Permissions: []string{"payment.refund"}, RequiredFeature: "refunds", Approver: manifest.Approver{Kind: "PERMISSION_HOLDER", Permission: "refund.approve", Declared: true}},
+	{Code: "ticket.refund", Permissions: []string{"payment.refund"}, RequiredFeature: "refunds", Approver: manifest.Approver{Kind: "PERMISSION_HOLDER", Permission: "refund.approve", Declared: true},
+		Limits: []manifest.Limit{{ID: "agent-daily-refunds", Per: manifest.LimitPerAgent, Window: "86400s", Max: 5000}, {ID: "tenant-hourly", Per: manifest.LimitPerTenant, Window: "3600s", Max: 100}}},
 	{Code: "ticket.get", Permissions: []string{"ticket.read"}, Approver: manifest.Approver{Kind: "REQUESTING_USER"}},
 }
 
@@ -74,6 +75,24 @@ func TestCheckPolicy(t *testing.T) {
 		{"a feature no command requires", `
     features: [refundz]`,
 			[]string{`warning: tenant "acme": feature "refundz" is required by no command (did you mean "refunds"?)`}},
+		{"limit overrides of declared limits", `
+    limits:
+      ticket.refund/agent-daily-refunds: {max: 10000, window: 12h}
+      ticket.refund/tenant-hourly: {window: 2h}`,
+			nil},
+		{"a limit override of a command the manifest lacks", `
+    limits: {tickt.refund/agent-daily-refunds: {max: 10}}`,
+			[]string{`error: tenant "acme": limit override "tickt.refund/agent-daily-refunds" overrides nothing: no command tickt.refund is in the manifest (did you mean "ticket.refund/agent-daily-refunds"?)`}},
+		{"a limit override of a limit the command does not declare", `
+    limits: {ticket.refund/agent-daily-refund: {max: 10}}`,
+			[]string{`error: tenant "acme": limit override "ticket.refund/agent-daily-refund" … ticket.refund declares no limit "agent-daily-refund" (it declares agent-daily-refunds, tenant-hourly) (did you mean "ticket.refund/agent-daily-refunds"?); fix the key`}},
+		{"a limit override of a command that declares none", `
+    limits: {customer.erase/weekly: {max: 1}}`,
+			[]string{`error: … "customer.erase/weekly" … customer.erase declares no limits; fix`}},
+		{"limit overrides are checked in key order, errors before warnings", `
+    features: [payroll]
+    limits: {zz.top/a: {max: 1}, ticket.refund/tenant-hourly: {max: 1}, aa.cmd/b: {max: 1}}`,
+			[]string{`error: … "aa.cmd/b"`, `error: … "zz.top/a"`, `warning: … feature "payroll"`}},
 		{"errors come before warnings", `
     features: [payroll]
     roles: {finance: [customer.erase]}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/mandate-dev/mandate/internal/limit"
 	"github.com/mandate-dev/mandate/internal/manifest"
 )
 
@@ -37,6 +40,31 @@ type Tenant struct {
 	// counts as the user's decision; above it the approval page, signed
 	// in, is the only way. "" reads as DefaultTrustCeiling.
 	TrustCeiling string
+	// Limits are the tenant's own ceilings and windows for limits that
+	// commands declare, keyed "<command code>/<limit id>"
+	// (LimitKey); nil when the tenant overrides none.
+	Limits map[string]LimitOverride
+}
+
+// LimitOverride is a tenant's own ceiling or window for one declared limit of a command.
+type LimitOverride struct {
+	Max    int64         // 0: the declared max
+	Window time.Duration // 0: the declared window
+}
+
+// LimitKey is the key of a command's limit in Tenant.Limits and
+// Resolution.Limits: "<command code>/<limit id>".
+func LimitKey(command, limitID string) string { return command + "/" + limitID }
+
+// SplitLimitKey splits a key of Tenant.Limits into the command code and
+// the limit id; ok is false unless key is "<code>/<id>" with both parts
+// non-empty and free of '/'.
+func SplitLimitKey(key string) (command, limitID string, ok bool) {
+	command, limitID, found := strings.Cut(key, "/")
+	if !found || command == "" || limitID == "" || strings.Contains(limitID, "/") {
+		return "", "", false
+	}
+	return command, limitID, true
 }
 
 // DefaultTrustCeiling is the trust ceiling of a tenant that sets none.
@@ -139,6 +167,8 @@ type Facts struct {
 	Features []string
 	// TrustCeiling is the tenant's trust ceiling, "" for the default.
 	TrustCeiling string
+	// Limits are the tenant's limit overrides (Tenant.Limits), nil when none.
+	Limits map[string]LimitOverride
 	// UserFound reports whether the user exists in the tenant.
 	UserFound bool
 	// User is the user, when found.
@@ -257,7 +287,36 @@ func (t Tenant) Check() (Tenant, error) {
 	if t.TrustCeiling != "" && manifest.RiskLevel(t.TrustCeiling) < 0 {
 		return t, fmt.Errorf("%w: trust ceiling of tenant %q must be one of L0 … L4", ErrInvalid, t.ID)
 	}
+	if len(t.Limits) == 0 {
+		t.Limits = nil
+	} else {
+		t.Limits = maps.Clone(t.Limits)
+	}
+	for key, o := range t.Limits {
+		if err := o.check(key); err != nil {
+			return t, fmt.Errorf("%w: limit override of tenant %q: %s", ErrInvalid, t.ID, err)
+		}
+	}
 	return t, checkIDs("feature", t.Features)
+}
+
+// check validates one entry of Tenant.Limits; the error is a bare message.
+func (o LimitOverride) check(key string) error {
+	if err := CheckID("limit key", key); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": "))
+	}
+	if _, _, ok := SplitLimitKey(key); !ok {
+		return fmt.Errorf("key %q is not \"<command code>/<limit id>\"", key)
+	}
+	switch {
+	case o.Max < 0:
+		return fmt.Errorf("%s: max %d is not positive", key, o.Max)
+	case o.Window < 0 || o.Window > limit.MaxWindow:
+		return fmt.Errorf("%s: window %s is not within (0, %s]", key, o.Window, limit.MaxWindow)
+	case o.Max == 0 && o.Window == 0:
+		return fmt.Errorf("%s: overrides neither max nor window", key)
+	}
+	return nil
 }
 
 // Check validates r and returns it normalised.

@@ -44,6 +44,22 @@ tenants:
 			"change tenant acme", "change role acme/support", "remove role acme/finance",
 			"add user acme/erin", "remove user acme/carol", "remove agent acme/bot",
 			"add tenant globex", "add role globex/support"}},
+		{"a limit override added", planBase, strings.Replace(planBase, "    features: [refunds]\n",
+			"    features: [refunds]\n    limits: {ticket.refund/agent-daily-refunds: {max: 10000}}\n", 1),
+			[]string{"change tenant acme"}},
+		{"a limit override's window changed", strings.Replace(planBase, "    features: [refunds]\n",
+			"    features: [refunds]\n    limits: {ticket.refund/agent-daily-refunds: {max: 10000}}\n", 1),
+			strings.Replace(planBase, "    features: [refunds]\n",
+				"    features: [refunds]\n    limits: {ticket.refund/agent-daily-refunds: {max: 10000, window: 12h}}\n", 1),
+			[]string{"change tenant acme"}},
+		{"the same limit override, spelled differently", strings.Replace(planBase, "    features: [refunds]\n",
+			"    features: [refunds]\n    limits: {ticket.refund/agent-daily-refunds: {window: 12h}}\n", 1),
+			strings.Replace(planBase, "    features: [refunds]\n",
+				"    features: [refunds]\n    limits:\n      ticket.refund/agent-daily-refunds:\n        window: 720m\n", 1),
+			nil},
+		{"a limit override removed", strings.Replace(planBase, "    features: [refunds]\n",
+			"    features: [refunds]\n    limits: {ticket.refund/agent-daily-refunds: {max: 10000}}\n", 1),
+			planBase, []string{"change tenant acme"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

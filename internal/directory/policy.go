@@ -7,9 +7,11 @@ import (
 	"io"
 	"regexp"
 	"strconv"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/mandate-dev/mandate/internal/limit"
 	"github.com/mandate-dev/mandate/internal/manifest"
 )
 
@@ -225,9 +227,10 @@ func (p *policyParser) policy(doc *yaml.Node) (Policy, error) {
 }
 
 var (
-	tenantFields = []string{"id", "display_name", "features", "trust_ceiling", "roles", "users", "agents"}
+	tenantFields = []string{"id", "display_name", "features", "trust_ceiling", "limits", "roles", "users", "agents"}
 	userFields   = []string{"id", "org", "roles", "disabled"}
 	agentFields  = []string{"id", "user", "disabled", "host"}
+	limitFields  = []string{"max", "window"}
 )
 
 func (p *policyParser) tenant(n *yaml.Node) (Snapshot, error) {
@@ -252,6 +255,8 @@ func (p *policyParser) tenant(n *yaml.Node) (Snapshot, error) {
 			if err == nil && manifest.RiskLevel(snap.Tenant.TrustCeiling) < 0 {
 				err = p.errf(v, "trust_ceiling must be one of L0, L1, L2, L3, L4 (the highest risk an answer in an app's own window may approve)")
 			}
+		case "limits":
+			snap.Tenant.Limits, err = p.limits(v)
 		case "roles":
 			err = p.roles(v, &snap, roleNodes)
 		case "users":
@@ -339,6 +344,86 @@ func (p *policyParser) roles(n *yaml.Node, snap *Snapshot, roleNodes map[string]
 	}
 	return nil
 }
+
+// limitKeyExample is a well-formed key of a tenant's limits, for messages.
+const limitKeyExample = "ticket.refund/agent-daily-refunds"
+
+// limits parses a tenant's limit overrides: a mapping from
+// "<command code>/<limit id>" to max and/or window. Whether the key names
+// a declared limit is for CheckPolicy, which knows the manifest.
+func (p *policyParser) limits(n *yaml.Node) (map[string]LimitOverride, error) {
+	n = resolveAlias(n)
+	if n.Kind != yaml.MappingNode {
+		return nil, p.errf(n, "limits must be a mapping from \"<command code>/<limit id>\" to max and window, e.g. %q", limitKeyExample)
+	}
+	out := map[string]LimitOverride{}
+	lines := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		key, err := p.id(k, "limit key")
+		if err != nil {
+			return nil, err
+		}
+		if _, _, ok := SplitLimitKey(key); !ok {
+			return nil, p.errf(k, "limit key %q must be \"<command code>/<limit id>\", e.g. %q", key, limitKeyExample)
+		}
+		if first, dup := lines[key]; dup {
+			return nil, p.errf(k, "duplicate limit %q (first at line %d)", key, first)
+		}
+		lines[key] = k.Line
+		var o LimitOverride
+		err = p.fields(v, "limit "+strconv.Quote(key), limitFields, func(field string, _, v *yaml.Node) error {
+			var err error
+			switch field {
+			case "max":
+				o.Max, err = p.limitMax(v, key)
+			case "window":
+				o.Window, err = p.limitWindow(v, key)
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if o.Max == 0 && o.Window == 0 {
+			return nil, p.errf(k, "limit %q overrides nothing: set max, window or both", key)
+		}
+		out[key] = o
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+func (p *policyParser) limitMax(n *yaml.Node, key string) (int64, error) {
+	var m int64
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&m) != nil {
+		return 0, p.errf(n, "max of limit %q must be a whole number", key)
+	}
+	if m <= 0 {
+		return 0, p.errf(n, "max of limit %q must be positive (the most calls, or the most of the summed field, per window)", key)
+	}
+	return m, nil
+}
+
+func (p *policyParser) limitWindow(n *yaml.Node, key string) (time.Duration, error) {
+	s, err := p.str(n, "window of limit "+strconv.Quote(key))
+	if err != nil {
+		return 0, err
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, p.errf(n, "window of limit %q must be a duration such as 12h or 90m, not %q", key, s)
+	}
+	if d <= 0 || d > limit.MaxWindow {
+		return 0, p.errf(n, "window of limit %q must be positive and at most %s (31 days), not %s", key, maxWindowText, s)
+	}
+	return d, nil
+}
+
+// maxWindowText is limit.MaxWindow as the policy file spells durations.
+var maxWindowText = strconv.FormatInt(int64(limit.MaxWindow/time.Hour), 10) + "h"
 
 func (p *policyParser) user(n *yaml.Node, tenant string, roleNodes map[string]*yaml.Node) (User, error) {
 	u := User{Tenant: tenant}

@@ -2,7 +2,9 @@ package directory
 
 import (
 	"context"
+	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/mandate-dev/mandate/internal/manifest"
@@ -50,6 +52,11 @@ type Resolution struct {
 	// TrustCeiling is the tenant's trust ceiling (DefaultTrustCeiling when
 	// it sets none): client-attested answers count only up to this risk.
 	TrustCeiling string
+	// Limits are the tenant's own ceilings and windows for limits that
+	// commands declare (Tenant.Limits), keyed "<command code>/<limit id>";
+	// a zero field keeps the declared value. Nil when the tenant overrides
+	// none, and when inactive. Each Resolution has its own map.
+	Limits map[string]LimitOverride
 	// RevokedAt is the latest revocation of the user or of the agent, zero
 	// if none: what was issued before it is void (Admit, IssuedBefore).
 	RevokedAt time.Time
@@ -66,7 +73,7 @@ func (r Resolution) Admit(iat time.Time) Resolution {
 	if r.Active && !r.RevokedAt.IsZero() && iat.Before(r.NotBefore()) {
 		r.Active = false
 		r.Reason = ReasonCredentialRevoked
-		r.Permissions, r.Features = nil, nil
+		r.Permissions, r.Features, r.Limits = nil, nil, nil
 		r.Interactive = false
 	}
 	return r
@@ -96,6 +103,24 @@ func (r Resolution) TrustCeilingLevel() int {
 	return manifest.RiskLevel(DefaultTrustCeiling)
 }
 
+// EffectiveLimit is the limit l that command declares, as it applies to
+// r's tenant: its Max and Window replaced by those the tenant's override
+// (Limits[LimitKey(command, l.ID)]) sets, the declared ones kept where it
+// sets none. The window keeps the manifest's spelling ("43200s").
+func (r Resolution) EffectiveLimit(command string, l manifest.Limit) manifest.Limit {
+	o, ok := r.Limits[LimitKey(command, l.ID)]
+	if !ok {
+		return l
+	}
+	if o.Max > 0 {
+		l.Max = o.Max
+	}
+	if o.Window > 0 {
+		l.Window = strconv.FormatFloat(o.Window.Seconds(), 'f', -1, 64) + "s"
+	}
+	return l
+}
+
 // Resolver answers who a principal is. *Cache implements it, and [Direct] adapts a Store.
 type Resolver interface {
 	// Resolve resolves a principal; see [Resolve].
@@ -115,7 +140,8 @@ func (d direct) Resolve(ctx context.Context, tenant, userID, agentID string) (Re
 // user acting directly. Inactive principals are not errors: the error is reserved for storage
 // failures. The rules, in order: the tenant must exist; the user must exist in it and be enabled;
 // an agent must be registered in the same tenant, act for this very user and be enabled. An
-// active principal gets its user's permissions and its tenant's features, nothing more.
+// active principal gets its user's permissions and its tenant's features and limit overrides,
+// nothing more.
 func Resolve(ctx context.Context, s Store, tenant, userID, agentID string) (Resolution, error) {
 	r := Resolution{Tenant: tenant, UserID: userID, AgentID: agentID}
 	if tenant == "" {
@@ -167,6 +193,9 @@ func Decide(r Resolution, f Facts) Resolution {
 		r.Active = true
 		r.Permissions = slices.Clone(f.Permissions)
 		r.Features = slices.Clone(f.Features)
+		if len(f.Limits) > 0 {
+			r.Limits = maps.Clone(f.Limits)
+		}
 		r.Interactive = r.AgentID == "" || f.Agent.Host == HostInteractive
 	}
 	return r
@@ -208,5 +237,6 @@ func (r Resolution) clone() Resolution {
 	r.Permissions = slices.Clone(r.Permissions)
 	r.Features = slices.Clone(r.Features)
 	r.Roles = slices.Clone(r.Roles)
+	r.Limits = maps.Clone(r.Limits)
 	return r
 }

@@ -423,6 +423,9 @@ type invocation struct {
 	spent *Spending
 	// balances are the call's limits as budget_check found them.
 	balances []LimitBalance
+	// prespent is the spending decided with the key's reservation, on a
+	// store that does both in one transaction; nil otherwise.
+	prespent *prespent
 }
 
 // Execute runs one call through the pipeline. Errors are *failure.Error

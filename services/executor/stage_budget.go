@@ -231,14 +231,26 @@ func (e *Executor) budget(ctx context.Context, inv *invocation, dry bool) (*Resu
 	if len(limits) == 0 {
 		return nil, nil
 	}
-	items, which := spendOf(inv, limits)
-	if len(items) == 0 {
-		return nil, nil
-	}
-	sp := Spending{Tenant: inv.p.Tenant, Holder: holderOf(inv), Items: items, DryRun: dry}
-	bal, err := e.spend(ctx, sp)
-	if err != nil {
-		return nil, e.fault(ctx, inv, StageBudget, failure.CodeBudgetUnavailable, err)
+	var (
+		items []SpendItem
+		which []*compiledLimit
+		sp    Spending
+		bal   []Balance
+	)
+	if pre := inv.prespent; pre != nil && !dry {
+		// Decided with the key's reservation (idempotency_check): what
+		// fitted is recorded already, with its undo.
+		sp, bal, which, items = pre.spending, pre.balances, pre.which, pre.spending.Items
+	} else {
+		items, which = spendOf(inv, limits)
+		if len(items) == 0 {
+			return nil, nil
+		}
+		sp = Spending{Tenant: inv.p.Tenant, Holder: holderOf(inv), Items: items, DryRun: dry}
+		var err error
+		if bal, err = e.spend(ctx, sp); err != nil {
+			return nil, e.fault(ctx, inv, StageBudget, failure.CodeBudgetUnavailable, err)
+		}
 	}
 	inv.balances = limitBalances(which, items, bal)
 	var refusing, escalating []int
@@ -269,12 +281,32 @@ func (e *Executor) budget(ctx context.Context, inv *invocation, dry bool) (*Resu
 		if _, err := e.spend(ctx, sp); err != nil {
 			return nil, e.fault(ctx, inv, StageBudget, failure.CodeBudgetUnavailable, err)
 		}
-	case dry:
+	case dry, inv.spent != nil:
+		// A check spends nothing; a spend recorded with the key's
+		// reservation has its undo already.
 		return nil, nil
 	}
 	inv.spent = &sp
 	inv.onUndo(func(ctx context.Context, e *Executor) { e.refundSpend(ctx, inv) })
 	return nil, nil
+}
+
+// prespent is a spending decided with the key's reservation
+// (ReserveSpender), for budget_check to read.
+type prespent struct {
+	spending Spending
+	balances []Balance
+	which    []*compiledLimit
+}
+
+// fitsAll reports whether every balance fits.
+func fitsAll(bal []Balance) bool {
+	for _, b := range bal {
+		if !b.Fits {
+			return false
+		}
+	}
+	return true
 }
 
 // spend is Store.Spend inside the stage's span.

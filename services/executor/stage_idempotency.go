@@ -23,7 +23,7 @@ func (e *Executor) idempotencyCheck(ctx context.Context, inv *invocation) (*Resu
 	}
 	k := IdemKey{Tenant: inv.p.Tenant, User: inv.p.UserID, Command: inv.cmd.Code, Key: key}
 	claim := Reservation{Digest: inv.argDigest, InvocationID: inv.id, TTL: e.cfg.IdempotencyTTL, Lease: e.cfg.Lease}
-	saved, err := e.cfg.Store.Reserve(ctx, k, claim)
+	saved, err := e.reserve(ctx, inv, k, claim)
 	var abandoned *AbandonedError
 	previous := ""
 	switch {
@@ -62,6 +62,34 @@ func (e *Executor) idempotencyCheck(ctx context.Context, inv *invocation) (*Resu
 	e.hold(inv)
 	inv.onUndo(func(ctx context.Context, e *Executor) { e.releaseKey(ctx, inv) })
 	return nil, nil
+}
+
+// reserve claims the key. For a command that declares limits, on a store
+// that can (ReserveSpender), the call's spending is decided in the same
+// transaction — one commit for both — and budget_check reads the balances
+// instead of spending again; what was recorded is given back by the chain
+// if a stage before dispatch ends the call.
+func (e *Executor) reserve(ctx context.Context, inv *invocation, k IdemKey, claim Reservation) (*Saved, error) {
+	rs, ok := e.cfg.Store.(ReserveSpender)
+	limits := e.limits[inv.cmd.Code]
+	if !ok || len(limits) == 0 {
+		return e.cfg.Store.Reserve(ctx, k, claim)
+	}
+	items, which := spendOf(inv, limits)
+	if len(items) == 0 {
+		return e.cfg.Store.Reserve(ctx, k, claim)
+	}
+	sp := Spending{Tenant: inv.p.Tenant, Holder: holderOf(inv), Items: items}
+	saved, bal, err := rs.ReserveSpending(ctx, k, claim, sp)
+	if err != nil || bal == nil {
+		return saved, err
+	}
+	inv.prespent = &prespent{spending: sp, balances: bal, which: which}
+	if fitsAll(bal) {
+		inv.spent = &inv.prespent.spending
+		inv.onUndo(func(ctx context.Context, e *Executor) { e.refundSpend(ctx, inv) })
+	}
+	return saved, nil
 }
 
 // releaseKey gives the call's idempotency reservation back, so that a

@@ -115,6 +115,19 @@ type Store interface {
 	Refund(ctx context.Context, tenant, holder string) error
 }
 
+// ReserveSpender is a Store that can claim an idempotency key and count a
+// spending in one transaction, so that a keyed call of a command that
+// declares limits pays one commit for both. The executor uses it where the
+// store offers it, and Reserve then Spend otherwise.
+type ReserveSpender interface {
+	// ReserveSpending answers as Reserve does. When it claims the key —
+	// Reserve's (nil, nil) — it also decides s as Spend does, in the same
+	// transaction, and returns the balances (recorded when every item fits
+	// or s.Force). Otherwise, and when the claim was won without the
+	// spending (a later round), the balances are nil and nothing was spent.
+	ReserveSpending(ctx context.Context, key IdemKey, r Reservation, s Spending) (*Saved, []Balance, error)
+}
+
 // Spending is one call's use of declared limits (Store.Spend).
 type Spending struct {
 	Tenant string

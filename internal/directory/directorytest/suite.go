@@ -67,6 +67,7 @@ func Run(t *testing.T, newStore func(t *testing.T) directory.Store) {
 		{"DisableUserTakesEffectAtOnce", s.testDisableUser},
 		{"RevocationVoidsWhatCameBefore", s.testRevocation},
 		{"TrustCeiling", s.testTrustCeiling},
+		{"LimitOverrides", s.testLimitOverrides},
 		{"PolicyChangeTakesEffectAtOnce", s.testPolicyChange},
 		{"ApplyIdempotent", s.testApplyIdempotent},
 		{"ApplyDeclarative", s.testApplyDeclarative},
@@ -468,6 +469,181 @@ func (s *suite) testTrustCeiling(t *testing.T) {
 	}
 }
 
+// withLimits is Seed with acme overriding limits: the body of its limits
+// mapping, indented for it.
+func withLimits(body string) string {
+	return strings.Replace(Seed, "    features: [refunds, expenses]\n", "    features: [refunds, expenses]\n    limits:\n"+body, 1)
+}
+
+// testLimitOverrides: a tenant's limit overrides go from the policy file
+// through Apply to every Resolution of its active principals, by value;
+// applying the same overrides again is no change, and a file without them
+// drops them.
+func (s *suite) testLimitOverrides(t *testing.T) {
+	st := s.seeded(t)
+	cache := newCache(t, st)
+	resolvers := map[string]directory.Resolver{"direct": directory.Direct(st), "cache": cache}
+	// limitsOf resolves through both resolvers (the cache twice: a miss, then a hit).
+	limitsOf := func(t *testing.T, tenant, user, agent string) map[string]directory.LimitOverride {
+		t.Helper()
+		var first map[string]directory.LimitOverride
+		for i, name := range []string{"direct", "cache", "cache"} {
+			res := must(resolvers[name].Resolve(ctx, tenant, user, agent))
+			if i == 0 {
+				first = res.Limits
+			} else if !reflect.DeepEqual(res.Limits, first) {
+				t.Fatalf("%s/%s/%s: %s resolves limits %v, direct %v", tenant, user, agent, name, res.Limits, first)
+			}
+		}
+		return first
+	}
+	if got := limitsOf(t, "acme", "alice", "support-bot"); got != nil {
+		t.Fatalf("limits before any override: %#v", got)
+	}
+	if got := snapshot(t, st, "acme").Tenant.Limits; got != nil {
+		t.Fatalf("snapshot limits before any override: %#v", got)
+	}
+
+	file := withLimits(`      ticket.refund/agent-daily-refunds:
+        max: 10000
+        window: 12h
+      ticket.refund/tenant-hourly: {window: 90m15s}
+      expense.report.submit/per-user: {max: 9223372036854775807}
+`)
+	want := map[string]directory.LimitOverride{
+		"ticket.refund/agent-daily-refunds": {Max: 10000, Window: 12 * time.Hour},
+		"ticket.refund/tenant-hourly":       {Window: 90*time.Minute + 15*time.Second},
+		"expense.report.submit/per-user":    {Max: 1<<63 - 1},
+	}
+	w := watch(t, st)
+	sum, err := directory.Apply(ctx, st, []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (directory.Summary{Tenants: directory.Counts{Updated: 1}}); sum != want {
+		t.Fatalf("summary = %v, want %v", sum, want)
+	}
+	if got := w.tenants(); got != "acme" {
+		t.Fatalf("announced %q, want acme", got)
+	}
+	for _, p := range [][2]string{{"alice", ""}, {"alice", "support-bot"}, {"bob", "bob-bot"}} {
+		if got := limitsOf(t, "acme", p[0], p[1]); !reflect.DeepEqual(got, want) {
+			t.Errorf("acme %v: limits %v, want %v", p, got, want)
+		}
+	}
+	if got := snapshot(t, st, "acme").Tenant.Limits; !reflect.DeepEqual(got, want) {
+		t.Errorf("snapshot limits %v, want %v", got, want)
+	}
+	for _, p := range [][3]string{{"acme", "carol", ""}, {"acme", "alice", "retired-bot"}, {"acme", "mallory", ""}, {"globex", "alice", "globex-bot"}} {
+		if got := limitsOf(t, p[0], p[1], p[2]); got != nil {
+			t.Errorf("%v (inactive, or another tenant): limits %v, want none", p, got)
+		}
+	}
+	if r := must(directory.Direct(st).Resolve(ctx, "acme", "alice", "")); r.Admit(r.NotBefore()).Limits == nil {
+		t.Error("Admit dropped the limits of an admitted principal")
+	}
+
+	t.Run("applying the same overrides again changes nothing", func(t *testing.T) {
+		w := watch(t, st)
+		same := withLimits(`      expense.report.submit/per-user: {max: 9223372036854775807}
+      ticket.refund/tenant-hourly: {window: 5415s}
+      ticket.refund/agent-daily-refunds: {window: 720m, max: 10000}
+`)
+		for _, f := range []string{file, file, same} {
+			sum, err := directory.Apply(ctx, st, []byte(f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.Changes() != 0 {
+				t.Fatalf("re-applying reported %v", sum)
+			}
+			pol, err := directory.ParsePolicy("p.yaml", []byte(f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan, err := directory.PlanPolicy(ctx, st, pol); err != nil || len(plan.Changes) != 0 {
+				t.Fatalf("plan of the same file: %v, %v", plan.Changes, err)
+			}
+		}
+		if got := w.tenants(); got != "" {
+			t.Fatalf("re-applying announced changes for %q", got)
+		}
+	})
+
+	t.Run("results do not share maps", func(t *testing.T) {
+		for name, r := range resolvers {
+			a := must(r.Resolve(ctx, "acme", "alice", ""))
+			a.Limits["ticket.refund/agent-daily-refunds"] = directory.LimitOverride{Max: 1}
+			delete(a.Limits, "ticket.refund/tenant-hourly")
+			if got := must(r.Resolve(ctx, "acme", "alice", "")).Limits; !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s: mutating a result changed the next one: %v", name, got)
+			}
+		}
+		snap := snapshot(t, st, "acme")
+		snap.Tenant.Limits["ticket.refund/agent-daily-refunds"] = directory.LimitOverride{Max: 1}
+		if got := snapshot(t, st, "acme").Tenant.Limits; !reflect.DeepEqual(got, want) {
+			t.Fatalf("mutating a snapshot changed the store: %v", got)
+		}
+		mine := map[string]directory.LimitOverride{"a.b/c": {Max: 1}}
+		err := st.Update(ctx, func(tx directory.Tx) error {
+			return tx.PutTenant(ctx, directory.Tenant{ID: "initech", Limits: mine})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine["a.b/c"] = directory.LimitOverride{Max: 2}
+		if got := snapshot(t, st, "initech").Tenant.Limits; got["a.b/c"].Max != 1 {
+			t.Fatalf("the store kept the caller's map: %v", got)
+		}
+	})
+
+	t.Run("a changed window reaches the cache at once", func(t *testing.T) {
+		changed := strings.Replace(file, "window: 12h", "window: 6h", 1)
+		sum, err := directory.Apply(ctx, st, []byte(changed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (directory.Summary{Tenants: directory.Counts{Updated: 1}}); sum != want {
+			t.Fatalf("summary = %v, want %v", sum, want)
+		}
+		if got := must(cache.Resolve(ctx, "acme", "alice", "support-bot")).Limits["ticket.refund/agent-daily-refunds"]; got != (directory.LimitOverride{Max: 10000, Window: 6 * time.Hour}) {
+			t.Fatalf("after changing the window: %+v", got)
+		}
+	})
+
+	t.Run("a file without overrides drops them", func(t *testing.T) {
+		sum, err := directory.Apply(ctx, st, []byte(Seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (directory.Summary{Tenants: directory.Counts{Updated: 1}}); sum != want {
+			t.Fatalf("summary = %v, want %v", sum, want)
+		}
+		if got := limitsOf(t, "acme", "alice", "support-bot"); got != nil {
+			t.Fatalf("limits after dropping them: %v", got)
+		}
+		if got := snapshot(t, st, "acme").Tenant.Limits; got != nil {
+			t.Fatalf("snapshot limits after dropping them: %#v", got)
+		}
+	})
+
+	t.Run("invalid overrides", func(t *testing.T) {
+		for name, o := range map[string]map[string]directory.LimitOverride{
+			"negative max":        {"ticket.refund/agent-daily-refunds": {Max: -1}},
+			"window over 31 days": {"ticket.refund/agent-daily-refunds": {Window: 32 * 24 * time.Hour}},
+			"overrides nothing":   {"ticket.refund/agent-daily-refunds": {}},
+			"malformed key":       {"ticket.refund": {Max: 1}},
+		} {
+			err := st.Update(ctx, func(tx directory.Tx) error {
+				return tx.PutTenant(ctx, directory.Tenant{ID: "acme", Limits: o})
+			})
+			if !errors.Is(err, directory.ErrInvalid) {
+				t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+			}
+		}
+	})
+}
+
 func (s *suite) testPolicyChange(t *testing.T) {
 	st := s.seeded(t)
 	cache := newCache(t, st)
@@ -666,6 +842,28 @@ var MalformedCases = []MalformedCase{
 	{"features not a list", "tenants:\n  - id: acme\n    features: refunds\n", 3, "features must be a list"},
 	{"roles not a mapping", "tenants:\n  - id: acme\n    roles: [support]\n", 3, "roles must be a mapping"},
 	{"tenant not a mapping", "tenants:\n  - acme\n", 2, "a tenant must be a mapping"},
+	{"limits not a mapping", "tenants:\n  - id: acme\n    limits: [ticket.refund/agent-daily-refunds]\n", 3, "limits must be a mapping"},
+	{"limit key without limit id", "tenants:\n  - id: acme\n    limits:\n      ticket.refund:\n        max: 10\n", 4, `limit key "ticket.refund" must be "<command code>/<limit id>"`},
+	{"limit key without command", "tenants:\n  - id: acme\n    limits:\n      /agent-daily-refunds: {max: 10}\n", 4, `limit key "/agent-daily-refunds" must be "<command code>/<limit id>"`},
+	{"limit key with an empty limit id", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/: {max: 10}\n", 4, `must be "<command code>/<limit id>"`},
+	{"limit key with two slashes", "tenants:\n  - id: acme\n    limits:\n      ticket/refund/daily: {max: 10}\n", 4, `must be "<command code>/<limit id>"`},
+	{"limit key with a space", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent daily: {max: 10}\n", 4, "white space"},
+	{"duplicate limit", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds: {max: 10}\n      ticket.refund/agent-daily-refunds: {window: 1h}\n", 5, `duplicate limit "ticket.refund/agent-daily-refunds" (first at line 4)`},
+	{"unknown limit field", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds:\n        max: 10\n        per: USER\n", 6, `unknown field "per"`},
+	{"repeated limit field", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds:\n        max: 10\n        max: 20\n", 6, `field "max" repeated`},
+	{"limit overriding nothing", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds: {}\n", 4, `limit "ticket.refund/agent-daily-refunds" overrides nothing`},
+	{"limit not a mapping", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds: 10000\n", 4, "must be a mapping"},
+	{"limit max zero", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds:\n        max: 0\n", 5, `max of limit "ticket.refund/agent-daily-refunds" must be positive`},
+	{"limit max negative", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds:\n        max: -5\n", 5, "must be positive"},
+	{"limit max not a whole number", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds:\n        max: 2.5\n", 5, "must be a whole number"},
+	{"limit max not a number", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds:\n        max: lots\n", 5, "must be a whole number"},
+	{"limit max too large", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds:\n        max: 9223372036854775808\n", 5, "must be a whole number"},
+	{"limit window not a duration", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds:\n        window: daily\n", 5, `must be a duration such as 12h or 90m, not "daily"`},
+	{"limit window without unit", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds:\n        window: 86400\n", 5, "must be a duration"},
+	{"limit window zero", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds:\n        window: 0s\n", 5, "must be positive and at most 744h (31 days), not 0s"},
+	{"limit window negative", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds:\n        window: -1h\n", 5, "must be positive and at most 744h"},
+	{"limit window over 31 days", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds:\n        window: 745h\n", 5, "must be positive and at most 744h (31 days), not 745h"},
+	{"limit window not a string", "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds:\n        window: [1h]\n", 5, "must be a string"},
 	{"error in the last tenant", Seed + "  - id: initech\n    users: [{id: x, roles: [nope]}]\n", strings.Count(Seed, "\n") + 2, `role "nope" is not defined`},
 }
 

@@ -21,7 +21,7 @@ type Store struct {
 }
 
 type tenantState struct {
-	tenant directory.Tenant
+	tenant directory.Tenant // its Features and Limits are never modified, only replaced
 	roles  map[string]directory.Role
 	users  map[string]directory.User
 	agents map[string]directory.Agent
@@ -58,6 +58,7 @@ func (s *Store) Lookup(ctx context.Context, tenant, userID, agentID string) (dir
 	f.TenantFound = true
 	f.Features = slices.Clone(t.tenant.Features)
 	f.TrustCeiling = t.tenant.TrustCeiling
+	f.Limits = maps.Clone(t.tenant.Limits)
 	if u, ok := t.users[userID]; ok {
 		f.UserFound = true
 		f.User = cloneUser(u)
@@ -145,6 +146,7 @@ func (t *tx) Snapshot(ctx context.Context, tenant string) (directory.Snapshot, e
 	}
 	snap := directory.Snapshot{Tenant: st.tenant}
 	snap.Tenant.Features = slices.Clone(st.tenant.Features)
+	snap.Tenant.Limits = maps.Clone(st.tenant.Limits)
 	for _, r := range st.roles {
 		r.Permissions = slices.Clone(r.Permissions)
 		snap.Roles = append(snap.Roles, r)

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -113,6 +114,7 @@ func (s *Store) Close() {
 const lookupSQL = `
 SELECT t.features,
        t.trust_ceiling,
+       t.limits,
        u.id IS NOT NULL,
        coalesce(u.org, ''),
        coalesce(u.disabled, false),
@@ -139,8 +141,9 @@ SELECT t.features,
 func (s *Store) Lookup(ctx context.Context, tenant, userID, agentID string) (directory.Facts, error) {
 	f := directory.Facts{User: directory.User{Tenant: tenant, ID: userID}, Agent: directory.Agent{Tenant: tenant, ID: agentID}}
 	var userRevoked, agentRevoked *time.Time
+	var limits []byte
 	err := s.pool.QueryRow(ctx, lookupSQL, tenant, userID, agentID).Scan(
-		&f.Features, &f.TrustCeiling, &f.UserFound, &f.User.Org, &f.User.Disabled, &userRevoked, &f.User.Roles, &f.Permissions,
+		&f.Features, &f.TrustCeiling, &limits, &f.UserFound, &f.User.Org, &f.User.Disabled, &userRevoked, &f.User.Roles, &f.Permissions,
 		&f.AgentFound, &f.Agent.UserID, &f.Agent.Disabled, &f.Agent.Host, &agentRevoked)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return directory.Facts{}, nil
@@ -150,6 +153,9 @@ func (s *Store) Lookup(ctx context.Context, tenant, userID, agentID string) (dir
 	}
 	f.TenantFound = true
 	f.User.RevokedAt, f.Agent.RevokedAt = instant(userRevoked), instant(agentRevoked)
+	if f.Limits, err = decodeLimits(limits); err != nil {
+		return directory.Facts{}, fmt.Errorf("directory: lookup: tenant %q: %w", tenant, err)
+	}
 	// Empty lists come back as empty slices; the memory store returns nil. Keep them alike.
 	for _, l := range []*[]string{&f.Features, &f.User.Roles, &f.Permissions} {
 		if len(*l) == 0 {
@@ -211,13 +217,17 @@ type tx struct {
 
 func (t *tx) Snapshot(ctx context.Context, tenant string) (directory.Snapshot, error) {
 	var snap directory.Snapshot
-	err := t.tx.QueryRow(ctx, "SELECT id, display_name, features, trust_ceiling FROM directory.tenants WHERE id = $1", tenant).
-		Scan(&snap.Tenant.ID, &snap.Tenant.DisplayName, &snap.Tenant.Features, &snap.Tenant.TrustCeiling)
+	var limits []byte
+	err := t.tx.QueryRow(ctx, "SELECT id, display_name, features, trust_ceiling, limits FROM directory.tenants WHERE id = $1", tenant).
+		Scan(&snap.Tenant.ID, &snap.Tenant.DisplayName, &snap.Tenant.Features, &snap.Tenant.TrustCeiling, &limits)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return directory.Snapshot{}, fmt.Errorf("%w: tenant %q", directory.ErrNotFound, tenant)
 	}
 	if err != nil {
 		return directory.Snapshot{}, pg.Wrap("directory: snapshot", err)
+	}
+	if snap.Tenant.Limits, err = decodeLimits(limits); err != nil {
+		return directory.Snapshot{}, fmt.Errorf("directory: snapshot: tenant %q: %w", tenant, err)
 	}
 	rows, _ := t.tx.Query(ctx, "SELECT tenant_id, name, permissions FROM directory.roles WHERE tenant_id = $1 ORDER BY name", tenant)
 	if snap.Roles, err = pgx.CollectRows(rows, pgx.RowToStructByPos[directory.Role]); err != nil {
@@ -295,11 +305,15 @@ func (t *tx) PutTenant(ctx context.Context, tn directory.Tenant) error {
 	if features == nil {
 		features = []string{}
 	}
+	limits, err := encodeLimits(tn.Limits)
+	if err != nil {
+		return err
+	}
 	_, err = t.tx.Exec(ctx, `
-		INSERT INTO directory.tenants (id, display_name, features, trust_ceiling) VALUES ($1, $2, $3, $4)
+		INSERT INTO directory.tenants (id, display_name, features, trust_ceiling, limits) VALUES ($1, $2, $3, $4, $5::jsonb)
 		ON CONFLICT (id) DO UPDATE SET display_name = excluded.display_name, features = excluded.features,
-		       trust_ceiling = excluded.trust_ceiling`,
-		tn.ID, tn.DisplayName, features, tn.TrustCeiling)
+		       trust_ceiling = excluded.trust_ceiling, limits = excluded.limits`,
+		tn.ID, tn.DisplayName, features, tn.TrustCeiling, limits)
 	if err != nil {
 		return pg.Wrap("directory: put tenant", err)
 	}
@@ -412,6 +426,56 @@ func (t *tx) PutAgent(ctx context.Context, a directory.Agent) error {
 	}
 	t.touched[a.Tenant] = true
 	return nil
+}
+
+// storedLimit is one entry of the tenants.limits column: a zero field is
+// omitted and keeps the declared value; the window is a Go duration string
+// ("12h0m0s"), which time.ParseDuration reads back exactly.
+type storedLimit struct {
+	Max    int64  `json:"max,omitempty"`
+	Window string `json:"window,omitempty"`
+}
+
+// encodeLimits renders Tenant.Limits as the limits column's JSON object.
+func encodeLimits(m map[string]directory.LimitOverride) (string, error) {
+	rows := make(map[string]storedLimit, len(m))
+	for k, o := range m {
+		var w string
+		if o.Window != 0 {
+			w = o.Window.String()
+		}
+		rows[k] = storedLimit{Max: o.Max, Window: w}
+	}
+	b, err := json.Marshal(rows) // keys sorted: the same overrides, the same text
+	if err != nil {
+		return "", fmt.Errorf("directory: put tenant: limits: %w", err)
+	}
+	return string(b), nil
+}
+
+// decodeLimits reads the limits column; nil when it holds none, like the
+// memory store.
+func decodeLimits(b []byte) (map[string]directory.LimitOverride, error) {
+	var rows map[string]storedLimit
+	if err := json.Unmarshal(b, &rows); err != nil {
+		return nil, fmt.Errorf("limits column: %w", err)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]directory.LimitOverride, len(rows))
+	for k, r := range rows {
+		o := directory.LimitOverride{Max: r.Max}
+		if r.Window != "" {
+			d, err := time.ParseDuration(r.Window)
+			if err != nil {
+				return nil, fmt.Errorf("limits column: %s: %w", k, err)
+			}
+			o.Window = d
+		}
+		out[k] = o
+	}
+	return out, nil
 }
 
 // instant reads a nullable timestamptz as the directory's zero-or-UTC time.

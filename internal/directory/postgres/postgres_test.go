@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,5 +217,47 @@ func TestReferencesStayInsideTenantInSQL(t *testing.T) {
 	_, err = a.Pool().Exec(ctx, "INSERT INTO directory.user_roles (tenant_id, user_id, role) VALUES ('globex', 'alice', 'lead')")
 	if pg.Classify(err) != pg.KindForeignKeyViolation {
 		t.Fatalf("err = %v, want a foreign-key violation", err)
+	}
+}
+
+// TestLimitsColumn: a tenant's limit overrides are stored as the JSON
+// object migration 0004 documents — the window a Go duration string, a
+// field the override leaves to the manifest omitted — and such an object
+// written by hand reads back; anything else is refused by the column.
+func TestLimitsColumn(t *testing.T) {
+	s := postgres.New(pgtest.New(t, postgres.Migrations), postgres.Options{})
+	t.Cleanup(s.Close)
+	src := "tenants:\n  - id: acme\n    limits:\n      ticket.refund/agent-daily-refunds: {max: 10000, window: 12h}\n      ticket.refund/tenant-hourly: {window: 90m}\n  - id: globex\n"
+	if _, err := directory.Apply(ctx, s, []byte(src)); err != nil {
+		t.Fatal(err)
+	}
+	for tenant, want := range map[string]string{
+		"acme":   `{"ticket.refund/agent-daily-refunds": {"max": 10000, "window": "12h0m0s"}, "ticket.refund/tenant-hourly": {"window": "1h30m0s"}}`,
+		"globex": `{}`,
+	} {
+		var same bool
+		if err := s.Pool().QueryRow(ctx, "SELECT limits = $2::jsonb FROM directory.tenants WHERE id = $1", tenant, want).Scan(&same); err != nil || !same {
+			var got string
+			_ = s.Pool().QueryRow(ctx, "SELECT limits::text FROM directory.tenants WHERE id = $1", tenant).Scan(&got)
+			t.Errorf("%s: limits column %s, want %s (err %v)", tenant, got, want, err)
+		}
+	}
+
+	if _, err := s.Pool().Exec(ctx, `UPDATE directory.tenants SET limits = '{"a.b/c": {"window": "24h"}, "d.e/f": {"max": 3}}' WHERE id = 'globex'`); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]directory.LimitOverride{"a.b/c": {Window: 24 * time.Hour}, "d.e/f": {Max: 3}}
+	if f, err := s.Lookup(ctx, "globex", "nobody", ""); err != nil || !reflect.DeepEqual(f.Limits, want) {
+		t.Errorf("hand-written limits read back as %v (err %v), want %v", f.Limits, err, want)
+	}
+
+	if _, err := s.Pool().Exec(ctx, `UPDATE directory.tenants SET limits = '[]' WHERE id = 'globex'`); err == nil {
+		t.Error("the limits column took a JSON array")
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE directory.tenants SET limits = '{"a.b/c": {"window": "a day"}}' WHERE id = 'globex'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lookup(ctx, "globex", "nobody", ""); err == nil || !strings.Contains(err.Error(), "a day") {
+		t.Errorf("a corrupt window: err = %v, want one naming it", err)
 	}
 }

@@ -131,6 +131,73 @@ func (s *Store) Reserve(ctx context.Context, key executor.IdemKey, r executor.Re
 	return nil, executor.ErrInFlight
 }
 
+// ReserveSpending implements executor.ReserveSpender: the bucket locks, the reservation
+// and the spend go in one batch, one implicit transaction and one commit. The spend is
+// recorded only when the reservation claimed the key; when it did not, the batch wrote
+// nothing but the locks it held, and Reserve's own answer (replay, in flight, reused,
+// abandoned, or a claim won in a later round) follows with no balances.
+func (s *Store) ReserveSpending(ctx context.Context, key executor.IdemKey, r executor.Reservation, sp executor.Spending) (*executor.Saved, []executor.Balance, error) {
+	const op = "executor: reserve and spend"
+	if err := validKey(key); err != nil {
+		return nil, nil, invalid(op, err)
+	}
+	if r.TTL <= 0 {
+		return nil, nil, invalid(op, errBadTTL)
+	}
+	if err := executor.ValidSpending(sp); err != nil {
+		return nil, nil, err
+	}
+	if len(sp.Items) == 0 || sp.DryRun || r.InvocationID == "" {
+		saved, err := s.Reserve(ctx, key, r)
+		return saved, nil, err
+	}
+	n := len(sp.Items)
+	buckets, amounts, maxes, windows := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	keys := make([]int64, n)
+	for i, it := range sp.Items {
+		buckets[i], amounts[i], maxes[i], windows[i] = it.Bucket, it.Amount, it.Max, micros(it.Window)
+		keys[i] = spendLockKey(sp.Tenant, it.Bucket)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	ttl := max(r.TTL, time.Microsecond)
+	var (
+		won bool
+		out []executor.Balance
+	)
+	err := s.retry(ctx, func() (err error) {
+		now := s.now()
+		expires := now.Add(ttl).Truncate(time.Microsecond)
+		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3)}
+		b.Queue(sqlSpendLock, keys)
+		b.Queue(sqlReserve, key.Tenant, key.User, key.Command, key.Key, r.Digest, now, expires,
+			nullString(r.InvocationID), leaseEnd(now, r.Lease))
+		b.Queue(sqlSpendIfReserved, sp.Tenant, sp.Holder, buckets, amounts, maxes, windows, sp.Force, false,
+			key.User, key.Command, key.Key, r.InvocationID)
+		br := s.pool.SendBatch(ctx, b)
+		defer func() { err = errors.Join(err, br.Close()) }()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		won = false
+		switch err := br.QueryRow().Scan(&won); {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		}
+		out, err = collectBalances(br, sp.Items)
+		return err
+	})
+	if err != nil {
+		return nil, nil, mapErr(ctx, op, err)
+	}
+	if won {
+		return nil, out, nil
+	}
+	saved, err := s.Reserve(ctx, key, r)
+	return saved, nil, err
+}
+
 // Peek implements executor.Store with one read.
 func (s *Store) Peek(ctx context.Context, key executor.IdemKey, digest string) (*executor.Saved, error) {
 	const op = "executor: peek"

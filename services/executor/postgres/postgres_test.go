@@ -470,3 +470,104 @@ func TestSpendIsOneRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestReserveSpending: the key's claim and the call's spending in one
+// transaction (executor.ReserveSpender). A new key is claimed and the
+// spending recorded; a spending that does not fit leaves the key claimed
+// and nothing spent; a key in flight, reused or finished answers as
+// Reserve does, with no balances and nothing spent. 64 concurrent claims
+// of distinct keys over two pools spend exactly the ceiling.
+func TestReserveSpending(t *testing.T) {
+	_, dsn := pgtest.NewURL(t, postgres.Migrations)
+	var stores []*postgres.Store
+	for range 2 {
+		pool, err := pgxpool.New(ctxFor(t), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		stores = append(stores, postgres.New(pool, postgres.Options{}))
+	}
+	st := stores[0]
+	ctx := ctxFor(t)
+	key := func(k string) executor.IdemKey {
+		return executor.IdemKey{Tenant: "acme", User: "carol", Command: "ticket.refund", Key: k}
+	}
+	claim := func(inv string) executor.Reservation {
+		return executor.Reservation{Digest: "d1", InvocationID: inv, TTL: time.Hour}
+	}
+	spending := func(holder string, amount, max int64) executor.Spending {
+		return executor.Spending{Tenant: "acme", Holder: holder,
+			Items: []executor.SpendItem{{Bucket: "b", Amount: amount, Max: max, Window: time.Hour}}}
+	}
+	used := func(bucket string) int64 {
+		t.Helper()
+		bs, err := st.Spend(ctx, executor.Spending{Tenant: "acme", Holder: "observer", DryRun: true,
+			Items: []executor.SpendItem{{Bucket: bucket, Amount: 0, Max: 1 << 40, Window: time.Hour}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bs[0].Used
+	}
+
+	saved, bal, err := st.ReserveSpending(ctx, key("k1"), claim("inv-1"), spending("key:k1", 60, 100))
+	if err != nil || saved != nil || len(bal) != 1 || !bal[0].Fits || bal[0].Used != 0 {
+		t.Fatalf("a new key = (%v, %+v, %v), want claimed and fitting", saved, bal, err)
+	}
+	if got := used("b"); got != 60 {
+		t.Fatalf("the bucket holds %d, want 60", got)
+	}
+	// In flight: Reserve's answer, nothing spent.
+	if _, bal, err := st.ReserveSpending(ctx, key("k1"), claim("inv-2"), spending("key:k1", 60, 100)); !errors.Is(err, executor.ErrInFlight) || bal != nil {
+		t.Fatalf("the key in flight = (%+v, %v), want ErrInFlight and no balances", bal, err)
+	}
+	// Does not fit: claimed, nothing spent.
+	saved, bal, err = st.ReserveSpending(ctx, key("k2"), claim("inv-3"), spending("key:k2", 50, 100))
+	if err != nil || saved != nil || len(bal) != 1 || bal[0].Fits || bal[0].Used != 60 || bal[0].RetryAfter <= 0 {
+		t.Fatalf("a spending past the ceiling = (%v, %+v, %v), want the key claimed, not fitting", saved, bal, err)
+	}
+	if got := used("b"); got != 60 {
+		t.Fatalf("a spending that did not fit was recorded: %d", got)
+	}
+	if _, err := st.Reserve(ctx, key("k2"), claim("inv-4")); !errors.Is(err, executor.ErrInFlight) {
+		t.Fatalf("the key of the spending that did not fit is not claimed: %v", err)
+	}
+	// Finished: a replay, nothing spent.
+	if err := st.Finish(ctx, executor.Finish{Key: ptr(key("k1")), Saved: executor.Saved{InvocationID: "inv-1", Output: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	saved, bal, err = st.ReserveSpending(ctx, key("k1"), claim("inv-5"), spending("key:k1", 60, 100))
+	if err != nil || saved == nil || saved.InvocationID != "inv-1" || bal != nil {
+		t.Fatalf("a finished key = (%v, %+v, %v), want its replay and no balances", saved, bal, err)
+	}
+	if got := used("b"); got != 60 {
+		t.Fatalf("a replay spent: %d", got)
+	}
+
+	const n = 64
+	var fit atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			k := fmt.Sprint("race-", i)
+			_, bal, err := stores[i%2].ReserveSpending(ctxFor(t), key(k), claim("inv-"+k),
+				executor.Spending{Tenant: "acme", Holder: "key:" + k, Items: []executor.SpendItem{{Bucket: "race", Amount: 1, Max: 10, Window: time.Hour}}})
+			if err != nil || bal == nil {
+				t.Errorf("ReserveSpending %d: %+v, %v", i, bal, err)
+				return
+			}
+			if bal[0].Fits {
+				fit.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if fit.Load() != 10 || used("race") != 10 {
+		t.Fatalf("%d of %d fitted and the bucket holds %d; want exactly 10", fit.Load(), n, used("race"))
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

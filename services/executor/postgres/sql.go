@@ -194,6 +194,43 @@ const (
 	FROM items i, clock c
 	ORDER BY i.ord`
 
+	// sqlSpendIfReserved is sqlSpend sent after sqlReserve in one implicit transaction
+	// (ReserveSpending): it records the spend only when the reservation it follows claimed the
+	// key — the record ($9-$12: user, command, key, invocation) is in flight for this
+	// invocation — and otherwise answers the balances and writes nothing.
+	sqlSpendIfReserved = `WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
+	items AS MATERIALIZED (
+		SELECT i.ord, i.bucket, i.amount, i.max, i.window_us,
+			(SELECT coalesce(sum(s.amount), 0) FROM executor.limit_spend s
+			 WHERE s.tenant = $1 AND s.bucket = i.bucket AND s.lapses_at > c.now AND s.holder <> $2) AS used
+		FROM unnest($3::text[], $4::bigint[], $5::bigint[], $6::bigint[])
+			WITH ORDINALITY AS i(bucket, amount, max, window_us, ord),
+			clock c),
+	reserved AS MATERIALIZED (
+		SELECT EXISTS (SELECT 1 FROM executor.idempotency r
+			WHERE r.tenant = $1 AND r.user_id = $9 AND r.command = $10 AND r.key = $11
+			  AND r.invocation_id = $12 AND r.state = 'in_flight') AS ours),
+	spent AS (
+		INSERT INTO executor.limit_spend AS l (tenant, bucket, holder, amount, spent_at, lapses_at)
+		SELECT DISTINCT ON (i.bucket) $1, i.bucket, $2, i.amount, c.now, c.now + i.window_us * interval '1 microsecond'
+		FROM items i, clock c
+		WHERE NOT $8::boolean AND (SELECT ours FROM reserved)
+		  AND ($7::boolean OR (SELECT bool_and(used + amount <= max) FROM items))
+		ORDER BY i.bucket, i.ord DESC
+		ON CONFLICT (tenant, bucket, holder) DO UPDATE SET
+			amount = EXCLUDED.amount, spent_at = EXCLUDED.spent_at, lapses_at = EXCLUDED.lapses_at)
+	SELECT least(i.used, 9223372036854775807)::bigint, i.used + i.amount <= i.max, c.now,
+		CASE WHEN i.used + i.amount > i.max AND i.amount <= i.max THEN ARRAY(
+			SELECT s.amount FROM executor.limit_spend s
+			WHERE s.tenant = $1 AND s.bucket = i.bucket AND s.lapses_at > c.now AND s.holder <> $2
+			ORDER BY s.lapses_at, s.holder) END,
+		CASE WHEN i.used + i.amount > i.max AND i.amount <= i.max THEN ARRAY(
+			SELECT s.lapses_at FROM executor.limit_spend s
+			WHERE s.tenant = $1 AND s.bucket = i.bucket AND s.lapses_at > c.now AND s.holder <> $2
+			ORDER BY s.lapses_at, s.holder) END
+	FROM items i, clock c
+	ORDER BY i.ord`
+
 	// sqlRefund gives back everything holder $2 spent in tenant $1.
 	sqlRefund = `DELETE FROM executor.limit_spend WHERE tenant = $1 AND holder = $2`
 
