@@ -15,8 +15,8 @@ import (
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	genmanifest "github.com/mandate-dev/mandate/gen/manifest"
-	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/services/audit"
 )
 

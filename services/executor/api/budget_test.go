@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/examples/helpdesk"
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 )
 
 // smallRefund is finance-bot's refund of amount minor units on T-1001:
