@@ -22,6 +22,7 @@ var walkthroughExpect = [][]string{
 	{`"code":"confirmation.approver_not_allowed"`, "CHALLENGE_STATE_APPROVED"},
 	{`"refund_id":"RF-3001"`, `"status":"REFUND_STATUS_ACCEPTED"`, `"replayed":false`, `"replayed":true`},
 	{`"refund_id":"RF-3002"`, `"status":"REFUND_STATUS_ACCEPTED"`}, // a small refund: nobody asked
+	{`{"verdict":"VERDICT_ALLOWED","limit":{"id":"agent-daily-refunds","max":"5000","used":"2550","needs":"50","fits":true,"escalates":true}}`},
 	{"EXPENSE_REPORT_STATE_SUBMITTED\n", "EXPENSE_REPORT_STATE_DRAFT\n", "EXPENSE_REPORT_STATE_APPROVED\n", `"code":"state.already_approved"`, `"stage":"state_check"`},
 	{`"code":"entitlement.missing"`, `"stage":"entitlement_check"`},
 	{`"approver":"carol"`, `"code":"authorization.permission_denied"`, `"ok":true`},
