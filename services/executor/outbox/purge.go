@@ -49,8 +49,8 @@ func (p Purger) Run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			p.Logger.Warn("purging the executor's tables", "error", err)
-		case n.Events > 0 || n.IdempotencyKeys > 0:
-			p.Logger.Info("purged the executor's tables", "events", n.Events, "idempotency_keys", n.IdempotencyKeys)
+		case n.Events > 0 || n.IdempotencyKeys > 0 || n.Spends > 0:
+			p.Logger.Info("purged the executor's tables", "events", n.Events, "idempotency_keys", n.IdempotencyKeys, "limit_spends", n.Spends)
 		}
 		select {
 		case <-ctx.Done():
