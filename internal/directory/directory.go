@@ -294,7 +294,7 @@ func (t Tenant) Check() (Tenant, error) {
 	}
 	for key, o := range t.Limits {
 		if err := o.check(key); err != nil {
-			return t, fmt.Errorf("%w: limit override of tenant %q: %s", ErrInvalid, t.ID, err)
+			return t, fmt.Errorf("%w: limit override of tenant %q: %w", ErrInvalid, t.ID, err)
 		}
 	}
 	return t, checkIDs("feature", t.Features)

@@ -150,9 +150,9 @@ const (
 	ON CONFLICT (tenant) DO UPDATE SET seq = EXCLUDED.seq, delivered_at = EXCLUDED.delivered_at
 	WHERE c.seq < EXCLUDED.seq`
 
-	// sqlPurgeSpends deletes limit spends lapsed at $1 and at the database's clock (which
-	// times them): a purger whose clock runs ahead never deletes a spend that still counts.
-	sqlPurgeSpends = `DELETE FROM executor.limit_spend WHERE lapses_at <= least($1, clock_timestamp())`
+	// sqlPurgeSpends deletes limit spends lapsed at $1 (the purger's clock; a skew between it
+	// and the database's, which times the spends, moves the purge by as much).
+	sqlPurgeSpends = `DELETE FROM executor.limit_spend WHERE lapses_at <= $1`
 
 	// sqlSpendLock serialises the buckets of a Spend: it takes the transaction-scoped advisory
 	// locks $1, sorted and distinct (see spendLockKey), in array order, so that Spends of
