@@ -123,7 +123,7 @@ func (c *Cache) invalidate(tenant string) {
 }
 
 // Resolve answers from memory when it can and from the store otherwise; see [Resolve] for the
-// rules. The returned slices belong to the caller.
+// rules. The returned slices and maps (Limits) belong to the caller.
 func (c *Cache) Resolve(ctx context.Context, tenant, userID, agentID string) (Resolution, error) {
 	key := principal{userID, agentID}
 	now := c.opts.Now()

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/mandate-dev/mandate/internal/contract"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/manifest"
@@ -68,7 +71,9 @@ func spendBefore(t *testing.T, h *stageHarness, bucket string, amount, max int64
 // budget.exhausted (a budget), retriable after retry_after, or not
 // retriable when the call alone is over the ceiling; a store that cannot
 // be reached fails the call budget.unavailable. Check mode refuses the
-// same with nothing spent and reports the balances.
+// same with nothing spent and reports the balances. At dispatch a call
+// that ran, or failed in its backend, keeps its spend; one never sent, or
+// refused by its backend, gives it back.
 func TestStageBudget(t *testing.T) {
 	carol := testPrincipal("acme", "carol", "")
 	bot := testPrincipal("acme", "carol", "finance-bot")
@@ -191,6 +196,43 @@ func TestStageBudget(t *testing.T) {
 			t.Errorf("the check spent: the bucket holds %d", got)
 		}
 	})
+
+	// Which outcomes give the spend back: those where the call provably
+	// did nothing.
+	for _, tc := range []struct {
+		name   string
+		answer func(d *fakeDispatcher)
+		kept   bool
+	}{
+		{"executed: kept", func(d *fakeDispatcher) { d.reply = Reply{JSON: []byte(`{"status":"REFUND_STATUS_ACCEPTED"}`)} }, true},
+		{"never sent: given back", func(d *fakeDispatcher) {
+			d.err = failure.Wrap(StageDispatch, failure.CodeHandlerUnavailable, "no backend is configured", ErrNotSent)
+		}, false},
+		{"refused by the backend: given back", func(d *fakeDispatcher) {
+			fe := failure.New(failure.StageState, "state.not_found", "no such ticket")
+			fe.Status = codes.NotFound
+			d.err = fe.GRPCStatus().Err()
+		}, false},
+		{"failed in the backend: kept", func(d *fakeDispatcher) { d.err = status.Error(codes.Internal, "boom") }, true},
+	} {
+		t.Run("dispatch "+tc.name, func(t *testing.T) {
+			h := newStageHarness(t)
+			bucket := agentRefunds(t, h)
+			h.disp.script(tc.answer)
+			call := refund("50")
+			call.IdempotencyKey = "settle-0001"
+			ctx, inv := h.prepared(t, bot, call, StageDispatch, false)
+			_, _ = h.run(t, ctx, inv, StageDispatch)
+			h.e.wg.Wait()
+			want := int64(0)
+			if tc.kept {
+				want = 50
+			}
+			if got := h.store.spent("acme", bucket); got != want {
+				t.Errorf("after dispatch the bucket holds %d, want %d", got, want)
+			}
+		})
+	}
 
 	stageRefuses(t, StageBudget, []stageRefusal{
 		{name: "a rate is spent", p: carol, call: refund("50"),
