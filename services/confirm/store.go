@@ -2,7 +2,9 @@ package confirm
 
 import (
 	"context"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Store keeps challenges. Implementations: services/confirm/memory and
@@ -82,6 +84,109 @@ type SessionStore interface {
 
 	// DeleteSession ends a session; deleting a missing one is not an error.
 	DeleteSession(ctx context.Context, idHash string) error
+}
+
+// NoticeKind is what happened to a challenge. The strings are the event
+// types the webhook relay sends.
+type NoticeKind string
+
+// The notice kinds.
+const (
+	// NoticeOpened: a challenge was created (an idempotent re-open is not).
+	NoticeOpened NoticeKind = "challenge.opened"
+	// NoticeDecided: a human approved or declined a challenge.
+	NoticeDecided NoticeKind = "challenge.decided"
+	// NoticeExpired: a challenge nobody decided reached its expiry.
+	NoticeExpired NoticeKind = "challenge.expired"
+)
+
+// Notice is one event for the webhook relay: a row of the stores' outbox,
+// recorded in the same transaction as the change it reports, delivered at
+// least once.
+type Notice struct {
+	// ID is assigned by the store, increasing in the order notices are
+	// recorded.
+	ID int64
+	// Kind is what happened.
+	Kind NoticeKind
+	// Tenant and ChallengeID name the challenge.
+	Tenant      string
+	ChallengeID string
+	// At is when it happened, by the store's clock: the challenge's
+	// CreatedAt, DecidedAt or ExpiresAt.
+	At time.Time
+	// Attempts is how many delivery attempts failed so far (NoticeFailed).
+	Attempts int
+	// Challenge is the challenge as stored now, with its effective state
+	// (as Get returns it), not as it was when the notice was recorded.
+	Challenge Challenge
+}
+
+// MaxNoticeReason bounds the reason kept with a failed or given-up notice,
+// in bytes; the Postgres notices table checks it too.
+const MaxNoticeReason = 500
+
+// NoticeReason returns reason as stores keep it: valid UTF-8 without NUL
+// bytes (a webhook's answer may hold anything), cut at a character boundary
+// to at most MaxNoticeReason bytes. Stores call it so that every
+// implementation keeps the same text.
+func NoticeReason(reason string) string {
+	reason = strings.ReplaceAll(strings.ToValidUTF8(reason, "\uFFFD"), "\x00", "")
+	if len(reason) <= MaxNoticeReason {
+		return reason
+	}
+	cut := MaxNoticeReason
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut]
+}
+
+// NoticeStore keeps the notices: a durable outbox of what happened to
+// challenges, so that a relay running in any replica can deliver each as a
+// webhook at least once, even after a crash. The memory and Postgres stores
+// implement it next to Store.
+//
+// Store records the notices itself, in the same transaction as the change:
+// Create records a NoticeOpened when it created the challenge (created
+// true), Decide a NoticeDecided when it recorded the decision; refusals,
+// Redeem and Release record nothing. Expiry is no write, so ExpireDue
+// records the NoticeExpired ones. A notice is due as soon as it is
+// recorded. Notices span tenants: the relay serves them all, and
+// Notice.Challenge is always the challenge of Notice.Tenant.
+type NoticeStore interface {
+	// ExpireDue records a NoticeExpired for each challenge (any tenant)
+	// still stored PENDING whose ExpiresAt has passed by the store's clock
+	// and that has no expired notice yet — once across every process
+	// sharing the store, however many call it at once, and never again
+	// after its notice was delivered — up to limit per call, those that
+	// expired first first; it returns how many it recorded. A challenge
+	// decided before its expiry never gets one (Decide refuses one after
+	// it), nor does an approved grant that expires unredeemed.
+	ExpireDue(ctx context.Context, limit int) (int, error)
+
+	// ClaimNotices returns up to limit notices due for delivery (not
+	// delivered, not given up, next attempt at or before now), oldest
+	// (lowest ID) first, and hides them from every other claimer for lease:
+	// their next attempt moves to now + lease, so a claimer that dies
+	// leaves them to be claimed again then. ErrInvalid for a lease ≤ 0.
+	ClaimNotices(ctx context.Context, limit int, lease time.Duration) ([]Notice, error)
+
+	// NoticeDelivered drops a delivered notice. Unknown ids are no error.
+	NoticeDelivered(ctx context.Context, id int64) error
+
+	// NoticeFailed records a failed attempt: Attempts+1, the next attempt
+	// after from now (a negative after counts as zero), and the reason
+	// (bounded by NoticeReason). It does not revive a given-up notice.
+	// Unknown ids are no error: another claimer may have delivered it after
+	// the lease ran out.
+	NoticeFailed(ctx context.Context, id int64, after time.Duration, reason string) error
+
+	// NoticeGiveUp stops delivering a notice, keeping it with its reason
+	// (bounded by NoticeReason) for an operator to look at; given-up
+	// notices are never claimed again. Attempts is left as it is. Unknown
+	// ids are no error.
+	NoticeGiveUp(ctx context.Context, id int64, reason string) error
 }
 
 // DecideRefusal says why a challenge stored in state stored (expired by the

@@ -38,7 +38,7 @@ func (e *Executor) Plan(ctx context.Context, p identity.Principal) ([]*mandatev1
 			entry.ApproverPermission = cmd.Approver.Permission
 		}
 		if len(cmd.Limits) > 0 {
-			if entry.Limits, err = e.planLimits(ctx, cmd.Code, p); err != nil {
+			if entry.Limits, err = e.planLimits(ctx, cmd.Code, p, res.Limits); err != nil {
 				return nil, failure.Wrap(StageBudget, failure.CodeBudgetUnavailable, "the store that counts the commands' limits could not be read", err)
 			}
 		}

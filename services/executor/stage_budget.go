@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/limit"
@@ -110,11 +111,12 @@ func spendOf(inv *invocation, limits []compiledLimit) ([]SpendItem, []*compiledL
 		if !counts {
 			continue
 		}
+		ceiling, window := effective(inv.res.Limits, inv.cmd.Code, l)
 		amount := int64(1)
 		if l.sum != nil {
-			amount = l.sum.Amount(inv.req.ProtoReflect(), l.Max)
+			amount = l.sum.Amount(inv.req.ProtoReflect(), ceiling)
 		}
-		items = append(items, SpendItem{Bucket: bucket, Amount: amount, Max: l.Max, Window: l.window})
+		items = append(items, SpendItem{Bucket: bucket, Amount: amount, Max: ceiling, Window: window})
 		used = append(used, l)
 	}
 	return items, used
@@ -148,7 +150,7 @@ func bucketOf(command string, l *compiledLimit, p identity.Principal, group stri
 // (Plan): a rate as a call that needs one, a budget as what is spent. A
 // limit counted per value of a field is described, not measured: which
 // value a call spends under is the call's.
-func (e *Executor) planLimits(ctx context.Context, command string, p identity.Principal) ([]*mandatev1.LimitState, error) {
+func (e *Executor) planLimits(ctx context.Context, command string, p identity.Principal, overrides map[string]directory.LimitOverride) ([]*mandatev1.LimitState, error) {
 	limits := e.limits[command]
 	var items []SpendItem
 	var which []*compiledLimit
@@ -165,7 +167,8 @@ func (e *Executor) planLimits(ctx context.Context, command string, p identity.Pr
 		if l.sum != nil {
 			needs = 0
 		}
-		items = append(items, SpendItem{Bucket: bucket, Amount: needs, Max: l.Max, Window: l.window})
+		ceiling, window := effective(overrides, command, l)
+		items = append(items, SpendItem{Bucket: bucket, Amount: needs, Max: ceiling, Window: window})
 		which = append(which, l)
 	}
 	if len(items) == 0 {
@@ -184,6 +187,22 @@ func (e *Executor) planLimits(ctx context.Context, command string, p identity.Pr
 		}
 	}
 	return out, nil
+}
+
+// effective is limit l's ceiling and window in the caller's tenant: the
+// declared ones, or the tenant's own where its policy overrides them
+// (directory.Resolution.Limits).
+func effective(overrides map[string]directory.LimitOverride, command string, l *compiledLimit) (int64, time.Duration) {
+	ceiling, window := l.Max, l.window
+	if ov, ok := overrides[directory.LimitKey(command, l.ID)]; ok {
+		if ov.Max > 0 {
+			ceiling = ov.Max
+		}
+		if ov.Window > 0 {
+			window = ov.Window
+		}
+	}
+	return ceiling, window
 }
 
 // holderOf names what the call spends under: its idempotency key, so
@@ -354,7 +373,7 @@ func exhausted(which []*compiledLimit, items []SpendItem, bal []Balance, idx []i
 		p := "limit " + l.ID + " (" + l.Description + ")"
 		if !l.quiet {
 			left := max(0, items[i].Max-bal[i].Used)
-			p += fmt.Sprintf(": %d of %d left in the window of %s, the call needs %d", left, items[i].Max, l.window, items[i].Amount)
+			p += fmt.Sprintf(": %d of %d left in the window of %s, the call needs %d", left, items[i].Max, items[i].Window, items[i].Amount)
 		}
 		parts = append(parts, p)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/mandate-dev/mandate/internal/contract"
+	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/manifest"
 )
@@ -177,6 +178,27 @@ func TestStageBudget(t *testing.T) {
 		}
 		if got := h.store.spent("acme", bucket); got != 5040 {
 			t.Errorf("the bucket holds %d, want 5040", got)
+		}
+	})
+
+	t.Run("a tenant's policy overrides the ceiling and the window", func(t *testing.T) {
+		h := newStageHarness(t)
+		bucket := agentRefunds(t, h)
+		ctx, inv := h.prepared(t, bot, refund("150"), StageBudget, false)
+		// acme's policy, as the directory resolves it: agents refund at
+		// most 1.00 an hour.
+		inv.res.Limits = map[string]directory.LimitOverride{
+			directory.LimitKey("ticket.refund", "agent-daily-refunds"): {Max: 100, Window: time.Hour},
+		}
+		h.passes(t, ctx, inv, StageBudget)
+		if len(inv.escalatedBy) != 1 || inv.spent != nil {
+			t.Fatalf("a refund of 1.50 under acme's 1.00 ceiling: escalated by %v, spent %v", inv.escalatedBy, inv.spent)
+		}
+		if b := inv.balances; len(b) != 1 || b[0].Max != 100 || b[0].Fits {
+			t.Errorf("balances %+v, want acme's ceiling of 100", b)
+		}
+		if got := h.store.spent("acme", bucket); got != 0 {
+			t.Errorf("the bucket holds %d", got)
 		}
 	})
 

@@ -13,10 +13,12 @@ import (
 	"github.com/mandate-dev/mandate/services/confirm"
 )
 
-// Backend is what the suite tests: one store of challenges and sessions.
+// Backend is what the suite tests: one store of challenges, sessions and
+// notices.
 type Backend interface {
 	confirm.Store
 	confirm.SessionStore
+	confirm.NoticeStore
 }
 
 // Run runs the conformance suite. newBackend must return an empty backend,
@@ -49,6 +51,17 @@ func Run(t *testing.T, newBackend func(t *testing.T) Backend) {
 		{"WatchEnds", s.testWatchEnds},
 		{"LoginTokensAreSingleUse", s.testLoginTokens},
 		{"Sessions", s.testSessions},
+		{"NoticeOpened", s.testNoticeOpened},
+		{"NoticeDecided", s.testNoticeDecided},
+		{"NoticeNotOnRefusal", s.testNoticeNotOnRefusal},
+		{"ExpireDueOncePerChallenge", s.testExpireDue},
+		{"ClaimNoticesHidesClaimed", s.testClaimHides},
+		{"ClaimNoticesAgainAfterLease", s.testClaimAfterLease},
+		{"NoticeFailed", s.testNoticeFailed},
+		{"NoticeDelivered", s.testNoticeDelivered},
+		{"NoticeGiveUp", s.testNoticeGiveUp},
+		{"NoticesOldestFirst", s.testNoticesOldestFirst},
+		{"NoticeTenantIsolation", s.testNoticeTenantIsolation},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

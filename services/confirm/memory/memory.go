@@ -32,8 +32,20 @@ type Options struct {
 	Retain time.Duration
 }
 
-// Store is the in-memory confirm.Store and confirm.SessionStore. The zero
-// value is not usable; call New.
+// notice is a stored confirm.Notice.
+type notice struct {
+	id      int64
+	kind    confirm.NoticeKind
+	at      time.Time
+	c       *confirm.Challenge // the stored challenge, read when claimed
+	next    time.Time          // next attempt
+	tries   int
+	reason  string
+	givenUp bool
+}
+
+// Store is the in-memory confirm.Store, confirm.SessionStore and
+// confirm.NoticeStore. The zero value is not usable; call New.
 type Store struct {
 	now    func() time.Time
 	retain time.Duration
@@ -47,12 +59,16 @@ type Store struct {
 	logins       map[string]time.Time // jti → expiry
 	sessions     map[string]confirm.Session
 	swept        time.Time // the last sweep of challenges past retention
+	notices      map[int64]*notice
+	lastNotice   int64               // the last notice id handed out
+	expiredNoted map[string]struct{} // ids of the challenges with an expired notice
 	wg           sync.WaitGroup
 }
 
 var (
 	_ confirm.Store        = (*Store)(nil)
 	_ confirm.SessionStore = (*Store)(nil)
+	_ confirm.NoticeStore  = (*Store)(nil)
 )
 
 // New returns an empty Store.
@@ -71,6 +87,8 @@ func New(opts Options) *Store {
 		byInvocation: map[[2]string]string{},
 		logins:       map[string]time.Time{},
 		sessions:     map[string]confirm.Session{},
+		notices:      map[int64]*notice{},
+		expiredNoted: map[string]struct{}{},
 	}
 }
 
@@ -128,20 +146,40 @@ func (s *Store) Create(_ context.Context, c confirm.Challenge, ttl time.Duration
 	stored.State = confirm.StatePending
 	s.byID[c.ID] = &stored
 	s.byInvocation[[2]string{c.Tenant, c.InvocationID}] = c.ID
+	s.record(confirm.NoticeOpened, &stored, now, now)
 	return view(&stored, now), true, nil
 }
 
-// sweep drops the challenges that expired more than retain ago, at most once
-// per sweepEvery. The caller holds mu.
+// record adds a notice of kind about the stored challenge c, due at now. The
+// caller holds mu.
+func (s *Store) record(kind confirm.NoticeKind, c *confirm.Challenge, at, now time.Time) {
+	s.lastNotice++
+	s.notices[s.lastNotice] = &notice{id: s.lastNotice, kind: kind, at: at, c: c, next: now}
+}
+
+// sweep drops the challenges that expired more than retain ago, with their
+// notices (delivered or not), at most once per sweepEvery. The caller holds
+// mu.
 func (s *Store) sweep(now time.Time) {
 	if now.Sub(s.swept) < sweepEvery {
 		return
 	}
 	s.swept = now
+	dropped := false
 	for id, c := range s.byID {
 		if now.Sub(c.ExpiresAt) > s.retain {
 			delete(s.byID, id)
 			delete(s.byInvocation, [2]string{c.Tenant, c.InvocationID})
+			delete(s.expiredNoted, id)
+			dropped = true
+		}
+	}
+	if !dropped {
+		return
+	}
+	for id, n := range s.notices {
+		if s.byID[n.c.ID] != n.c {
+			delete(s.notices, id)
 		}
 	}
 }
@@ -219,7 +257,10 @@ func (s *Store) Decide(_ context.Context, tenant, id string, d confirm.Decision)
 		return confirm.Challenge{}, confirm.ErrNotFound
 	}
 	now := s.clock()
-	if err := confirm.DecideRefusal(c.State, !now.Before(c.ExpiresAt)); err != nil {
+	// A challenge with an expired notice stays expired, should the clock
+	// step back.
+	_, noted := s.expiredNoted[id]
+	if err := confirm.DecideRefusal(c.State, noted || !now.Before(c.ExpiresAt)); err != nil {
 		return confirm.Challenge{}, err
 	}
 	c.State = confirm.StateDeclined
@@ -227,6 +268,7 @@ func (s *Store) Decide(_ context.Context, tenant, id string, d confirm.Decision)
 		c.State = confirm.StateApproved
 	}
 	c.DecidedBy, c.DecidedAt, c.DecisionChannel = d.By, now, d.Channel
+	s.record(confirm.NoticeDecided, c, now, now)
 	s.hub.Notify(id)
 	return view(c, now), nil
 }
@@ -372,5 +414,107 @@ func (s *Store) DeleteSession(_ context.Context, idHash string) error {
 		return errClosed
 	}
 	delete(s.sessions, idHash)
+	return nil
+}
+
+// ExpireDue implements confirm.NoticeStore.
+func (s *Store) ExpireDue(_ context.Context, limit int) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, errClosed
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	now := s.clock()
+	var due []*confirm.Challenge
+	for id, c := range s.byID {
+		if _, noted := s.expiredNoted[id]; !noted && c.State == confirm.StatePending && !now.Before(c.ExpiresAt) {
+			due = append(due, c)
+		}
+	}
+	slices.SortFunc(due, func(a, b *confirm.Challenge) int {
+		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.ID, b.ID))
+	})
+	due = due[:min(limit, len(due))]
+	for _, c := range due {
+		s.expiredNoted[c.ID] = struct{}{}
+		s.record(confirm.NoticeExpired, c, c.ExpiresAt, now)
+	}
+	return len(due), nil
+}
+
+// ClaimNotices implements confirm.NoticeStore.
+func (s *Store) ClaimNotices(_ context.Context, limit int, lease time.Duration) ([]confirm.Notice, error) {
+	if lease < time.Microsecond {
+		return nil, confirm.Invalid("lease", "must be positive")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	now := s.clock()
+	var due []*notice
+	for _, n := range s.notices {
+		if !n.givenUp && !n.next.After(now) {
+			due = append(due, n)
+		}
+	}
+	slices.SortFunc(due, func(a, b *notice) int { return cmp.Compare(a.id, b.id) })
+	due = due[:min(limit, len(due))]
+	out := make([]confirm.Notice, 0, len(due))
+	for _, n := range due {
+		n.next = now.Add(lease)
+		out = append(out, confirm.Notice{
+			ID: n.id, Kind: n.kind, Tenant: n.c.Tenant, ChallengeID: n.c.ID, At: n.at, Attempts: n.tries,
+			Challenge: view(n.c, now),
+		})
+	}
+	return out, nil
+}
+
+// NoticeDelivered implements confirm.NoticeStore.
+func (s *Store) NoticeDelivered(_ context.Context, id int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	delete(s.notices, id)
+	return nil
+}
+
+// NoticeFailed implements confirm.NoticeStore.
+func (s *Store) NoticeFailed(_ context.Context, id int64, after time.Duration, reason string) error {
+	reason = confirm.NoticeReason(reason)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	if n, ok := s.notices[id]; ok && !n.givenUp {
+		n.tries++
+		n.next = s.clock().Add(max(after, 0)).Truncate(time.Microsecond)
+		n.reason = reason
+	}
+	return nil
+}
+
+// NoticeGiveUp implements confirm.NoticeStore.
+func (s *Store) NoticeGiveUp(_ context.Context, id int64, reason string) error {
+	reason = confirm.NoticeReason(reason)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	if n, ok := s.notices[id]; ok {
+		n.givenUp, n.reason = true, reason
+	}
 	return nil
 }

@@ -1,8 +1,9 @@
-// Package postgres is the PostgreSQL confirm Store and SessionStore. Its
-// tables live in the confirm schema and are created by the embedded
-// [Migrations]: challenges (one row per challenge, unique per tenant and
-// invocation), login_tokens (used one-time sign-in tokens) and sessions
-// (approval page sessions, keyed by the SHA-256 of the cookie).
+// Package postgres is the PostgreSQL confirm Store, SessionStore and
+// NoticeStore. Its tables live in the confirm schema and are created by the
+// embedded [Migrations]: challenges (one row per challenge, unique per
+// tenant and invocation), login_tokens (used one-time sign-in tokens),
+// sessions (approval page sessions, keyed by the SHA-256 of the cookie) and
+// notices (the webhook relay's outbox).
 //
 // Every state change is one conditional UPDATE … RETURNING whose WHERE
 // clause carries the whole precondition (state, digest, expires_at > now()),
@@ -11,6 +12,14 @@
 // then told why by re-reading it. Time is the database's: created_at,
 // expires_at and every expiry check use now(), so replicas with skewed
 // clocks agree on what has expired.
+//
+// Notices are written by the statement that makes the change they report
+// (a data-modifying WITH), so a challenge is never opened or decided without
+// its notice. ExpireDue and ClaimNotices each lock their rows with FOR
+// UPDATE SKIP LOCKED and write them in the same statement: concurrent
+// callers in any number of replicas take disjoint rows without waiting for
+// one another. A challenge's expiry_noticed flag, not the notice (dropped
+// once delivered), makes its expired notice once-only.
 //
 // A trigger sends NOTIFY mandate_confirm with the challenge id whenever a
 // challenge's state changes. Watch listens on a dedicated connection shared

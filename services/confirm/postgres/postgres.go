@@ -71,8 +71,8 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Store is the PostgreSQL confirm.Store and confirm.SessionStore. It does
-// not own the pool.
+// Store is the PostgreSQL confirm.Store, confirm.SessionStore and
+// confirm.NoticeStore. It does not own the pool.
 type Store struct {
 	pool *pgxpool.Pool
 	opts Options
@@ -90,6 +90,7 @@ type Store struct {
 var (
 	_ confirm.Store        = (*Store)(nil)
 	_ confirm.SessionStore = (*Store)(nil)
+	_ confirm.NoticeStore  = (*Store)(nil)
 )
 
 // New returns a Store on pool, whose database must have [Migrations]
@@ -194,11 +195,19 @@ func (s *Store) Create(ctx context.Context, c confirm.Challenge, ttl time.Durati
 	if err != nil {
 		return confirm.Challenge{}, false, confirm.Invalid("prompt", "cannot be encoded")
 	}
-	row := s.pool.QueryRow(ctx, `INSERT INTO confirm.challenges (id, tenant, command, risk, invocation_digest, invocation_id,
-		requester_user, requester_agent, approver_kind, approver_permission, prompt, state, created_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'PENDING', now(), now() + $12::bigint * interval '1 microsecond')
-		ON CONFLICT (tenant, invocation_id) DO NOTHING
-		RETURNING `+columns,
+	// One statement: the opened notice is written with the challenge, or
+	// not at all when the invocation already has one.
+	row := s.pool.QueryRow(ctx, `WITH created AS (
+			INSERT INTO confirm.challenges (id, tenant, command, risk, invocation_digest, invocation_id,
+			requester_user, requester_agent, approver_kind, approver_permission, prompt, state, created_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'PENDING', now(), now() + $12::bigint * interval '1 microsecond')
+			ON CONFLICT (tenant, invocation_id) DO NOTHING
+			RETURNING *
+		), opened AS (
+			INSERT INTO confirm.notices (kind, tenant, challenge_id, at, next_at)
+			SELECT 'challenge.opened', tenant, id, created_at, created_at FROM created
+		)
+		SELECT `+columns+` FROM created`,
 		c.ID, c.Tenant, c.Command, c.Risk, c.InvocationDigest, c.InvocationID, c.RequesterUser, c.RequesterAgent,
 		string(c.Approver.Kind), c.Approver.Permission, prompt, ttl.Microseconds())
 	stored, err := scan(row)
@@ -268,10 +277,21 @@ func (s *Store) Decide(ctx context.Context, tenant, id string, d confirm.Decisio
 	if d.Approve {
 		state = confirm.StateApproved
 	}
+	// The decided notice is written by the same statement, so only with a
+	// decision. NOT expiry_noticed: a Decide that started just before the
+	// expiry and waited for the row while ExpireDue recorded its expired
+	// notice is refused (the re-read then finds it expired), so that no
+	// challenge is both expired and decided.
 	return s.transition(ctx, "decide challenge", tenant, id,
-		`UPDATE confirm.challenges SET state = $3, decided_by = $4, decided_at = now(), decision_channel = $5
-		WHERE tenant = $1 AND id = $2 AND state = 'PENDING' AND expires_at > now()
-		RETURNING `+columns,
+		`WITH decided AS (
+			UPDATE confirm.challenges SET state = $3, decided_by = $4, decided_at = now(), decision_channel = $5
+			WHERE tenant = $1 AND id = $2 AND state = 'PENDING' AND expires_at > now() AND NOT expiry_noticed
+			RETURNING *
+		), noticed AS (
+			INSERT INTO confirm.notices (kind, tenant, challenge_id, at, next_at)
+			SELECT 'challenge.decided', tenant, id, decided_at, decided_at FROM decided
+		)
+		SELECT `+columns+` FROM decided`,
 		[]any{tenant, id, string(state), d.By, d.Channel},
 		func(stored confirm.State, _ string, expired bool) error {
 			return confirm.DecideRefusal(stored, expired)
