@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/url"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -42,8 +43,11 @@ type Deps struct {
 	// Audit is the audit service, dialled as the confirm service
 	// (identity.ConfirmService): every attempt to decide a challenge is
 	// appended there as a decision row. Nil records none (tests).
-	Audit  grpc.ClientConnInterface
-	Logger *slog.Logger
+	Audit grpc.ClientConnInterface
+	// Webhook is where challenges opened, decided and expired are posted,
+	// signed (confirm.WebhookRelay); its URL "" posts nothing.
+	Webhook confirm.WebhookConfig
+	Logger  *slog.Logger
 }
 
 // Service is the confirm service's API and its approval pages.
@@ -51,6 +55,9 @@ type Service struct {
 	api   *confirmapi.Service
 	pages http.Handler
 	trail *trail.Trail
+	// relay delivers the store's notices as webhooks (and drops them when
+	// no URL is set); nil when the store keeps none.
+	relay *confirm.WebhookRelay
 }
 
 // Build builds the confirm service and its approval pages.
@@ -72,7 +79,13 @@ func Build(d Deps) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{api: confirmapi.New(svc, d.Logger), pages: pages, trail: tr}, nil
+	out := &Service{api: confirmapi.New(svc, d.Logger), pages: pages, trail: tr}
+	if ns, ok := d.Store.(confirm.NoticeStore); ok {
+		wh := d.Webhook
+		wh.Logger = d.Logger
+		out.relay = confirm.NewWebhookRelay(ns, svc, wh)
+	}
+	return out, nil
 }
 
 // Start runs the retries of the decision rows the audit service did not
@@ -81,6 +94,9 @@ func Build(d Deps) (*Service, error) {
 func (c *Service) Start(p *clicore.Group) {
 	if c.trail != nil {
 		p.Loop(c.trail.Run)
+	}
+	if c.relay != nil {
+		p.Loop(func(ctx context.Context) error { c.relay.Run(ctx); return nil })
 	}
 }
 
@@ -105,6 +121,8 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		mf        clicore.ManifestFlags
 		baseURL   string
 		auditAddr string
+		hookURL   string
+		hookKey   config.Secret
 	)
 	s := config.New("confirm", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
@@ -113,9 +131,25 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	mf.Declare(s)
 	s.String(&auditAddr, "audit-addr", "127.0.0.1:9094", "gRPC address of the audit service, where every attempt to decide a challenge is appended as a decision row (host:port or dns:///host:port, balanced round robin); the confirm service authenticates there with --service-secret, as the executor does")
 	s.String(&baseURL, "approval-base-url", "", "public origin of the approval pages (default http://<http-addr>)")
+	s.String(&hookURL, "webhook-url", "", "URL that receives a POST, signed by the Standard Webhooks scheme with --webhook-secret, for every challenge opened, decided and expired (at least once, retried with backoff; docs/architecture/confirmation.md#webhooks); empty: none")
+	s.SecretVar(&hookKey, "webhook-secret", "Standard Webhooks secret (whsec_ and the base64 of at least 24 random bytes) that signs the webhooks; required with --webhook-url")
+	var hookBytes []byte
 	s.Check(func() error {
 		if !f.DevSecret.Set() {
 			return s.Errorf("dev-secret", "is required: it signs the one-time sign-in links of the approval page")
+		}
+		if hookURL == "" {
+			return nil
+		}
+		if u, err := url.Parse(hookURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return s.Errorf("webhook-url", "must be an absolute http or https URL")
+		}
+		if !hookKey.Set() {
+			return s.Errorf("webhook-secret", "is required with --webhook-url: receivers verify every delivery's signature")
+		}
+		var err error
+		if hookBytes, err = confirm.ParseWebhookSecret(hookKey.Reveal()); err != nil {
+			return s.Errorf("webhook-secret", "%s", err)
 		}
 		return nil
 	})
@@ -166,7 +200,8 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		store, sessions = ms, ms
 	}
 	svc, err := Build(Deps{Store: store, Sessions: sessions, Directory: f.Directory(pool, &cl), Manifest: set,
-		BaseURL: baseURL, LoginSecret: []byte(f.DevSecret.Reveal()), Issuers: f.Issuers, Audit: auditConn, Logger: log})
+		BaseURL: baseURL, LoginSecret: []byte(f.DevSecret.Reveal()), Issuers: f.Issuers, Audit: auditConn,
+		Webhook: confirm.WebhookConfig{URL: hookURL, Key: hookBytes}, Logger: log})
 	if err != nil {
 		return err
 	}

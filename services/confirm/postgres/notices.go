@@ -20,14 +20,21 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
 	}
+	// id = ANY (ARRAY(…)): the rows are locked once, by an init plan, then
+	// updated through the primary key. (As id IN (…) the planner may make
+	// the locking subquery the inner side of a join and rescan it per row,
+	// each rescan skipping the rows taken so far and locking more than
+	// limit.) FOR UPDATE re-checks its WHERE against the latest version of
+	// a row it locks, so a row decided or flagged meanwhile is left out,
+	// and nothing changes a locked row before the statement commits.
 	tag, err := s.pool.Exec(ctx, `WITH due AS (
 			UPDATE confirm.challenges SET expiry_noticed = true
-			WHERE id IN (
+			WHERE id = ANY (ARRAY(
 				SELECT id FROM confirm.challenges
 				WHERE state = 'PENDING' AND NOT expiry_noticed AND expires_at <= now()
 				ORDER BY expires_at, id LIMIT $1
 				FOR UPDATE SKIP LOCKED
-			) AND state = 'PENDING' AND NOT expiry_noticed
+			))
 			RETURNING tenant, id, expires_at
 		)
 		INSERT INTO confirm.notices (kind, tenant, challenge_id, at, next_at)
@@ -51,14 +58,15 @@ func (s *Store) ClaimNotices(ctx context.Context, limit int, lease time.Duration
 	if limit <= 0 {
 		return nil, nil
 	}
+	// Locked once by an init plan, as in ExpireDue.
 	rows, err := s.pool.Query(ctx, `WITH claimed AS (
 			UPDATE confirm.notices SET next_at = now() + $2::bigint * interval '1 microsecond'
-			WHERE id IN (
+			WHERE id = ANY (ARRAY(
 				SELECT id FROM confirm.notices
 				WHERE NOT given_up AND next_at <= now()
 				ORDER BY id LIMIT $1
 				FOR UPDATE SKIP LOCKED
-			)
+			))
 			RETURNING id AS notice_id, kind, tenant AS notice_tenant, challenge_id, at, attempts
 		)
 		SELECT claimed.notice_id, claimed.kind, claimed.at, claimed.attempts, `+columns+`
