@@ -36,6 +36,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/server"
 	"github.com/mandate-dev/mandate/internal/server/inprocess"
 	auditmem "github.com/mandate-dev/mandate/services/audit/memory"
+	"github.com/mandate-dev/mandate/services/confirm"
 	confirmmem "github.com/mandate-dev/mandate/services/confirm/memory"
 	"github.com/mandate-dev/mandate/services/confirm/page"
 	"github.com/mandate-dev/mandate/services/executor"
@@ -86,7 +87,10 @@ type devSettings struct {
 	devSecret, serviceSecret       config.Secret
 	confirmSideEffects, metrics    bool
 	auditRetain                    int
-	events                         executorcmd.EventsFlags
+	// webhook is --webhook-url and --webhook-secret
+	// (confirmcmd.DeclareWebhook); nil: none.
+	webhook *confirm.WebhookConfig
+	events  executorcmd.EventsFlags
 	// edge limits each principal's REST and MCP requests.
 	edge clicore.EdgeFlags
 	// manifest is the deployment's own manifest; none given: the sample.
@@ -126,6 +130,7 @@ func runDev(ctx context.Context, args []string, io IO) error {
 	})
 	s.Bool(&d.confirmSideEffects, "confirm-side-effects", false, "require confirmation for every command that declares side effects (the executor enforces it, the catalog's tools state it)")
 	s.Int(&d.auditRetain, "audit-retain", auditmem.DefaultMaxRows, "audit rows kept per tenant; older ones are evicted (0 keeps every row)")
+	d.webhook = confirmcmd.DeclareWebhook(s)
 	s.Check(func() error { return auditcmd.CheckRetain(s, d.auditRetain) })
 	clicore.OTLPFlag(s, &d.otlpEndpoint)
 	clicore.MetricsFlag(s, &d.metrics)
@@ -252,9 +257,13 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	if err != nil {
 		return nil, err
 	}
+	var webhook confirm.WebhookConfig
+	if d.webhook != nil {
+		webhook = *d.webhook
+	}
 	confirmSvc, err := confirmcmd.Build(confirmcmd.Deps{Store: confirmStore, Sessions: confirmStore, Directory: dir, Manifest: set,
 		BaseURL: base, LoginSecret: []byte(devSecret.Reveal()), Issuers: []string{DefaultIssuer},
-		Audit: manifestConn(inprocess.Conn(internalSrv, confirmSrc), set.Digest()), Logger: log})
+		Audit: manifestConn(inprocess.Conn(internalSrv, confirmSrc), set.Digest()), Webhook: webhook, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -114,6 +114,35 @@ func (c *Service) Register(srv *server.Server) {
 // or pages: `mandate dev` serves it to the executor on an internal server.
 func (c *Service) RegisterAPI(srv *server.Server) { c.api.Register(srv) }
 
+// DeclareWebhook declares --webhook-url and --webhook-secret on s and
+// checks them when s is parsed; the returned configuration holds them
+// then (URL "" when none is set).
+func DeclareWebhook(s *config.Set) *confirm.WebhookConfig {
+	var (
+		out    confirm.WebhookConfig
+		secret config.Secret
+	)
+	s.String(&out.URL, "webhook-url", "", "URL that receives a POST, signed by the Standard Webhooks scheme with --webhook-secret, for every challenge opened, decided and expired (at least once, retried with backoff; docs/architecture/confirmation.md#webhooks); empty: none")
+	s.SecretVar(&secret, "webhook-secret", "Standard Webhooks secret (whsec_ and the base64 of at least 24 random bytes) that signs the webhooks; required with --webhook-url")
+	s.Check(func() error {
+		if out.URL == "" {
+			return nil
+		}
+		if u, err := url.Parse(out.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return s.Errorf("webhook-url", "must be an absolute http or https URL")
+		}
+		if !secret.Set() {
+			return s.Errorf("webhook-secret", "is required with --webhook-url: receivers verify every delivery's signature")
+		}
+		var err error
+		if out.Key, err = confirm.ParseWebhookSecret(secret.Reveal()); err != nil {
+			return s.Errorf("webhook-secret", "%s", err)
+		}
+		return nil
+	})
+	return &out
+}
+
 // Run runs the confirm service and its approval pages.
 func Run(ctx context.Context, args []string, io clicore.IO) error {
 	var (
@@ -121,8 +150,6 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		mf        clicore.ManifestFlags
 		baseURL   string
 		auditAddr string
-		hookURL   string
-		hookKey   config.Secret
 	)
 	s := config.New("confirm", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
@@ -131,25 +158,10 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	mf.Declare(s)
 	s.String(&auditAddr, "audit-addr", "127.0.0.1:9094", "gRPC address of the audit service, where every attempt to decide a challenge is appended as a decision row (host:port or dns:///host:port, balanced round robin); the confirm service authenticates there with --service-secret, as the executor does")
 	s.String(&baseURL, "approval-base-url", "", "public origin of the approval pages (default http://<http-addr>)")
-	s.String(&hookURL, "webhook-url", "", "URL that receives a POST, signed by the Standard Webhooks scheme with --webhook-secret, for every challenge opened, decided and expired (at least once, retried with backoff; docs/architecture/confirmation.md#webhooks); empty: none")
-	s.SecretVar(&hookKey, "webhook-secret", "Standard Webhooks secret (whsec_ and the base64 of at least 24 random bytes) that signs the webhooks; required with --webhook-url")
-	var hookBytes []byte
+	hook := DeclareWebhook(s)
 	s.Check(func() error {
 		if !f.DevSecret.Set() {
 			return s.Errorf("dev-secret", "is required: it signs the one-time sign-in links of the approval page")
-		}
-		if hookURL == "" {
-			return nil
-		}
-		if u, err := url.Parse(hookURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return s.Errorf("webhook-url", "must be an absolute http or https URL")
-		}
-		if !hookKey.Set() {
-			return s.Errorf("webhook-secret", "is required with --webhook-url: receivers verify every delivery's signature")
-		}
-		var err error
-		if hookBytes, err = confirm.ParseWebhookSecret(hookKey.Reveal()); err != nil {
-			return s.Errorf("webhook-secret", "%s", err)
 		}
 		return nil
 	})
@@ -201,7 +213,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	}
 	svc, err := Build(Deps{Store: store, Sessions: sessions, Directory: f.Directory(pool, &cl), Manifest: set,
 		BaseURL: baseURL, LoginSecret: []byte(f.DevSecret.Reveal()), Issuers: f.Issuers, Audit: auditConn,
-		Webhook: confirm.WebhookConfig{URL: hookURL, Key: hookBytes}, Logger: log})
+		Webhook: *hook, Logger: log})
 	if err != nil {
 		return err
 	}
