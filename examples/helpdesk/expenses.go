@@ -133,45 +133,64 @@ func checkSubmit(p backend.Caller, r ExpenseReport) error {
 // recallReport takes the owner's submitted report back to draft, before approval.
 func (d *desk) recallReport(ctx context.Context, tx Tx, p backend.Caller, id, reason string) (ExpenseReport, error) {
 	return d.transition(ctx, tx, p, id, func(r *ExpenseReport) error {
-		if r.Owner != p.UserID {
-			return refuse(StageScopeCheck, backend.CodeScopeDenied, codes.PermissionDenied,
-				"only the owner of expense report "+r.ID+" may recall it")
-		}
-		switch r.State {
-		case ReportApproved:
-			return refuse(StageStateCheck, CodeAlreadyApproved, codes.FailedPrecondition,
-				"expense report "+r.ID+" is already approved and can no longer be recalled")
-		case ReportSubmitted:
-		default:
-			return refuse(StageStateCheck, CodeNotSubmitted, codes.FailedPrecondition,
-				"expense report "+r.ID+" is "+string(r.State)+"; only a submitted report can be recalled")
+		if err := checkRecall(p, *r); err != nil {
+			return err
 		}
 		r.State, r.RecallReason = ReportDraft, reason
 		return nil
 	})
 }
 
+// checkRecall applies the recall rules to a report: the caller owns it and
+// it is submitted, not yet approved. The recall and its preview share it.
+func checkRecall(p backend.Caller, r ExpenseReport) error {
+	if r.Owner != p.UserID {
+		return refuse(StageScopeCheck, backend.CodeScopeDenied, codes.PermissionDenied,
+			"only the owner of expense report "+r.ID+" may recall it")
+	}
+	switch r.State {
+	case ReportApproved:
+		return refuse(StageStateCheck, CodeAlreadyApproved, codes.FailedPrecondition,
+			"expense report "+r.ID+" is already approved and can no longer be recalled")
+	case ReportSubmitted:
+		return nil
+	default:
+		return refuse(StageStateCheck, CodeNotSubmitted, codes.FailedPrecondition,
+			"expense report "+r.ID+" is "+string(r.State)+"; only a submitted report can be recalled")
+	}
+}
+
 // approveReport approves a submitted report of the approver's org.
 func (d *desk) approveReport(ctx context.Context, tx Tx, p backend.Caller, id, comment string) (ExpenseReport, error) {
 	return d.transition(ctx, tx, p, id, func(r *ExpenseReport) error {
-		if r.OwnerOrg == "" || p.Org != r.OwnerOrg {
-			return refuse(StageScopeCheck, backend.CodeScopeDenied, codes.PermissionDenied,
-				"expense report "+r.ID+" belongs to another organisation; only its own organisation approves it")
-		}
-		if p.UserID == r.Owner || p.UserID == r.SubmittedBy {
-			return refuse(StagePreInvariant, CodeSelfApproval, codes.FailedPrecondition,
-				"the owner or submitter of expense report "+r.ID+" may not approve it")
-		}
-		switch r.State {
-		case ReportApproved:
-			return refuse(StageStateCheck, CodeAlreadyApproved, codes.FailedPrecondition,
-				"expense report "+r.ID+" is already approved")
-		case ReportSubmitted:
-		default:
-			return refuse(StageStateCheck, CodeNotSubmitted, codes.FailedPrecondition,
-				"expense report "+r.ID+" is "+string(r.State)+"; only a submitted report can be approved")
+		if err := checkApprove(p, *r); err != nil {
+			return err
 		}
 		r.State, r.ApprovedBy, r.ApprovedAt, r.ApprovalComment = ReportApproved, p.UserID, d.clock(), comment
 		return nil
 	})
+}
+
+// checkApprove applies the approval rules to a report: the approver is of
+// its organisation, neither its owner nor its submitter, and it is
+// submitted. The approval and its preview share it.
+func checkApprove(p backend.Caller, r ExpenseReport) error {
+	if r.OwnerOrg == "" || p.Org != r.OwnerOrg {
+		return refuse(StageScopeCheck, backend.CodeScopeDenied, codes.PermissionDenied,
+			"expense report "+r.ID+" belongs to another organisation; only its own organisation approves it")
+	}
+	if p.UserID == r.Owner || p.UserID == r.SubmittedBy {
+		return refuse(StagePreInvariant, CodeSelfApproval, codes.FailedPrecondition,
+			"the owner or submitter of expense report "+r.ID+" may not approve it")
+	}
+	switch r.State {
+	case ReportApproved:
+		return refuse(StageStateCheck, CodeAlreadyApproved, codes.FailedPrecondition,
+			"expense report "+r.ID+" is already approved")
+	case ReportSubmitted:
+		return nil
+	default:
+		return refuse(StageStateCheck, CodeNotSubmitted, codes.FailedPrecondition,
+			"expense report "+r.ID+" is "+string(r.State)+"; only a submitted report can be approved")
+	}
 }

@@ -11,10 +11,12 @@ import (
 )
 
 // previews is the helpdesk's mandate.v1.PreviewService (pkg/backend's Previews): before a human
-// is asked to approve a refund or a submit, Mandate's executor asks what the call would do.
+// is asked to approve a refund, a submit, an approval or an erasure — and when a call is
+// checked (Check) — Mandate's executor asks what the call would do.
 // Each preview reads in a transaction of its own and changes nothing — no lock kept, no
 // receipt, no idempotency key claimed, no money moved — and applies the very checks the
-// command applies (checkRefund, checkSubmit), so that it refuses what the command would refuse.
+// command applies (checkRefund, checkSubmit, checkRecall, checkApprove), so that it refuses what
+// the command would refuse.
 // The command checks again when it runs: a state that moved since the preview (another refund
 // in between) is refused there with the same code.
 func (b *Backend) previews() *backend.Previews {
@@ -22,7 +24,59 @@ func (b *Backend) previews() *backend.Previews {
 	backend.HandlePreview(p, helpdeskv1.HelpdeskService_IssueRefund_FullMethodName, b.previewRefund)
 	backend.HandlePreview(p, helpdeskv1.HelpdeskService_SubmitExpenseReport_FullMethodName, b.previewSubmit)
 	backend.HandlePreview(p, helpdeskv1.HelpdeskService_EraseCustomer_FullMethodName, b.previewErase)
+	backend.HandlePreview(p, helpdeskv1.HelpdeskService_RecallExpenseReport_FullMethodName, b.previewRecall)
+	backend.HandlePreview(p, helpdeskv1.HelpdeskService_ApproveExpenseReport_FullMethodName, b.previewApprove)
 	return p
+}
+
+// previewRecall is the preview of RecallExpenseReport: the recall rules
+// (checkRecall) on the report as it is now.
+func (b *Backend) previewRecall(ctx context.Context, p backend.Caller, req *helpdeskv1.RecallExpenseReportRequest) ([]backend.Effect, error) {
+	effects, err := b.desk.previewTransition(ctx, p, req.GetReportId(), checkRecall, func(r ExpenseReport) string {
+		return "take expense report " + r.ID + " back to draft, before anyone approves it"
+	})
+	if err != nil {
+		return nil, b.fail(ctx, "PreviewRecallExpenseReport", p, err)
+	}
+	return effects, nil
+}
+
+// previewApprove is the preview of ApproveExpenseReport: the approval
+// rules (checkApprove) on the report as it is now.
+func (b *Backend) previewApprove(ctx context.Context, p backend.Caller, req *helpdeskv1.ApproveExpenseReportRequest) ([]backend.Effect, error) {
+	effects, err := b.desk.previewTransition(ctx, p, req.GetReportId(), checkApprove, func(r ExpenseReport) string {
+		return "approve expense report " + r.ID + " of " + r.Owner + " for payroll"
+	})
+	if err != nil {
+		return nil, b.fail(ctx, "PreviewApproveExpenseReport", p, err)
+	}
+	return effects, nil
+}
+
+// previewTransition reads the report, applies check as the transition
+// would, and describes it with its total.
+func (d *desk) previewTransition(ctx context.Context, p backend.Caller, reportID string, check func(backend.Caller, ExpenseReport) error, text func(ExpenseReport) string) ([]backend.Effect, error) {
+	var r ExpenseReport
+	err := d.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		r, err = tx.Report(ctx, p.Tenant, reportID)
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil, notFound("expense report", reportID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := check(p, r); err != nil {
+		return nil, err
+	}
+	total, err := Total(r.Lines)
+	if err != nil {
+		return nil, err
+	}
+	return []backend.Effect{{Kind: "transition", Text: text(r) + " (" + total.String() + ")",
+		Amounts: []backend.Amount{{Label: "total", Currency: total.Currency, Minor: total.Minor}}}}, nil
 }
 
 // previewErase is the preview of EraseCustomer.
