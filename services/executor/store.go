@@ -168,8 +168,8 @@ type Balance struct {
 }
 
 // ErrSpendInvalid: a Spending the store refuses (no tenant or holder, an
-// item without a bucket, a negative amount, a ceiling or window that is
-// not positive).
+// item without a bucket, a bucket named twice, a negative amount, a
+// ceiling or window that is not positive).
 var ErrSpendInvalid = errors.New("executor: invalid spending")
 
 // ValidSpending checks s as every Store does before Spend.
@@ -177,10 +177,15 @@ func ValidSpending(s Spending) error {
 	if s.Tenant == "" || s.Holder == "" {
 		return fmt.Errorf("%w: tenant and holder are required", ErrSpendInvalid)
 	}
+	seen := make(map[string]bool, len(s.Items))
 	for i, it := range s.Items {
 		if it.Bucket == "" || it.Amount < 0 || it.Max <= 0 || it.Window <= 0 {
 			return fmt.Errorf("%w: item %d (bucket %q, amount %d, max %d, window %s)", ErrSpendInvalid, i, it.Bucket, it.Amount, it.Max, it.Window)
 		}
+		if seen[it.Bucket] {
+			return fmt.Errorf("%w: item %d names bucket %q again", ErrSpendInvalid, i, it.Bucket)
+		}
+		seen[it.Bucket] = true
 	}
 	return nil
 }

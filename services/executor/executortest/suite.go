@@ -1618,14 +1618,16 @@ func (s *suite) testSpendInvalid(t *testing.T) {
 }
 
 // testPurgeSpends: Purge deletes the spends whose window has passed, and counts them; what
-// still counts is kept.
+// still counts is kept, and a purged bucket counts nothing.
 func (s *suite) testPurgeSpends(t *testing.T) {
 	st := s.newStore(t)
 	short := func(bucket string, amount int64) executor.SpendItem {
 		return executor.SpendItem{Bucket: bucket, Amount: amount, Max: 5, Window: shortTTL}
 	}
 	mustSpend(t, st, spending("h1", short("a", 2), short("b", 0)))
-	mustSpend(t, st, spending("h2", item("a", 3, 5)))
+	// Another bucket: a store may also drop a bucket's lapsed spends when
+	// it is spent in again.
+	mustSpend(t, st, spending("h2", item("c", 3, 5)))
 	time.Sleep(expiryWait)
 	policy := executor.PurgePolicy{Now: time.Now(), KeepEvents: TTL}
 	if n := mustPurge(t, st, policy); n != (executor.Purged{Spends: 2}) {
@@ -1634,8 +1636,11 @@ func (s *suite) testPurgeSpends(t *testing.T) {
 	if n := mustPurge(t, st, policy); n != (executor.Purged{}) {
 		t.Fatalf("second Purge = %+v, want nothing", n)
 	}
-	if u := used(t, st, "acme", "a", TTL); u != 3 {
+	if u := used(t, st, "acme", "c", TTL); u != 3 {
 		t.Fatalf("used %d after the purge, want h2's 3 kept", u)
+	}
+	if u := used(t, st, "acme", "a", TTL); u != 0 {
+		t.Fatalf("used %d of the purged bucket, want 0", u)
 	}
 	// A purge at a later instant takes what lapses by then.
 	if n := mustPurge(t, st, executor.PurgePolicy{Now: time.Now().Add(2 * TTL), KeepEvents: TTL}); n != (executor.Purged{Spends: 1}) {

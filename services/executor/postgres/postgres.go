@@ -423,12 +423,8 @@ func (s *Store) Purge(ctx context.Context, p executor.PurgePolicy) (executor.Pur
 			return err
 		}
 		n.Events = tag.RowsAffected()
-		tag, err = tx.Exec(ctx, sqlPurgeSpends, now)
-		if err != nil {
-			return err
-		}
-		n.Spends = tag.RowsAffected()
-		return nil
+		n.Spends, err = purgeSpends(ctx, tx, now)
+		return err
 	}, pg.WithRetry(s.opts.TxAttempts))
 	if err != nil {
 		return executor.Purged{}, mapErr(ctx, op, err)
@@ -741,14 +737,62 @@ func collectBalances(br pgx.BatchResults, items []executor.SpendItem) ([]executo
 	return out, nil
 }
 
-// Refund implements executor.Store in one statement.
+// maxPurgeBuckets bounds the buckets one Purge clears of lapsed spends (and so the advisory
+// locks it holds at once); the next Purge takes the rest.
+const maxPurgeBuckets = 1000
+
+// purgeSpends deletes lapsed spends, up to maxPurgeBuckets buckets' worth, under the buckets'
+// advisory locks, keeping their totals, and returns how many it deleted.
+func purgeSpends(ctx context.Context, tx pgx.Tx, now time.Time) (int64, error) {
+	rows, err := tx.Query(ctx, sqlPurgeSpendBuckets, now, maxPurgeBuckets)
+	if err != nil {
+		return 0, err
+	}
+	type tb struct{ Tenant, Bucket string }
+	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[tb])
+	if err != nil || len(found) == 0 {
+		return 0, err
+	}
+	keys := make([]int64, len(found))
+	tenants, buckets := make([]string, len(found)), make([]string, len(found))
+	for i, f := range found {
+		keys[i], tenants[i], buckets[i] = spendLockKey(f.Tenant, f.Bucket), f.Tenant, f.Bucket
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	if _, err := tx.Exec(ctx, sqlSpendLock, keys); err != nil {
+		return 0, err
+	}
+	var n int64
+	err = tx.QueryRow(ctx, sqlPurgeSpends, now, tenants, buckets).Scan(&n)
+	return n, err
+}
+
+// Refund implements executor.Store: it reads the holder's buckets, then, in one batch, locks
+// them and gives the spends back off their totals.
 func (s *Store) Refund(ctx context.Context, tenant, holder string) error {
 	if tenant == "" || holder == "" {
 		return ctx.Err() // nothing is ever spent without them
 	}
 	err := s.retry(ctx, func() error {
-		_, err := s.pool.Exec(ctx, sqlRefund, tenant, holder)
-		return err
+		rows, err := s.pool.Query(ctx, sqlRefundBuckets, tenant, holder)
+		if err != nil {
+			return err
+		}
+		buckets, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(buckets) == 0 {
+			return err
+		}
+		keys := make([]int64, len(buckets))
+		for i, b := range buckets {
+			keys[i] = spendLockKey(tenant, b)
+		}
+		slices.Sort(keys)
+		keys = slices.Compact(keys)
+		b := &pgx.Batch{}
+		b.Queue(sqlSpendLock, keys)
+		b.Queue(sqlRefund, tenant, holder)
+		return s.pool.SendBatch(ctx, b).Close()
 	})
 	return mapErr(ctx, "executor: refund", err)
 }

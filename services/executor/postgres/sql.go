@@ -150,9 +150,20 @@ const (
 	ON CONFLICT (tenant) DO UPDATE SET seq = EXCLUDED.seq, delivered_at = EXCLUDED.delivered_at
 	WHERE c.seq < EXCLUDED.seq`
 
-	// sqlPurgeSpends deletes limit spends lapsed at $1 (the purger's clock; a skew between it
-	// and the database's, which times the spends, moves the purge by as much).
-	sqlPurgeSpends = `DELETE FROM executor.limit_spend WHERE lapses_at <= $1`
+	// sqlPurgeSpendBuckets lists up to $2 buckets holding spends lapsed at $1 (the purger's
+	// clock; a skew between it and the database's, which times the spends, moves the purge by
+	// as much): Purge locks them.
+	sqlPurgeSpendBuckets = `SELECT DISTINCT tenant, bucket FROM executor.limit_spend WHERE lapses_at <= $1 LIMIT $2`
+
+	// sqlPurgeSpends deletes the spends of buckets ($2 tenants, $3 buckets) lapsed at $1 and
+	// takes them off the buckets' totals, under the buckets' advisory locks; it returns how
+	// many it deleted.
+	sqlPurgeSpends = `WITH d AS (DELETE FROM executor.limit_spend s USING unnest($2::text[], $3::text[]) AS k(tenant, bucket)
+			WHERE s.tenant = k.tenant AND s.bucket = k.bucket AND s.lapses_at <= $1
+			RETURNING s.tenant, s.bucket, s.amount),
+		g AS (SELECT tenant, bucket, sum(amount) AS amount, count(*) AS n FROM d GROUP BY tenant, bucket),
+		u AS (UPDATE executor.limit_bucket b SET used = b.used - g.amount FROM g WHERE b.tenant = g.tenant AND b.bucket = g.bucket)
+	SELECT coalesce(sum(n), 0)::bigint FROM g`
 
 	// sqlSpendLock serialises the buckets of a Spend: it takes the transaction-scoped advisory
 	// locks $1, sorted and distinct (see spendLockKey), in array order, so that Spends of
@@ -160,80 +171,31 @@ const (
 	// with sqlSpend, which takes its snapshot once the locks are held.
 	sqlSpendLock = `SELECT pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS l(k)`
 
-	// sqlSpend decides and records a Spend in one statement, under sqlSpendLock. For each item
-	// ($3-$6: bucket, amount, max, window in microseconds) it sums the other holders' spends
-	// in tenant $1's bucket that have not lapsed at the database's clock; when every item fits,
-	// or $7 (force), and not $8 (dry run), it upserts holder $2's spend of each bucket (a
-	// bucket named twice keeps its last item). It returns, in item order, the sum (saturated to
-	// bigint), whether the item fits, the clock, and — only for an item that does not fit and
-	// could (amount <= max), for RetryAfter — the live spends' amounts and lapses in lapse order.
-	sqlSpend = `WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
-	items AS MATERIALIZED (
-		SELECT i.ord, i.bucket, i.amount, i.max, i.window_us,
-			(SELECT coalesce(sum(s.amount), 0) FROM executor.limit_spend s
-			 WHERE s.tenant = $1 AND s.bucket = i.bucket AND s.lapses_at > c.now AND s.holder <> $2) AS used
-		FROM unnest($3::text[], $4::bigint[], $5::bigint[], $6::bigint[])
-			WITH ORDINALITY AS i(bucket, amount, max, window_us, ord),
-			clock c),
-	spent AS (
-		INSERT INTO executor.limit_spend AS l (tenant, bucket, holder, amount, spent_at, lapses_at)
-		SELECT DISTINCT ON (i.bucket) $1, i.bucket, $2, i.amount, c.now, c.now + i.window_us * interval '1 microsecond'
-		FROM items i, clock c
-		WHERE NOT $8::boolean AND ($7::boolean OR (SELECT bool_and(used + amount <= max) FROM items))
-		ORDER BY i.bucket, i.ord DESC
-		ON CONFLICT (tenant, bucket, holder) DO UPDATE SET
-			amount = EXCLUDED.amount, spent_at = EXCLUDED.spent_at, lapses_at = EXCLUDED.lapses_at)
-	SELECT least(i.used, 9223372036854775807)::bigint, i.used + i.amount <= i.max, c.now,
-		CASE WHEN i.used + i.amount > i.max AND i.amount <= i.max THEN ARRAY(
-			SELECT s.amount FROM executor.limit_spend s
-			WHERE s.tenant = $1 AND s.bucket = i.bucket AND s.lapses_at > c.now AND s.holder <> $2
-			ORDER BY s.lapses_at, s.holder) END,
-		CASE WHEN i.used + i.amount > i.max AND i.amount <= i.max THEN ARRAY(
-			SELECT s.lapses_at FROM executor.limit_spend s
-			WHERE s.tenant = $1 AND s.bucket = i.bucket AND s.lapses_at > c.now AND s.holder <> $2
-			ORDER BY s.lapses_at, s.holder) END
-	FROM items i, clock c
-	ORDER BY i.ord`
+	// sqlSpend decides and records a Spend, under sqlSpendLock, by limit_spend_apply
+	// (migration 0006): $1 tenant, $2 holder, $3-$6 the items' buckets, amounts, maxes and
+	// windows in microseconds, $7 force, $8 dry run. It returns, in item order, the sum of the
+	// other holders' live spends, whether the item fits, the database's clock, and the live
+	// spends' amounts and lapses of an item that does not fit and could.
+	sqlSpend = `SELECT o_used, o_fits, o_now, o_amounts, o_lapses
+	FROM executor.limit_spend_apply($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7, $8,
+		NULL, NULL, NULL, NULL)`
 
 	// sqlSpendIfReserved is sqlSpend sent after sqlReserve in one implicit transaction
 	// (ReserveSpending): it records the spend only when the reservation it follows claimed the
 	// key — the record ($9-$12: user, command, key, invocation) is in flight for this
 	// invocation — and otherwise answers the balances and writes nothing.
-	sqlSpendIfReserved = `WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
-	items AS MATERIALIZED (
-		SELECT i.ord, i.bucket, i.amount, i.max, i.window_us,
-			(SELECT coalesce(sum(s.amount), 0) FROM executor.limit_spend s
-			 WHERE s.tenant = $1 AND s.bucket = i.bucket AND s.lapses_at > c.now AND s.holder <> $2) AS used
-		FROM unnest($3::text[], $4::bigint[], $5::bigint[], $6::bigint[])
-			WITH ORDINALITY AS i(bucket, amount, max, window_us, ord),
-			clock c),
-	reserved AS MATERIALIZED (
-		SELECT EXISTS (SELECT 1 FROM executor.idempotency r
-			WHERE r.tenant = $1 AND r.user_id = $9 AND r.command = $10 AND r.key = $11
-			  AND r.invocation_id = $12 AND r.state = 'in_flight') AS ours),
-	spent AS (
-		INSERT INTO executor.limit_spend AS l (tenant, bucket, holder, amount, spent_at, lapses_at)
-		SELECT DISTINCT ON (i.bucket) $1, i.bucket, $2, i.amount, c.now, c.now + i.window_us * interval '1 microsecond'
-		FROM items i, clock c
-		WHERE NOT $8::boolean AND (SELECT ours FROM reserved)
-		  AND ($7::boolean OR (SELECT bool_and(used + amount <= max) FROM items))
-		ORDER BY i.bucket, i.ord DESC
-		ON CONFLICT (tenant, bucket, holder) DO UPDATE SET
-			amount = EXCLUDED.amount, spent_at = EXCLUDED.spent_at, lapses_at = EXCLUDED.lapses_at)
-	SELECT least(i.used, 9223372036854775807)::bigint, i.used + i.amount <= i.max, c.now,
-		CASE WHEN i.used + i.amount > i.max AND i.amount <= i.max THEN ARRAY(
-			SELECT s.amount FROM executor.limit_spend s
-			WHERE s.tenant = $1 AND s.bucket = i.bucket AND s.lapses_at > c.now AND s.holder <> $2
-			ORDER BY s.lapses_at, s.holder) END,
-		CASE WHEN i.used + i.amount > i.max AND i.amount <= i.max THEN ARRAY(
-			SELECT s.lapses_at FROM executor.limit_spend s
-			WHERE s.tenant = $1 AND s.bucket = i.bucket AND s.lapses_at > c.now AND s.holder <> $2
-			ORDER BY s.lapses_at, s.holder) END
-	FROM items i, clock c
-	ORDER BY i.ord`
+	sqlSpendIfReserved = `SELECT o_used, o_fits, o_now, o_amounts, o_lapses
+	FROM executor.limit_spend_apply($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7, $8,
+		$9, $10, $11, $12)`
 
-	// sqlRefund gives back everything holder $2 spent in tenant $1.
-	sqlRefund = `DELETE FROM executor.limit_spend WHERE tenant = $1 AND holder = $2`
+	// sqlRefundBuckets lists the buckets holder $2 spent in, in tenant $1: Refund locks them.
+	sqlRefundBuckets = `SELECT DISTINCT bucket FROM executor.limit_spend WHERE tenant = $1 AND holder = $2`
+
+	// sqlRefund gives back everything holder $2 spent in tenant $1, and takes it off its
+	// buckets' totals, under the buckets' advisory locks.
+	sqlRefund = `WITH d AS (DELETE FROM executor.limit_spend WHERE tenant = $1 AND holder = $2 RETURNING bucket, amount),
+		g AS (SELECT bucket, sum(amount) AS amount FROM d GROUP BY bucket)
+	UPDATE executor.limit_bucket b SET used = b.used - g.amount FROM g WHERE b.tenant = $1 AND b.bucket = g.bucket`
 
 	// sqlPurgeEvents deletes events committed at or before $1 that were delivered, or, with
 	// $2, whether delivered or not.

@@ -28,3 +28,92 @@ CREATE INDEX limit_spend_holder ON limit_spend (tenant, holder);
 
 -- Purge deletes lapsed spends.
 CREATE INDEX limit_spend_lapses ON limit_spend (lapses_at);
+
+-- A bucket's total: the sum of the amounts of every row limit_spend holds for it, lapsed or
+-- not. Every change to limit_spend changes it in the same transaction, under the bucket's
+-- advisory lock (Spend, Refund, Purge), so a Spend reads one row instead of summing the
+-- bucket's spends, and removes the lapsed ones as it meets them.
+CREATE TABLE limit_bucket (
+	tenant text    NOT NULL,
+	bucket text    NOT NULL,
+	used   numeric NOT NULL CHECK (used >= 0),
+	PRIMARY KEY (tenant, bucket)
+);
+
+-- limit_spend_apply decides and records a Spend (Store.Spend, and ReserveSpending after its
+-- reservation), under the buckets' advisory locks the caller took in the same transaction.
+-- For each item (p_buckets … p_windows, windows in microseconds) the other holders' spends
+-- that have not lapsed at the database's clock are the bucket's total, less its lapsed spends
+-- (deleted here, unless p_dry) and the holder's own. When every item fits, or p_force, and not
+-- p_dry — and, with p_invocation, only when the key's reservation is this invocation's and in
+-- flight — it upserts p_holder's spend of each bucket. It returns, in item order, what the
+-- others spent (saturated to bigint), whether the item fits, the clock, and — only for an item
+-- that does not fit and could (amount <= max), for RetryAfter — the others' live spends'
+-- amounts and lapses in lapse order. The items' buckets are distinct (executor.ValidSpending).
+CREATE FUNCTION limit_spend_apply(
+	p_tenant text, p_holder text, p_buckets text[], p_amounts bigint[], p_maxes bigint[], p_windows bigint[],
+	p_force boolean, p_dry boolean, p_user text, p_command text, p_key text, p_invocation text)
+RETURNS TABLE (o_used bigint, o_fits boolean, o_now timestamptz, o_amounts bigint[], o_lapses timestamptz[])
+LANGUAGE plpgsql AS $fn$
+DECLARE
+	t     timestamptz := clock_timestamp();
+	n     int := coalesce(array_length(p_buckets, 1), 0);
+	total numeric[] := '{}';
+	own   numeric[] := '{}';
+	gone  numeric;
+	ok    boolean := true;
+	ours  boolean := true;
+	write boolean;
+BEGIN
+	IF p_invocation IS NOT NULL THEN
+		ours := EXISTS (SELECT 1 FROM executor.idempotency r
+			WHERE r.tenant = p_tenant AND r.user_id = p_user AND r.command = p_command AND r.key = p_key
+			  AND r.invocation_id = p_invocation AND r.state = 'in_flight');
+	END IF;
+	FOR i IN 1 .. n LOOP
+		IF p_dry THEN
+			gone := (SELECT coalesce(sum(s.amount), 0) FROM executor.limit_spend s
+				WHERE s.tenant = p_tenant AND s.bucket = p_buckets[i] AND s.lapses_at <= t);
+		ELSE
+			WITH d AS (DELETE FROM executor.limit_spend s
+				WHERE s.tenant = p_tenant AND s.bucket = p_buckets[i] AND s.lapses_at <= t RETURNING s.amount)
+			SELECT coalesce(sum(d.amount), 0) INTO gone FROM d;
+		END IF;
+		total[i] := coalesce((SELECT b.used FROM executor.limit_bucket b
+			WHERE b.tenant = p_tenant AND b.bucket = p_buckets[i]), 0) - gone;
+		own[i] := coalesce((SELECT s.amount FROM executor.limit_spend s
+			WHERE s.tenant = p_tenant AND s.bucket = p_buckets[i] AND s.holder = p_holder AND s.lapses_at > t), 0);
+		IF total[i] - own[i] + p_amounts[i] > p_maxes[i] THEN
+			ok := false;
+		END IF;
+	END LOOP;
+	write := NOT p_dry AND ours AND (p_force OR ok);
+	FOR i IN 1 .. n LOOP
+		IF write THEN
+			INSERT INTO executor.limit_spend AS l (tenant, bucket, holder, amount, spent_at, lapses_at)
+			VALUES (p_tenant, p_buckets[i], p_holder, p_amounts[i], t, t + p_windows[i] * interval '1 microsecond')
+			ON CONFLICT (tenant, bucket, holder) DO UPDATE SET
+				amount = EXCLUDED.amount, spent_at = EXCLUDED.spent_at, lapses_at = EXCLUDED.lapses_at;
+		END IF;
+		IF NOT p_dry THEN
+			INSERT INTO executor.limit_bucket AS b (tenant, bucket, used)
+			VALUES (p_tenant, p_buckets[i], CASE WHEN write THEN total[i] - own[i] + p_amounts[i] ELSE total[i] END)
+			ON CONFLICT (tenant, bucket) DO UPDATE SET used = EXCLUDED.used;
+		END IF;
+		o_used := least(total[i] - own[i], 9223372036854775807)::bigint;
+		o_fits := total[i] - own[i] + p_amounts[i] <= p_maxes[i];
+		o_now := t;
+		o_amounts := NULL;
+		o_lapses := NULL;
+		IF NOT o_fits AND p_amounts[i] <= p_maxes[i] THEN
+			SELECT array_agg(s.amount ORDER BY s.lapses_at, s.holder), array_agg(s.lapses_at ORDER BY s.lapses_at, s.holder)
+			INTO o_amounts, o_lapses
+			FROM executor.limit_spend s
+			WHERE s.tenant = p_tenant AND s.bucket = p_buckets[i] AND s.lapses_at > t AND s.holder <> p_holder;
+			o_amounts := coalesce(o_amounts, '{}');
+			o_lapses := coalesce(o_lapses, '{}');
+		END IF;
+		RETURN NEXT;
+	END LOOP;
+END
+$fn$;
