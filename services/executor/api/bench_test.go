@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -142,7 +144,8 @@ var _ grpc.ClientConnInterface = (*grpc.ClientConn)(nil)
 // the same manifest without the limit. finance-bot refunds 0.01 EUR with a
 // fresh idempotency key each time: no human is asked (below 1.00), every
 // stage runs, and the budget never runs out within 1000 calls. It reports
-// each side's p50 and mean and their ratio.
+// each side's p50 and mean and their ratio. MANDATE_BENCH_CALLERS=16 runs
+// 16 callers at once, each alternating the two.
 //
 //	go test ./services/executor/api -run '^$' -bench LimitCost -benchtime 1000x
 func BenchmarkLimitCost(b *testing.B) {
@@ -179,17 +182,41 @@ func BenchmarkLimitCost(b *testing.B) {
 		call(with, fmt.Sprintf("warm-with-%d", i))
 		call(without, fmt.Sprintf("warm-without-%d", i))
 	}
-	var lw, lo []time.Duration
-	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
-		if i%2 == 0 {
-			lw = append(lw, call(with, fmt.Sprintf("with-%d", i)))
-			lo = append(lo, call(without, fmt.Sprintf("without-%d", i)))
-		} else {
-			lo = append(lo, call(without, fmt.Sprintf("without-%d", i)))
-			lw = append(lw, call(with, fmt.Sprintf("with-%d", i)))
-		}
+	var (
+		lw, lo []time.Duration
+		mu     sync.Mutex
+		seq    atomic.Int64
+	)
+	callers := 1
+	if s := os.Getenv("MANDATE_BENCH_CALLERS"); s != "" {
+		callers, _ = strconv.Atoi(s)
 	}
+	work := make(chan struct{}, b.N)
+	for range b.N {
+		work <- struct{}{}
+	}
+	close(work)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range max(callers, 1) {
+		wg.Go(func() {
+			for range work {
+				i := seq.Add(1)
+				var dw, do time.Duration
+				if i%2 == 0 {
+					dw = call(with, fmt.Sprintf("with-%d", i))
+					do = call(without, fmt.Sprintf("without-%d", i))
+				} else {
+					do = call(without, fmt.Sprintf("without-%d", i))
+					dw = call(with, fmt.Sprintf("with-%d", i))
+				}
+				mu.Lock()
+				lw, lo = append(lw, dw), append(lo, do)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
 	b.StopTimer()
 	mean := func(l []time.Duration) float64 {
 		var s time.Duration
