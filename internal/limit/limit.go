@@ -22,10 +22,6 @@ import (
 // MaxWindow bounds a limit's window.
 const MaxWindow = 31 * 24 * time.Hour
 
-// MaxGroupLen bounds the group value a bucket is keyed by; a longer value
-// is counted by its first MaxGroupLen bytes and its length.
-const MaxGroupLen = 256
-
 // PerName is the manifest's name of p, "" for an unspecified or unknown
 // scope.
 func PerName(p mandatev1.LimitScope) string {

@@ -764,7 +764,10 @@ func purgeSpends(ctx context.Context, tx pgx.Tx, now time.Time) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	err = tx.QueryRow(ctx, sqlPurgeSpends, now, tenants, buckets).Scan(&n)
+	if err := tx.QueryRow(ctx, sqlPurgeSpends, now, tenants, buckets).Scan(&n); err != nil {
+		return 0, err
+	}
+	_, err = tx.Exec(ctx, sqlDropEmptyBuckets, tenants, buckets)
 	return n, err
 }
 
@@ -789,9 +792,14 @@ func (s *Store) Refund(ctx context.Context, tenant, holder string) error {
 		}
 		slices.Sort(keys)
 		keys = slices.Compact(keys)
+		tenants := make([]string, len(buckets))
+		for i := range tenants {
+			tenants[i] = tenant
+		}
 		b := &pgx.Batch{}
 		b.Queue(sqlSpendLock, keys)
 		b.Queue(sqlRefund, tenant, holder)
+		b.Queue(sqlDropEmptyBuckets, tenants, buckets)
 		return s.pool.SendBatch(ctx, b).Close()
 	})
 	return mapErr(ctx, "executor: refund", err)

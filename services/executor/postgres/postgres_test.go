@@ -688,4 +688,48 @@ func TestBucketTotalsMatchTheSpends(t *testing.T) {
 	if bad != 0 {
 		t.Fatalf("%d buckets' totals differ from their spends", bad)
 	}
+	// Refund and purge everything: no bucket keeps a row.
+	for w := range 4 {
+		for i := range 7 {
+			if err := stores[0].Refund(ctxFor(t), "acme", fmt.Sprintf("h%d-%d", w, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var left int
+	if err := pool.QueryRow(ctxFor(t), `SELECT (SELECT count(*) FROM executor.limit_bucket) + (SELECT count(*) FROM executor.limit_spend)`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("%d bucket or spend rows left after every spend was given back", left)
+	}
+}
+
+// TestEmptyBucketsLeaveNoRow: a caller that varies a limit's group field
+// (one bucket per value) leaves no bucket row behind once its spends have
+// lapsed and been purged, nor for a call refused outright.
+func TestEmptyBucketsLeaveNoRow(t *testing.T) {
+	pool := pgtest.New(t, postgres.Migrations)
+	st := postgres.New(pool, postgres.Options{})
+	ctx := ctxFor(t)
+	for i := range 50 {
+		items := []executor.SpendItem{{Bucket: fmt.Sprint("group-", i), Amount: 1, Max: 5, Window: 10 * time.Millisecond}}
+		if i%2 == 0 {
+			items[0].Amount = 6 // over the ceiling alone: refused, nothing recorded
+		}
+		if _, err := st.Spend(ctx, executor.Spending{Tenant: "acme", Holder: fmt.Sprint("h", i), Items: items}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := st.Purge(ctx, executor.PurgePolicy{Now: time.Now(), KeepEvents: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM executor.limit_bucket) + (SELECT count(*) FROM executor.limit_spend)`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("%d rows left for 50 buckets whose spends lapsed or were refused", left)
+	}
 }

@@ -150,6 +150,11 @@ const (
 	ON CONFLICT (tenant) DO UPDATE SET seq = EXCLUDED.seq, delivered_at = EXCLUDED.delivered_at
 	WHERE c.seq < EXCLUDED.seq`
 
+	// sqlDropEmptyBuckets deletes the rows of buckets ($1 tenants, $2 buckets) whose total is 0,
+	// under the buckets' advisory locks: a bucket keeps a row only while it holds a spend.
+	sqlDropEmptyBuckets = `DELETE FROM executor.limit_bucket b USING unnest($1::text[], $2::text[]) AS k(tenant, bucket)
+	WHERE b.tenant = k.tenant AND b.bucket = k.bucket AND b.used = 0`
+
 	// sqlPurgeSpendBuckets lists up to $2 buckets holding spends lapsed at $1 (the purger's
 	// clock; a skew between it and the database's, which times the spends, moves the purge by
 	// as much): Purge locks them.

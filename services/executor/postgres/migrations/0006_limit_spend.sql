@@ -30,7 +30,7 @@ CREATE INDEX limit_spend_holder ON limit_spend (tenant, holder);
 CREATE INDEX limit_spend_lapses ON limit_spend (lapses_at);
 
 -- A bucket's total: the sum of the amounts of every row limit_spend holds for it, lapsed or
--- not. Every change to limit_spend changes it in the same transaction, under the bucket's
+-- not; a bucket whose total is 0 has no row (Spend, Refund and Purge delete it). Every change to limit_spend changes it in the same transaction, under the bucket's
 -- advisory lock (Spend, Refund, Purge), so a Spend reads one row instead of summing the
 -- bucket's spends, and removes the lapsed ones as it meets them.
 CREATE TABLE limit_bucket (
@@ -96,9 +96,14 @@ BEGIN
 				amount = EXCLUDED.amount, spent_at = EXCLUDED.spent_at, lapses_at = EXCLUDED.lapses_at;
 		END IF;
 		IF NOT p_dry THEN
-			INSERT INTO executor.limit_bucket AS b (tenant, bucket, used)
-			VALUES (p_tenant, p_buckets[i], CASE WHEN write THEN total[i] - own[i] + p_amounts[i] ELSE total[i] END)
-			ON CONFLICT (tenant, bucket) DO UPDATE SET used = EXCLUDED.used;
+			gone := CASE WHEN write THEN total[i] - own[i] + p_amounts[i] ELSE total[i] END;
+			IF gone = 0 THEN
+				-- An empty bucket keeps no row: a caller varying a group field leaves none behind.
+				DELETE FROM executor.limit_bucket b WHERE b.tenant = p_tenant AND b.bucket = p_buckets[i];
+			ELSE
+				INSERT INTO executor.limit_bucket AS b (tenant, bucket, used) VALUES (p_tenant, p_buckets[i], gone)
+				ON CONFLICT (tenant, bucket) DO UPDATE SET used = EXCLUDED.used;
+			END IF;
 		END IF;
 		o_used := least(total[i] - own[i], 9223372036854775807)::bigint;
 		o_fits := total[i] - own[i] + p_amounts[i] <= p_maxes[i];
