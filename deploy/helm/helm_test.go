@@ -472,7 +472,8 @@ func TestEverythingOn(t *testing.T) {
 		"services.helpdesk.enabled=true", "metrics.serviceMonitor.enabled=true", "manifest.configMap=mandate-manifest",
 		"otel.endpoint=http://otel-collector:4317", "services.executor.eventsURL=nats://nats:4222",
 		"secrets.databaseURL.name=mandate-db-app", "secrets.databaseURL.key=uri",
-		"services.executor.backends={billing.v1.BillingService=billing:9000}")
+		"services.executor.backends={billing.v1.BillingService=billing:9000}",
+		"services.confirm.webhookURL=https://hooks.example.com/mandate", "secrets.webhookSecretKey=webhook-secret")
 	deps := byKind(objs, "Deployment")
 	if len(deps) != len(services)+1 || len(byKind(objs, "ServiceMonitor")) != len(services)+1 {
 		t.Fatalf("%d Deployments, %d ServiceMonitors", len(deps), len(byKind(objs, "ServiceMonitor")))
@@ -484,6 +485,9 @@ func TestEverythingOn(t *testing.T) {
 	if env["MANDATE_DATABASE_URL"] != "secret:mandate-db-app/uri" || env["OTEL_EXPORTER_OTLP_ENDPOINT"] != "http://otel-collector:4317" ||
 		env["MANDATE_MANIFEST"] != "/etc/mandate/manifest/manifest.json" || env["MANDATE_EVENTS_URL"] != "nats://nats:4222" {
 		t.Errorf("executor env %v", env)
+	}
+	if c := containerEnv(deps["mandate-confirm"]); c["MANDATE_WEBHOOK_URL"] != "https://hooks.example.com/mandate" || c["MANDATE_WEBHOOK_SECRET"] != "secret:mandate/webhook-secret" {
+		t.Errorf("confirm env %v: want the webhook URL and its secret from the Secret", c)
 	}
 	wantWiring(t, objs)
 }
