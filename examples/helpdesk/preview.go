@@ -32,8 +32,8 @@ func (b *Backend) previews() *backend.Previews {
 // previewRecall is the preview of RecallExpenseReport: the recall rules
 // (checkRecall) on the report as it is now.
 func (b *Backend) previewRecall(ctx context.Context, p backend.Caller, req *helpdeskv1.RecallExpenseReportRequest) ([]backend.Effect, error) {
-	effects, err := b.desk.previewTransition(ctx, p, req.GetReportId(), checkRecall, func(r ExpenseReport) string {
-		return "take expense report " + r.ID + " back to draft, before anyone approves it"
+	effects, err := b.desk.previewReport(ctx, p, req.GetReportId(), checkRecall, "recall", func(r ExpenseReport, total Money) string {
+		return fmt.Sprintf("take expense report %s (%s) back to draft, before anyone approves it", r.ID, total)
 	})
 	if err != nil {
 		return nil, b.fail(ctx, "PreviewRecallExpenseReport", p, err)
@@ -44,8 +44,8 @@ func (b *Backend) previewRecall(ctx context.Context, p backend.Caller, req *help
 // previewApprove is the preview of ApproveExpenseReport: the approval
 // rules (checkApprove) on the report as it is now.
 func (b *Backend) previewApprove(ctx context.Context, p backend.Caller, req *helpdeskv1.ApproveExpenseReportRequest) ([]backend.Effect, error) {
-	effects, err := b.desk.previewTransition(ctx, p, req.GetReportId(), checkApprove, func(r ExpenseReport) string {
-		return "approve expense report " + r.ID + " of " + r.Owner + " for payroll"
+	effects, err := b.desk.previewReport(ctx, p, req.GetReportId(), checkApprove, "approve", func(r ExpenseReport, total Money) string {
+		return fmt.Sprintf("approve expense report %s of %s (%s) for payroll", r.ID, r.Owner, total)
 	})
 	if err != nil {
 		return nil, b.fail(ctx, "PreviewApproveExpenseReport", p, err)
@@ -53,9 +53,11 @@ func (b *Backend) previewApprove(ctx context.Context, p backend.Caller, req *hel
 	return effects, nil
 }
 
-// previewTransition reads the report, applies check as the transition
-// would, and describes it with its total.
-func (d *desk) previewTransition(ctx context.Context, p backend.Caller, reportID string, check func(backend.Caller, ExpenseReport) error, text func(ExpenseReport) string) ([]backend.Effect, error) {
+// previewReport reads the report, applies check as the command would, and
+// describes the call with the report's total: an effect of kind whose text
+// is text's.
+func (d *desk) previewReport(ctx context.Context, p backend.Caller, reportID string, check func(backend.Caller, ExpenseReport) error,
+	kind string, text func(r ExpenseReport, total Money) string) ([]backend.Effect, error) {
 	var r ExpenseReport
 	err := d.store.InTx(ctx, func(tx Tx) error {
 		var err error
@@ -73,9 +75,10 @@ func (d *desk) previewTransition(ctx context.Context, p backend.Caller, reportID
 	}
 	total, err := Total(r.Lines)
 	if err != nil {
+		// A stored report's lines share a currency (createReport checked it).
 		return nil, err
 	}
-	return []backend.Effect{{Kind: "transition", Text: text(r) + " (" + total.String() + ")",
+	return []backend.Effect{{Kind: kind, Text: text(r, total),
 		Amounts: []backend.Amount{{Label: "total", Currency: total.Currency, Minor: total.Minor}}}}, nil
 }
 
@@ -189,33 +192,11 @@ func (d *desk) previewRefund(ctx context.Context, p backend.Caller, amount Money
 
 // previewSubmit applies the submit rules to the report as it is now and describes the submit.
 func (d *desk) previewSubmit(ctx context.Context, p backend.Caller, reportID string) ([]backend.Effect, error) {
-	var r ExpenseReport
-	err := d.store.InTx(ctx, func(tx Tx) error {
-		var err error
-		r, err = tx.Report(ctx, p.Tenant, reportID)
-		return err
+	return d.previewReport(ctx, p, reportID, checkSubmit, "submit", func(r ExpenseReport, total Money) string {
+		lines := "1 line"
+		if len(r.Lines) != 1 {
+			lines = fmt.Sprintf("%d lines", len(r.Lines))
+		}
+		return fmt.Sprintf("submit expense report %s (%s, %s) to the manager for approval", r.ID, lines, total)
 	})
-	if errors.Is(err, ErrNotFound) {
-		return nil, notFound("expense report", reportID)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := checkSubmit(p, r); err != nil {
-		return nil, err
-	}
-	total, err := Total(r.Lines)
-	if err != nil {
-		// A stored report's lines share a currency (createReport checked it).
-		return nil, err
-	}
-	lines := "1 line"
-	if len(r.Lines) != 1 {
-		lines = fmt.Sprintf("%d lines", len(r.Lines))
-	}
-	return []backend.Effect{{
-		Kind:    "submit",
-		Text:    fmt.Sprintf("submit expense report %s (%s, %s) to the manager for approval", r.ID, lines, total),
-		Amounts: []backend.Amount{{Label: "total", Currency: total.Currency, Minor: total.Minor}},
-	}}, nil
 }

@@ -514,15 +514,7 @@ func (c *compiler) conditions(md protoreflect.MethodDescriptor, code string, dec
 	seen := map[string]bool{}
 	for i, cd := range decl.GetConditions() {
 		id := cd.GetId()
-		switch {
-		case id == "":
-			c.refuse("MANDATE1020", md, code, "condition %d has no `id`; give it a stable kebab-case id such as `large-refund`", i+1)
-		case len(id) > condition.MaxIDLen || !condition.IDPattern.MatchString(id):
-			c.refuse("MANDATE1020", md, code, "condition id %q is malformed; use lower-case letters and digits in segments joined by '-', '_' or '.', at most %d characters, e.g. `large-refund`", id, condition.MaxIDLen)
-		case seen[id]:
-			c.refuse("MANDATE1020", md, code, "condition id %q is declared twice; every condition of a command needs its own id", id)
-		}
-		seen[id] = true
+		c.checkID("MANDATE1020", md, code, "condition", "large-refund", i, id, seen)
 		effect := condition.EffectName(cd.GetEffect())
 		if effect == "" {
 			c.refuse("MANDATE1020", md, code, "condition %q has no `effect`; declare CONDITION_EFFECT_REQUIRE_CONFIRMATION or CONDITION_EFFECT_DENY", id)
@@ -566,15 +558,7 @@ func (c *compiler) limits(md protoreflect.MethodDescriptor, code string, decl *m
 	}
 	for i, l := range decl.GetLimits() {
 		id := l.GetId()
-		switch {
-		case id == "":
-			c.refuse("MANDATE1023", md, code, "limit %d has no `id`; give it a stable kebab-case id such as `agent-daily-refunds`", i+1)
-		case len(id) > condition.MaxIDLen || !condition.IDPattern.MatchString(id):
-			c.refuse("MANDATE1023", md, code, "limit id %q is malformed; use lower-case letters and digits in segments joined by '-', '_' or '.', at most %d characters", id, condition.MaxIDLen)
-		case seen[id]:
-			c.refuse("MANDATE1023", md, code, "limit id %q is declared twice (limits and conditions of a command share ids); give each its own", id)
-		}
-		seen[id] = true
+		c.checkID("MANDATE1023", md, code, "limit", "agent-daily-refunds", i, id, seen)
 		per := limit.PerName(l.GetPer())
 		if per == "" {
 			c.refuse("MANDATE1023", md, code, "limit %q has no `per`; declare LIMIT_SCOPE_AGENT, LIMIT_SCOPE_USER or LIMIT_SCOPE_TENANT", id)
@@ -613,6 +597,21 @@ func (c *compiler) limits(md protoreflect.MethodDescriptor, code string, decl *m
 		})
 	}
 	return out
+}
+
+// checkID checks the id of the i-th declared condition or limit (what):
+// present, well formed, and not one seen already among the command's
+// conditions and limits, which share ids; rule is the refusal's.
+func (c *compiler) checkID(rule string, md protoreflect.MethodDescriptor, code, what, example string, i int, id string, seen map[string]bool) {
+	switch {
+	case id == "":
+		c.refuse(rule, md, code, "%s %d has no `id`; give it a stable kebab-case id such as `%s`", what, i+1, example)
+	case len(id) > condition.MaxIDLen || !condition.IDPattern.MatchString(id):
+		c.refuse(rule, md, code, "%s id %q is malformed; use lower-case letters and digits in segments joined by '-', '_' or '.', at most %d characters, e.g. `%s`", what, id, condition.MaxIDLen, example)
+	case seen[id]:
+		c.refuse(rule, md, code, "%s id %q is declared twice (the conditions and limits of a command share ids); give each its own", what, id)
+	}
+	seen[id] = true
 }
 
 // compileCondition type-checks expr against input.

@@ -151,15 +151,7 @@ func (s *Store) ReserveSpending(ctx context.Context, key executor.IdemKey, r exe
 		saved, err := s.Reserve(ctx, key, r)
 		return saved, nil, err
 	}
-	n := len(sp.Items)
-	buckets, amounts, maxes, windows := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	keys := make([]int64, n)
-	for i, it := range sp.Items {
-		buckets[i], amounts[i], maxes[i], windows[i] = it.Bucket, it.Amount, it.Max, micros(it.Window)
-		keys[i] = spendLockKey(sp.Tenant, it.Bucket)
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
+	keys, buckets, amounts, maxes, windows := spendArgs(sp)
 	ttl := max(r.TTL, time.Microsecond)
 	var (
 		won bool
@@ -668,15 +660,7 @@ func (s *Store) Spend(ctx context.Context, sp executor.Spending) ([]executor.Bal
 		}
 		return []executor.Balance{}, nil
 	}
-	n := len(sp.Items)
-	buckets, amounts, maxes, windows := make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	keys := make([]int64, n)
-	for i, it := range sp.Items {
-		buckets[i], amounts[i], maxes[i], windows[i] = it.Bucket, it.Amount, it.Max, micros(it.Window)
-		keys[i] = spendLockKey(sp.Tenant, it.Bucket)
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
+	keys, buckets, amounts, maxes, windows := spendArgs(sp)
 	var out []executor.Balance
 	err := s.retry(ctx, func() (err error) {
 		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
@@ -815,6 +799,21 @@ func (s *Store) retry(ctx context.Context, fn func() error) error {
 		}
 	}
 	return errors.Join(pg.ErrRetriesExhausted, err)
+}
+
+// spendArgs are sp's items as sqlSpend takes them (buckets, amounts, maxes, windows in
+// microseconds), and the buckets' advisory lock keys, sorted and distinct, as sqlSpendLock
+// takes them.
+func spendArgs(sp executor.Spending) (keys []int64, buckets []string, amounts, maxes, windows []int64) {
+	n := len(sp.Items)
+	buckets, amounts, maxes, windows = make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	keys = make([]int64, n)
+	for i, it := range sp.Items {
+		buckets[i], amounts[i], maxes[i], windows[i] = it.Bucket, it.Amount, it.Max, micros(it.Window)
+		keys[i] = spendLockKey(sp.Tenant, it.Bucket)
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), buckets, amounts, maxes, windows
 }
 
 // spendLockKey is the advisory lock key of tenant's bucket: a stable 64-bit hash, the same in
