@@ -52,8 +52,11 @@ func testACallCancelledBeforeItWasSentIsNotExecuted(t *testing.T, st stores) {
 	ctx, cancel := context.WithTimeout(as(token(t, "acme", "alice", "")), 300*time.Millisecond)
 	defer cancel()
 	_, err := e.execute(t, ctx, "expense.report.create", createInput, withKey("gone-before-sent"))
-	if status.Code(err) != codes.DeadlineExceeded {
-		t.Fatalf("the caller whose deadline passed: %v", err)
+	// The caller's own deadline usually fires first; on a loaded machine
+	// the executor's answer — not sent, nothing run — can arrive before
+	// the client's timer does. Either says the same.
+	if status.Code(err) != codes.DeadlineExceeded && refusal(err).GetCode() != "handler.not_sent" {
+		t.Fatalf("the caller whose deadline passed: %v (%v)", err, refusal(err))
 	}
 	inv := <-late.dispatched
 	rows := e.rows(t, "acme", inv, 2)

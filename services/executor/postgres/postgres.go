@@ -157,27 +157,15 @@ func (s *Store) ReserveSpending(ctx context.Context, key executor.IdemKey, r exe
 		won bool
 		out []executor.Balance
 	)
-	err := s.retry(ctx, func() (err error) {
+	err := s.retry(ctx, func() error {
 		now := s.now()
 		expires := now.Add(ttl).Truncate(time.Microsecond)
-		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3)}
-		b.Queue(sqlSpendLock, keys)
-		b.Queue(sqlReserve, key.Tenant, key.User, key.Command, key.Key, r.Digest, now, expires,
-			nullString(r.InvocationID), leaseEnd(now, r.Lease))
-		b.Queue(sqlSpendIfReserved, sp.Tenant, sp.Holder, buckets, amounts, maxes, windows, sp.Force, false,
-			key.User, key.Command, key.Key, r.InvocationID)
-		br := s.pool.SendBatch(ctx, b)
-		defer func() { err = errors.Join(err, br.Close()) }()
-		if _, err := br.Exec(); err != nil {
+		rows, err := s.pool.Query(ctx, sqlReserveSpend, keys, key.Tenant, key.User, key.Command, key.Key, r.Digest,
+			now, expires, r.InvocationID, leaseEnd(now, r.Lease), sp.Holder, buckets, amounts, maxes, windows, sp.Force)
+		if err != nil {
 			return err
 		}
-		won = false
-		switch err := br.QueryRow().Scan(&won); {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return err
-		}
-		out, err = collectBalances(br, sp.Items)
+		won, out, err = collectReserveSpend(rows, sp.Items)
 		return err
 	})
 	if err != nil {
@@ -678,6 +666,51 @@ func (s *Store) Spend(ctx context.Context, sp executor.Spending) ([]executor.Bal
 		return nil, mapErr(ctx, op, err)
 	}
 	return out, nil
+}
+
+// collectReserveSpend reads sqlReserveSpend's rows: whether the key was claimed and, when it
+// was, the balances (as collectBalances).
+func collectReserveSpend(rows pgx.Rows, items []executor.SpendItem) (bool, []executor.Balance, error) {
+	defer rows.Close()
+	won := false
+	out := make([]executor.Balance, 0, len(items))
+	for rows.Next() {
+		var (
+			ok      bool
+			used    *int64
+			fits    *bool
+			now     *time.Time
+			amounts []int64
+			lapses  []time.Time
+		)
+		if err := rows.Scan(&ok, &used, &fits, &now, &amounts, &lapses); err != nil {
+			return false, nil, err
+		}
+		if !ok {
+			continue
+		}
+		won = true
+		if used == nil || fits == nil || now == nil || len(out) == len(items) || len(amounts) != len(lapses) {
+			return false, nil, fmt.Errorf("executor: reserve and spend: unexpected balance row %d", len(out))
+		}
+		bal := executor.Balance{Used: *used, Fits: *fits}
+		if !bal.Fits {
+			live := make([]executor.Lapse, len(amounts))
+			for j := range amounts {
+				live[j] = executor.Lapse{Amount: amounts[j], At: lapses[j]}
+			}
+			it := items[len(out)]
+			bal.RetryAfter = executor.RetryAfterOf(live, it.Amount, it.Max, *now)
+		}
+		out = append(out, bal)
+	}
+	if err := rows.Err(); err != nil {
+		return false, nil, err
+	}
+	if won && len(out) != len(items) {
+		return false, nil, fmt.Errorf("executor: reserve and spend: %d balances for %d items", len(out), len(items))
+	}
+	return won, out, nil
 }
 
 // collectBalances reads sqlSpend's rows, one per item in their order, and computes the

@@ -185,6 +185,14 @@ const (
 	FROM executor.limit_spend_apply($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7, $8,
 		NULL, NULL, NULL, NULL)`
 
+	// sqlReserveSpend is ReserveSpending in one statement, by limit_reserve_spend (migration
+	// 0006): $1 the buckets' lock keys, $2-$10 the claim as sqlReserve takes it (tenant, user,
+	// command, key, digest, now, expiry, invocation, lease end), $11 holder, $12-$15 the items,
+	// $16 force.
+	sqlReserveSpend = `SELECT o_won, o_used, o_fits, o_now, o_amounts, o_lapses
+	FROM executor.limit_reserve_spend($1::bigint[], $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+		$12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $16)`
+
 	// sqlSpendIfReserved is sqlSpend sent after sqlReserve in one implicit transaction
 	// (ReserveSpending): it records the spend only when the reservation it follows claimed the
 	// key — the record ($9-$12: user, command, key, invocation) is in flight for this

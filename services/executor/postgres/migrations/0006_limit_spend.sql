@@ -122,3 +122,39 @@ BEGIN
 	END LOOP;
 END
 $fn$;
+
+-- limit_reserve_spend is ReserveSpending in one statement: it takes the buckets' advisory locks
+-- (p_keys, sorted and distinct), claims the idempotency key as sqlReserve does (a new record,
+-- or one that expired), and only when it did, decides and records the spend as
+-- limit_spend_apply does. It returns one row per item, o_won true, when it claimed the key;
+-- one row with o_won false and nothing else when it did not (the caller reads the record).
+CREATE FUNCTION limit_reserve_spend(
+	p_keys bigint[], p_tenant text, p_user text, p_command text, p_key text, p_digest text,
+	p_now timestamptz, p_expires timestamptz, p_invocation text, p_lease timestamptz,
+	p_holder text, p_buckets text[], p_amounts bigint[], p_maxes bigint[], p_windows bigint[], p_force boolean)
+RETURNS TABLE (o_won boolean, o_used bigint, o_fits boolean, o_now timestamptz, o_amounts bigint[], o_lapses timestamptz[])
+LANGUAGE plpgsql AS $fn$
+DECLARE
+	won boolean := false;
+BEGIN
+	PERFORM pg_advisory_xact_lock(k) FROM unnest(p_keys) AS l(k);
+	INSERT INTO executor.idempotency AS i
+		(tenant, user_id, command, key, digest, state, reserved_at, expires_at, invocation_id, lease_until)
+	VALUES (p_tenant, p_user, p_command, p_key, p_digest, 'in_flight', p_now, p_expires, p_invocation, p_lease)
+	ON CONFLICT (tenant, user_id, command, key) DO UPDATE SET
+		digest = EXCLUDED.digest, state = 'in_flight',
+		reserved_at = EXCLUDED.reserved_at, expires_at = EXCLUDED.expires_at,
+		finished_at = NULL, invocation_id = EXCLUDED.invocation_id, lease_until = EXCLUDED.lease_until,
+		output = NULL, status = NULL, audit_id = NULL
+	WHERE i.expires_at <= EXCLUDED.reserved_at
+	RETURNING true INTO won;
+	IF NOT coalesce(won, false) THEN
+		o_won := false;
+		RETURN NEXT;
+		RETURN;
+	END IF;
+	RETURN QUERY SELECT true, a.o_used, a.o_fits, a.o_now, a.o_amounts, a.o_lapses
+		FROM executor.limit_spend_apply(p_tenant, p_holder, p_buckets, p_amounts, p_maxes, p_windows, p_force, false,
+			NULL, NULL, NULL, NULL) AS a;
+END
+$fn$;
