@@ -182,8 +182,7 @@ const (
 	// other holders' live spends, whether the item fits, the database's clock, and the live
 	// spends' amounts and lapses of an item that does not fit and could.
 	sqlSpend = `SELECT o_used, o_fits, o_now, o_amounts, o_lapses
-	FROM executor.limit_spend_apply($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7, $8,
-		NULL, NULL, NULL, NULL)`
+	FROM executor.limit_spend_apply($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7, $8)`
 
 	// sqlReserveSpend is ReserveSpending in one statement, by limit_reserve_spend (migration
 	// 0006): $1 the buckets' lock keys, $2-$10 the claim as sqlReserve takes it (tenant, user,
@@ -192,14 +191,6 @@ const (
 	sqlReserveSpend = `SELECT o_won, o_used, o_fits, o_now, o_amounts, o_lapses
 	FROM executor.limit_reserve_spend($1::bigint[], $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
 		$12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $16)`
-
-	// sqlSpendIfReserved is sqlSpend sent after sqlReserve in one implicit transaction
-	// (ReserveSpending): it records the spend only when the reservation it follows claimed the
-	// key — the record ($9-$12: user, command, key, invocation) is in flight for this
-	// invocation — and otherwise answers the balances and writes nothing.
-	sqlSpendIfReserved = `SELECT o_used, o_fits, o_now, o_amounts, o_lapses
-	FROM executor.limit_spend_apply($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7, $8,
-		$9, $10, $11, $12)`
 
 	// sqlRefundBuckets lists the buckets holder $2 spent in, in tenant $1: Refund locks them.
 	sqlRefundBuckets = `SELECT DISTINCT bucket FROM executor.limit_spend WHERE tenant = $1 AND holder = $2`

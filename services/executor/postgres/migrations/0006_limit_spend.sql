@@ -45,14 +45,13 @@ CREATE TABLE limit_bucket (
 -- For each item (p_buckets … p_windows, windows in microseconds) the other holders' spends
 -- that have not lapsed at the database's clock are the bucket's total, less its lapsed spends
 -- (deleted here, unless p_dry) and the holder's own. When every item fits, or p_force, and not
--- p_dry — and, with p_invocation, only when the key's reservation is this invocation's and in
--- flight — it upserts p_holder's spend of each bucket. It returns, in item order, what the
+-- p_dry, it upserts p_holder's spend of each bucket. It returns, in item order, what the
 -- others spent (saturated to bigint), whether the item fits, the clock, and — only for an item
 -- that does not fit and could (amount <= max), for RetryAfter — the others' live spends'
 -- amounts and lapses in lapse order. The items' buckets are distinct (executor.ValidSpending).
 CREATE FUNCTION limit_spend_apply(
 	p_tenant text, p_holder text, p_buckets text[], p_amounts bigint[], p_maxes bigint[], p_windows bigint[],
-	p_force boolean, p_dry boolean, p_user text, p_command text, p_key text, p_invocation text)
+	p_force boolean, p_dry boolean)
 RETURNS TABLE (o_used bigint, o_fits boolean, o_now timestamptz, o_amounts bigint[], o_lapses timestamptz[])
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -62,14 +61,8 @@ DECLARE
 	own   numeric[] := '{}';
 	gone  numeric;
 	ok    boolean := true;
-	ours  boolean := true;
 	write boolean;
 BEGIN
-	IF p_invocation IS NOT NULL THEN
-		ours := EXISTS (SELECT 1 FROM executor.idempotency r
-			WHERE r.tenant = p_tenant AND r.user_id = p_user AND r.command = p_command AND r.key = p_key
-			  AND r.invocation_id = p_invocation AND r.state = 'in_flight');
-	END IF;
 	FOR i IN 1 .. n LOOP
 		IF p_dry THEN
 			gone := (SELECT coalesce(sum(s.amount), 0) FROM executor.limit_spend s
@@ -87,7 +80,7 @@ BEGIN
 			ok := false;
 		END IF;
 	END LOOP;
-	write := NOT p_dry AND ours AND (p_force OR ok);
+	write := NOT p_dry AND (p_force OR ok);
 	FOR i IN 1 .. n LOOP
 		IF write THEN
 			INSERT INTO executor.limit_spend AS l (tenant, bucket, holder, amount, spent_at, lapses_at)
@@ -154,7 +147,6 @@ BEGIN
 		RETURN;
 	END IF;
 	RETURN QUERY SELECT true, a.o_used, a.o_fits, a.o_now, a.o_amounts, a.o_lapses
-		FROM executor.limit_spend_apply(p_tenant, p_holder, p_buckets, p_amounts, p_maxes, p_windows, p_force, false,
-			NULL, NULL, NULL, NULL) AS a;
+		FROM executor.limit_spend_apply(p_tenant, p_holder, p_buckets, p_amounts, p_maxes, p_windows, p_force, false) AS a;
 END
 $fn$;
