@@ -15,6 +15,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Webhook delivery: the store keeps a notice for every challenge opened,
@@ -106,13 +110,31 @@ type WebhookConfig struct {
 	Batch int
 	// Logger logs deliveries given up and refused; nil: discard.
 	Logger *slog.Logger
+	// MeterProvider records MetricWebhooks; default
+	// otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
+
+// MetricWebhooks counts the relay's notices by result: delivered (the
+// receiver answered 2xx), failed (an attempt to be retried), given_up
+// (out of attempts, kept with the reason) and dropped (no URL is set).
+const MetricWebhooks = "mandate.confirm.webhooks"
+
+// Webhook results (the result attribute of MetricWebhooks).
+const (
+	WebhookDelivered = "delivered"
+	WebhookFailed    = "failed"
+	WebhookGivenUp   = "given_up"
+	WebhookDropped   = "dropped"
+)
 
 // WebhookRelay delivers the notices of a NoticeStore.
 type WebhookRelay struct {
 	store NoticeStore
 	svc   *Service
 	cfg   WebhookConfig
+	count metric.Int64Counter
+	by    map[string][]metric.AddOption
 }
 
 // NewWebhookRelay returns a relay over store; svc renders what a notice
@@ -142,7 +164,27 @@ func NewWebhookRelay(store NoticeStore, svc *Service, cfg WebhookConfig) *Webhoo
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &WebhookRelay{store: store, svc: svc, cfg: cfg}
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = otel.GetMeterProvider()
+	}
+	r := &WebhookRelay{store: store, svc: svc, cfg: cfg, by: map[string][]metric.AddOption{}}
+	c, err := cfg.MeterProvider.Meter("mandate/confirm").Int64Counter(MetricWebhooks, metric.WithUnit("{notice}"),
+		metric.WithDescription("Webhook notices of the confirm service, by result: delivered, failed (to be retried), given_up (out of attempts) or dropped (no URL set)."))
+	if err != nil {
+		cfg.Logger.Warn("webhook metric unavailable", "error", err)
+	}
+	r.count = c
+	for _, res := range []string{WebhookDelivered, WebhookFailed, WebhookGivenUp, WebhookDropped} {
+		r.by[res] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("result", res)))}
+	}
+	return r
+}
+
+// counted adds one notice of result to MetricWebhooks.
+func (r *WebhookRelay) counted(ctx context.Context, result string) {
+	if r.count != nil {
+		r.count.Add(context.WithoutCancel(ctx), 1, r.by[result]...)
+	}
 }
 
 // Run delivers until ctx ends.
@@ -178,6 +220,7 @@ func (r *WebhookRelay) Once(ctx context.Context) (int, error) {
 			if err := r.store.NoticeDelivered(ctx, n.ID); err != nil {
 				return delivered, err
 			}
+			r.counted(ctx, WebhookDropped)
 			continue
 		}
 		if err := r.deliver(ctx, n); err != nil {
@@ -187,16 +230,19 @@ func (r *WebhookRelay) Once(ctx context.Context) (int, error) {
 				if err := r.store.NoticeGiveUp(ctx, n.ID, reason); err != nil {
 					return delivered, err
 				}
+				r.counted(ctx, WebhookGivenUp)
 				continue
 			}
 			if err := r.store.NoticeFailed(ctx, n.ID, r.cfg.Backoff(n.Attempts+1), reason); err != nil {
 				return delivered, err
 			}
+			r.counted(ctx, WebhookFailed)
 			continue
 		}
 		if err := r.store.NoticeDelivered(ctx, n.ID); err != nil {
 			return delivered, err
 		}
+		r.counted(ctx, WebhookDelivered)
 		delivered++
 	}
 	return delivered, nil

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/mandate-dev/mandate/services/confirm"
 )
 
@@ -98,9 +101,11 @@ func TestWebhooks(t *testing.T) {
 	f := setup(t, false)
 	ctx := context.Background()
 	rcv := newHookReceiver(t, hookKey)
+	reader := sdkmetric.NewManualReader()
 	relay := confirm.NewWebhookRelay(f.store, f.svc, confirm.WebhookConfig{
 		URL: rcv.srv.URL, Key: hookKey, MaxAttempts: 3,
-		Backoff: func(int) time.Duration { return time.Second },
+		Backoff:       func(int) time.Duration { return time.Second },
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 	})
 	round := func(want int) {
 		t.Helper()
@@ -184,6 +189,33 @@ func TestWebhooks(t *testing.T) {
 	if len(rcv.got()) != 5 {
 		t.Fatal("a given-up notice was delivered")
 	}
+	// 5 delivered; 2 failed attempts before the fifth; 2 failed and 1
+	// given up for the last.
+	if got := webhookCounts(t, reader); got[confirm.WebhookDelivered] != 5 || got[confirm.WebhookFailed] != 4 || got[confirm.WebhookGivenUp] != 1 || got[confirm.WebhookDropped] != 0 {
+		t.Fatalf("%s = %v, want delivered 5, failed 4, given_up 1", confirm.MetricWebhooks, got)
+	}
+}
+
+// webhookCounts reads MetricWebhooks by result.
+func webhookCounts(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != confirm.MetricWebhooks {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				v, _ := dp.Attributes.Value("result")
+				out[v.AsString()] += dp.Value
+			}
+		}
+	}
+	return out
 }
 
 // TestWebhookSecret: a secret is "whsec_" and the base64 of at least 24
