@@ -587,7 +587,9 @@ func (s *suite) testWatch(t *testing.T) {
 
 func (s *suite) testWatchExpiry(t *testing.T) {
 	b := s.newBackend(t)
-	c := create(t, b, Challenge("acme", "inv-1"), 300*time.Millisecond)
+	// Long enough that the first read comes before expiry on a loaded
+	// machine (300 ms did not, once, in CI).
+	c := create(t, b, Challenge("acme", "inv-1"), 1500*time.Millisecond)
 	ch, err := b.Watch(testCtx(t), "acme", c.ID)
 	if err != nil {
 		t.Fatal(err)
