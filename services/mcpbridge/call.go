@@ -10,7 +10,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/callattr"
@@ -83,27 +82,11 @@ type callResult struct {
 // execute runs c through the executor for the caller in ctx. The input
 // travels as the JSON it is (input_json), which the executor's strict
 // decoder refuses (and audits) unless it is an object; what the bridge
-// found wrong travels in metadata the executor honours only on calls the
-// bridge relays. Refusals are the executor's status errors.
+// found wrong travels in ExecuteRequest.relayed, which the executor honours
+// only on calls the bridge relays. Refusals are the executor's status
+// errors.
 func (b *Bridge) execute(ctx context.Context, c toolCall) (callResult, error) {
-	input := c.Input
-	if c.InputError != nil {
-		v, err := json.Marshal(c.InputError.Violations)
-		if err != nil {
-			return callResult{}, failure.Internal(stageSchema, err)
-		}
-		ctx = metadata.AppendToOutgoingContext(ctx, metadataInputError, string(v))
-		input = nil
-	}
-	ctx, err := relayAttributes(ctx, c)
-	if err != nil {
-		return callResult{}, err
-	}
-	resp, err := b.cfg.Executor.Execute(ctx, &mandatev1.ExecuteRequest{
-		Code: c.Code, InputJson: input, IdempotencyKey: c.IdempotencyKey,
-		ApprovalGrantId: c.GrantID, ConversationId: c.ConversationID,
-		ResultAsJson: true,
-	})
+	resp, err := b.cfg.Executor.Execute(ctx, c.request())
 	if err != nil {
 		return callResult{}, err
 	}
@@ -117,21 +100,30 @@ func (b *Bridge) execute(ctx context.Context, c toolCall) (callResult, error) {
 	return callResult{InvocationID: resp.GetInvocationId(), Output: out}, nil
 }
 
-// relayAttributes puts in the outgoing metadata what the executor honours
-// only on calls the bridge relays: the call's MCP session and the
-// attributes the bridge found malformed.
-func relayAttributes(ctx context.Context, c toolCall) (context.Context, error) {
-	if c.MCPSessionID != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, metadataMCPSession, c.MCPSessionID)
+// request is the ExecuteRequest of c: its input as JSON (none when the
+// bridge could not read it), and what the executor honours only from the
+// bridge in relayed — the call's MCP session, the input's violations and
+// the attributes the bridge found malformed.
+func (c toolCall) request() *mandatev1.ExecuteRequest {
+	req := &mandatev1.ExecuteRequest{
+		Code: c.Code, InputJson: c.Input, IdempotencyKey: c.IdempotencyKey,
+		ApprovalGrantId: c.GrantID, ConversationId: c.ConversationID,
+		ResultAsJson: true,
+	}
+	r := &mandatev1.Relayed{McpSessionId: c.MCPSessionID}
+	if c.InputError != nil {
+		req.InputJson = nil
+		for _, v := range c.InputError.Violations {
+			r.InputViolations = append(r.InputViolations, &mandatev1.Violation{Pointer: v.Pointer, Rule: v.Rule, Message: v.Message})
+		}
 	}
 	for _, inv := range c.Invalid {
-		v, err := json.Marshal(inv)
-		if err != nil {
-			return ctx, failure.Internal(stageRequest, err)
-		}
-		ctx = metadata.AppendToOutgoingContext(ctx, metadataInvalidAttribute, string(v))
+		r.InvalidAttributes = append(r.InvalidAttributes, &mandatev1.InvalidAttribute{Name: inv.Name, Rule: inv.Rule, Reason: inv.Reason, Value: inv.Value})
 	}
-	return ctx, nil
+	if r.McpSessionId != "" || len(r.InputViolations) > 0 || len(r.InvalidAttributes) > 0 {
+		req.Relayed = r
+	}
+	return req
 }
 
 // callTool runs tools/call for any published command, listed for the

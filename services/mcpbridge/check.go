@@ -100,14 +100,13 @@ func (b *Bridge) check(ctx context.Context, call toolCall) (*mcp.CallToolResult,
 	if s := bytes.TrimSpace(input); len(s) == 0 || string(s) == "null" {
 		input = []byte("{}")
 	}
-	ctx, err := relayAttributes(ctx, call)
-	if err != nil {
-		return b.refusal(ctx, CheckTool, err)
-	}
-	resp, err := b.cfg.Executor.(Checker).Check(ctx, &mandatev1.ExecuteRequest{
-		Code: args.Tool, InputJson: input, IdempotencyKey: args.IdempotencyKey,
-		ApprovalGrantId: args.ApprovalGrantID, ConversationId: call.ConversationID,
-	})
+	// The checked call carries what the real one would: the key, the
+	// grant, and what the bridge relays of this call (its session, the
+	// attributes it found malformed).
+	req := toolCall{Code: args.Tool, Input: input, IdempotencyKey: args.IdempotencyKey, GrantID: args.ApprovalGrantID,
+		ConversationID: call.ConversationID, MCPSessionID: call.MCPSessionID, Invalid: call.Invalid}.request()
+	req.ResultAsJson = false
+	resp, err := b.cfg.Executor.(Checker).Check(ctx, req)
 	if err != nil {
 		return b.refusal(ctx, CheckTool, err)
 	}

@@ -30,12 +30,3 @@ const (
 	// opsReadPermission is what reading the manifest resource takes.
 	opsReadPermission = "ops.read"
 )
-
-// Metadata the executor reads on calls the MCP bridge relays (and only on
-// those): the session, and what the bridge found wrong with the call so
-// that the executor refuses it and audits the attempt.
-const (
-	metadataMCPSession       = "x-mandate-mcp-session"
-	metadataInvalidAttribute = "x-mandate-invalid-attribute-bin"
-	metadataInputError       = "x-mandate-input-error-bin"
-)

@@ -16,7 +16,6 @@ import (
 	"github.com/mandate-dev/mandate/services/catalog"
 	catalogapi "github.com/mandate-dev/mandate/services/catalog/api"
 	"github.com/mandate-dev/mandate/services/executor"
-	execapi "github.com/mandate-dev/mandate/services/executor/api"
 	"github.com/mandate-dev/mandate/services/mcpbridge"
 )
 
@@ -31,20 +30,6 @@ func TestBridgeImportsNoService(t *testing.T) {
 	for _, imp := range pkg.Imports {
 		if strings.HasPrefix(imp, "github.com/mandate-dev/mandate/services/") {
 			t.Errorf("the bridge imports %s", imp)
-		}
-	}
-}
-
-// TestMetadataIsTheExecutors: what the bridge relays in metadata is what
-// the executor reads.
-func TestMetadataIsTheExecutors(t *testing.T) {
-	for _, c := range [][2]string{
-		{mcpbridge.MetadataMCPSession, execapi.MetadataMCPSession},
-		{mcpbridge.MetadataInvalidAttribute, execapi.MetadataInvalidAttribute},
-		{mcpbridge.MetadataInputError, execapi.MetadataInputError},
-	} {
-		if c[0] != c[1] {
-			t.Errorf("the bridge sends %q, the executor reads %q", c[0], c[1])
 		}
 	}
 }

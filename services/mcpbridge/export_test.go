@@ -18,11 +18,3 @@ func SealSessionID(key []byte, owner string) string {
 	b := &Bridge{cfg: Config{StateKey: key}, advertise: owner}
 	return b.newSessionID()
 }
-
-// Metadata the bridge sends with a call, for the test that keeps it equal
-// to what the executor reads.
-const (
-	MetadataMCPSession       = metadataMCPSession
-	MetadataInvalidAttribute = metadataInvalidAttribute
-	MetadataInputError       = metadataInputError
-)

@@ -732,7 +732,13 @@ type ExecuteRequest struct {
 	// JSON (the MCP bridge): no Struct round trip, and integers beyond 2^53
 	// stay exact. Set at most one of input and input_json; anything but a
 	// JSON object is refused at schema_validate, and audited.
-	InputJson     []byte `protobuf:"bytes,7,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	InputJson []byte `protobuf:"bytes,7,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	// What the MCP bridge read of a tools/call before the executor saw it.
+	// Honoured only on calls the bridge relays (its service identity, not
+	// through the REST gateway); from any other caller it is ignored, so a
+	// client can neither refuse its own calls with made-up violations nor
+	// claim an MCP session.
+	Relayed       *Relayed `protobuf:"bytes,8,opt,name=relayed,proto3" json:"relayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -816,6 +822,158 @@ func (x *ExecuteRequest) GetInputJson() []byte {
 	return nil
 }
 
+func (x *ExecuteRequest) GetRelayed() *Relayed {
+	if x != nil {
+		return x.Relayed
+	}
+	return nil
+}
+
+// Relayed is what the MCP bridge found about a call that the rest of
+// ExecuteRequest cannot carry. It replaces the metadata side channel of
+// earlier releases (x-mandate-mcp-session, x-mandate-input-error-bin,
+// x-mandate-invalid-attribute-bin), which the executor no longer reads:
+// the bridge and the executor must be of this release or later.
+type Relayed struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The MCP session the call came on, for the audit trail.
+	McpSessionId string `protobuf:"bytes,1,opt,name=mcp_session_id,json=mcpSessionId,proto3" json:"mcp_session_id,omitempty"`
+	// What made the arguments unreadable (e.g. a duplicate member): the call
+	// is refused at schema_validate with these violations, and audited. The
+	// request then carries no input.
+	InputViolations []*Violation `protobuf:"bytes,2,rep,name=input_violations,json=inputViolations,proto3" json:"input_violations,omitempty"`
+	// Attributes of the call (`_meta` members) the bridge could not read as
+	// strings: the call is refused at request_check naming them, never run
+	// as if they were absent.
+	InvalidAttributes []*InvalidAttribute `protobuf:"bytes,3,rep,name=invalid_attributes,json=invalidAttributes,proto3" json:"invalid_attributes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Relayed) Reset() {
+	*x = Relayed{}
+	mi := &file_mandate_v1_executor_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Relayed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Relayed) ProtoMessage() {}
+
+func (x *Relayed) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_executor_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Relayed.ProtoReflect.Descriptor instead.
+func (*Relayed) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Relayed) GetMcpSessionId() string {
+	if x != nil {
+		return x.McpSessionId
+	}
+	return ""
+}
+
+func (x *Relayed) GetInputViolations() []*Violation {
+	if x != nil {
+		return x.InputViolations
+	}
+	return nil
+}
+
+func (x *Relayed) GetInvalidAttributes() []*InvalidAttribute {
+	if x != nil {
+		return x.InvalidAttributes
+	}
+	return nil
+}
+
+// InvalidAttribute is one attribute of a call that could not be read.
+type InvalidAttribute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attribute, e.g. `idempotency_key`.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The broken rule, e.g. `metadata.type`.
+	Rule string `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
+	// Why, in words, without the value.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The value as received, marked and shortened for the audit row.
+	Value         string `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InvalidAttribute) Reset() {
+	*x = InvalidAttribute{}
+	mi := &file_mandate_v1_executor_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InvalidAttribute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InvalidAttribute) ProtoMessage() {}
+
+func (x *InvalidAttribute) ProtoReflect() protoreflect.Message {
+	mi := &file_mandate_v1_executor_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InvalidAttribute.ProtoReflect.Descriptor instead.
+func (*InvalidAttribute) Descriptor() ([]byte, []int) {
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *InvalidAttribute) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *InvalidAttribute) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *InvalidAttribute) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *InvalidAttribute) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // CheckResponse is the verdict on a call that was checked, not run.
 type CheckResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -837,7 +995,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[11]
+	mi := &file_mandate_v1_executor_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +1007,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[11]
+	mi := &file_mandate_v1_executor_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1020,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{11}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CheckResponse) GetCheckId() string {
@@ -918,7 +1076,7 @@ type LimitState struct {
 
 func (x *LimitState) Reset() {
 	*x = LimitState{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[12]
+	mi := &file_mandate_v1_executor_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1088,7 @@ func (x *LimitState) String() string {
 func (*LimitState) ProtoMessage() {}
 
 func (x *LimitState) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[12]
+	mi := &file_mandate_v1_executor_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1101,7 @@ func (x *LimitState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitState.ProtoReflect.Descriptor instead.
 func (*LimitState) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{12}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LimitState) GetId() string {
@@ -1024,7 +1182,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_mandate_v1_executor_proto_msgTypes[13]
+	mi := &file_mandate_v1_executor_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1194,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_mandate_v1_executor_proto_msgTypes[13]
+	mi := &file_mandate_v1_executor_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1207,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{13}
+	return file_mandate_v1_executor_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExecuteResponse) GetInvocationId() string {
@@ -1136,7 +1294,7 @@ const file_mandate_v1_executor_proto_rawDesc = "" +
 	"\x0fResolveResponse\x12/\n" +
 	"\x06record\x18\x01 \x01(\v2\x17.mandate.v1.AuditRecordR\x06record\x12\x18\n" +
 	"\areceipt\x18\x02 \x01(\tR\areceipt\x12\x10\n" +
-	"\x03key\x18\x03 \x01(\tR\x03key\"\xcb\x02\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\"\xfa\x02\n" +
 	"\x0eExecuteRequest\x12\x1e\n" +
 	"\x04code\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x04code\x12-\n" +
@@ -1146,7 +1304,17 @@ const file_mandate_v1_executor_proto_rawDesc = "" +
 	"\x0fconversation_id\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x0econversationId\x12$\n" +
 	"\x0eresult_as_json\x18\x06 \x01(\bR\fresultAsJson\x12(\n" +
 	"\n" +
-	"input_json\x18\a \x01(\fB\t\xbaH\x06z\x04\x18\x80\x80@R\tinputJson\"\xbb\x01\n" +
+	"input_json\x18\a \x01(\fB\t\xbaH\x06z\x04\x18\x80\x80@R\tinputJson\x12-\n" +
+	"\arelayed\x18\b \x01(\v2\x13.mandate.v1.RelayedR\arelayed\"\xdc\x01\n" +
+	"\aRelayed\x12.\n" +
+	"\x0emcp_session_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\fmcpSessionId\x12J\n" +
+	"\x10input_violations\x18\x02 \x03(\v2\x15.mandate.v1.ViolationB\b\xbaH\x05\x92\x01\x02\x10@R\x0finputViolations\x12U\n" +
+	"\x12invalid_attributes\x18\x03 \x03(\v2\x1c.mandate.v1.InvalidAttributeB\b\xbaH\x05\x92\x01\x02\x10\x10R\x11invalidAttributes\"\x90\x01\n" +
+	"\x10InvalidAttribute\x12\x1c\n" +
+	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x04name\x12\x1c\n" +
+	"\x04rule\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x04rule\x12 \n" +
+	"\x06reason\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\x06reason\x12\x1e\n" +
+	"\x05value\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x05value\"\xbb\x01\n" +
 	"\rCheckResponse\x12\x19\n" +
 	"\bcheck_id\x18\x01 \x01(\tR\acheckId\x12-\n" +
 	"\averdict\x18\x02 \x01(\x0e2\x13.mandate.v1.VerdictR\averdict\x120\n" +
@@ -1197,7 +1365,7 @@ func file_mandate_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_mandate_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mandate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_mandate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_mandate_v1_executor_proto_goTypes = []any{
 	(Verdict)(0),                       // 0: mandate.v1.Verdict
 	(*PlanRequest)(nil),                // 1: mandate.v1.PlanRequest
@@ -1211,47 +1379,53 @@ var file_mandate_v1_executor_proto_goTypes = []any{
 	(*ResolveRequest)(nil),             // 9: mandate.v1.ResolveRequest
 	(*ResolveResponse)(nil),            // 10: mandate.v1.ResolveResponse
 	(*ExecuteRequest)(nil),             // 11: mandate.v1.ExecuteRequest
-	(*CheckResponse)(nil),              // 12: mandate.v1.CheckResponse
-	(*LimitState)(nil),                 // 13: mandate.v1.LimitState
-	(*ExecuteResponse)(nil),            // 14: mandate.v1.ExecuteResponse
-	(*AuditRecord)(nil),                // 15: mandate.v1.AuditRecord
-	(*timestamppb.Timestamp)(nil),      // 16: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),            // 17: google.protobuf.Struct
-	(*CommandError)(nil),               // 18: mandate.v1.CommandError
-	(*durationpb.Duration)(nil),        // 19: google.protobuf.Duration
+	(*Relayed)(nil),                    // 12: mandate.v1.Relayed
+	(*InvalidAttribute)(nil),           // 13: mandate.v1.InvalidAttribute
+	(*CheckResponse)(nil),              // 14: mandate.v1.CheckResponse
+	(*LimitState)(nil),                 // 15: mandate.v1.LimitState
+	(*ExecuteResponse)(nil),            // 16: mandate.v1.ExecuteResponse
+	(*AuditRecord)(nil),                // 17: mandate.v1.AuditRecord
+	(*timestamppb.Timestamp)(nil),      // 18: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),            // 19: google.protobuf.Struct
+	(*Violation)(nil),                  // 20: mandate.v1.Violation
+	(*CommandError)(nil),               // 21: mandate.v1.CommandError
+	(*durationpb.Duration)(nil),        // 22: google.protobuf.Duration
 }
 var file_mandate_v1_executor_proto_depIdxs = []int32{
 	3,  // 0: mandate.v1.PlanResponse.commands:type_name -> mandate.v1.PlanEntry
 	0,  // 1: mandate.v1.PlanEntry.verdict:type_name -> mandate.v1.Verdict
-	13, // 2: mandate.v1.PlanEntry.limits:type_name -> mandate.v1.LimitState
-	15, // 3: mandate.v1.DeadLetter.record:type_name -> mandate.v1.AuditRecord
-	16, // 4: mandate.v1.DeadLetter.spooled_at:type_name -> google.protobuf.Timestamp
-	16, // 5: mandate.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	15, // 2: mandate.v1.PlanEntry.limits:type_name -> mandate.v1.LimitState
+	17, // 3: mandate.v1.DeadLetter.record:type_name -> mandate.v1.AuditRecord
+	18, // 4: mandate.v1.DeadLetter.spooled_at:type_name -> google.protobuf.Timestamp
+	18, // 5: mandate.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
 	4,  // 6: mandate.v1.ListDeadLettersResponse.dead_letters:type_name -> mandate.v1.DeadLetter
-	15, // 7: mandate.v1.ResolveResponse.record:type_name -> mandate.v1.AuditRecord
-	17, // 8: mandate.v1.ExecuteRequest.input:type_name -> google.protobuf.Struct
-	0,  // 9: mandate.v1.CheckResponse.verdict:type_name -> mandate.v1.Verdict
-	18, // 10: mandate.v1.CheckResponse.reason:type_name -> mandate.v1.CommandError
-	13, // 11: mandate.v1.CheckResponse.limits:type_name -> mandate.v1.LimitState
-	19, // 12: mandate.v1.LimitState.retry_after:type_name -> google.protobuf.Duration
-	17, // 13: mandate.v1.ExecuteResponse.result:type_name -> google.protobuf.Struct
-	11, // 14: mandate.v1.ExecutorService.Execute:input_type -> mandate.v1.ExecuteRequest
-	11, // 15: mandate.v1.ExecutorService.Check:input_type -> mandate.v1.ExecuteRequest
-	9,  // 16: mandate.v1.ExecutorService.Resolve:input_type -> mandate.v1.ResolveRequest
-	1,  // 17: mandate.v1.ExecutorService.Plan:input_type -> mandate.v1.PlanRequest
-	5,  // 18: mandate.v1.ExecutorService.ListDeadLetters:input_type -> mandate.v1.ListDeadLettersRequest
-	7,  // 19: mandate.v1.ExecutorService.RedriveDeadLetters:input_type -> mandate.v1.RedriveDeadLettersRequest
-	14, // 20: mandate.v1.ExecutorService.Execute:output_type -> mandate.v1.ExecuteResponse
-	12, // 21: mandate.v1.ExecutorService.Check:output_type -> mandate.v1.CheckResponse
-	10, // 22: mandate.v1.ExecutorService.Resolve:output_type -> mandate.v1.ResolveResponse
-	2,  // 23: mandate.v1.ExecutorService.Plan:output_type -> mandate.v1.PlanResponse
-	6,  // 24: mandate.v1.ExecutorService.ListDeadLetters:output_type -> mandate.v1.ListDeadLettersResponse
-	8,  // 25: mandate.v1.ExecutorService.RedriveDeadLetters:output_type -> mandate.v1.RedriveDeadLettersResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	17, // 7: mandate.v1.ResolveResponse.record:type_name -> mandate.v1.AuditRecord
+	19, // 8: mandate.v1.ExecuteRequest.input:type_name -> google.protobuf.Struct
+	12, // 9: mandate.v1.ExecuteRequest.relayed:type_name -> mandate.v1.Relayed
+	20, // 10: mandate.v1.Relayed.input_violations:type_name -> mandate.v1.Violation
+	13, // 11: mandate.v1.Relayed.invalid_attributes:type_name -> mandate.v1.InvalidAttribute
+	0,  // 12: mandate.v1.CheckResponse.verdict:type_name -> mandate.v1.Verdict
+	21, // 13: mandate.v1.CheckResponse.reason:type_name -> mandate.v1.CommandError
+	15, // 14: mandate.v1.CheckResponse.limits:type_name -> mandate.v1.LimitState
+	22, // 15: mandate.v1.LimitState.retry_after:type_name -> google.protobuf.Duration
+	19, // 16: mandate.v1.ExecuteResponse.result:type_name -> google.protobuf.Struct
+	11, // 17: mandate.v1.ExecutorService.Execute:input_type -> mandate.v1.ExecuteRequest
+	11, // 18: mandate.v1.ExecutorService.Check:input_type -> mandate.v1.ExecuteRequest
+	9,  // 19: mandate.v1.ExecutorService.Resolve:input_type -> mandate.v1.ResolveRequest
+	1,  // 20: mandate.v1.ExecutorService.Plan:input_type -> mandate.v1.PlanRequest
+	5,  // 21: mandate.v1.ExecutorService.ListDeadLetters:input_type -> mandate.v1.ListDeadLettersRequest
+	7,  // 22: mandate.v1.ExecutorService.RedriveDeadLetters:input_type -> mandate.v1.RedriveDeadLettersRequest
+	16, // 23: mandate.v1.ExecutorService.Execute:output_type -> mandate.v1.ExecuteResponse
+	14, // 24: mandate.v1.ExecutorService.Check:output_type -> mandate.v1.CheckResponse
+	10, // 25: mandate.v1.ExecutorService.Resolve:output_type -> mandate.v1.ResolveResponse
+	2,  // 26: mandate.v1.ExecutorService.Plan:output_type -> mandate.v1.PlanResponse
+	6,  // 27: mandate.v1.ExecutorService.ListDeadLetters:output_type -> mandate.v1.ListDeadLettersResponse
+	8,  // 28: mandate.v1.ExecutorService.RedriveDeadLetters:output_type -> mandate.v1.RedriveDeadLettersResponse
+	23, // [23:29] is the sub-list for method output_type
+	17, // [17:23] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_mandate_v1_executor_proto_init() }
@@ -1267,7 +1441,7 @@ func file_mandate_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mandate_v1_executor_proto_rawDesc), len(file_mandate_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -8,7 +8,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 
 	"google.golang.org/grpc"
@@ -39,23 +38,7 @@ const (
 	MetadataIdempotencyKey = "idempotency-key"
 	MetadataGrant          = contract.GrantMetadata
 	MetadataConversation   = "x-mandate-conversation"
-	MetadataMCPSession     = "x-mandate-mcp-session"
 	MetadataTenant         = "x-mandate-tenant"
-	// MetadataInputNotObject is set by the MCP bridge when a tool call's
-	// arguments were not a JSON object, which ExecuteRequest cannot carry:
-	// the call is then refused at schema_validate, and audited, as it would
-	// be in process. It is honoured only on calls the bridge relays.
-	MetadataInputNotObject = "x-mandate-input-not-object"
-	// MetadataInvalidAttribute carries, as JSON, an attribute of an MCP
-	// call the bridge could not read as a string (e.g. a number as the
-	// idempotency key in `_meta`), so that the executor refuses the call
-	// and audits it. It is honoured only on calls the bridge relays.
-	MetadataInvalidAttribute = "x-mandate-invalid-attribute-bin"
-	// MetadataInputError carries, as JSON, the violations the bridge found
-	// in a call's input before it could be read (e.g. a duplicate member in
-	// the arguments); the executor refuses the call at schema_validate with
-	// them. It is honoured only on calls the bridge relays.
-	MetadataInputError = "x-mandate-input-error-bin"
 	// MCPBridgeService is the service identity of the MCP bridge; calls it
 	// makes on behalf of a user are recorded with channel "mcp".
 	MCPBridgeService = identity.MCPBridgeService
@@ -197,7 +180,7 @@ func (s *Service) requestCall(ctx context.Context, req *mandatev1.ExecuteRequest
 		}
 		input = b
 	}
-	call := s.call(ctx, req.GetCode(), input)
+	call := s.call(ctx, req.GetCode(), input, req)
 	if inputErr != nil && call.InputError == nil {
 		call.InputError = inputErr
 	}
@@ -213,8 +196,9 @@ func (s *Service) requestCall(ctx context.Context, req *mandatev1.ExecuteRequest
 	return call
 }
 
-// call reads the channel and the optional metadata of a call.
-func (s *Service) call(ctx context.Context, code string, input []byte) executor.Call {
+// call reads the channel and the optional metadata of a call, and what
+// the MCP bridge relayed with it (req, nil for a command's own RPC).
+func (s *Service) call(ctx context.Context, code string, input []byte, req *mandatev1.ExecuteRequest) executor.Call {
 	first := func(k string) string {
 		if v := metadata.ValueFromIncomingContext(ctx, k); len(v) > 0 {
 			return v[0]
@@ -234,27 +218,7 @@ func (s *Service) call(ctx context.Context, code string, input []byte) executor.
 		// The bridge's own trace context parents the call; what the MCP
 		// client sent in `_meta` the bridge checked (and relays if invalid).
 		call.Channel = "mcp"
-		call.MCPSessionID = first(MetadataMCPSession)
-		if first(MetadataInputNotObject) != "" {
-			call.InputError = &schema.InvalidError{Violations: []schema.Violation{
-				{Rule: "schema.type", Message: "input must be a JSON object"},
-			}}
-		}
-		for _, raw := range metadata.ValueFromIncomingContext(ctx, MetadataInputError) {
-			var vs []schema.Violation
-			if json.Unmarshal([]byte(raw), &vs) != nil || len(vs) == 0 {
-				vs = []schema.Violation{{Rule: "schema.decode", Message: "the input could not be read"}}
-			}
-			call.InputError = &schema.InvalidError{Violations: vs}
-		}
-		for _, raw := range metadata.ValueFromIncomingContext(ctx, MetadataInvalidAttribute) {
-			var inv callattr.Invalid
-			if json.Unmarshal([]byte(raw), &inv) != nil || inv.Name == "" {
-				inv = callattr.Invalid{Name: "metadata", Rule: callattr.RuleFormat, Reason: "was relayed unreadably", Value: callattr.Mark(raw)}
-			}
-			inv.Value = callattr.Safe(inv.Value, callattr.MaxMarked)
-			call.Invalid = append(call.Invalid, inv)
-		}
+		relayed(&call, req.GetRelayed())
 		return call
 	}
 	if server.FromGateway(ctx) {
@@ -265,6 +229,39 @@ func (s *Service) call(ctx context.Context, code string, input []byte) executor.
 	}
 	call.TraceParent, call.TraceState = first("traceparent"), first("tracestate")
 	return call
+}
+
+// Bounds on what the bridge relays: a relayed call carries at most these
+// many violations and invalid attributes (ExecuteRequest.relayed).
+const (
+	maxRelayedViolations = 64
+	maxRelayedAttributes = 16
+)
+
+// relayed adds to call what the MCP bridge found before the executor saw
+// it: the session, the violations that made the input unreadable
+// (schema_validate refuses with them), and the attributes it could not read
+// (request_check refuses naming them). Only calls the bridge relays come
+// here; values are bounded and marked as from any caller.
+func relayed(call *executor.Call, r *mandatev1.Relayed) {
+	if r == nil {
+		return
+	}
+	call.MCPSessionID = callattr.Safe(r.GetMcpSessionId(), 255)
+	if vs := r.GetInputViolations(); len(vs) > 0 {
+		out := make([]schema.Violation, 0, min(len(vs), maxRelayedViolations))
+		for _, v := range vs[:min(len(vs), maxRelayedViolations)] {
+			out = append(out, schema.Violation{Pointer: v.GetPointer(), Rule: v.GetRule(), Message: v.GetMessage()})
+		}
+		call.InputError = &schema.InvalidError{Violations: out}
+	}
+	for _, a := range r.GetInvalidAttributes()[:min(len(r.GetInvalidAttributes()), maxRelayedAttributes)] {
+		inv := callattr.Invalid{Name: a.GetName(), Rule: a.GetRule(), Reason: a.GetReason(), Value: callattr.Safe(a.GetValue(), callattr.MaxMarked)}
+		if inv.Name == "" {
+			inv = callattr.Invalid{Name: "metadata", Rule: callattr.RuleFormat, Reason: "was relayed unreadably", Value: callattr.Mark(a.GetValue())}
+		}
+		call.Invalid = append(call.Invalid, inv)
+	}
 }
 
 // ValidatesOwnRequests tells the server not to refuse an ExecuteRequest
@@ -291,12 +288,12 @@ func (s *Service) proxy(_ any, ss grpc.ServerStream) error {
 	if !ok {
 		// Not a command: refused through the pipeline (so the attempt is
 		// audited), never forwarded.
-		_, err := s.exec.Execute(ctx, s.call(ctx, "", []byte("{}")))
+		_, err := s.exec.Execute(ctx, s.call(ctx, "", []byte("{}"), nil))
 		return err
 	}
 	md, _ := s.manifest.Method(cmd.Code)
 	req := dynamicpb.NewMessage(md.Input())
-	call := s.call(ctx, cmd.Code, nil)
+	call := s.call(ctx, cmd.Code, nil, nil)
 	call.Proxy = true
 	// AllowPartial only skips a required-field check that cannot fail.
 	if err := schema.Unmarshal(proto.UnmarshalOptions{Resolver: s.manifest.Types(), AllowPartial: !schema.CanLackRequired(md.Input())}, in.payload, req); err != nil {

@@ -431,9 +431,13 @@ func testStuckAuditCannotHangShutdown(t *testing.T, st stores) {
 	// machine a healthy trail may miss it, and the call is refused
 	// audit.unavailable before anything runs. Only a call that ran tests
 	// the shutdown.
+	var ran string
+	attempts := 0
 	for attempt := 1; ; attempt++ {
-		_, err := e.execute(t, as(token(t, "acme", "alice", "")), "ticket.search", `{"query":"x"}`)
+		attempts = attempt
+		resp, err := e.execute(t, as(token(t, "acme", "alice", "")), "ticket.search", `{"query":"x"}`)
 		if err == nil {
+			ran = resp.GetInvocationId()
 			break
 		}
 		if refusal(err).GetCode() != "audit.unavailable" || attempt == 20 {
@@ -450,9 +454,15 @@ func testStuckAuditCannotHangShutdown(t *testing.T, st stores) {
 	if n := stuck.attempts.Load(); n < 1 {
 		t.Fatalf("%d attempts to write the outcome, want at least one", n)
 	}
-	spooled, err := e.execStore.Spooled(context.Background(), 10)
-	if err != nil || len(spooled) != 1 {
-		t.Fatalf("the outcome row after Close: spooled %+v, %v; want it kept in the spool", spooled, err)
+	// Each attempt's outcome row is stuck too: a refused attempt's (failed)
+	// as well as the one that ran.
+	spooled, err := e.execStore.Spooled(context.Background(), 32)
+	kept := false
+	for _, r := range spooled {
+		kept = kept || r.InvocationID == ran
+	}
+	if err != nil || !kept || len(spooled) != attempts {
+		t.Fatalf("after Close: %d rows spooled (%v), the outcome of %s among them: %v; want it kept in the spool with one row per attempt (%d)", len(spooled), err, ran, kept, attempts)
 	}
 }
 
