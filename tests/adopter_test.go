@@ -177,6 +177,69 @@ func (d inventoryDeployment) drive(t *testing.T) {
 	if out, err := d.ctlRun(t, d.sam, "query", "SKU-1"); err != nil || !strings.Contains(out, `"onHand":98`) {
 		t.Fatalf("stock after the write-off: %v\n%s", err, out)
 	}
+	d.driveDeclaredPolicy(t, cs, tools.Tools)
+}
+
+// driveDeclaredPolicy: what the adopter declared beyond permissions and
+// confirmation holds for its own service — a budget on stock.reserve (an
+// agent reserves at most 50 units of a SKU an hour) and a condition on
+// stock.write_off (an agent gives a reason of at least 10 characters).
+// The tool descriptors say so, each refusal names its stage, code and
+// rule and leaves one audit row, and the backend never sees the call.
+func (d inventoryDeployment) driveDeclaredPolicy(t *testing.T, cs *mcp.ClientSession, tools []*mcp.Tool) {
+	t.Helper()
+	for _, tl := range tools {
+		switch tl.Name {
+		case "stock.reserve":
+			if !strings.Contains(tl.Description, "an agent reserves at most 50 units of a SKU an hour") || !strings.Contains(jsonOf(tl.Meta), "agent-hourly-units") {
+				t.Fatalf("stock.reserve's descriptor does not state its limit: %q, _meta %s", tl.Description, jsonOf(tl.Meta))
+			}
+		case "stock.write_off":
+			if !strings.Contains(tl.Description, "an agent must give a reason of at least 10 characters") {
+				t.Fatalf("stock.write_off's descriptor does not state its condition: %q", tl.Description)
+			}
+		}
+	}
+	rowsOf := func(inv string) string {
+		code, body := do(t, http.MethodGet, d.auditREST+"/v1/audit/invocations/"+inv, d.cora, "")
+		if code != http.StatusOK {
+			t.Fatalf("the audit rows of %s: %d %v", inv, code, body)
+		}
+		return jsonOf(body)
+	}
+	// stock-bot reserved 7 units of SKU-1 once (its retry was a replay,
+	// which spends nothing): 43 more fit, one more does not.
+	structured(t, callTool(t, cs, "stock.reserve", `{"sku":"SKU-1","quantity":43,"order_id":"O-2"}`, mcp.Meta{"mandate.dev/idempotency_key": "order-O-2"}))
+	m := wantToolRefusal(t, callTool(t, cs, "stock.reserve", `{"sku":"SKU-1","quantity":1,"order_id":"O-3"}`, mcp.Meta{"mandate.dev/idempotency_key": "order-O-3"}),
+		"budget_check", "budget.exhausted")
+	if msg, _ := m["message"].(string); m["retriable"] != true || !strings.Contains(msg, "agent-hourly-units") || !strings.Contains(msg, "0 of 50 left") {
+		t.Fatalf("the exhausted budget's refusal: %v", m)
+	}
+	if trail := rowsOf(m["invocation_id"].(string)); strings.Count(trail, `"phase"`) != 1 || !strings.Contains(trail, `"outcome":"refused"`) ||
+		!strings.Contains(trail, `"code":"budget.exhausted"`) {
+		t.Fatalf("the refusal's audit rows: %s", trail)
+	}
+	// Another SKU is another budget; sam's own reservations are no agent's.
+	structured(t, callTool(t, cs, "stock.reserve", `{"sku":"SKU-2","quantity":5,"order_id":"O-4"}`, nil))
+	if code, body := do(t, http.MethodPost, d.rest+"/v1/stock/SKU-1:reserve", d.sam, `{"quantity":1,"order_id":"O-5"}`); code != http.StatusOK {
+		t.Fatalf("sam reserving SKU-1 himself past stock-bot's budget: %d %v", code, body)
+	}
+	if out, err := d.ctlRun(t, d.sam, "query", "SKU-1"); err != nil || !strings.Contains(out, `"reserved":51`) {
+		t.Fatalf("SKU-1 after the budget (7 + 43 by stock-bot, 1 by sam): %v\n%s", err, out)
+	}
+
+	// The condition: a short reason from an agent is denied before anyone
+	// is asked to approve.
+	m = wantToolRefusal(t, callTool(t, cs, "stock.write_off",
+		`{"sku":"SKU-1","quantity":1,"value":{"currency_code":"EUR","amount_minor":995},"reason":"Broken","inspector_badge":"B-7731"}`, nil),
+		"condition_check", "condition.denied")
+	if msg, _ := m["message"].(string); !strings.Contains(msg, "agent-reason") || m["challenge_id"] != nil {
+		t.Fatalf("the condition's refusal: %v", m)
+	}
+	if trail := rowsOf(m["invocation_id"].(string)); strings.Count(trail, `"phase"`) != 1 || !strings.Contains(trail, `"code":"condition.denied"`) ||
+		strings.Contains(trail, "B-7731") {
+		t.Fatalf("the denied write-off's audit rows: %s", trail)
+	}
 }
 
 // TestAdopterInventoryOnDev: the sample on `mandate dev --manifest

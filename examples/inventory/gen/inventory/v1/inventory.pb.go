@@ -583,22 +583,24 @@ const file_inventory_v1_inventory_proto_rawDesc = "" +
 	"writeOffId\x12\x10\n" +
 	"\x03sku\x18\x02 \x01(\tR\x03sku\x12\x1a\n" +
 	"\bquantity\x18\x03 \x01(\x05R\bquantity\x12\x17\n" +
-	"\aon_hand\x18\x04 \x01(\x05R\x06onHand2\xf7\f\n" +
+	"\aon_hand\x18\x04 \x01(\x05R\x06onHand2\xdc\x0e\n" +
 	"\x10InventoryService\x12\xa0\x02\n" +
 	"\n" +
 	"QueryStock\x12\x1f.inventory.v1.QueryStockRequest\x1a\x13.inventory.v1.Stock\"\xdb\x01\x82\x80\x19\xbf\x01\n" +
 	"\vstock.query\x12\vQuery stock\x1aiRead how many units of a SKU are on hand and reserved; read-only, use it before reserving or writing off. \x01(\x01J\n" +
 	"stock.readr\x03sku\x8a\x01\"\n" +
-	"\x0eStock of SKU-1\x12\x10{\"sku\": \"SKU-1\"}\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/stock/{sku}\x12\xac\x03\n" +
-	"\fReserveStock\x12!.inventory.v1.ReserveStockRequest\x1a\x19.inventory.v1.Reservation\"\xdd\x02\x82\x80\x19\xb6\x02\n" +
+	"\x0eStock of SKU-1\x12\x10{\"sku\": \"SKU-1\"}\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/stock/{sku}\x12\x92\x04\n" +
+	"\fReserveStock\x12!.inventory.v1.ReserveStockRequest\x1a\x19.inventory.v1.Reservation\"\xc3\x03\x82\x80\x19\x9c\x03\n" +
 	"\rstock.reserve\x12\rReserve stock\x1a\x82\x01Hold units of a SKU for an order so nobody else sells them; tell the user how many units for which order. Undo with stock.release. \x03(\x010\x01:\rstock.releaseB\tinventoryJ\rstock.reserver\x03sku\x8a\x01\\\n" +
-	"&Reserve 7 units of SKU-1 for order O-1\x122{\"sku\": \"SKU-1\", \"quantity\": 7, \"order_id\": \"O-1\"}\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/stock/{sku}:reserve\x12\xde\x02\n" +
+	"&Reserve 7 units of SKU-1 for order O-1\x122{\"sku\": \"SKU-1\", \"quantity\": 7, \"order_id\": \"O-1\"}\xa2\x01c\n" +
+	"\x12agent-hourly-units\x10\x01\x1a\x03\b\x90\x1c 2*\bquantity2\x03sku8\x01B3an agent reserves at most 50 units of a SKU an hour\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/stock/{sku}:reserve\x12\xde\x02\n" +
 	"\fReleaseStock\x12!.inventory.v1.ReleaseStockRequest\x1a\x19.inventory.v1.Reservation\"\x8f\x02\x82\x80\x19\xd6\x01\n" +
 	"\rstock.release\x12\x15Release a reservation\x1aIGive reserved units back to the free stock; use it to undo stock.reserve. \x03(\x01B\tinventoryJ\rstock.reserver\x0ereservation_id\x8a\x014\n" +
-	"\x17Release reservation R-1\x12\x19{\"reservation_id\": \"R-1\"}\x82\xd3\xe4\x93\x02.:\x01*\")/v1/reservations/{reservation_id}:release\x12\xaf\x04\n" +
-	"\bWriteOff\x12\x1d.inventory.v1.WriteOffRequest\x1a\x1c.inventory.v1.WriteOffResult\"\xe5\x03\x82\x80\x19\xbc\x03\n" +
+	"\x17Release reservation R-1\x12\x19{\"reservation_id\": \"R-1\"}\x82\xd3\xe4\x93\x02.:\x01*\")/v1/reservations/{reservation_id}:release\x12\xae\x05\n" +
+	"\bWriteOff\x12\x1d.inventory.v1.WriteOffRequest\x1a\x1c.inventory.v1.WriteOffResult\"\xe4\x04\x82\x80\x19\xbb\x04\n" +
 	"\x0fstock.write_off\x12\x0fWrite off stock\x1a\x85\x01Remove damaged or lost units from stock and book their value as a loss; irreversible, so state the units, their value and the reason. \x04B\tinventoryB\x06ledgerJ\x0fstock.write_offb\x11\b\x02\x12\rstock.approver\x03sku\x8a\x01\xd0\x01\n" +
-	"1Write off 2 broken units of SKU-1 worth 19.90 EUR\x12\x9a\x01{\"sku\": \"SKU-1\", \"quantity\": 2, \"value\": {\"currency_code\": \"EUR\", \"amount_minor\": 1990}, \"reason\": \"Broken in the warehouse\", \"inspector_badge\": \"B-7731\"}\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/stock/{sku}:write-offB4Z2example.com/inventory/gen/inventory/v1;inventoryv1b\x06proto3"
+	"1Write off 2 broken units of SKU-1 worth 19.90 EUR\x12\x9a\x01{\"sku\": \"SKU-1\", \"quantity\": 2, \"value\": {\"currency_code\": \"EUR\", \"amount_minor\": 1990}, \"reason\": \"Broken in the warehouse\", \"inspector_badge\": \"B-7731\"}\x92\x01|\n" +
+	"\fagent-reason\x123principal.agent != '' && request.reason.size() < 10\x18\x02\"5an agent must give a reason of at least 10 characters\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/stock/{sku}:write-offB4Z2example.com/inventory/gen/inventory/v1;inventoryv1b\x06proto3"
 
 var (
 	file_inventory_v1_inventory_proto_rawDescOnce sync.Once
