@@ -92,7 +92,7 @@ h1{font-size:1.2rem}
 .card{padding:1rem .8rem}
 dl{grid-template-columns:minmax(0,1fr);gap:0}
 dd{margin-bottom:.4rem}
-.filters label{flex:1 1 100%}
+.filters label{flex:1 1 40%}
 header{padding:.5rem .8rem}
 }
 </style>`
