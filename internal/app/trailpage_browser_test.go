@@ -216,4 +216,3 @@ func trailBrowser(t *testing.T, bin string) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
-
