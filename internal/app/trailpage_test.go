@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/net/html"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
@@ -68,8 +70,9 @@ type trailFixture struct {
 	base      string
 	devSecret []byte
 	dir       *dirmem.Store
-	// executor appends rows on the executor's own authority.
-	executor mandatev1.AuditServiceClient
+	// executor appends rows on the executor's own authority; confirm
+	// calls as the confirm service, relaying nobody.
+	executor, confirm mandatev1.AuditServiceClient
 }
 
 type trailOptions struct {
@@ -171,7 +174,8 @@ func startTrailPage(t *testing.T, o trailOptions) *trailFixture {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return &trailFixture{base: base, devSecret: devSecret, dir: dirStore,
-		executor: mandatev1.NewAuditServiceClient(inprocess.Conn(auditSrv, execSrc))}
+		executor: mandatev1.NewAuditServiceClient(inprocess.Conn(auditSrv, execSrc)),
+		confirm:  mandatev1.NewAuditServiceClient(inprocess.Conn(auditSrv, confirmSrc))}
 }
 
 // row is an outcome row of tenant as the executor appends it.
@@ -370,6 +374,15 @@ func TestTrailPageIsForAuditReadersOfTheirTenant(t *testing.T) {
 		if code != http.StatusUnauthorized || !strings.Contains(body, "Sign in with your link") || len(seqs(body)) != 0 {
 			t.Errorf("with %s: %d %s", name, code, body)
 		}
+	}
+
+	// The confirm service's own identity reads nothing: only the user it
+	// relays can.
+	if _, err := f.confirm.Query(context.Background(), &mandatev1.QueryRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("Query as the confirm service alone: %v", err)
+	}
+	if _, err := f.confirm.Verify(context.Background(), &mandatev1.VerifyRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("Verify as the confirm service alone: %v", err)
 	}
 
 	// The sign-in link may lead to the trail page.
