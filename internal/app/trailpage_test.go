@@ -647,3 +647,56 @@ func TestTrailPageWhenTheAuditServiceDistrustsTheSignIn(t *testing.T) {
 		t.Fatalf("%d %s", code, body)
 	}
 }
+
+// TestDevServesTheTrailPage: `mandate dev` prints the trail page's URL,
+// and olive, signed in with the link it prints, reads acme's trail there
+// (through the dev wiring: the internal server's audit API, the dev
+// secret, the default audience); alice is refused.
+func TestDevServesTheTrailPage(t *testing.T) {
+	var out strings.Builder
+	d := devSettings{httpAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0"}
+	d.events.Keep, d.events.PurgeInterval = time.Hour, time.Hour
+	var cl clicore.Closers
+	defer cl.Close()
+	env := func(string) (string, bool) { return "", false }
+	ctx, cancel := context.WithCancel(t.Context())
+	p, err := startDev(ctx, d, slog.New(slog.DiscardHandler), IO{Stdout: &out, Stderr: io.Discard, Env: env}, &cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	banner := out.String()
+	m := regexp.MustCompile(`audit +(http://\S+/approve/audit) +\(the trail, for users holding audit\.read`).FindStringSubmatch(banner)
+	if m == nil {
+		t.Fatalf("no trail page URL in the banner:\n%s", banner)
+	}
+	trailURL := m[1]
+	links := map[string]string{}
+	origin := strings.TrimSuffix(trailURL, "/approve/audit")
+	for _, l := range regexp.MustCompile(`(?m)^  (\w+) +http://\S+?(/approve/login\?t=\S+)$`).FindAllStringSubmatch(banner, -1) {
+		// The links name --http-addr, here port 0; the server listens on
+		// the port it was given.
+		links[l[1]] = origin + l[2]
+	}
+	for range 200 {
+		if healthy(ctx, strings.Replace(trailURL, "/approve/audit", "/healthz", 1)) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for user, want := range map[string]int{"olive": http.StatusOK, "alice": http.StatusForbidden} {
+		c := newBrowserClient(t)
+		if code, body := get(t, c, links[user], nil); code != http.StatusOK {
+			t.Fatalf("signing in %s: %d %s", user, code, body)
+		}
+		code, body := get(t, c, trailURL, nil)
+		if code != want {
+			t.Fatalf("%s: %d, want %d:\n%s", user, code, want, body)
+		}
+		if want == http.StatusOK && !strings.Contains(body, `id="chain">Chain verified`) {
+			t.Fatalf("olive's page has no chain status:\n%s", body)
+		}
+	}
+}
