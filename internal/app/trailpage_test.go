@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -666,7 +667,12 @@ func TestDevServesTheTrailPage(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("mandate dev: %v", err)
+		}
+	}()
 	banner := out.String()
 	m := regexp.MustCompile(`audit +(http://\S+/approve/audit) +\(the trail, for users holding audit\.read`).FindStringSubmatch(banner)
 	if m == nil {
@@ -698,5 +704,33 @@ func TestDevServesTheTrailPage(t *testing.T) {
 		if want == http.StatusOK && !strings.Contains(body, `id="chain">Chain verified`) {
 			t.Fatalf("olive's page has no chain status:\n%s", body)
 		}
+	}
+}
+
+// TestTrailPageRefusesASessionOlderThanARevocation: olive is disabled and
+// enabled again after she signed in; her session, older than the
+// revocation, no longer reads the trail (the page applies the directory's
+// revocation to the session's sign-in time, as the audit service does to
+// a token's), and a new sign-in does.
+func TestTrailPageRefusesASessionOlderThanARevocation(t *testing.T) {
+	f := startTrailPage(t, trailOptions{})
+	f.seed(t)
+	olive := f.signIn(t, "olive", "acme")
+	line := "{id: olive, org: ops, roles: [ops]}"
+	for _, pol := range []string{
+		strings.Replace(trailPolicy, line, "{id: olive, org: ops, roles: [ops], disabled: true}", 1),
+		trailPolicy,
+	} {
+		if _, err := directory.Apply(context.Background(), f.dir, []byte(pol)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, body := f.trailGet(t, olive, "")
+	if code != http.StatusForbidden || !strings.Contains(body, "Your account is not active") || len(seqs(body)) != 0 {
+		t.Fatalf("the session from before the revocation: %d %s", code, body)
+	}
+	time.Sleep(1100 * time.Millisecond) // revocations count in whole seconds
+	if code, _ := f.trailGet(t, f.signIn(t, "olive", "acme"), ""); code != http.StatusOK {
+		t.Fatalf("a new sign-in: %d", code)
 	}
 }
