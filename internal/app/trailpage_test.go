@@ -734,3 +734,23 @@ func TestTrailPageRefusesASessionOlderThanARevocation(t *testing.T) {
 		t.Fatalf("a new sign-in: %d", code)
 	}
 }
+
+// TestTrailPageShowsDecisionRows: an attempt to decide a challenge, as
+// the confirm service records it, shows the verdict asked, the decision
+// channel and its assurance, and the invocation the challenge belongs to.
+func TestTrailPageShowsDecisionRows(t *testing.T) {
+	f := startTrailPage(t, trailOptions{})
+	decision := &mandatev1.AuditRecord{
+		Tenant: "acme", InvocationId: "attempt-1", Phase: "decision", Time: timestamppb.Now(), Channel: "rest",
+		Command: "ticket.refund", Risk: "L3", Subject: "chal-1", UserId: "olive", ActorKind: "user", Outcome: "approved",
+		ArgumentsJson: `{"challenge_id":"chal-1","invocation_id":"inv-refund","verdict":"approve","decision_channel":"approval_page","assurance":"signed_in"}`,
+	}
+	if _, err := f.confirm.Append(context.Background(), &mandatev1.AppendRequest{Records: []*mandatev1.AuditRecord{decision}}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := f.trailGet(t, f.signIn(t, "olive", "acme"), "outcome=approved")
+	want := `<div class="r-decision">decision asked: <strong>approve</strong> · channel approval_page · assurance <code class="r-d-assurance">signed_in</code> · for invocation <code>inv-refund</code></div>`
+	if code != http.StatusOK || !slices.Equal(seqs(body), []int{1}) || !strings.Contains(body, want) {
+		t.Fatalf("%d %v, want %s:\n%s", code, seqs(body), want, body)
+	}
+}

@@ -314,6 +314,8 @@ func shownOnTrail(field string, t *trailView) bool {
 		switch name {
 		case "Approver", "Assurance", "AssuranceMeaning", "Via", "Ceiling", "DecidedAt", "Challenge":
 			return t.Rows[0].Approved
+		case "Verdict", "DecisionChannel", "DecisionAssurance", "ForInvocation":
+			return t.Rows[0].Decided
 		}
 	}
 	return true

@@ -433,6 +433,15 @@ func writeTrailRow(w *htmlWriter, r *trailRow) {
 		}
 		w.markup("</div>\n")
 	}
+	if r.Decided {
+		w.element(`<div class="r-decision">decision asked: <strong>`, r.Verdict, `</strong> · channel `)
+		w.element(``, r.DecisionChannel, ` · assurance <code class="r-d-assurance">`)
+		w.element(``, r.DecisionAssurance, `</code>`)
+		if r.ForInvocation != "" {
+			w.element(` · for invocation <code>`, r.ForInvocation, `</code>`)
+		}
+		w.markup("</div>\n")
+	}
 	w.element(`<div class="r-id note">invocation <code>`, r.Invocation, `</code>`)
 	if r.Subject != "" {
 		w.element(` · subject <bdi>`, r.Subject, `</bdi>`)

@@ -76,9 +76,9 @@ ol.rows li{border-bottom:1px solid #eef0f2;padding:.6rem 0;min-width:0}
 .o-refused,.o-failed,.o-declined{background:#ffebe9;color:#a40e26}
 .o-unknown{background:#fff1c2;color:#7d4e00}
 .r-time{color:#57606a;font-size:.85rem}
-.r-who,.r-code,.r-msg,.r-approval{font-size:.9rem;margin-top:.15rem}
+.r-who,.r-code,.r-msg,.r-approval,.r-decision{font-size:.9rem;margin-top:.15rem}
 .r-msg{color:#57606a;white-space:pre-wrap}
-.r-approval{background:#f0f6ff;border-radius:4px;padding:.2rem .5rem}
+.r-approval,.r-decision{background:#f0f6ff;border-radius:4px;padding:.2rem .5rem}
 .r-id{font-size:.8rem;margin-top:.15rem}
 .pager{display:flex;flex-wrap:wrap;gap:.6rem;margin-top:.8rem}
 .pager form{margin:0}

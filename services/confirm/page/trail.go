@@ -18,7 +18,9 @@ package page
 // docs/architecture/audit-chain.md#the-trail-page.
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -37,6 +39,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/services/confirm"
+	"github.com/mandate-dev/mandate/services/confirm/trail"
 )
 
 // TrailPath is where the trail page is served, under the approval page's
@@ -116,6 +119,12 @@ type trailRow struct {
 	Approved                                   bool
 	Approver, Assurance, AssuranceMeaning, Via string
 	Ceiling, DecidedAt, Challenge              string
+	// Decided is set on a decision row (an attempt to decide a challenge,
+	// which the confirm service alone appends): the verdict asked, the
+	// decision channel and its assurance, and the invocation the
+	// challenge belongs to, from the row's arguments.
+	Decided                                                    bool
+	Verdict, DecisionChannel, DecisionAssurance, ForInvocation string
 }
 
 // assuranceMeanings say what an approval's assurance means.
@@ -344,7 +353,8 @@ func chainOf(v *mandatev1.VerifyResponse) chainView {
 
 // rowOf is rec as the page shows it. Its arguments (with sensitive values
 // withheld by the executor before they reached the trail) are left out
-// altogether, and so are digests and hashes.
+// altogether, and so are digests and hashes; of a decision row's, only
+// the confirm service's fields are read.
 func rowOf(rec *mandatev1.AuditRecord) trailRow {
 	row := trailRow{
 		Seq: strconv.FormatInt(rec.GetSeq(), 10), Phase: neutral(rec.GetPhase()), Outcome: neutral(rec.GetOutcome()),
@@ -356,6 +366,14 @@ func rowOf(rec *mandatev1.AuditRecord) trailRow {
 	}
 	if rec.GetTime() != nil {
 		row.Time = stamp(rec.GetTime().AsTime())
+	}
+	var d trail.Arguments
+	if rec.GetPhase() == contract.PhaseDecision && json.Unmarshal([]byte(rec.GetArgumentsJson()), &d) == nil {
+		// The confirm service's own account of the attempt, not the
+		// caller's arguments: nothing sensitive.
+		row.Decided = true
+		row.Verdict, row.DecisionChannel = neutral(cmp.Or(d.Verdict, "none")), neutral(d.Channel)
+		row.DecisionAssurance, row.ForInvocation = neutral(d.Assurance), neutral(d.InvocationID)
 	}
 	if a := rec.GetApproval(); a != nil {
 		row.Approved = true
