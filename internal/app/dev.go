@@ -263,7 +263,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	}
 	confirmSvc, err := confirmcmd.Build(confirmcmd.Deps{Store: confirmStore, Sessions: confirmStore, Directory: dir, Manifest: set,
 		BaseURL: base, LoginSecret: []byte(devSecret.Reveal()), Issuers: []string{DefaultIssuer},
-		Audit: manifestConn(inprocess.Conn(internalSrv, confirmSrc), set.Digest()), Webhook: webhook, Logger: log})
+		Audit: manifestConn(inprocess.Conn(internalSrv, confirmSrc), set.Digest()), TokenAudience: DefaultAudience, Webhook: webhook, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -407,6 +407,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	fmt.Fprintf(io.Stdout, "  REST      http://%s/v1/commands/{code}:execute   (also /v1/catalog/…, /v1/audit/…, /v1/challenges/…)\n", srv.HTTPAddr())
 	fmt.Fprintf(io.Stdout, "  gRPC      %s   (ExecutorService, CatalogService, AuditService, ConfirmService, and the governed proxy of the backends)\n", srv.GRPCAddr())
 	fmt.Fprintf(io.Stdout, "  approvals http://%s/approve/{challenge}\n", srv.HTTPAddr())
+	fmt.Fprintf(io.Stdout, "  audit     http://%s%s   (the trail, for users holding %s; sign in with a link below)\n", srv.HTTPAddr(), page.TrailPath, page.ReadTrailPermission)
 	fmt.Fprintf(io.Stdout, "  OAuth     %s   (MCP hosts: browser sign-in and consent; no token to copy)\n", authServer.Issuer()+"/.well-known/oauth-authorization-server")
 	fmt.Fprintf(io.Stdout, "  OpenAPI   http://%s/openapi.json   health http://%s/healthz\n\n", srv.HTTPAddr(), srv.HTTPAddr())
 	if d.tokensFile != "" {

@@ -42,8 +42,14 @@ type Deps struct {
 	Issuers     []string
 	// Audit is the audit service, dialled as the confirm service
 	// (identity.ConfirmService): every attempt to decide a challenge is
-	// appended there as a decision row. Nil records none (tests).
+	// appended there as a decision row, and the trail page
+	// (/approve/audit) reads the signed-in user's tenant's trail there.
+	// Nil records none and serves no trail page (tests).
 	Audit grpc.ClientConnInterface
+	// TokenAudience is the `aud` of the one-minute user tokens the trail
+	// page relays to Audit for the signed-in user: an audience the audit
+	// service accepts. Required with Audit.
+	TokenAudience string
 	// Webhook is where challenges opened, decided and expired are posted,
 	// signed (confirm.WebhookRelay); its URL "" posts nothing.
 	Webhook confirm.WebhookConfig
@@ -63,9 +69,13 @@ type Service struct {
 // Build builds the confirm service and its approval pages.
 func Build(d Deps) (*Service, error) {
 	cfg := confirm.Config{Store: d.Store, Directory: d.Directory, Commands: d.Manifest, ApprovalBaseURL: d.BaseURL, Logger: d.Logger}
-	var tr *trail.Trail
+	var (
+		tr          *trail.Trail
+		auditClient mandatev1.AuditServiceClient
+	)
 	if d.Audit != nil {
-		tr = trail.New(trail.Options{Audit: mandatev1.NewAuditServiceClient(d.Audit), Logger: d.Logger})
+		auditClient = mandatev1.NewAuditServiceClient(d.Audit)
+		tr = trail.New(trail.Options{Audit: auditClient, Logger: d.Logger})
 		cfg.Trail = tr
 	}
 	svc, err := confirm.New(cfg)
@@ -74,7 +84,7 @@ func Build(d Deps) (*Service, error) {
 	}
 	pages, err := page.New(page.Config{
 		Confirm: svc, Sessions: d.Sessions, Directory: d.Directory, LoginSecret: d.LoginSecret,
-		Issuers: d.Issuers, BaseURL: d.BaseURL, Logger: d.Logger,
+		Issuers: d.Issuers, BaseURL: d.BaseURL, Logger: d.Logger, Audit: auditClient, TokenAudience: d.TokenAudience,
 	})
 	if err != nil {
 		return nil, err
@@ -211,9 +221,15 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		cl.Add(ms.Close)
 		store, sessions = ms, ms
 	}
+	// The trail page's user tokens carry the audience the services accept
+	// first.
+	aud := clicore.DefaultAudience
+	if len(f.Audience) > 0 {
+		aud = f.Audience[0]
+	}
 	svc, err := Build(Deps{Store: store, Sessions: sessions, Directory: f.Directory(pool, &cl), Manifest: set,
 		BaseURL: baseURL, LoginSecret: []byte(f.DevSecret.Reveal()), Issuers: f.Issuers, Audit: auditConn,
-		Webhook: *hook, Logger: log})
+		TokenAudience: aud, Webhook: *hook, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -24,4 +24,8 @@
 // other, so the approver policy applies unchanged, and are recorded with
 // the channel approval_page. Sensitive values never appear: they were
 // withheld before the challenge was opened.
+//
+// The trail page (TrailPath, /approve/audit) shows holders of audit.read
+// their tenant's audit trail, read from the audit service's API as the
+// signed-in user: see trail.go and docs/architecture/audit-chain.md.
 package page

@@ -113,7 +113,7 @@ func validPath(field string) string {
 func variants(t *testing.T, value func(field string) string, path func(field string) string) []variant {
 	t.Helper()
 	var out []variant
-	for _, page := range []string{"challenge", "index", "signin", "message"} {
+	for _, page := range []string{"challenge", "index", "signin", "message", "trail"} {
 		for _, b := range []bool{false, true} {
 			for _, pendingUndecidable := range []bool{false, true} {
 				if pendingUndecidable && page != "challenge" {
@@ -262,7 +262,7 @@ func TestPagesKeepHostileValuesInert(t *testing.T) {
 				for _, u := range links(doc) {
 					rest, _ := strings.CutPrefix(u, Pattern)
 					seg, err := url.PathUnescape(rest)
-					ours := seg == "" || seg == "logout" || strings.HasPrefix(seg, p+" @")
+					ours := seg == "" || seg == "logout" || seg == "audit" || strings.HasPrefix(seg, p+" @")
 					if err != nil || !ours {
 						t.Errorf("%s: link %.80q is not a path this page built", v.name, u)
 					}
@@ -281,6 +281,8 @@ func shown(page, field string, d *pageData) bool {
 		return page == "signin" || page == "message"
 	case strings.HasPrefix(field, ".List"), strings.HasPrefix(field, ".Others"):
 		return page == "index"
+	case strings.HasPrefix(field, ".T."):
+		return page == "trail" && shownOnTrail(field, d.T)
 	case !strings.HasPrefix(field, ".C."):
 		return false
 	case page != "challenge":
@@ -298,6 +300,23 @@ func shown(page, field string, d *pageData) bool {
 		return false
 	case ".C.NeutralisedNote":
 		return c.Fields[0].Neutralised
+	}
+	return true
+}
+
+// shownOnTrail reports whether the trail page shows field of t.
+func shownOnTrail(field string, t *trailView) bool {
+	switch {
+	case strings.HasPrefix(field, ".T.Chain.") && field != ".T.Chain.Checked":
+		return !t.Chain.OK
+	case strings.HasPrefix(field, ".T.Rows["):
+		_, name, _ := strings.Cut(field, "].")
+		switch name {
+		case "Approver", "Assurance", "AssuranceMeaning", "Via", "Ceiling", "DecidedAt", "Challenge":
+			return t.Rows[0].Approved
+		case "Verdict", "DecisionChannel", "DecisionAssurance", "ForInvocation":
+			return t.Rows[0].Decided
+		}
 	}
 	return true
 }

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
@@ -47,7 +48,8 @@ const (
 	ContentSecurityPolicy = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'"
 )
 
-var nextRE = regexp.MustCompile(`^/approve/[A-Za-z0-9_-]{22}$`)
+// nextRE is where a sign-in link may lead: a challenge or the trail page.
+var nextRE = regexp.MustCompile(`^/approve/(?:[A-Za-z0-9_-]{22}|audit)$`)
 
 // Config wires the page.
 type Config struct {
@@ -73,6 +75,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Now replaces time.Now when verifying sign-in tokens (tests).
 	Now func() time.Time
+	// Audit is the audit service, dialled as the confirm service, which
+	// the trail page (TrailPath) asks as the signed-in user (trail.go).
+	// Nil: no trail page.
+	Audit mandatev1.AuditServiceClient
+	// TokenAudience is the `aud` of the user tokens the trail page relays
+	// to Audit: one the audit service accepts. Required with Audit.
+	TokenAudience string
 }
 
 // Handler is the approval page; mount it at Pattern.
@@ -96,6 +105,8 @@ func New(cfg Config) (*Handler, error) {
 		return nil, errors.New("page: Config.LoginSecret must be at least 32 bytes")
 	case len(cfg.Issuers) == 0 || slices.Contains(cfg.Issuers, ""):
 		return nil, errors.New("page: Config.Issuers is required")
+	case cfg.Audit != nil && cfg.TokenAudience == "":
+		return nil, errors.New("page: Config.TokenAudience is required with Config.Audit")
 	}
 	h := &Handler{cfg: cfg, mux: http.NewServeMux()}
 	if cfg.BaseURL != "" {
@@ -118,6 +129,7 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET "+Pattern+"{$}", h.index)
 	h.mux.HandleFunc("GET "+loginPath, h.login)
 	h.mux.HandleFunc("POST "+logoutPath, h.logout)
+	h.mux.HandleFunc("GET "+TrailPath, h.trail)
 	h.mux.HandleFunc("GET "+Pattern+"{challenge}", h.show)
 	h.mux.HandleFunc("POST "+Pattern+"{challenge}", h.decide)
 	h.mux.HandleFunc(Pattern, func(w http.ResponseWriter, r *http.Request) {
@@ -148,6 +160,11 @@ type pageData struct {
 	// List is the index's requests the visitor may decide; Others are
 	// those the visitor asked for that wait for another approver.
 	List, Others []listItem
+	// TrailLink puts a link to the trail page in the header: the visitor
+	// may read the trail.
+	TrailLink bool
+	// T is the trail page's content.
+	T *trailView
 }
 
 type challengeView struct {
@@ -231,6 +248,11 @@ func (v *challengeView) Money() []confirm.PromptField {
 type listItem struct{ ID, Title, RequestedBy, Amount, Risk, ExpiresIn, ExpiresAt string }
 
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, d pageData) {
+	if d.User != "" && h.cfg.Audit != nil && !d.TrailLink {
+		// The link is a convenience; the trail page checks again, with the
+		// session's sign-in time.
+		d.TrailLink, _, _ = h.mayReadTrail(r.Context(), d.Tenant, d.User, h.cfg.Now())
+	}
 	var page htmlWriter
 	writePage(&page, &d)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

@@ -24,6 +24,9 @@ func writePage(w *htmlWriter, d *pageData) {
 <body>
 <header><strong>Mandate · approvals</strong>
 `)
+	if d.TrailLink {
+		w.markup(`<nav><a href="/approve/">Approvals</a> <a href="/approve/audit" id="trail-link">Audit trail</a></nav>` + "\n")
+	}
 	if d.User != "" {
 		w.element(`<span>`, d.User, ` (`)
 		w.text(d.Tenant)
@@ -42,6 +45,9 @@ func writePage(w *htmlWriter, d *pageData) {
 		w.markup("\n")
 	case "signin":
 		writeSignIn(w, d)
+		w.markup("\n")
+	case "trail":
+		writeTrail(w, d)
 		w.markup("\n")
 	default:
 		writeMessage(w, d)
@@ -299,4 +305,146 @@ cannot change any other value. Hidden or direction-changing characters are shown
 		w.markup("</ul>\n")
 	}
 	w.markup("\n")
+}
+
+// writeTrail lays the trail page out: the tenant's chain status, the
+// filters, the rows newest first, and the way to older rows.
+func writeTrail(w *htmlWriter, d *pageData) {
+	if t := d.T; t != nil {
+		w.element(`<div class="card" id="trail">
+<h1>Audit trail</h1>
+<p class="note">Every attempt recorded for tenant <strong>`, d.Tenant, `</strong>, newest first. Arguments are not shown here.</p>
+`)
+		if t.Chain.OK {
+			w.element(`<p class="chain chain-ok" id="chain">Chain verified: all `, t.Chain.Checked, " rows are intact.</p>\n")
+		} else {
+			w.element(`<p class="chain chain-broken" id="chain">Chain broken at row `, t.Chain.Seq, `: `)
+			w.element(``, t.Chain.Problem, ` (invocation <code>`)
+			w.element(``, t.Chain.Invocation, `</code>, `)
+			w.element(``, t.Chain.Phase, `). The `)
+			w.element(``, t.Chain.Checked, " rows before it are intact; the trail was changed after it was written. Tell your operator.</p>\n")
+		}
+		w.markup(`<form method="get" action="/approve/audit" class="filters" id="filters">` + "\n")
+		w.element(`<label>Agent <input name="agent" value="`, t.Agent, `" maxlength="256"></label>`+"\n")
+		w.element(`<label>Command <input name="command" value="`, t.Command, `" maxlength="256"></label>`+"\n")
+		w.markup(`<label>Outcome <select name="outcome"><option value="">any</option>` + "\n")
+		for _, o := range t.Outcomes {
+			w.element(`<option value="`, o.Value, `"`)
+			if o.Selected {
+				w.markup(` selected`)
+			}
+			w.element(`>`, o.Value, "</option>\n")
+		}
+		w.markup("</select></label>\n")
+		w.element(`<label>Approver <input name="approver" value="`, t.Approver, `" maxlength="256"></label>`+"\n")
+		if t.Size != "" {
+			w.element(`<input type="hidden" name="size" value="`, t.Size, `">`)
+		}
+		w.markup(`<button type="submit" id="filter">Filter</button> <a href="/approve/audit">Clear</a>
+</form>
+</div>
+<div class="card" id="rows">
+`)
+		if len(t.Rows) == 0 {
+			w.markup(`<p id="no-rows">No rows match.</p>` + "\n")
+		} else {
+			w.markup(`<ol class="rows">` + "\n")
+			for i := range t.Rows {
+				writeTrailRow(w, &t.Rows[i])
+			}
+			w.markup("</ol>\n")
+		}
+		w.markup(`<div class="pager">` + "\n")
+		if t.Older != "" {
+			w.markup(`<form method="get" action="/approve/audit">`)
+			writeTrailFilters(w, t)
+			w.element(`<input type="hidden" name="page" value="`, t.Older, `"><button type="submit" id="older">Older rows</button></form>`+"\n")
+		}
+		if t.Paged {
+			w.markup(`<form method="get" action="/approve/audit">`)
+			writeTrailFilters(w, t)
+			w.markup(`<button type="submit" id="newest">Newest rows</button></form>` + "\n")
+		}
+		w.markup("</div>\n</div>")
+	}
+	w.markup("\n" + `<p><a href="/approve/">All requests waiting for you</a></p>`)
+}
+
+// writeTrailFilters writes the filters in force as hidden fields, for the
+// forms that move between pages.
+func writeTrailFilters(w *htmlWriter, t *trailView) {
+	for _, f := range []struct {
+		name  markup
+		value string
+	}{{"agent", t.Agent}, {"command", t.Command}, {"outcome", t.Outcome}, {"approver", t.Approver}, {"size", t.Size}} {
+		if f.value != "" {
+			w.element(`<input type="hidden" name="`+f.name+`" value="`, f.value, `">`)
+		}
+	}
+}
+
+// writeTrailRow writes one row: what and when, for whom and by which
+// agent and model, where it stopped, and the approval that let it through.
+func writeTrailRow(w *htmlWriter, r *trailRow) {
+	w.element(`<li class="row" data-seq="`, r.Seq, `" data-outcome="`)
+	w.element(``, r.Outcome, `">`+"\n")
+	w.element(`<div class="r-top"><span class="seq">#`, r.Seq, `</span> <span class="outcome o-`)
+	w.element(``, r.Outcome, `">`)
+	w.element(``, r.Outcome, `</span> <strong class="r-cmd" dir="ltr"><bdi>`)
+	w.element(``, r.Command, `</bdi></strong>`)
+	if r.Risk != "" {
+		w.element(` <span class="risk">`, r.Risk, `</span>`)
+	}
+	w.element(` <span class="r-time">`, r.Time, "</span></div>\n")
+	w.element(`<div class="r-who">`, r.Phase, ` · for <bdi class="r-user">`)
+	w.element(``, r.Who, `</bdi>`)
+	if r.Agent != "" {
+		w.element(` · agent <bdi class="r-agent">`, r.Agent, `</bdi>`)
+	}
+	if r.Model != "" {
+		w.element(` · model <bdi class="r-model">`, r.Model, `</bdi>`)
+	}
+	if r.Channel != "" {
+		w.element(` · via `, r.Channel, ``)
+	}
+	w.markup("</div>\n")
+	if r.Stage != "" || r.Code != "" {
+		w.element(`<div class="r-code">stage <code>`, r.Stage, `</code> · code <code>`)
+		w.element(``, r.Code, "</code></div>\n")
+	}
+	if r.Message != "" {
+		w.element(`<div class="r-msg"><bdi>`, r.Message, "</bdi></div>\n")
+	}
+	if r.Approved {
+		w.element(`<div class="r-approval">approved by <bdi class="r-approver">`, r.Approver, `</bdi> · assurance <code class="r-assurance">`)
+		w.element(``, r.Assurance, `</code>`)
+		if r.AssuranceMeaning != "" {
+			w.element(` <span class="note">(`, r.AssuranceMeaning, `)</span>`)
+		}
+		w.element(` · channel `, r.Via, ``)
+		if r.Ceiling != "" {
+			w.element(` · trust ceiling <span class="r-ceiling">`, r.Ceiling, `</span>`)
+		}
+		if r.DecidedAt != "" {
+			w.element(` · at `, r.DecidedAt, ``)
+		}
+		if r.Challenge != "" {
+			w.element(` · challenge <code>`, r.Challenge, `</code>`)
+		}
+		w.markup("</div>\n")
+	}
+	if r.Decided {
+		w.element(`<div class="r-decision">decision asked: <strong>`, r.Verdict, `</strong> · channel `)
+		w.element(``, r.DecisionChannel, ` · assurance <code class="r-d-assurance">`)
+		w.element(``, r.DecisionAssurance, `</code>`)
+		if r.ForInvocation != "" {
+			w.element(` · for invocation <code>`, r.ForInvocation, `</code>`)
+		}
+		w.markup("</div>\n")
+	}
+	w.element(`<div class="r-id note">invocation <code>`, r.Invocation, `</code>`)
+	if r.Subject != "" {
+		w.element(` · subject <bdi>`, r.Subject, `</bdi>`)
+	}
+	w.markup("</div>\n</li>\n")
 }

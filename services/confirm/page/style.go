@@ -58,6 +58,31 @@ ul.effects{margin:.2rem 0 .4rem;padding-left:1.2rem}
 #details h2:first-child{margin-top:0}
 ul.list{list-style:none;padding:0}
 ul.list li{padding:.5rem 0;border-bottom:1px solid #eef0f2}
+header nav{display:flex;flex-wrap:wrap;gap:.2rem .8rem}
+header a{color:#fff}
+.chain{border-radius:6px;padding:.5rem .8rem;font-weight:600;margin:.6rem 0}
+.chain-ok{background:#dafbe1;color:#116329}
+.chain-broken{background:#ffebe9;color:#a40e26}
+.filters{display:flex;flex-wrap:wrap;gap:.5rem 1rem;align-items:flex-end;margin-top:.6rem}
+.filters label{display:flex;flex-direction:column;font-size:.85rem;color:#57606a;min-width:0;flex:1 1 9rem}
+.filters input,.filters select{font:inherit;font-size:.95rem;padding:.25rem .4rem;border:1px solid #d0d7de;border-radius:4px;min-width:0;width:100%;background:#fff}
+.filters button,.pager button{font:inherit;padding:.3rem 1rem;border-radius:6px;border:1px solid #1b1f24;background:#1b1f24;color:#fff;cursor:pointer}
+ol.rows{list-style:none;padding:0;margin:0}
+ol.rows li{border-bottom:1px solid #eef0f2;padding:.6rem 0;min-width:0}
+.r-top{display:flex;flex-wrap:wrap;gap:.2rem .6rem;align-items:baseline}
+.seq{color:#57606a;font-variant-numeric:tabular-nums}
+.outcome{display:inline-block;border-radius:999px;padding:0 .6rem;font-size:.8rem;font-weight:600;background:#e7ecf2}
+.o-executed,.o-approved,.o-allowed{background:#dafbe1;color:#116329}
+.o-refused,.o-failed,.o-declined{background:#ffebe9;color:#a40e26}
+.o-unknown{background:#fff1c2;color:#7d4e00}
+.r-time{color:#57606a;font-size:.85rem}
+.r-who,.r-code,.r-msg,.r-approval,.r-decision{font-size:.9rem;margin-top:.15rem}
+.r-msg{color:#57606a;white-space:pre-wrap}
+.r-approval,.r-decision{background:#f0f6ff;border-radius:4px;padding:.2rem .5rem}
+.r-id{font-size:.8rem;margin-top:.15rem}
+.pager{display:flex;flex-wrap:wrap;gap:.6rem;margin-top:.8rem}
+.pager form{margin:0}
+bdi{unicode-bidi:isolate}
 @media (max-width:30rem){
 main{padding:0 .5rem;margin-top:.6rem}
 h1{font-size:1.2rem}
@@ -67,6 +92,7 @@ h1{font-size:1.2rem}
 .card{padding:1rem .8rem}
 dl{grid-template-columns:minmax(0,1fr);gap:0}
 dd{margin-bottom:.4rem}
+.filters label{flex:1 1 40%}
 header{padding:.5rem .8rem}
 }
 </style>`
