@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/mandate-dev/mandate/internal/browsertest"
 )
 
 // TestApprovalPageRendersByDeclaration opens the approval page of
@@ -27,7 +29,7 @@ func TestApprovalPageRendersByDeclaration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary and a browser")
 	}
-	chrome := chromiumPath(t)
+	chrome := browsertest.Chromium(t)
 	d := startDev(t)
 	carolLink := signInLink(t, d, "carol")
 	bot := d.tokens["finance-bot@carol"]

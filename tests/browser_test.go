@@ -5,31 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-)
 
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{os.Getenv("MANDATE_CHROMIUM"), "/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"} {
-		if name == "" {
-			continue
-		}
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("MANDATE_REQUIRE_BROWSER") == "1" {
-		t.Fatal("MANDATE_REQUIRE_BROWSER=1 but no Chromium found (apt-get install -y chromium)")
-	}
-	t.Skip("no Chromium: apt-get install -y chromium")
-	return ""
-}
+	"github.com/mandate-dev/mandate/internal/browsertest"
+)
 
 // TestApprovalInBrowser: an agent's refund waits for a human; carol signs
 // in with the link `mandate dev` printed, approves in a real browser, and
@@ -39,7 +22,7 @@ func TestApprovalInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary and a browser")
 	}
-	chrome := chromiumPath(t)
+	chrome := browsertest.Chromium(t)
 	dev := startDev(t)
 	base := dev.base
 	var carolLink string

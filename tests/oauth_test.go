@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/mandate-dev/mandate/internal/browsertest"
 )
 
 // oauthEvent is one line tests/node/oauth.mjs prints.
@@ -66,7 +68,7 @@ func TestOAuthConnectsAnMCPHost(t *testing.T) {
 		t.Skip("builds and runs the binary, node and a browser")
 	}
 	node := nodeOrSkip(t)
-	chrome := chromiumPath(t)
+	chrome := browsertest.Chromium(t)
 	dev := startDev(t, "--log-level", "info")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,28 +10,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/mandate-dev/mandate/internal/browsertest"
 	"github.com/mandate-dev/mandate/services/confirm/page"
 )
-
-// chromiumBinary finds a Chromium or Chrome binary, or skips the test
-// saying how to get one (fails instead when MANDATE_REQUIRE_BROWSER=1), as
-// the approval page's browser tests do.
-func chromiumBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("MANDATE_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("MANDATE_REQUIRE_BROWSER") == "1" {
-		t.Fatal("MANDATE_REQUIRE_BROWSER=1 but no Chromium found (apt-get install -y chromium)")
-	}
-	t.Skip("browser test skipped: no Chromium found (install it with `apt-get install -y chromium`, or point MANDATE_CHROMIUM at a binary)")
-	return ""
-}
 
 // trailReport is what trailProbe measures.
 type trailReport struct {
@@ -81,7 +61,7 @@ const trailProbe = `(() => {
 // The screenshots land in the test's temporary directory, or in
 // $MANDATE_SCREENSHOTS when set.
 func TestTrailPageInABrowser(t *testing.T) {
-	bin := chromiumBinary(t)
+	bin := browsertest.Chromium(t)
 	f := startTrailPage(t, trailOptions{})
 	f.seed(t)
 	link, err := page.LoginURL(f.base, f.devSecret, DefaultIssuer, "olive", "acme", time.Minute)

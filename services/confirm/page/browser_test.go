@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/mandate-dev/mandate/internal/browsertest"
 	"github.com/mandate-dev/mandate/internal/directory"
 	dirmem "github.com/mandate-dev/mandate/internal/directory/memory"
 	"github.com/mandate-dev/mandate/internal/identity"
@@ -25,25 +24,6 @@ import (
 	"github.com/mandate-dev/mandate/services/confirm/memory"
 	"github.com/mandate-dev/mandate/services/confirm/page"
 )
-
-// chromium finds a Chromium or Chrome binary, or skips the test saying how
-// to get one.
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("MANDATE_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("MANDATE_REQUIRE_BROWSER") == "1" {
-		t.Fatal("MANDATE_REQUIRE_BROWSER=1 but no Chromium found (apt-get install -y chromium)")
-	}
-	t.Skip("browser test skipped: no Chromium found (install it with `apt-get install -y chromium`, or point MANDATE_CHROMIUM at a binary)")
-	return ""
-}
 
 // confirmServer runs the confirm service as `mandate confirm` would: gRPC +
 // REST, with the approval page mounted on the HTTP listener.
@@ -141,7 +121,7 @@ func (s *confirmServer) state(t *testing.T, id string) confirm.Challenge {
 // with the one-time link, read the prompt, approve one challenge and
 // decline another, and have a form without its CSRF token refused.
 func TestBrowser(t *testing.T) {
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	s := startConfirmServer(t)
 	first, second, third := s.open(t, "inv-approve"), s.open(t, "inv-decline"), s.open(t, "inv-forged")
 

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"golang.org/x/net/html"
 
+	"github.com/mandate-dev/mandate/internal/browsertest"
 	"github.com/mandate-dev/mandate/services/confirm"
 	"github.com/mandate-dev/mandate/services/confirm/confirmtest"
 	"github.com/mandate-dev/mandate/services/confirm/page"
@@ -96,7 +97,7 @@ func TestInboxOnThePage(t *testing.T) {
 // TestBrowserInbox: in Chromium, the approver signs in, reads the amount
 // and the expiry in the inbox, and the link leads to the decision page.
 func TestBrowserInbox(t *testing.T) {
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	s := startConfirmServerWith(t, sampleCommands(t))
 	refund, _ := openInbox(t, s.confirm)
 	ctx := newBrowser(t, bin)
