@@ -142,6 +142,17 @@ func NoticeReason(reason string) string {
 	return reason[:cut]
 }
 
+// Purger is a Store that bounds what it keeps: PurgeExpired deletes up
+// to limit challenges (any tenant) that expired longer ago than the
+// store's retention, with their notices, oldest first, and returns how
+// many. Such a challenge can no longer be decided, redeemed or released;
+// until then it reads as EXPIRED. The webhook relay's round calls it, so
+// that every replica purges (each row once). The memory and Postgres
+// stores implement it.
+type Purger interface {
+	PurgeExpired(ctx context.Context, limit int) (int, error)
+}
+
 // NoticeStore keeps the notices: a durable outbox of what happened to
 // challenges, so that a relay running in any replica can deliver each as a
 // webhook at least once, even after a crash. The memory and Postgres stores

@@ -204,11 +204,17 @@ func (r *WebhookRelay) Run(ctx context.Context) {
 }
 
 // Once is one round: it records the expiry of challenges nobody decided in
-// time, then claims the due notices and delivers each. It returns how many
+// time, deletes those past the store's retention (Purger), then claims the
+// due notices and delivers each. It returns how many
 // were delivered.
 func (r *WebhookRelay) Once(ctx context.Context) (int, error) {
 	if _, err := r.store.ExpireDue(ctx, r.cfg.Batch); err != nil {
 		return 0, err
+	}
+	if p, ok := r.store.(Purger); ok {
+		if _, err := p.PurgeExpired(ctx, r.cfg.Batch); err != nil {
+			return 0, err
+		}
 	}
 	notices, err := r.store.ClaimNotices(ctx, r.cfg.Batch, r.cfg.Lease)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/mandate-dev/mandate/services/confirm"
+	"github.com/mandate-dev/mandate/services/confirm/memory"
 )
 
 // hookReceiver is a webhook receiver on loopback: it verifies every
@@ -244,5 +246,32 @@ func TestWebhooksWithoutAURL(t *testing.T) {
 	left, err := f.store.ClaimNotices(context.Background(), 10, time.Minute)
 	if err != nil || len(left) != 0 {
 		t.Fatalf("%d notices left (%v), want none", len(left), err)
+	}
+}
+
+// TestTheRelayPurgesPastRetention: the relay's round deletes challenges
+// that expired longer ago than the store keeps them (confirm.Purger), so a
+// running confirm service's store stays bounded; one still within
+// retention stays readable as EXPIRED.
+func TestTheRelayPurgesPastRetention(t *testing.T) {
+	f := setup(t, false)
+	relay := confirm.NewWebhookRelay(f.store, f.svc, confirm.WebhookConfig{})
+	old := f.open(t, botForAlice, "ticket.refund")
+	// Expired, within retention, when the next challenge opens (the memory
+	// store's Create sweeps too, so only the relay can drop it later).
+	f.clock.Advance(old.ExpiresAt.Sub(f.clock.Now()) + memory.DefaultRetain/2)
+	recent := f.open(t, botForAlice, "ticket.refund")
+	f.clock.Advance(memory.DefaultRetain/2 + time.Second)
+	if _, err := f.store.Get(context.Background(), "acme", old.ID); err != nil {
+		t.Fatalf("before the relay's round: %v", err)
+	}
+	if _, err := relay.Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Get(context.Background(), "acme", old.ID); !errors.Is(err, confirm.ErrNotFound) {
+		t.Fatalf("a challenge past retention after the relay's round: %v, want ErrNotFound", err)
+	}
+	if _, err := f.store.Get(context.Background(), "acme", recent.ID); err != nil {
+		t.Fatalf("a challenge within retention: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -160,6 +161,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		mf        clicore.ManifestFlags
 		baseURL   string
 		auditAddr string
+		retain    time.Duration
 	)
 	s := config.New("confirm", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
@@ -168,8 +170,12 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	mf.Declare(s)
 	s.String(&auditAddr, "audit-addr", "127.0.0.1:9094", "gRPC address of the audit service, where every attempt to decide a challenge is appended as a decision row (host:port or dns:///host:port, balanced round robin); the confirm service authenticates there with --service-secret, as the executor does")
 	s.String(&baseURL, "approval-base-url", "", "public origin of the approval pages (default http://<http-addr>)")
+	s.Duration(&retain, "retain-challenges", 0, "how long a challenge is kept after it expires (it reads as expired meanwhile), then deleted with its webhook notices; 0: the store's default (a week with --database-url, an hour in memory)")
 	hook := DeclareWebhook(s)
 	s.Check(func() error {
+		if retain < 0 {
+			return s.Errorf("retain-challenges", "must not be negative")
+		}
 		if !f.DevSecret.Set() {
 			return s.Errorf("dev-secret", "is required: it signs the one-time sign-in links of the approval page")
 		}
@@ -213,11 +219,11 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		return err
 	}
 	if pool != nil {
-		ps := confirmpg.New(pool, confirmpg.Options{Logger: log})
+		ps := confirmpg.New(pool, confirmpg.Options{Logger: log, Retain: retain})
 		cl.Add(ps.Close)
 		store, sessions = ps, ps
 	} else {
-		ms := confirmmem.New(confirmmem.Options{})
+		ms := confirmmem.New(confirmmem.Options{Retain: retain})
 		cl.Add(ms.Close)
 		store, sessions = ms, ms
 	}

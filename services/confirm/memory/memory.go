@@ -69,6 +69,7 @@ var (
 	_ confirm.Store        = (*Store)(nil)
 	_ confirm.SessionStore = (*Store)(nil)
 	_ confirm.NoticeStore  = (*Store)(nil)
+	_ confirm.Purger       = (*Store)(nil)
 )
 
 // New returns an empty Store.
@@ -165,23 +166,47 @@ func (s *Store) sweep(now time.Time) {
 		return
 	}
 	s.swept = now
-	dropped := false
-	for id, c := range s.byID {
+	s.drop(now, len(s.byID))
+}
+
+// drop deletes up to limit challenges that expired more than retain ago,
+// oldest expiry first, with their notices, and returns how many. The caller
+// holds mu.
+func (s *Store) drop(now time.Time, limit int) int {
+	var old []*confirm.Challenge
+	for _, c := range s.byID {
 		if now.Sub(c.ExpiresAt) > s.retain {
-			delete(s.byID, id)
-			delete(s.byInvocation, [2]string{c.Tenant, c.InvocationID})
-			delete(s.expiredNoted, id)
-			dropped = true
+			old = append(old, c)
 		}
 	}
-	if !dropped {
-		return
+	if len(old) == 0 || limit <= 0 {
+		return 0
+	}
+	slices.SortFunc(old, func(a, b *confirm.Challenge) int {
+		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.ID, b.ID))
+	})
+	old = old[:min(limit, len(old))]
+	for _, c := range old {
+		delete(s.byID, c.ID)
+		delete(s.byInvocation, [2]string{c.Tenant, c.InvocationID})
+		delete(s.expiredNoted, c.ID)
 	}
 	for id, n := range s.notices {
 		if s.byID[n.c.ID] != n.c {
 			delete(s.notices, id)
 		}
 	}
+	return len(old)
+}
+
+// PurgeExpired implements confirm.Purger.
+func (s *Store) PurgeExpired(_ context.Context, limit int) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, errClosed
+	}
+	return s.drop(s.clock(), limit), nil
 }
 
 // Get implements confirm.Store.

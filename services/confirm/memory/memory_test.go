@@ -94,3 +94,11 @@ func TestNoticesFollowRetention(t *testing.T) {
 		t.Fatalf("ClaimNotices after the sweep = %+v, %v; want only the new challenge's opened notice", ns, err)
 	}
 }
+
+func TestRetentionConformance(t *testing.T) {
+	confirmtest.RunRetention(t, func(t *testing.T, retain time.Duration) confirmtest.Retaining {
+		s := memory.New(memory.Options{Retain: retain})
+		t.Cleanup(s.Close)
+		return s
+	})
+}

@@ -132,3 +132,27 @@ func (s *Store) NoticeGiveUp(ctx context.Context, id int64, reason string) error
 		id, confirm.NoticeReason(reason))
 	return mapErr("give up notice", err)
 }
+
+// PurgeExpired implements confirm.Purger: it deletes up to limit
+// challenges that expired longer ago than Options.Retain, oldest expiry
+// first, with their notices (delivered, pending or given up: the foreign
+// key cascades). Concurrent purges in any number of replicas skip each
+// other's rows. A challenge expired that long ago can no longer change
+// state, be redeemed or be released.
+func (s *Store) PurgeExpired(ctx context.Context, limit int) (int, error) {
+	if s.isClosed() {
+		return 0, errClosed
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM confirm.challenges WHERE id = ANY (ARRAY(
+			SELECT id FROM confirm.challenges
+			WHERE expires_at < now() - $1 * interval '1 microsecond'
+			ORDER BY expires_at LIMIT $2
+			FOR UPDATE SKIP LOCKED))`, s.opts.Retain.Microseconds(), limit)
+	if err != nil {
+		return 0, mapErr("purge expired challenges", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

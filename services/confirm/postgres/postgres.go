@@ -50,7 +50,17 @@ type Options struct {
 	// ReconnectMin and ReconnectMax bound the listener's reconnect backoff.
 	// Defaults 100ms, 5s.
 	ReconnectMin, ReconnectMax time.Duration
+	// Retain is how long a challenge is kept after it expires (it reads
+	// as EXPIRED meanwhile); PurgeExpired deletes it after that, with its
+	// notices. Default DefaultRetain.
+	Retain time.Duration
 }
+
+// DefaultRetain is how long a challenge is kept after its expiry unless
+// Options.Retain says otherwise: a week, for the approval page to answer
+// "expired" and an operator to look; the audit trail keeps the decision
+// for good.
+const DefaultRetain = 7 * 24 * time.Hour
 
 func (o Options) withDefaults() Options {
 	if o.Logger == nil {
@@ -67,6 +77,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReconnectMax <= 0 {
 		o.ReconnectMax = 5 * time.Second
+	}
+	if o.Retain <= 0 {
+		o.Retain = DefaultRetain
 	}
 	return o
 }
@@ -91,6 +104,7 @@ var (
 	_ confirm.Store        = (*Store)(nil)
 	_ confirm.SessionStore = (*Store)(nil)
 	_ confirm.NoticeStore  = (*Store)(nil)
+	_ confirm.Purger       = (*Store)(nil)
 )
 
 // New returns a Store on pool, whose database must have [Migrations]

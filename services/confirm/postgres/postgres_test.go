@@ -225,3 +225,11 @@ func TestWebhooksOverTwoReplicas(t *testing.T) {
 		}
 	}
 }
+
+func TestRetentionConformance(t *testing.T) {
+	confirmtest.RunRetention(t, func(t *testing.T, retain time.Duration) confirmtest.Retaining {
+		s := postgres.New(pgtest.New(t, postgres.Migrations), postgres.Options{Logger: quiet, WatchPoll: 5 * time.Second, Retain: retain})
+		t.Cleanup(s.Close)
+		return s
+	})
+}
