@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -164,8 +165,9 @@ func BenchmarkLimitCost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	with := start(b, postgresStores)
-	without := startOn(b, postgresBacking(b, context.Background()), bare)
+	withBacking, withoutBacking := postgresBacking(b, context.Background()), postgresBacking(b, context.Background())
+	with := startOn(b, withBacking, set(b))
+	without := startOn(b, withoutBacking, bare)
 	bot := as(token(b, "acme", "carol", "finance-bot"))
 	const input = `{"ticket_id":"T-1001","amount":{"currency_code":"EUR","amount_minor":"1"},"reason":"Goodwill gesture","cardholder_reference":"CH4242424242"}`
 	call := func(e *env, key string) time.Duration {
@@ -191,6 +193,10 @@ func BenchmarkLimitCost(b *testing.B) {
 	if s := os.Getenv("MANDATE_BENCH_CALLERS"); s != "" {
 		callers, _ = strconv.Atoi(s)
 	}
+	// CPU, besides latency: each topology's Postgres backends (found by
+	// their database in the process title) and this process, which runs
+	// both topologies' Go side.
+	pgWith0, pgWithout0, self0 := backendCPU(b, withBacking.database), backendCPU(b, withoutBacking.database), selfCPU(b)
 	work := make(chan struct{}, b.N)
 	for range b.N {
 		work <- struct{}{}
@@ -218,6 +224,18 @@ func BenchmarkLimitCost(b *testing.B) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	n := float64(b.N)
+	pgWith := float64((backendCPU(b, withBacking.database) - pgWith0).Microseconds()) / n
+	pgWithout := float64((backendCPU(b, withoutBacking.database) - pgWithout0).Microseconds()) / n
+	goBoth := float64((selfCPU(b) - self0).Microseconds()) / n
+	b.ReportMetric(pgWith, "pg-cpu-with-µs")
+	b.ReportMetric(pgWithout, "pg-cpu-without-µs")
+	b.ReportMetric(goBoth/2, "go-cpu-per-call-µs")
+	// What the limit adds in Postgres, against the CPU of a governed call
+	// without it: half this process's CPU (it ran one call of each) and
+	// that call's Postgres CPU. The Go side of the budget stage is left in
+	// the halves (BenchmarkStageBudget measures it alone).
+	b.ReportMetric((pgWith-pgWithout)/(goBoth/2+pgWithout), "pg-cpu-added-share")
 	mean := func(l []time.Duration) float64 {
 		var s time.Duration
 		for _, d := range l {
@@ -232,4 +250,60 @@ func BenchmarkLimitCost(b *testing.B) {
 	b.ReportMetric(mean(lw), "with-mean-µs")
 	b.ReportMetric(mean(lo), "without-mean-µs")
 	b.ReportMetric(mean(lw)/mean(lo), "mean-ratio")
+}
+
+// set is the embedded manifest, with its limits.
+func set(b *testing.B) *manifest.Set {
+	s, err := manifest.Embedded()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// backendCPU is the CPU time the Postgres backends serving database have
+// used so far (user and system, from /proc: Linux only; the benchmark
+// skips elsewhere).
+func backendCPU(b *testing.B, database string) time.Duration {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Skipf("no /proc: %v", err)
+	}
+	var total time.Duration
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		title, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil || !strings.HasPrefix(string(title), "postgres: ") || !strings.Contains(string(title), " "+database+" ") {
+			continue
+		}
+		total += procCPU("/proc/" + d.Name() + "/stat")
+	}
+	return total
+}
+
+// selfCPU is this process's CPU time so far.
+func selfCPU(b *testing.B) time.Duration {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		b.Skipf("no /proc: %v", err)
+	}
+	return procCPU("/proc/self/stat")
+}
+
+// procCPU reads utime and stime (fields 14 and 15, in clock ticks of
+// 1/100 s) from a /proc stat file; 0 when it cannot.
+func procCPU(path string) time.Duration {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	// The command in field 2 may hold spaces; it ends at the last ')'.
+	rest := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	if len(rest) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(rest[11], 10, 64)
+	st, _ := strconv.ParseInt(rest[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }

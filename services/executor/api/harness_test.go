@@ -176,6 +176,8 @@ type backing struct {
 	confirm    confirm.Store
 	// takeAuditAway makes the audit store unreachable.
 	takeAuditAway func()
+	// database is the Postgres database every store uses ("" in memory).
+	database string
 }
 
 // postgresBacking puts every store on a fresh Postgres database; the
@@ -195,7 +197,7 @@ func postgresBacking(t testing.TB, ctx context.Context) backing {
 		dir.Close()
 	})
 	return backing{dir: dir, auditStore: auditStore, execStore: execpg.New(pool, execpg.Options{}),
-		confirm: confirmpg.New(pool, confirmpg.Options{}), takeAuditAway: auditPool.Close}
+		confirm: confirmpg.New(pool, confirmpg.Options{}), takeAuditAway: auditPool.Close, database: pool.Config().ConnConfig.Database}
 }
 
 // memoryBacking puts every store in memory.
