@@ -196,6 +196,9 @@ type Executor struct {
 	// conditions are each command's declared conditions, compiled once
 	// (stage_condition.go).
 	conditions map[string][]compiledCondition
+	// facts are what each command's declaration implies that a call
+	// would otherwise derive again: compiled once, here (compileFacts).
+	facts map[string]commandFacts
 	// limits are each command's declared limits, resolved once
 	// (compileLimits).
 	limits  map[string][]compiledLimit
@@ -290,7 +293,8 @@ func New(cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, conditions: conds, limits: lims, pending: make(chan struct{}, 1024),
+	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, conditions: conds, limits: lims,
+		facts: compileFacts(cfg.Manifest, cfg.DefaultDeadline), pending: make(chan struct{}, 1024),
 		leases: leases{held: map[*invocation]*heldLease{}},
 		stop:   make(chan struct{}), stopping: make(chan struct{}), spoolFailures: map[int64]int{}}
 	if err := e.loadHeld(); err != nil {
@@ -372,6 +376,9 @@ type invocation struct {
 	cmd    *manifest.Command
 	method protoreflect.MethodDescriptor
 	req    *dynamicpb.Message
+	// withheld are the sensitive argument paths that held a value (set
+	// with args).
+	withheld []string
 	// args is the redacted JSON of the arguments (empty before
 	// schema_validate), a string once for every audit row and the
 	// confirmation that carry it.
@@ -466,14 +473,47 @@ func (e *Executor) begin(ctx context.Context, call Call, name string) (context.C
 	return ctx, inv, span
 }
 
-// deadline is how long a dispatch of cmd may take.
+// deadline is how long a dispatch of cmd may take: its declared deadline,
+// or the executor's default.
 func (e *Executor) deadline(cmd *manifest.Command) time.Duration {
+	if f, ok := e.facts[cmd.Code]; ok {
+		return f.deadline
+	}
+	return declaredDeadline(cmd, e.cfg.DefaultDeadline)
+}
+
+// commandFacts is what a command's declaration implies for every call of
+// it, compiled once when the executor starts rather than per call.
+type commandFacts struct {
+	// deadline is how long a dispatch may take.
+	deadline time.Duration
+	// outputSensitive are the JSON paths of the result's sensitive fields,
+	// withheld from its domain event.
+	outputSensitive []string
+}
+
+// compileFacts compiles each command's facts from the manifest.
+func compileFacts(set *manifest.Set, def time.Duration) map[string]commandFacts {
+	out := make(map[string]commandFacts)
+	for _, c := range set.Commands() {
+		f := commandFacts{deadline: declaredDeadline(c, def)}
+		if md, ok := set.Method(c.Code); ok {
+			f.outputSensitive = schema.SensitivePaths(md.Output())
+		}
+		out[c.Code] = f
+	}
+	return out
+}
+
+// declaredDeadline is cmd's declared deadline, or def when it declares
+// none (or one the build would have refused).
+func declaredDeadline(cmd *manifest.Command, def time.Duration) time.Duration {
 	if cmd.Deadline != "" {
 		if d, err := time.ParseDuration(cmd.Deadline); err == nil && d > 0 {
 			return d
 		}
 	}
-	return e.cfg.DefaultDeadline
+	return def
 }
 
 // recoverKey settles an idempotency key held by invocation previous, whose
@@ -968,9 +1008,14 @@ func subjectOf(msg *dynamicpb.Message, field string) string {
 	return fmt.Sprint(msg.Get(fd).Interface())
 }
 
+// withheldOf are the call's sensitive argument paths that held a value:
+// found by schema_validate as it redacted the arguments.
 func withheldOf(inv *invocation) []string {
-	_, withheld := schema.Redact(inv.call.Input, inv.cmd.SensitiveFields)
-	return withheld
+	if inv.args == "" {
+		_, withheld := schema.Redact(inv.call.Input, inv.cmd.SensitiveFields)
+		return withheld
+	}
+	return inv.withheld
 }
 
 func auditID(stored []*mandatev1.AuditRecord) string {

@@ -71,7 +71,11 @@ func (e *Executor) settle(ctx context.Context, s settlement) error {
 		}
 		var result []byte
 		if r.output != nil {
-			result, _ = schema.Redact(r.output, schema.SensitivePaths(r.method.Output()))
+			sensitive := e.facts[r.cmd.Code].outputSensitive
+			if _, known := e.facts[r.cmd.Code]; !known {
+				sensitive = schema.SensitivePaths(r.method.Output())
+			}
+			result, _ = schema.Redact(r.output, sensitive)
 		}
 		f.Event = &Event{Tenant: r.tenant, Command: r.cmd.Code, Subject: r.subject, InvocationID: r.invocationID,
 			UserID: r.user, AgentID: r.agent, Result: result, Time: now}

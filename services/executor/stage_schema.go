@@ -41,8 +41,8 @@ func (e *Executor) schemaValidate(ctx context.Context, inv *invocation) (*Result
 		return nil, e.fault(ctx, inv, StageSchema, failure.CodeInternalError, err)
 	}
 	inv.argDigest = digest(inv.cmd.Code, inv.canon)
-	redacted, _ := schema.Redact(inv.call.Input, inv.cmd.SensitiveFields)
-	inv.args = string(redacted)
+	redacted, withheld := schema.Redact(inv.call.Input, inv.cmd.SensitiveFields)
+	inv.args, inv.withheld = string(redacted), withheld
 	inv.subject = subjectOf(msg, inv.cmd.SubjectField)
 	return nil, nil
 }
