@@ -45,6 +45,10 @@ type Refusal struct {
 	GrantName          string      `json:"grant_name,omitempty"`
 	ApproverPermission string      `json:"approver_permission,omitempty"`
 	Violations         []Violation `json:"violations,omitempty"`
+	// RetryAfter, for a retriable refusal that says when (rate.limited,
+	// budget.exhausted, …), is how many whole seconds to wait: the REST
+	// Retry-After and retry_after, the gRPC RetryInfo.
+	RetryAfter int `json:"retry_after,omitempty"`
 }
 
 // Violation is one broken input rule of a schema.invalid refusal.
@@ -246,6 +250,7 @@ func (b *Bridge) refusal(ctx context.Context, name string, err error) (*mcp.Call
 		Code: p.Code, Stage: p.Stage, Message: p.Detail, Retriable: p.Retriable, Remedy: p.Remedy,
 		InvocationID: p.InvocationID, ChallengeID: p.ChallengeID, ApprovalURL: p.ApprovalURL,
 		GrantIn: p.GrantIn, GrantName: p.GrantName, ApproverPermission: p.ApproverPermission,
+		RetryAfter: p.RetryAfter,
 	}
 	if r.Message == "" {
 		r.Message = p.Title
@@ -260,6 +265,9 @@ func (b *Bridge) refusal(ctx context.Context, name string, err error) (*mcp.Call
 	text := fmt.Sprintf("%s refused at %s: %s (%s).", name, r.Stage, r.Message, r.Code)
 	if r.Remedy != "" {
 		text += " Remedy: " + r.Remedy + "."
+	}
+	if r.RetryAfter > 0 {
+		text += fmt.Sprintf(" Retry after %d seconds.", r.RetryAfter)
 	}
 	if r.Code == failure.CodeConfirmationRequired && r.ApprovalURL != "" {
 		who := "Ask your user to open " + r.ApprovalURL + " and approve it"
