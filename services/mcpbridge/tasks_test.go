@@ -1,0 +1,555 @@
+package mcpbridge_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/directory"
+	"github.com/mandate-dev/mandate/internal/edgelimit"
+	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/manifest"
+	"github.com/mandate-dev/mandate/internal/server"
+	"github.com/mandate-dev/mandate/services/audit"
+	auditapi "github.com/mandate-dev/mandate/services/audit/api"
+	"github.com/mandate-dev/mandate/services/confirm"
+	"github.com/mandate-dev/mandate/services/executor"
+	"github.com/mandate-dev/mandate/services/mcpbridge"
+)
+
+// shortChallenges opens every challenge with a lifetime of ttl, so that a
+// test sees one expire.
+type shortChallenges struct {
+	executor.ConfirmClient
+	ttl time.Duration
+}
+
+func (s shortChallenges) Open(ctx context.Context, in *mandatev1.OpenRequest, opts ...grpc.CallOption) (*mandatev1.Challenge, error) {
+	in.Ttl = durationpb.New(s.ttl)
+	return s.ConfirmClient.Open(ctx, in, opts...)
+}
+
+// edgeRecorder is a recorder that appends the bridge's edge refusals to
+// the stack's audit trail on the bridge's own authority, as its process
+// does, until the test ends.
+func edgeRecorder(t *testing.T, ctx context.Context, users *identity.Verifier, writer *audit.Writer, cache *directory.Cache) *edgelimit.Recorder {
+	t.Helper()
+	services, err := identity.NewServiceVerifier(identity.ServiceConfig{Secret: serviceSecret, Audience: []string{"mandate"}, Issuers: []string{"test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn, err := identity.NewAuthenticator(identity.AuthenticatorConfig{Users: users, Services: services, AllowServiceOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditSrv, err := server.New(server.Config{Name: "audit", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: authn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditapi.New(writer, cache, nil).Register(auditSrv)
+	rctx, rcancel := context.WithCancel(ctx)
+	serve(t, rctx, auditSrv)
+	rec, err := edgelimit.NewRecorder(edgelimit.RecorderConfig{Audit: mandatev1.NewAuditServiceClient(bridgeChannel(t, auditSrv)), FlushInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rec.Run(rctx) }()
+	t.Cleanup(func() { // before serve's cleanup, which waits for the server
+		rcancel()
+		if err := <-done; err != nil {
+			t.Errorf("the recorder: %v", err)
+		}
+	})
+	return rec
+}
+
+// rawSession is a 2025-11-25 session spoken in raw JSON-RPC over HTTP, as
+// a client of the tasks protocol speaks it (the go-sdk client has none).
+type rawSession struct {
+	t       *testing.T
+	url     string
+	tok     string
+	id      string
+	nextID  int
+	initRes map[string]any
+}
+
+// rpcReply is one JSON-RPC response.
+type rpcReply struct {
+	status int
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	} `json:"error"`
+}
+
+func openRaw(t *testing.T, url, tok string) *rawSession {
+	t.Helper()
+	s := &rawSession{t: t, url: url + "/mcp", tok: tok}
+	r, sid := s.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25",`+
+		`"capabilities":{"tasks":{"list":{},"cancel":{}}},"clientInfo":{"name":"raw-tasks","version":"1"}}}`, context.Background())
+	if r.Error != nil || sid == "" {
+		t.Fatalf("initialize: %+v, session %q", r, sid)
+	}
+	s.id = sid
+	if err := json.Unmarshal(r.Result, &s.initRes); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := s.post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, context.Background()); r.status != http.StatusAccepted {
+		t.Fatalf("initialized: %d", r.status)
+	}
+	t.Cleanup(func() {
+		req, _ := http.NewRequest(http.MethodDelete, s.url, nil)
+		req.Header.Set("Authorization", "Bearer "+s.tok)
+		req.Header.Set("Mcp-Session-Id", s.id)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+		}
+	})
+	return s
+}
+
+// call sends one request and returns its response.
+func (s *rawSession) call(method string, params any) rpcReply {
+	s.t.Helper()
+	return s.callCtx(context.Background(), method, params)
+}
+
+func (s *rawSession) callCtx(ctx context.Context, method string, params any) rpcReply {
+	s.t.Helper()
+	s.nextID++
+	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": s.nextID, "method": method, "params": params})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	r, _ := s.post(string(body), ctx)
+	return r
+}
+
+// post sends body and reads the response: JSON, or the first message of
+// an SSE stream that has an id.
+func (s *rawSession) post(body string, ctx context.Context) (rpcReply, string) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+s.tok)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	if s.id != "" {
+		req.Header.Set("Mcp-Session-Id", s.id)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return rpcReply{status: -1}, ""
+	}
+	defer func() { _ = resp.Body.Close() }()
+	r := rpcReply{status: resp.StatusCode}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			var probe struct {
+				ID json.RawMessage `json:"id"`
+			}
+			if json.Unmarshal([]byte(data), &probe) == nil && len(probe.ID) > 0 && string(probe.ID) != "null" {
+				_ = json.Unmarshal([]byte(data), &r)
+				return r, resp.Header.Get("Mcp-Session-Id")
+			}
+		}
+		return r, resp.Header.Get("Mcp-Session-Id")
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	if len(bytes.TrimSpace(raw)) > 0 {
+		_ = json.Unmarshal(raw, &r)
+	}
+	return r, resp.Header.Get("Mcp-Session-Id")
+}
+
+// wireTask is a task as the protocol shows it.
+type wireTask struct {
+	TaskID        string `json:"taskId"`
+	Status        string `json:"status"`
+	StatusMessage string `json:"statusMessage"`
+	CreatedAt     string `json:"createdAt"`
+	LastUpdatedAt string `json:"lastUpdatedAt"`
+	TTL           *int64 `json:"ttl"`
+	PollInterval  int64  `json:"pollInterval"`
+}
+
+// createTask calls tool as a task and returns the task and the challenge
+// it waits for.
+func (s *rawSession) createTask(tool, args string) (wireTask, string) {
+	s.t.Helper()
+	r := s.call("tools/call", map[string]any{"name": tool, "arguments": json.RawMessage(args), "task": map[string]any{"ttl": 60000}})
+	if r.Error != nil {
+		s.t.Fatalf("task-augmented %s: %+v", tool, r.Error)
+	}
+	var out struct {
+		Task wireTask       `json:"task"`
+		Meta map[string]any `json:"_meta"`
+	}
+	if err := json.Unmarshal(r.Result, &out); err != nil || out.Task.TaskID == "" {
+		s.t.Fatalf("CreateTaskResult %s (%v)", r.Result, err)
+	}
+	if out.Task.CreatedAt == "" || out.Task.LastUpdatedAt == "" || out.Task.TTL == nil {
+		s.t.Fatalf("task lacks createdAt, lastUpdatedAt or ttl: %s", r.Result)
+	}
+	ch, _ := out.Meta[mcpbridge.MetaTaskChallenge].(string)
+	return out.Task, ch
+}
+
+func (s *rawSession) task(id string) (wireTask, rpcReply) {
+	s.t.Helper()
+	r := s.call("tasks/get", map[string]any{"taskId": id})
+	var w wireTask
+	if r.Error == nil {
+		if err := json.Unmarshal(r.Result, &w); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	return w, r
+}
+
+// toolResult is a CallToolResult as tasks/result returns it.
+type toolResult struct {
+	IsError           bool                       `json:"isError"`
+	StructuredContent json.RawMessage            `json:"structuredContent"`
+	Meta              map[string]json.RawMessage `json:"_meta"`
+}
+
+func (tr toolResult) refusal(t *testing.T) mcpbridge.Refusal {
+	t.Helper()
+	var r mcpbridge.Refusal
+	if !tr.IsError || json.Unmarshal(tr.Meta[mcpbridge.MetaRefusal], &r) != nil || r.Code == "" {
+		t.Fatalf("want a refusal, got %+v", tr)
+	}
+	return r
+}
+
+// result waits for tasks/result and checks it names its task.
+func (s *rawSession) result(id string) toolResult {
+	s.t.Helper()
+	r := s.call("tasks/result", map[string]any{"taskId": id})
+	if r.Error != nil {
+		s.t.Fatalf("tasks/result: %+v", r.Error)
+	}
+	var tr toolResult
+	if err := json.Unmarshal(r.Result, &tr); err != nil {
+		s.t.Fatal(err)
+	}
+	var rel struct {
+		TaskID string `json:"taskId"`
+	}
+	if json.Unmarshal(tr.Meta["io.modelcontextprotocol/related-task"], &rel) != nil || rel.TaskID != id {
+		s.t.Fatalf("tasks/result does not name its task: %s", r.Result)
+	}
+	return tr
+}
+
+func withTasks(maxTasks int) stackOption {
+	return func(o *stackOptions) {
+		o.recorder = true
+		o.bridge = func(c *mcpbridge.Config) {
+			c.TaskPollInterval = 50 * time.Millisecond
+			if maxTasks > 0 {
+				c.MaxTasks = maxTasks
+			}
+		}
+	}
+}
+
+// newStackWith is newHelpdeskStack with options.
+func newStackWith(t *testing.T, opts ...stackOption) *stack {
+	t.Helper()
+	set, err := manifest.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newStack(t, set, policy, helpdeskBackends, opts...)
+}
+
+// taskRows counts the trail's edge rows of code for agent.
+func (st *stack) taskRows(t *testing.T, agent, code string, want int) int {
+	t.Helper()
+	n := 0
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		page, err := st.audit.Query(context.Background(), audit.Filter{Tenant: "acme", PageSize: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n = 0
+		for _, r := range page.Records {
+			if r.Code == code && r.AgentID == agent && r.Channel == "mcp" && r.Stage == failure.StageRequest && r.Outcome == audit.OutcomeRefused {
+				n++
+			}
+		}
+		if n >= want || time.Now().After(deadline) {
+			return n
+		}
+	}
+}
+
+// TestTaskWaitsForApproval (issue 27 §4): a client of the 2025-11-25 tasks
+// protocol sees the capability and the tools that offer tasks; its
+// task-augmented call that needs a human becomes a working task at once,
+// tasks/result blocks until carol approves on the page, and then returns
+// the result of the call run with the grant — the refund happened once,
+// approved by carol, and the client never called the tool again. Another
+// principal, even one acting for the same user, cannot read, await or
+// cancel the task, and each attempt leaves a row in the trail.
+func TestTaskWaitsForApproval(t *testing.T) {
+	st := newStackWith(t, withTasks(0))
+	s := openRaw(t, st.url, token(t, "acme", "carol", "payout-bot"))
+
+	caps, _ := s.initRes["capabilities"].(map[string]any)
+	tasks, _ := caps["tasks"].(map[string]any)
+	reqs, _ := tasks["requests"].(map[string]any)
+	tools, _ := reqs["tools"].(map[string]any)
+	if _, ok := tools["call"]; !ok || tasks["cancel"] == nil || tasks["list"] == nil {
+		t.Fatalf("initialize capabilities %v: no tasks.requests.tools.call", caps)
+	}
+	list := s.call("tools/list", map[string]any{})
+	var lr struct {
+		Tools []struct {
+			Name      string `json:"name"`
+			Execution *struct {
+				TaskSupport string `json:"taskSupport"`
+			} `json:"execution"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal(list.Result, &lr); err != nil || len(lr.Tools) == 0 {
+		t.Fatalf("tools/list %s (%v)", list.Result, err)
+	}
+	for _, tool := range lr.Tools {
+		offers := tool.Execution != nil && tool.Execution.TaskSupport == "optional"
+		if want := tool.Name != mcpbridge.CheckTool && tool.Name != mcpbridge.PlanTool; offers != want {
+			t.Errorf("%s: execution %+v, want taskSupport optional: %v", tool.Name, tool.Execution, want)
+		}
+	}
+
+	created, challenge := s.createTask("ticket.refund", refundInput)
+	if created.Status != "working" || challenge == "" || !strings.Contains(created.StatusMessage, "http://approve.test") || created.PollInterval != 50 {
+		t.Fatalf("created %+v, challenge %q", created, challenge)
+	}
+	if n := st.gateway.Refunds(); n != 0 {
+		t.Fatalf("%d refunds before anyone approved", n)
+	}
+	if got, _ := s.task(created.TaskID); got.Status != "working" {
+		t.Fatalf("tasks/get %+v", got)
+	}
+
+	// Another principal of carol's — and another user — cannot touch it.
+	for _, who := range []struct{ user, agent string }{{"carol", "finance-bot"}, {"alice", "support-bot"}} {
+		other := openRaw(t, st.url, token(t, "acme", who.user, who.agent))
+		for _, m := range []string{"tasks/get", "tasks/result", "tasks/cancel"} {
+			r := other.call(m, map[string]any{"taskId": created.TaskID})
+			if r.Error == nil || r.Error.Code != -32602 {
+				t.Fatalf("%s@%s %s: %+v %s", who.agent, who.user, m, r.Error, r.Result)
+			}
+		}
+		lr := other.call("tasks/list", map[string]any{})
+		if strings.Contains(string(lr.Result), created.TaskID) {
+			t.Fatalf("%s lists carol's payout-bot's task: %s", who.agent, lr.Result)
+		}
+		if n := st.taskRows(t, who.agent, failure.CodeTaskNotFound, 3); n != 3 {
+			t.Fatalf("%s: %d task.not_found rows, want 3", who.agent, n)
+		}
+	}
+	if got, _ := s.task(created.TaskID); got.Status != "working" {
+		t.Fatalf("after the others tried: %+v", got)
+	}
+
+	// tasks/result blocks until the human decides.
+	type answer struct{ res toolResult }
+	done := make(chan answer, 1)
+	go func() { done <- answer{s.result(created.TaskID)} }()
+	select {
+	case a := <-done:
+		t.Fatalf("tasks/result returned before anyone decided: %+v", a.res)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := st.confirm.Decide(context.Background(), carolUser, challenge, true, confirm.ChannelApprovalPage); err != nil {
+		t.Fatal(err)
+	}
+	var res toolResult
+	select {
+	case a := <-done:
+		res = a.res
+	case <-time.After(10 * time.Second):
+		t.Fatal("tasks/result did not return after the approval")
+	}
+	if res.IsError || !strings.Contains(string(res.StructuredContent), "REFUND_STATUS_ACCEPTED") {
+		t.Fatalf("result %+v", res)
+	}
+	if n := st.gateway.Refunds(); n != 1 {
+		t.Fatalf("%d refunds, want 1", n)
+	}
+	var inv string
+	_ = json.Unmarshal(res.Meta[mcpbridge.MetaInvocation], &inv)
+	rows := st.rows(t, "acme", inv, 2)
+	if a := rows[len(rows)-1].Approval; a == nil || a.Approver != "carol" || a.Assurance() != audit.AssuranceSignedIn {
+		t.Fatalf("the executed row's approval %+v", a)
+	}
+	got, _ := s.task(created.TaskID)
+	if got.Status != "completed" || !strings.Contains(got.StatusMessage, "Approved by carol") {
+		t.Fatalf("tasks/get after the approval: %+v", got)
+	}
+	// A second tasks/result answers the same, and runs nothing.
+	if again := s.result(created.TaskID); again.IsError || st.gateway.Refunds() != 1 {
+		t.Fatalf("second tasks/result %+v, %d refunds", again, st.gateway.Refunds())
+	}
+	if r := s.call("tasks/cancel", map[string]any{"taskId": created.TaskID}); r.Error == nil || r.Error.Code != -32602 {
+		t.Fatalf("cancelling a completed task: %+v", r)
+	}
+	if lr := s.call("tasks/list", map[string]any{}); !strings.Contains(string(lr.Result), created.TaskID) {
+		t.Fatalf("tasks/list %s", lr.Result)
+	}
+
+	// A call that needs nobody ends its task at once.
+	quick, _ := s.createTask("ticket.get", `{"ticket_id":"T-1001"}`)
+	if quick.Status != "completed" {
+		t.Fatalf("ticket.get as a task: %+v", quick)
+	}
+	if r := s.result(quick.TaskID); r.IsError || !strings.Contains(string(r.StructuredContent), "T-1001") {
+		t.Fatalf("ticket.get's result %+v", r)
+	}
+	// The check tool does not run as a task.
+	if r := s.call("tools/call", map[string]any{"name": mcpbridge.CheckTool, "arguments": map[string]any{"tool": "ticket.get", "arguments": map[string]any{"ticket_id": "T-1001"}}, "task": map[string]any{}}); r.Error == nil || r.Error.Code != -32601 {
+		t.Fatalf("check tool as a task: %+v %s", r.Error, r.Result)
+	}
+}
+
+// TestTaskDeclinedExpiredCancelled: a declined task fails with the
+// executor's confirmation.refused, an expired one fails with the
+// executor's refusal of the expired grant, and a cancelled one ends
+// cancelled with the confirmation.required refusal that still names its
+// challenge; none of them refunds anything, even when someone approves
+// after the cancel.
+func TestTaskDeclinedExpiredCancelled(t *testing.T) {
+	t.Run("declined", func(t *testing.T) {
+		st := newStackWith(t, withTasks(0))
+		s := openRaw(t, st.url, token(t, "acme", "carol", "payout-bot"))
+		created, challenge := s.createTask("ticket.refund", refundInput)
+		if _, err := st.confirm.Decide(context.Background(), carolUser, challenge, false, confirm.ChannelApprovalPage); err != nil {
+			t.Fatal(err)
+		}
+		res := s.result(created.TaskID)
+		if r := res.refusal(t); r.Code != failure.CodeConfirmationRefused {
+			t.Fatalf("declined: %+v", r)
+		}
+		got, _ := s.task(created.TaskID)
+		if got.Status != "failed" || !strings.Contains(got.StatusMessage, "Declined by carol") {
+			t.Fatalf("declined task %+v", got)
+		}
+		if n := st.gateway.Refunds(); n != 0 {
+			t.Fatalf("%d refunds", n)
+		}
+	})
+	t.Run("expired", func(t *testing.T) {
+		st := newStackWith(t, withTasks(0), func(o *stackOptions) { o.challengeTTL = time.Second })
+		s := openRaw(t, st.url, token(t, "acme", "carol", "payout-bot"))
+		created, _ := s.createTask("ticket.refund", refundInput)
+		res := s.result(created.TaskID)
+		r := res.refusal(t)
+		got, _ := s.task(created.TaskID)
+		if got.Status != "failed" || !strings.Contains(got.StatusMessage, "expired") {
+			t.Fatalf("expired task %+v (refusal %+v)", got, r)
+		}
+		if r.Code != failure.CodeConfirmationExpired {
+			t.Fatalf("an expired challenge answered %+v, want %s", r, failure.CodeConfirmationExpired)
+		}
+		if n := st.gateway.Refunds(); n != 0 {
+			t.Fatalf("%d refunds", n)
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		st := newStackWith(t, withTasks(0))
+		s := openRaw(t, st.url, token(t, "acme", "carol", "payout-bot"))
+		created, challenge := s.createTask("ticket.refund", refundInput)
+		r := s.call("tasks/cancel", map[string]any{"taskId": created.TaskID})
+		var w wireTask
+		if r.Error != nil || json.Unmarshal(r.Result, &w) != nil || w.Status != "cancelled" {
+			t.Fatalf("tasks/cancel %+v %s", r.Error, r.Result)
+		}
+		if ref := s.result(created.TaskID).refusal(t); ref.Code != failure.CodeConfirmationRequired || ref.ChallengeID != challenge {
+			t.Fatalf("cancelled task's result %+v", ref)
+		}
+		if _, err := st.confirm.Decide(context.Background(), carolUser, challenge, true, confirm.ChannelApprovalPage); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if got, _ := s.task(created.TaskID); got.Status != "cancelled" || st.gateway.Refunds() != 0 {
+			t.Fatalf("after a late approval: %+v, %d refunds", got, st.gateway.Refunds())
+		}
+	})
+}
+
+// TestTaskCap: a principal holds at most MaxTasks tasks waiting for a
+// human; one more task-augmented call is refused HTTP 429 task.too_many
+// (retriable, recorded), runs nothing, and leaves another principal
+// unaffected; once one task ends, a new one is accepted.
+func TestTaskCap(t *testing.T) {
+	st := newStackWith(t, withTasks(2))
+	s := openRaw(t, st.url, token(t, "acme", "carol", "payout-bot"))
+	first, _ := s.createTask("ticket.refund", refundInput)
+	s.createTask("ticket.refund", refundInput)
+	r := s.call("tools/call", map[string]any{"name": "ticket.refund", "arguments": json.RawMessage(refundInput), "task": map[string]any{}})
+	var data struct {
+		Code      string `json:"code"`
+		Retriable bool   `json:"retriable"`
+	}
+	if r.status != http.StatusTooManyRequests || r.Error == nil || json.Unmarshal(r.Error.Data, &data) != nil ||
+		data.Code != failure.CodeTaskTooMany || !data.Retriable {
+		t.Fatalf("third task: %d %+v", r.status, r.Error)
+	}
+	if n := st.taskRows(t, "payout-bot", failure.CodeTaskTooMany, 1); n != 1 {
+		t.Fatalf("%d task.too_many rows, want 1", n)
+	}
+	// A call without a task is not capped: today's refusal with the URL.
+	plain := s.call("tools/call", map[string]any{"name": "ticket.refund", "arguments": json.RawMessage(refundInput)})
+	var pr toolResult
+	if err := json.Unmarshal(plain.Result, &pr); err != nil || pr.refusal(t).Code != failure.CodeConfirmationRequired {
+		t.Fatalf("plain call %s", plain.Result)
+	}
+	// Another principal has its own cap.
+	other := openRaw(t, st.url, token(t, "acme", "carol", "finance-bot"))
+	other.createTask("ticket.get", `{"ticket_id":"T-1001"}`)
+	if r := s.call("tasks/cancel", map[string]any{"taskId": first.TaskID}); r.Error != nil {
+		t.Fatalf("cancel: %+v", r.Error)
+	}
+	if again, _ := s.createTask("ticket.refund", refundInput); again.Status != "working" {
+		t.Fatalf("after a cancel: %+v", again)
+	}
+	if n := st.gateway.Refunds(); n != 0 {
+		t.Fatalf("%d refunds", n)
+	}
+}
+
+// TestNoTaskWithoutTheTaskParam: a 2025-06-18 session sees neither the
+// capability nor execution on its tools.
+func TestNoTaskWithoutTheTaskParam(t *testing.T) {
+	st := newStackWith(t, withTasks(0))
+	s := &rawSession{t: t, url: st.url + "/mcp", tok: token(t, "acme", "carol", "payout-bot")}
+	r, sid := s.post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}`, context.Background())
+	if r.Error != nil || sid == "" || strings.Contains(string(r.Result), `"tasks"`) {
+		t.Fatalf("2025-06-18 initialize: %s %+v", r.Result, r.Error)
+	}
+}

@@ -1,0 +1,147 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// challengeInStatus finds the challenge id a waiting task's statusMessage
+// names.
+var challengeInStatus = regexp.MustCompile(`\(challenge ([^)\s]+)\)`)
+
+// TestNodeClientTasks (issue 27 §4): the official TypeScript SDK client,
+// declaring task support, calls ticket.refund as payout-bot, a headless
+// agent of carol's: `mandate dev` answers with a working task; carol
+// approves over REST while the client waits; the client then gets the
+// refund's result through tasks/result — having sent tools/call once,
+// never calling the tool again — and the trail shows the refund executed
+// with carol's approval. Once with callToolStream following the task with
+// tasks/get, once going straight to tasks/result, which blocks until the
+// approval (no polling at all). It skips without node or
+// tests/node/node_modules unless MANDATE_REQUIRE_NODE=1.
+func TestNodeClientTasks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary and node")
+	}
+	node := nodeOrSkip(t)
+	dev := startNodeDev(t)
+	for _, mode := range []string{"stream", "result"} {
+		t.Run(mode, func(t *testing.T) {
+			lines, sent := dev.runTask(t, node, mode, "payout-bot@carol", `{"name":"ticket.refund","arguments":`+nodeRefund+`}`,
+				func(t *testing.T, task map[string]any) {
+					msg, _ := task["statusMessage"].(string)
+					m := challengeInStatus.FindStringSubmatch(msg)
+					if task["status"] != "working" || m == nil {
+						t.Fatalf("the created task %v does not wait for a challenge", task)
+					}
+					code, body := do(t, http.MethodPost, dev.base+"/v1/challenges/"+m[1]+":decide", dev.tokens["carol"], `{"decision":"DECISION_APPROVE"}`)
+					if code != http.StatusOK {
+						t.Fatalf("carol approving %s: %d %v", m[1], code, body)
+					}
+				})
+			server := lines[0]
+			caps, _ := server["capabilities"].(map[string]any)
+			if caps["tasks"] == nil || server["protocolVersion"] != "2025-11-25" {
+				t.Fatalf("server line %v: no tasks capability", server)
+			}
+			taskTools, _ := server["taskTools"].([]any)
+			if !slices.Contains(taskTools, any("ticket.refund")) {
+				t.Fatalf("ticket.refund does not offer tasks: %v", taskTools)
+			}
+			last := lines[len(lines)-1]
+			if last["type"] != "result" {
+				t.Fatalf("the client ended with %v", last)
+			}
+			res, _ := last["result"].(map[string]any)
+			sc, _ := json.Marshal(res["structuredContent"])
+			if res["isError"] == true || !strings.Contains(string(sc), "REFUND_STATUS_ACCEPTED") {
+				t.Fatalf("the task's result %v", res)
+			}
+			if sent["tools/call"] != 1 || sent["tasks/result"] != 1 {
+				t.Fatalf("the client sent %v: want one tools/call and one tasks/result", sent)
+			}
+			if mode == "result" && sent["tasks/get"] != 0 {
+				t.Fatalf("straight to tasks/result, the client still polled: %v", sent)
+			}
+			meta, _ := res["_meta"].(map[string]any)
+			inv, _ := meta["mandate.dev/invocation_id"].(string)
+			if inv == "" {
+				t.Fatalf("no invocation id in %v", res)
+			}
+			executed := false
+			for _, row := range dev.auditRows(t, inv, 2) {
+				if row["outcome"] == "executed" {
+					executed = true
+					if appr, _ := row["approval"].(map[string]any); appr == nil || appr["approver"] != "carol" {
+						t.Errorf("executed row's approval %v, want carol's", row["approval"])
+					}
+				}
+			}
+			if !executed {
+				t.Fatal("no executed row")
+			}
+			t.Logf("%s: %d lines, sent %v", mode, len(lines), sent)
+		})
+	}
+}
+
+// runTask runs tasks.mjs as who in mode with call, hands the created task
+// to onCreated while the client waits, and returns every line the client
+// printed (the last before "done") and what it sent.
+func (d *nodeDev) runTask(t *testing.T, node, mode, who, call string, onCreated func(*testing.T, map[string]any)) ([]map[string]any, map[string]int) {
+	t.Helper()
+	tok := d.tokens[who]
+	if tok == "" {
+		t.Fatalf("no dev token for %s", who)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "tasks.mjs", call)
+	cmd.Dir = "node"
+	cmd.Env = append(os.Environ(), "MCP_URL="+d.base+"/mcp", "MCP_TOKEN="+tok, "MCP_TASK_MODE="+mode, "MCP_TIMEOUT_MS=60000")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var lines []map[string]any
+	var sent map[string]int
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var l map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("tasks.mjs printed %q: %v", sc.Text(), err)
+		}
+		switch l["type"] {
+		case "taskCreated":
+			task, _ := l["task"].(map[string]any)
+			onCreated(t, task)
+		case "done":
+			raw, _ := json.Marshal(l["sent"])
+			_ = json.Unmarshal(raw, &sent)
+			continue
+		}
+		lines = append(lines, l)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("node tasks.mjs as %s: %v\nstderr: %s", who, err, tail(stderr.String(), 4000))
+	}
+	if len(lines) < 2 || sent == nil {
+		t.Fatalf("tasks.mjs printed %v (sent %v)\nstderr: %s", lines, sent, tail(stderr.String(), 4000))
+	}
+	return lines, sent
+}
