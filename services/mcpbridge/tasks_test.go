@@ -553,3 +553,61 @@ func TestNoTaskWithoutTheTaskParam(t *testing.T) {
 		t.Fatalf("2025-06-18 initialize: %s %+v", r.Result, r.Error)
 	}
 }
+
+// TestTaskAcrossReplicas: behind a round-robin balancer, a task lives on
+// the replica of the session that created it, and the session's requests
+// that reach the other replica — tasks/get and tasks/result included — are
+// forwarded there: the client sees one bridge.
+func TestTaskAcrossReplicas(t *testing.T) {
+	st, lb, reps := replicated(t)
+	s := openRaw(t, lb.url, token(t, "acme", "carol", "payout-bot"))
+	owner := ownerOf(t, s.id, reps)
+	created, challenge := s.createTask("ticket.refund", refundInput)
+	for range 4 { // both replicas answer in turn
+		if got, r := s.task(created.TaskID); r.Error != nil || got.Status != "working" {
+			t.Fatalf("tasks/get through the balancer: %+v %+v", got, r.Error)
+		}
+	}
+	if n := reps[1-owner].fromPeer.Load(); n != 0 {
+		t.Fatalf("the other replica served %d forwarded requests", n)
+	}
+	if n := reps[owner].fromPeer.Load(); n == 0 {
+		t.Fatal("no request was forwarded to the session's replica")
+	}
+	if _, err := st.confirm.Decide(context.Background(), carolUser, challenge, true, confirm.ChannelApprovalPage); err != nil {
+		t.Fatal(err)
+	}
+	lb.sendNextTo(1 - owner) // tasks/result reaches the replica without the task
+	if res := s.result(created.TaskID); res.IsError || st.gateway.Refunds() != 1 {
+		t.Fatalf("result through the other replica: %+v, %d refunds", res, st.gateway.Refunds())
+	}
+}
+
+// TestTaskRunsWithACurrentToken: when the token that created a task has
+// expired by the time the human approves, the approved call waits for the
+// client's next request, whose current token it then runs with — the
+// executor never sees an expired token, and the approval is not lost.
+func TestTaskRunsWithACurrentToken(t *testing.T) {
+	st := newStackWith(t, withTasks(0))
+	s := openRaw(t, st.url, token(t, "acme", "carol", "payout-bot"))
+	created, challenge := s.createTask("ticket.refund", refundInput)
+	// To the bridge, the creating token (an hour) has run out.
+	st.clock.Advance(2 * time.Hour)
+	if _, err := st.confirm.Decide(context.Background(), carolUser, challenge, true, confirm.ChannelApprovalPage); err != nil {
+		t.Fatal(err)
+	}
+	var got wireTask
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got, _ = s.task(created.TaskID)
+		if strings.Contains(got.StatusMessage, "current token") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if got.Status != "working" || !strings.Contains(got.StatusMessage, "Approved by carol") || st.gateway.Refunds() != 0 {
+		t.Fatalf("approved with an expired token: %+v, %d refunds", got, st.gateway.Refunds())
+	}
+	s.tok = tokenTTL(t, "acme", "carol", "payout-bot", 3*time.Hour)
+	if res := s.result(created.TaskID); res.IsError || st.gateway.Refunds() != 1 {
+		t.Fatalf("with a current token: %+v, %d refunds", res, st.gateway.Refunds())
+	}
+}
