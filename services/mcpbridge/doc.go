@@ -70,6 +70,23 @@
 // confirmation.required refusal; every other client gets that refusal with
 // the approval URL. If elicitation fails, the challenge stays pending.
 //
+// # Tasks
+//
+// A 2025-11-25 client that sends a tools/call with params.task (the
+// protocol's experimental tasks) gets a CreateTaskResult at once. A call
+// refused confirmation.required becomes a working task. The task follows
+// the challenge (ConfirmService.Await), then runs the call again with the
+// challenge as its grant through the executor, and ends completed or
+// failed with the executor's answer (declined, expired). tasks/get,
+// tasks/result (which blocks until the end), tasks/list and tasks/cancel
+// are answered for the principal that created the task alone; anyone
+// else gets "task not found", recorded as task.not_found. At most
+// Config.MaxTasks tasks per principal wait (task.too_many). The SDK knows
+// no tasks, so tasks.go works on the HTTP request and splices the
+// capability and the tools' execution.taskSupport into its results. Tasks
+// live on the replica of their session. The 2026 tasks extension is not
+// served.
+//
 // # Protocol 2026-07-28
 //
 // With Config.StateKey set, a request whose Mcp-Protocol-Version header is
