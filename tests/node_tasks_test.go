@@ -92,9 +92,55 @@ func TestNodeClientTasks(t *testing.T) {
 			t.Logf("%s: %d lines, sent %v", mode, len(lines), sent)
 		})
 	}
+
+	// finance-bot runs in a client carol operates: its task puts the
+	// confirmation form to her (input_required), related to the task, while
+	// the client waits on tasks/result; her accept runs the refund.
+	t.Run("form inside the task", func(t *testing.T) {
+		lines, sent := dev.runTask(t, node, "stream+accept", "finance-bot@carol", `{"name":"ticket.refund","arguments":`+nodeRefund+`}`,
+			func(t *testing.T, task map[string]any) {
+				if task["status"] != "working" {
+					t.Fatalf("created %v", task)
+				}
+			})
+		var forms, inputRequired int
+		for _, l := range lines {
+			switch l["type"] {
+			case "elicitation":
+				forms++
+				meta, _ := l["meta"].(map[string]any)
+				if l["mode"] != "form" || meta["io.modelcontextprotocol/related-task"] == nil {
+					t.Errorf("form %v is not related to the task", l)
+				}
+			case "taskStatus":
+				if task, _ := l["task"].(map[string]any); task["status"] == "input_required" {
+					inputRequired++
+				}
+			}
+		}
+		last := lines[len(lines)-1]
+		res, _ := last["result"].(map[string]any)
+		sc, _ := json.Marshal(res["structuredContent"])
+		if forms != 1 || inputRequired == 0 || last["type"] != "result" || res["isError"] == true || !strings.Contains(string(sc), "REFUND_STATUS_ACCEPTED") {
+			t.Fatalf("%d forms, %d input_required statuses, last line %v", forms, inputRequired, last)
+		}
+		if sent["tools/call"] != 1 {
+			t.Fatalf("the client sent %v", sent)
+		}
+		meta, _ := res["_meta"].(map[string]any)
+		inv, _ := meta["mandate.dev/invocation_id"].(string)
+		for _, row := range dev.auditRows(t, inv, 2) {
+			if row["outcome"] == "executed" {
+				if appr, _ := row["approval"].(map[string]any); appr == nil || appr["channel"] != "mcp_elicitation" {
+					t.Errorf("executed row's approval %v, want channel mcp_elicitation", row["approval"])
+				}
+			}
+		}
+	})
 }
 
-// runTask runs tasks.mjs as who in mode with call, hands the created task
+// runTask runs tasks.mjs as who in mode ("stream" or "result", with
+// "+accept" or "+decline" to answer forms) with call, hands the created task
 // to onCreated while the client waits, and returns every line the client
 // printed (the last before "done") and what it sent.
 func (d *nodeDev) runTask(t *testing.T, node, mode, who, call string, onCreated func(*testing.T, map[string]any)) ([]map[string]any, map[string]int) {
@@ -107,7 +153,11 @@ func (d *nodeDev) runTask(t *testing.T, node, mode, who, call string, onCreated 
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "tasks.mjs", call)
 	cmd.Dir = "node"
-	cmd.Env = append(os.Environ(), "MCP_URL="+d.base+"/mcp", "MCP_TOKEN="+tok, "MCP_TASK_MODE="+mode, "MCP_TIMEOUT_MS=60000")
+	elicit := "none"
+	if m, answer, ok := strings.Cut(mode, "+"); ok {
+		mode, elicit = m, answer
+	}
+	cmd.Env = append(os.Environ(), "MCP_URL="+d.base+"/mcp", "MCP_TOKEN="+tok, "MCP_TASK_MODE="+mode, "MCP_ELICIT="+elicit, "MCP_TIMEOUT_MS=60000")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()

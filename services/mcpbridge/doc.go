@@ -77,7 +77,10 @@
 // refused confirmation.required becomes a working task. The task follows
 // the challenge (ConfirmService.Await), then runs the call again with the
 // challenge as its grant through the executor, and ends completed or
-// failed with the executor's answer (declined, expired). tasks/get,
+// failed with the executor's answer (declined, expired). Where the
+// confirmation form would have been shown, the task is input_required and
+// sends it, related to the task, on the session's standalone stream.
+// tasks/get,
 // tasks/result (which blocks until the end), tasks/list and tasks/cancel
 // are answered for the principal that created the task alone; anyone
 // else gets "task not found", recorded as task.not_found. At most

@@ -79,10 +79,11 @@ const ProtocolTasks = "2025-11-25"
 
 // Task statuses (2025-11-25).
 const (
-	taskWorking   = "working"
-	taskCompleted = "completed"
-	taskFailed    = "failed"
-	taskCancelled = "cancelled"
+	taskWorking       = "working"
+	taskInputRequired = "input_required"
+	taskCompleted     = "completed"
+	taskFailed        = "failed"
+	taskCancelled     = "cancelled"
 )
 
 const (
@@ -252,7 +253,7 @@ func (t *task) terminal() bool {
 func (t *task) finish(now time.Time, status, message string, res *mcp.CallToolResult, rpcErr *jsonrpc.Error) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.status != taskWorking {
+	if t.status != taskWorking && t.status != taskInputRequired {
 		return false
 	}
 	t.status, t.message, t.updated, t.result, t.rpcErr = status, message, now, res, rpcErr
@@ -294,7 +295,7 @@ func (t *task) wire(poll time.Duration) map[string]any {
 	if t.message != "" {
 		w["statusMessage"] = t.message
 	}
-	if t.status == taskWorking {
+	if t.status == taskWorking || t.status == taskInputRequired {
 		w["pollInterval"] = poll.Milliseconds()
 	}
 	return w
@@ -354,13 +355,23 @@ func (b *Bridge) callAsTask(ctx context.Context, req *mcp.CallToolRequest, c *ca
 	waits := tp.refused != nil && b.cfg.Confirm != nil && tp.call.GrantID == "" &&
 		prob.Code == failure.CodeConfirmationRequired && prob.ChallengeID != ""
 	immediate := ""
+	var form *mandatev1.Challenge // the challenge to put to the session's human
 	if waits {
 		t.challenge, t.approvalURL = prob.ChallengeID, prob.ApprovalURL
 		t.ttl = TaskRetention
-		if exp, ok := b.challengeExpiry(ctx, prob.ChallengeID); ok && exp.After(now) {
-			t.ttl += exp.Sub(now)
+		cctx := identity.WithRawToken(identity.WithPrincipal(ctx, c.p), c.token)
+		ch, err := b.cfg.Confirm.Get(cctx, &mandatev1.ConfirmServiceGetRequest{ChallengeId: prob.ChallengeID})
+		if err != nil {
+			b.log.WarnContext(ctx, "mcpbridge: reading a task's challenge; the task waits for the approval page", "challenge_id", prob.ChallengeID, "error", err)
+		}
+		if err == nil && ch.GetExpiresAt() != nil && ch.GetExpiresAt().AsTime().After(now) {
+			t.ttl += ch.GetExpiresAt().AsTime().Sub(now)
 		} else {
 			t.ttl += 24 * time.Hour // the longest a challenge stays open
+		}
+		wantsForm, _ := elicitationModes(req.ClientCapabilities())
+		if err == nil && wantsForm && ch.GetElicitable() && req.Session != nil {
+			form = ch
 		}
 		t.message = waitingMessage(prob.ApprovalURL, prob.ChallengeID, prob.ApproverPermission)
 		immediate = fmt.Sprintf("%s needs a human's approval; it runs once approved (task %s). %s", name, t.id, t.message)
@@ -381,7 +392,7 @@ func (b *Bridge) callAsTask(ctx context.Context, req *mcp.CallToolRequest, c *ca
 	b.tasks.add(t)
 	if waits {
 		b.wg.Add(1)
-		go b.awaitTask(wctx, t, tp.call, res)
+		go b.awaitTask(wctx, t, tp.call, res, req.Session, form)
 		b.log.InfoContext(ctx, "mcpbridge: call waits for approval as a task", "tool", name, "task_id", t.id, "challenge_id", t.challenge)
 	}
 	out := map[string]any{"task": t.wire(b.taskPoll())}
@@ -412,13 +423,52 @@ func waitingMessage(approvalURL, challenge, permission string) string {
 	return fmt.Sprintf("Waiting for %s to approve or decline at %s (challenge %s).", who, approvalURL, challenge)
 }
 
-// challengeExpiry reads when a challenge expires.
-func (b *Bridge) challengeExpiry(ctx context.Context, id string) (time.Time, bool) {
-	c, err := b.cfg.Confirm.Get(ctx, &mandatev1.ConfirmServiceGetRequest{ChallengeId: id})
-	if err != nil || c.GetExpiresAt() == nil {
-		return time.Time{}, false
+// askInTask puts a waiting task's challenge to the session's human as a
+// confirmation form, where the call without a task would have been (the
+// confirm service says the session may answer by form, and the client
+// declared form elicitation): the task is input_required while the form
+// is out, and the form is related to the task. The SDK sends it on the
+// session's standalone stream, as it has no request to relate it to. The
+// answer is recorded as for any form (accept approves, decline declines,
+// channel mcp_elicitation); the task's wait then sees the decision. Cancel,
+// or a form that fails, decides nothing: the challenge stays open at the
+// approval URL and the task keeps waiting.
+func (b *Bridge) askInTask(ctx context.Context, t *task, ss *mcp.ServerSession, c *mandatev1.Challenge) {
+	defer b.wg.Done()
+	b.setWaiting(t, taskInputRequired, "Waiting for your user to answer the confirmation form (or to decide at "+t.approvalURL+").")
+	p, tok := t.creds()
+	ctx = identity.WithRawToken(identity.WithPrincipal(ctx, p), tok)
+	res, err := ss.Elicit(ctx, &mcp.ElicitParams{
+		Meta: mcp.Meta{MetaChallenge: t.challenge, metaRelatedTask: map[string]string{"taskId": t.id}},
+		Mode: "form", Message: FormMessage(c.GetPrompt()), RequestedSchema: approvalSchema,
+	})
+	switch {
+	case ctx.Err() != nil:
+		return // decided elsewhere, cancelled, or closing
+	case err != nil:
+		b.log.WarnContext(ctx, "mcpbridge: a task's confirmation form failed; the challenge stays open at the approval URL",
+			"task_id", t.id, "challenge_id", t.challenge, "error", err)
+	case res.Action == "accept" || res.Action == "decline":
+		if err := b.decideElicited(ctx, t.challenge, res.Action == "accept"); err != nil && !isCode(err, failure.CodeConfirmationAlreadyDecided) {
+			b.log.WarnContext(ctx, "mcpbridge: recording a task's form answer failed", "task_id", t.id, "challenge_id", t.challenge, "error", err)
+		} else {
+			b.setWaiting(t, taskWorking, "The confirmation form was answered; running the decision.")
+			return
+		}
 	}
-	return c.GetExpiresAt().AsTime(), true
+	b.setWaiting(t, taskWorking, "The confirmation form was dismissed or failed: nothing was decided. "+
+		waitingMessage(t.approvalURL, t.challenge, ""))
+}
+
+// setWaiting changes a task that has not ended between working and
+// input_required.
+func (b *Bridge) setWaiting(t *task, status, message string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.status != taskWorking && t.status != taskInputRequired {
+		return
+	}
+	t.status, t.message, t.updated = status, message, b.now()
 }
 
 func (b *Bridge) taskPoll() time.Duration {
@@ -431,9 +481,18 @@ func (b *Bridge) taskPoll() time.Duration {
 // awaitTask waits for a task's challenge to be decided or to expire, then
 // runs the call again with the challenge as its grant: the executor runs
 // it if it was approved, and refuses it (audited) otherwise.
-func (b *Bridge) awaitTask(ctx context.Context, t *task, call toolCall, pending *mcp.CallToolResult) {
+func (b *Bridge) awaitTask(ctx context.Context, t *task, call toolCall, pending *mcp.CallToolResult, ss *mcp.ServerSession, form *mandatev1.Challenge) {
 	defer b.wg.Done()
+	cancelForm := func() {}
+	if form != nil {
+		var fctx context.Context
+		fctx, cancelForm = context.WithCancel(ctx)
+		defer cancelForm()
+		b.wg.Add(1)
+		go b.askInTask(fctx, t, ss, form)
+	}
 	c, ok := b.awaitDecision(ctx, t)
+	cancelForm() // decided: a form still out goes
 	if !ok {
 		return // cancelled, or the bridge is closing
 	}
@@ -458,10 +517,7 @@ func (b *Bridge) awaitTask(ctx context.Context, t *task, call toolCall, pending 
 		if p.ExpiresAt.IsZero() || b.now().Add(30*time.Second).Before(p.ExpiresAt) {
 			break
 		}
-		t.mu.Lock()
-		t.message = message + " Waiting for a request of the client with a current token to run it."
-		t.updated = b.now()
-		t.mu.Unlock()
+		b.setWaiting(t, taskWorking, message+" Waiting for a request of the client with a current token to run it.")
 		select {
 		case <-ctx.Done():
 			return

@@ -349,6 +349,10 @@ func TestTaskWaitsForApproval(t *testing.T) {
 	if created.Status != "working" || challenge == "" || !strings.Contains(created.StatusMessage, "http://approve.test") || created.PollInterval != 50 {
 		t.Fatalf("created %+v, challenge %q", created, challenge)
 	}
+	// It lives as long as its challenge (10 minutes), and then TaskRetention.
+	if ttl := time.Duration(*created.TTL) * time.Millisecond; ttl <= mcpbridge.TaskRetention || ttl > mcpbridge.TaskRetention+11*time.Minute {
+		t.Fatalf("ttl %v, want the challenge's 10 minutes and %v", ttl, mcpbridge.TaskRetention)
+	}
 	if n := st.gateway.Refunds(); n != 0 {
 		t.Fatalf("%d refunds before anyone approved", n)
 	}

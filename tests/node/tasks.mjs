@@ -14,11 +14,15 @@
 //           pollInterval and fetches the result with tasks/result;
 //   result  the same call, then tasks/result at once, which blocks until
 //           the task ends: no polling at all.
+// MCP_ELICIT: "accept" or "decline" also declares form elicitation and
+// answers every confirmation form so (the form of a task comes while the
+// client waits on tasks/result); unset or "none", no elicitation.
 // MCP_TIMEOUT_MS bounds each request and the whole run (default 60000).
 //
 // Lines (stdout):
 //   {"type":"server","capabilities":…,"protocolVersion":…,"taskTools":[…]}
 //   {"type":"taskCreated","task":…} / {"type":"taskStatus","task":…}
+//   {"type":"elicitation","mode":…,"message":…,"meta":…} (MCP_ELICIT)
 //   {"type":"result","result":…} or {"type":"error","error":…}
 //   {"type":"done","sent":{"<method>":count,…}}
 // Transport failures print {"fatal":…} on stderr and exit 1. The token is
@@ -26,11 +30,12 @@
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { CallToolResultSchema, McpError } from "@modelcontextprotocol/sdk/types.js";
+import { CallToolResultSchema, ElicitRequestSchema, McpError } from "@modelcontextprotocol/sdk/types.js";
 
 const url = process.env.MCP_URL;
 const token = process.env.MCP_TOKEN;
 const mode = process.env.MCP_TASK_MODE || "stream";
+const elicit = process.env.MCP_ELICIT || "none";
 const timeoutMs = Number(process.env.MCP_TIMEOUT_MS || 60000);
 
 function fatal(message, err) {
@@ -49,6 +54,9 @@ function line(doc) {
 if (!url || !token) {
   fatal("MCP_URL and MCP_TOKEN must be set");
 }
+if (!["none", "accept", "decline"].includes(elicit)) {
+  fatal(`MCP_ELICIT must be none, accept or decline, not ${JSON.stringify(elicit)}`);
+}
 if (!["stream", "result"].includes(mode)) {
   fatal(`MCP_TASK_MODE must be stream or result, not ${JSON.stringify(mode)}`);
 }
@@ -64,10 +72,16 @@ const watchdog = setTimeout(() => fatal(`timed out after ${timeoutMs} ms`), time
 watchdog.unref();
 
 // The client declares task support (2025-11-25 capabilities.tasks).
-const client = new Client(
-  { name: "mandate-node-tasks", version: "1.0.0" },
-  { capabilities: { tasks: { list: {}, cancel: {} } } },
-);
+const capabilities = { tasks: { list: {}, cancel: {} } };
+if (elicit !== "none") capabilities.elicitation = { form: {} };
+const client = new Client({ name: "mandate-node-tasks", version: "1.0.0" }, { capabilities });
+if (elicit !== "none") {
+  client.setRequestHandler(ElicitRequestSchema, async (request) => {
+    const params = request.params;
+    line({ type: "elicitation", mode: params.mode ?? "form", message: params.message, meta: params._meta });
+    return elicit === "accept" ? { action: "accept", content: {} } : { action: "decline" };
+  });
+}
 const transport = new StreamableHTTPClientTransport(new URL(url), {
   requestInit: { headers: { Authorization: `Bearer ${token}` } },
   reconnectionOptions: { maxRetries: 0, initialReconnectionDelay: 1000, maxReconnectionDelay: 1000, reconnectionDelayGrowFactor: 1 },
