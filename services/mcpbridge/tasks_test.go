@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -613,5 +614,89 @@ func TestTaskRunsWithACurrentToken(t *testing.T) {
 	s.tok = tokenTTL(t, "acme", "carol", "payout-bot", 3*time.Hour)
 	if res := s.result(created.TaskID); res.IsError || st.gateway.Refunds() != 1 {
 		t.Fatalf("with a current token: %+v, %d refunds", res, st.gateway.Refunds())
+	}
+}
+
+// TestTaskShowsTheForm: where the call without a task would have shown
+// the confirmation form (finance-bot runs in a client carol operates), the
+// task is input_required and the form, related to the task, reaches the
+// client on its standalone stream (the go-sdk client answers it there)
+// while tasks/result waits. Accept runs the refund, approved on channel
+// mcp_elicitation; decline ends the task failed with confirmation.refused;
+// cancel decides nothing, and the task waits for the approval page.
+func TestTaskShowsTheForm(t *testing.T) {
+	for _, c := range []struct {
+		action, status string
+		refunds        int
+	}{
+		{"accept", "completed", 1},
+		{"decline", "failed", 0},
+		{"cancel", "working", 0},
+	} {
+		t.Run(c.action, func(t *testing.T) {
+			st := newStackWith(t, withTasks(0))
+			tok := token(t, "acme", "carol", "finance-bot")
+			forms := make(chan *mcp.ElicitParams, 4)
+			opts := &mcp.ClientOptions{
+				Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{Form: &mcp.FormElicitationCapabilities{}}},
+				ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+					forms <- req.Params
+					return &mcp.ElicitResult{Action: c.action}, nil
+				},
+			}
+			// The go-sdk client keeps its standalone stream open, where the
+			// form comes; the task itself is spoken raw on its session.
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "form", Version: "1"}, opts).Connect(context.Background(),
+				&mcp.StreamableClientTransport{Endpoint: st.url + "/mcp", HTTPClient: &http.Client{Transport: bearer{tok}}},
+				&mcp.ClientSessionOptions{ProtocolVersion: legacyProtocol})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cs.Close() })
+			s := &rawSession{t: t, url: st.url + "/mcp", tok: tok, id: cs.ID()}
+			created, challenge := s.createTask("ticket.refund", refundInput)
+			var form *mcp.ElicitParams
+			select {
+			case form = <-forms:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no form reached the client")
+			}
+			if rel, _ := form.Meta["io.modelcontextprotocol/related-task"].(map[string]any); rel["taskId"] != created.TaskID || form.Meta[mcpbridge.MetaChallenge] != challenge {
+				t.Fatalf("the form's _meta %v does not name task %s and challenge %s", form.Meta, created.TaskID, challenge)
+			}
+			if c.action == "cancel" {
+				var got wireTask
+				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+					if got, _ = s.task(created.TaskID); strings.Contains(got.StatusMessage, "dismissed") {
+						break
+					}
+				}
+				if got.Status != "working" || !strings.Contains(got.StatusMessage, "nothing was decided") {
+					t.Fatalf("after a dismissed form: %+v", got)
+				}
+				ch, err := st.confirm.Get(context.Background(), carolUser, challenge)
+				if err != nil || ch.State != confirm.StatePending {
+					t.Fatalf("challenge %+v %v, want pending", ch.State, err)
+				}
+				return
+			}
+			res := s.result(created.TaskID)
+			got, _ := s.task(created.TaskID)
+			if got.Status != c.status || st.gateway.Refunds() != c.refunds {
+				t.Fatalf("task %+v, %d refunds; want %s and %d", got, st.gateway.Refunds(), c.status, c.refunds)
+			}
+			if c.action == "decline" {
+				if r := res.refusal(t); r.Code != failure.CodeConfirmationRefused {
+					t.Fatalf("declined by form: %+v", r)
+				}
+				return
+			}
+			var inv string
+			_ = json.Unmarshal(res.Meta[mcpbridge.MetaInvocation], &inv)
+			rows := st.rows(t, "acme", inv, 2)
+			if a := rows[len(rows)-1].Approval; a == nil || a.Channel != confirm.ChannelMCPElicitation {
+				t.Fatalf("approval %+v, want channel mcp_elicitation", a)
+			}
+		})
 	}
 }
