@@ -389,10 +389,12 @@ func (b *Bridge) callAsTask(ctx context.Context, req *mcp.CallToolRequest, c *ca
 		close(t.done)
 		t.cancel()
 	}
+	if waits && !b.goTracked(func() { b.awaitTask(wctx, t, tp.call, res, req.Session, form) }) {
+		t.cancel()
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the bridge is shutting down"}
+	}
 	b.tasks.add(t)
 	if waits {
-		b.wg.Add(1)
-		go b.awaitTask(wctx, t, tp.call, res, req.Session, form)
 		b.log.InfoContext(ctx, "mcpbridge: call waits for approval as a task", "tool", name, "task_id", t.id, "challenge_id", t.challenge)
 	}
 	out := map[string]any{"task": t.wire(b.taskPoll())}
@@ -412,6 +414,22 @@ func (b *Bridge) callAsTask(ctx context.Context, req *mcp.CallToolRequest, c *ca
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding the task"}
 	}
 	return &createTaskResult{body: body}, nil
+}
+
+// goTracked runs f in a goroutine Close waits for, unless the bridge is
+// closed.
+func (b *Bridge) goTracked(f func()) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+	return true
 }
 
 // waitingMessage is a waiting task's statusMessage.
@@ -434,7 +452,6 @@ func waitingMessage(approvalURL, challenge, permission string) string {
 // or a form that fails, decides nothing: the challenge stays open at the
 // approval URL and the task keeps waiting.
 func (b *Bridge) askInTask(ctx context.Context, t *task, ss *mcp.ServerSession, c *mandatev1.Challenge) {
-	defer b.wg.Done()
 	b.setWaiting(t, taskInputRequired, "Waiting for your user to answer the confirmation form (or to decide at "+t.approvalURL+").")
 	p, tok := t.creds()
 	ctx = identity.WithRawToken(identity.WithPrincipal(ctx, p), tok)
@@ -482,14 +499,12 @@ func (b *Bridge) taskPoll() time.Duration {
 // runs the call again with the challenge as its grant: the executor runs
 // it if it was approved, and refuses it (audited) otherwise.
 func (b *Bridge) awaitTask(ctx context.Context, t *task, call toolCall, pending *mcp.CallToolResult, ss *mcp.ServerSession, form *mandatev1.Challenge) {
-	defer b.wg.Done()
 	cancelForm := func() {}
 	if form != nil {
 		var fctx context.Context
 		fctx, cancelForm = context.WithCancel(ctx)
 		defer cancelForm()
-		b.wg.Add(1)
-		go b.askInTask(fctx, t, ss, form)
+		b.goTracked(func() { b.askInTask(fctx, t, ss, form) })
 	}
 	c, ok := b.awaitDecision(ctx, t)
 	cancelForm() // decided: a form still out goes
@@ -757,6 +772,9 @@ func (b *Bridge) answerTask(w http.ResponseWriter, r *http.Request, c *caller, s
 		select {
 		case <-t.done:
 		case <-r.Context().Done():
+			return
+		case <-b.ctx.Done():
+			writeRPCBody(w, id, nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the bridge is shutting down; the task ended with it"})
 			return
 		}
 		t.mu.Lock()
