@@ -195,3 +195,43 @@ func (d *nodeDev) runTask(t *testing.T, node, mode, who, call string, onCreated 
 	}
 	return lines, sent
 }
+
+// TestReplicasTypeScriptClientTasks: the TypeScript SDK client's task
+// (payout-bot's refund, which carol approves over REST) through nginx
+// round robin over two bridge replicas: the task lives on the replica of
+// the session, every tasks/get and the tasks/result reach it, and the
+// refund is booked once.
+func TestReplicasTypeScriptClientTasks(t *testing.T) {
+	node := nodeOrSkip(t)
+	rt := newReplicaTopology(t)
+	via := &devProcess{base: "http://" + rt.lb["mcpbridge"].http, tokens: map[string]string{"payout-bot@carol": rt.token("acme", "carol", "payout-bot")}}
+	carol := rt.token("acme", "carol", "")
+	lines, sent := via.runTask(t, node, "stream", "payout-bot@carol", `{"name":"ticket.refund","arguments":`+nodeRefund+`}`,
+		func(t *testing.T, task map[string]any) {
+			msg, _ := task["statusMessage"].(string)
+			m := challengeInStatus.FindStringSubmatch(msg)
+			if m == nil {
+				t.Fatalf("the created task %v names no challenge", task)
+			}
+			// The human takes a moment: the client polls both replicas.
+			time.Sleep(3 * time.Second)
+			if r := rt.rest("confirm", http.MethodPost, "/v1/challenges/"+m[1]+":decide", carol, `{"decision":"DECISION_APPROVE"}`); r.status != http.StatusOK {
+				t.Fatalf("carol approving: %d %s", r.status, r.raw)
+			}
+		})
+	last := lines[len(lines)-1]
+	res, _ := last["result"].(map[string]any)
+	sc, _ := json.Marshal(res["structuredContent"])
+	if last["type"] != "result" || res["isError"] == true || !strings.Contains(string(sc), "REFUND_STATUS_ACCEPTED") {
+		t.Fatalf("through nginx the client ended with %v", last)
+	}
+	if sent["tools/call"] != 1 || sent["tasks/get"] < 2 {
+		t.Fatalf("the client sent %v", sent)
+	}
+	if n := rt.count(`SELECT count(*) FROM helpdesk.refunds`); n != 1 {
+		t.Fatalf("%d refunds booked, want 1", n)
+	}
+	if h := rt.hits("mcpbridge", false, "/mcp"); h[0] == 0 || h[1] == 0 {
+		t.Fatalf("nginx sent the session's POSTs to one replica only: %v", h)
+	}
+}
