@@ -530,6 +530,11 @@ func (b *Bridge) newServer() *mcp.Server {
 					if c, ok := taskCaller(r); ok {
 						return b.callAsTask(ctx, r, c)
 					}
+					if b.cfg.Confirm != nil && r.Extra != nil && modern(r) && declaresTasks(r) {
+						if c, ok := verifiedCaller(r.Extra.TokenInfo); ok {
+							return b.callMaybeTask(ctx, r, c)
+						}
+					}
 					res, err := b.callTool(ctx, r)
 					if err != nil || res == nil {
 						return res, err
@@ -537,7 +542,7 @@ func (b *Bridge) newServer() *mcp.Server {
 					return encoded(res, modern(r)), nil
 				}
 			}
-			if method == "initialize" || method == "tools/list" {
+			if method == "initialize" || method == "tools/list" || method == "server/discover" {
 				res, err := next(ctx, method, req)
 				if err != nil || res == nil {
 					return res, err

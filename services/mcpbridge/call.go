@@ -201,9 +201,12 @@ func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if err != nil {
 		if tp := probeOf(ctx); tp != nil {
 			// A task-augmented call (tasks.go): the task waits for the
-			// confirmation instead of asking for it here.
+			// confirmation instead of asking for it here (2025-11-25), or
+			// after it was asked here (2026, tasks2026.go).
 			tp.call, tp.refused = call, err
-			return b.refusal(ctx, call.Code, err)
+			if !tp.observe {
+				return b.refusal(ctx, call.Code, err)
+			}
 		}
 		return b.confirmation(ctx, req, p, call, err)
 	}

@@ -87,8 +87,11 @@
 // Config.MaxTasks tasks per principal wait (task.too_many). The SDK knows
 // no tasks, so tasks.go works on the HTTP request and splices the
 // capability and the tools' execution.taskSupport into its results. Tasks
-// live on the replica of their session. The 2026 tasks extension is not
-// served.
+// live on the replica of their session. On 2026-07-28, a client whose
+// request capabilities name the tasks extension (SEP-2663) gets such a
+// task instead of the approval-URL refusal (tasks2026.go). Its id names
+// the replica that holds it, and the other replicas forward its tasks/get
+// there.
 //
 // # Protocol 2026-07-28
 //

@@ -3,7 +3,6 @@ package mcpbridge
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,6 +72,9 @@ const TaskRetention = 10 * time.Minute
 // the oldest is dropped.
 const maxFinishedTasks = 64
 
+// timeLayout is how tasks show their timestamps (ISO 8601).
+const timeLayout = time.RFC3339Nano
+
 // ProtocolTasks is the revision whose (experimental) tasks the bridge
 // serves.
 const ProtocolTasks = "2025-11-25"
@@ -124,6 +126,9 @@ type task struct {
 
 	cancel context.CancelFunc // ends the wait
 	done   chan struct{}      // closed once terminal
+	// modern marks a task of the 2026 extension (tasks2026.go), which
+	// shows itself in that extension's shape.
+	modern bool
 
 	mu      sync.Mutex
 	status  string
@@ -288,8 +293,8 @@ func (t *task) wire(poll time.Duration) map[string]any {
 	w := map[string]any{
 		"taskId":        t.id,
 		"status":        t.status,
-		"createdAt":     t.created.UTC().Format(time.RFC3339Nano),
-		"lastUpdatedAt": t.updated.UTC().Format(time.RFC3339Nano),
+		"createdAt":     t.created.UTC().Format(timeLayout),
+		"lastUpdatedAt": t.updated.UTC().Format(timeLayout),
 		"ttl":           t.ttl.Milliseconds(),
 	}
 	if t.message != "" {
@@ -307,6 +312,9 @@ func (t *task) wire(poll time.Duration) map[string]any {
 type taskProbe struct {
 	call    toolCall
 	refused error
+	// observe leaves the confirmation to callTool as usual (2026: the
+	// form, as input_required, is resolved before any task).
+	observe bool
 }
 
 type taskProbeKey struct{}
@@ -344,40 +352,19 @@ func (b *Bridge) callAsTask(ctx context.Context, req *mcp.CallToolRequest, c *ca
 	if err != nil {
 		return nil, err // not accepted: what the call itself is answered (unknown tool, …)
 	}
-	now := b.now()
-	t := &task{
-		id: rand.Text(), owner: c.info.UserID, tool: name, created: now, updated: now,
-		status: taskWorking, done: make(chan struct{}), fresh: make(chan struct{}, 1), p: c.p, token: c.token,
-	}
-	var wctx context.Context
-	wctx, t.cancel = context.WithCancel(b.ctx)
+	t, wctx := b.newTask(c, name)
 	prob := failure.Problem(failure.ToStatus(tp.refused), "")
 	waits := tp.refused != nil && b.cfg.Confirm != nil && tp.call.GrantID == "" &&
 		prob.Code == failure.CodeConfirmationRequired && prob.ChallengeID != ""
 	immediate := ""
 	var form *mandatev1.Challenge // the challenge to put to the session's human
 	if waits {
-		t.challenge, t.approvalURL = prob.ChallengeID, prob.ApprovalURL
-		t.ttl = TaskRetention
-		cctx := identity.WithRawToken(identity.WithPrincipal(ctx, c.p), c.token)
-		ch, err := b.cfg.Confirm.Get(cctx, &mandatev1.ConfirmServiceGetRequest{ChallengeId: prob.ChallengeID})
-		if err != nil {
-			b.log.WarnContext(ctx, "mcpbridge: reading a task's challenge; the task waits for the approval page", "challenge_id", prob.ChallengeID, "error", err)
-		}
-		if err == nil && ch.GetExpiresAt() != nil && ch.GetExpiresAt().AsTime().After(now) {
-			t.ttl += ch.GetExpiresAt().AsTime().Sub(now)
-		} else {
-			t.ttl += 24 * time.Hour // the longest a challenge stays open
-		}
+		ch := b.waitFor(ctx, t, c, prob, res)
 		wantsForm, _ := elicitationModes(req.ClientCapabilities())
-		if err == nil && wantsForm && ch.GetElicitable() && req.Session != nil {
+		if wantsForm && ch.GetElicitable() && req.Session != nil {
 			form = ch
 		}
-		t.message = waitingMessage(prob.ApprovalURL, prob.ChallengeID, prob.ApproverPermission)
 		immediate = fmt.Sprintf("%s needs a human's approval; it runs once approved (task %s). %s", name, t.id, t.message)
-		// What tasks/result answers if the task is cancelled: the
-		// confirmation.required refusal, which still names the challenge.
-		t.result = res
 	} else {
 		t.ttl = TaskRetention
 		t.result = res
@@ -430,6 +417,42 @@ func (b *Bridge) goTracked(f func()) bool {
 		f()
 	}()
 	return true
+}
+
+// newTask is a working task of c's, and the context of its wait.
+func (b *Bridge) newTask(c *caller, tool string) (*task, context.Context) {
+	now := b.now()
+	t := &task{
+		id: b.newTaskID(), owner: c.info.UserID, tool: tool, created: now, updated: now,
+		status: taskWorking, done: make(chan struct{}), fresh: make(chan struct{}, 1), p: c.p, token: c.token,
+	}
+	var wctx context.Context
+	wctx, t.cancel = context.WithCancel(b.ctx)
+	return t, wctx
+}
+
+// waitFor makes t wait for the challenge of prob: its ttl (the
+// challenge's lifetime and TaskRetention), its message, and the result
+// tasks/result answers if it is cancelled (the confirmation.required
+// refusal, which still names the challenge). It returns the challenge, or
+// nil when it cannot be read.
+func (b *Bridge) waitFor(ctx context.Context, t *task, c *caller, prob failure.ProblemBody, pending *mcp.CallToolResult) *mandatev1.Challenge {
+	t.challenge, t.approvalURL = prob.ChallengeID, prob.ApprovalURL
+	t.ttl = TaskRetention
+	cctx := identity.WithRawToken(identity.WithPrincipal(ctx, c.p), c.token)
+	ch, err := b.cfg.Confirm.Get(cctx, &mandatev1.ConfirmServiceGetRequest{ChallengeId: prob.ChallengeID})
+	if err != nil {
+		b.log.WarnContext(ctx, "mcpbridge: reading a task's challenge; the task waits for the approval page", "challenge_id", prob.ChallengeID, "error", err)
+		ch = nil
+	}
+	if exp := ch.GetExpiresAt(); exp != nil && exp.AsTime().After(t.created) {
+		t.ttl += exp.AsTime().Sub(t.created)
+	} else {
+		t.ttl += 24 * time.Hour // the longest a challenge stays open
+	}
+	t.message = waitingMessage(prob.ApprovalURL, prob.ChallengeID, prob.ApproverPermission)
+	t.result = pending
+	return ch
 }
 
 // waitingMessage is a waiting task's statusMessage.
@@ -558,7 +581,7 @@ func (b *Bridge) awaitTask(ctx context.Context, t *task, call toolCall, pending 
 		res = b.result(rctx, nil, call, out)
 	}
 	switch {
-	case rpcErr != nil || res.IsError:
+	case rpcErr != nil || (res.IsError && !t.modern): // 2026: failed is for JSON-RPC errors alone
 		status = taskFailed
 		if res != nil {
 			if ref, ok := res.Meta[MetaRefusal].(json.RawMessage); ok {
@@ -651,10 +674,11 @@ func awaitStream(ctx context.Context, aw Awaiter, id string) (*mandatev1.Challen
 func (b *Bridge) serveTasks(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rb, ok := r.Body.(*replayBody)
-		if r.Method != http.MethodPost || !ok || rb.limited.N <= 0 || (len(b.cfg.StateKey) > 0 && statelessRequest(r)) {
+		if r.Method != http.MethodPost || !ok || rb.limited.N <= 0 {
 			next.ServeHTTP(w, r)
 			return
 		}
+		stateless := len(b.cfg.StateKey) > 0 && statelessRequest(r)
 		body := rb.buf.Bytes()
 		if !bytes.Contains(body, []byte(`"task`)) {
 			next.ServeHTTP(w, r)
@@ -667,6 +691,17 @@ func (b *Bridge) serveTasks(next http.Handler) http.Handler {
 		}
 		c, authed := verifiedCaller(auth.TokenInfoFromContext(r.Context()))
 		if !authed || json.Unmarshal(body, &msg) != nil || len(msg.ID) == 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if stateless {
+			// The 2026 extension (tasks2026.go); its task-augmented calls
+			// need nothing here.
+			switch msg.Method {
+			case "tasks/get", "tasks/update", "tasks/cancel":
+				b.answerTask2026(w, r, c, msg.ID, msg.Method, msg.Params)
+				return
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -734,12 +769,17 @@ func (b *Bridge) answerTask(w http.ResponseWriter, r *http.Request, c *caller, s
 		}
 		list := []map[string]any{}
 		for _, t := range b.tasks.list(c.info.UserID) {
-			list = append(list, t.wire(poll))
+			if !t.modern {
+				list = append(list, t.wire(poll))
+			}
 		}
 		writeRPC(w, id, map[string]any{"tasks": list}, nil)
 		return
 	}
 	t := b.tasks.get(p.TaskID)
+	if t != nil && t.modern && t.owner == c.info.UserID {
+		t = nil // a task of the 2026 extension is not one of this revision
+	}
 	if t == nil || t.owner != c.info.UserID {
 		if t != nil {
 			// Another principal's task: the same answer as an unknown id,
@@ -756,8 +796,7 @@ func (b *Bridge) answerTask(w http.ResponseWriter, r *http.Request, c *caller, s
 	case "tasks/get":
 		writeRPC(w, id, t.wire(poll), nil)
 	case "tasks/cancel":
-		if !t.finish(b.now(), taskCancelled, fmt.Sprintf("Cancelled by the client; the call did not run. The challenge %s stays open at %s: "+
-			"once approved there, the call can be sent again with _meta {%q: %q}.", t.challenge, t.approvalURL, MetaApproval, t.challenge), t.result, nil) {
+		if !t.finish(b.now(), taskCancelled, cancelledMessage(t), t.result, nil) {
 			writeRPC(w, id, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "the task has already ended"})
 			return
 		}
@@ -826,6 +865,8 @@ type tasksResult struct {
 	mcp.ResultBase
 	res  mcp.Result
 	tool func(name string) bool // tools/list: which tools offer tasks
+	// extension: server/discover, which names the 2026 extension.
+	extension bool
 }
 
 func (r *tasksResult) GetMeta() map[string]any  { return r.res.GetMeta() }
@@ -852,7 +893,23 @@ func (r *tasksResult) MarshalJSON() ([]byte, error) {
 		if caps == nil {
 			caps = map[string]json.RawMessage{}
 		}
-		caps["tasks"] = serverTasksCapability
+		if r.extension {
+			var ext map[string]json.RawMessage
+			if raw := caps["extensions"]; len(raw) > 0 {
+				if err := json.Unmarshal(raw, &ext); err != nil {
+					return nil, err
+				}
+			}
+			if ext == nil {
+				ext = map[string]json.RawMessage{}
+			}
+			ext[ExtensionTasks] = json.RawMessage(`{}`)
+			if caps["extensions"], err = json.Marshal(ext); err != nil {
+				return nil, err
+			}
+		} else {
+			caps["tasks"] = serverTasksCapability
+		}
 		if top["capabilities"], err = json.Marshal(caps); err != nil {
 			return nil, err
 		}
@@ -881,6 +938,10 @@ func (b *Bridge) spliceTasks(method string, req mcp.Request, res mcp.Result) mcp
 	case "initialize":
 		if ir, ok := res.(*mcp.InitializeResult); ok && ir.ProtocolVersion == ProtocolTasks {
 			return &tasksResult{res: res}
+		}
+	case "server/discover":
+		if b.cfg.Confirm != nil {
+			return &tasksResult{res: res, extension: true}
 		}
 	case "tools/list":
 		ss, ok := req.GetSession().(*mcp.ServerSession)

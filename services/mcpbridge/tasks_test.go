@@ -700,3 +700,208 @@ func TestTaskShowsTheForm(t *testing.T) {
 		})
 	}
 }
+
+// post2026 sends one 2026-07-28 request (no session) to url's /mcp, with
+// the tasks extension among its capabilities when ext is set.
+func post2026(t *testing.T, url, tok, method string, params map[string]any, ext bool) rpcReply {
+	t.Helper()
+	caps := map[string]any{}
+	if ext {
+		caps["extensions"] = map[string]any{mcpbridge.ExtensionTasks: map[string]any{}}
+	}
+	params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": mcpbridge.ProtocolStateless, "io.modelcontextprotocol/clientCapabilities": caps}
+	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 9, "method": method, "params": params})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, url+"/mcp", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", mcpbridge.ProtocolStateless)
+	req.Header.Set("Mcp-Method", method)
+	if name, ok := params["name"].(string); ok {
+		req.Header.Set("Mcp-Name", name)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	r := rpcReply{status: resp.StatusCode}
+	raw, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(raw), "\n") {
+		if d, ok := strings.CutPrefix(l, "data: "); ok {
+			raw = []byte(d)
+		}
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatalf("%s: %d %s", method, resp.StatusCode, raw)
+	}
+	return r
+}
+
+// detailedTask is a task of the 2026 extension as tasks/get shows it.
+type detailedTask struct {
+	ResultType     string     `json:"resultType"`
+	TaskID         string     `json:"taskId"`
+	Status         string     `json:"status"`
+	StatusMessage  string     `json:"statusMessage"`
+	TTLMs          *int64     `json:"ttlMs"`
+	PollIntervalMs int64      `json:"pollIntervalMs"`
+	Result         toolResult `json:"result"`
+}
+
+func getTask2026(t *testing.T, url, tok, id string) (detailedTask, rpcReply) {
+	t.Helper()
+	r := post2026(t, url, tok, "tasks/get", map[string]any{"taskId": id}, true)
+	var d detailedTask
+	if r.Error == nil {
+		if err := json.Unmarshal(r.Result, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d, r
+}
+
+// awaitTask2026 polls tasks/get until the task is no longer working.
+func awaitTask2026(t *testing.T, url, tok, id string) detailedTask {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		d, r := getTask2026(t, url, tok, id)
+		if r.Error != nil {
+			t.Fatalf("tasks/get: %+v", r.Error)
+		}
+		if d.Status != "working" || time.Now().After(deadline) {
+			return d
+		}
+	}
+}
+
+// TestTasksExtension2026 (SEP-2663): server/discover names the
+// extension; a 2026 client that declares it gets a task (resultType
+// "task") where it would have got the approval-URL refusal, and one that
+// does not gets the refusal as before. tasks/get shows the task working,
+// then completed with the refund's result inline once carol approves;
+// another principal cannot see or cancel it (recorded); a declined task
+// completes with the executor's refusal, as the extension wants for an
+// isError result; a cancelled one stays cancelled.
+func TestTasksExtension2026(t *testing.T) {
+	st := newStackWith(t, withTasks(0))
+	bot := token(t, "acme", "carol", "payout-bot")
+	disc := post2026(t, st.url, bot, "server/discover", map[string]any{}, true)
+	if !strings.Contains(string(disc.Result), `"`+mcpbridge.ExtensionTasks+`":{}`) {
+		t.Fatalf("server/discover %s", disc.Result)
+	}
+	// 5.00 each: the ticket has room for several.
+	small := strings.Replace(refundInput, `"2500"`, `"500"`, 1)
+	call := func(ext bool) rpcReply {
+		return post2026(t, st.url, bot, "tools/call", map[string]any{"name": "ticket.refund", "arguments": json.RawMessage(small)}, ext)
+	}
+	var plain toolResult
+	if r := call(false); json.Unmarshal(r.Result, &plain) != nil || plain.refusal(t).Code != failure.CodeConfirmationRequired {
+		t.Fatalf("without the extension: %s", r.Result)
+	}
+
+	create := func() (detailedTask, string) {
+		t.Helper()
+		r := call(true)
+		var d detailedTask
+		var meta struct {
+			Meta map[string]string `json:"_meta"`
+		}
+		if r.Error != nil || json.Unmarshal(r.Result, &d) != nil || json.Unmarshal(r.Result, &meta) != nil ||
+			d.ResultType != "task" || d.Status != "working" || d.TaskID == "" || d.TTLMs == nil || d.PollIntervalMs != 50 {
+			t.Fatalf("with the extension: %s %+v", r.Result, r.Error)
+		}
+		return d, meta.Meta[mcpbridge.MetaTaskChallenge]
+	}
+
+	approved, challenge := create()
+	if d, _ := getTask2026(t, st.url, bot, approved.TaskID); d.Status != "working" || d.ResultType != "complete" {
+		t.Fatalf("tasks/get %+v", d)
+	}
+	other := token(t, "acme", "carol", "finance-bot")
+	for _, m := range []string{"tasks/get", "tasks/cancel"} {
+		if r := post2026(t, st.url, other, m, map[string]any{"taskId": approved.TaskID}, true); r.Error == nil || r.Error.Code != -32602 {
+			t.Fatalf("finance-bot %s: %+v %s", m, r.Error, r.Result)
+		}
+	}
+	if n := st.taskRows(t, "finance-bot", failure.CodeTaskNotFound, 2); n != 2 {
+		t.Fatalf("%d task.not_found rows, want 2", n)
+	}
+	if r := post2026(t, st.url, bot, "tasks/update", map[string]any{"taskId": approved.TaskID, "inputResponses": map[string]any{}}, true); r.Error != nil {
+		t.Fatalf("tasks/update: %+v", r.Error)
+	}
+	if _, err := st.confirm.Decide(context.Background(), carolUser, challenge, true, confirm.ChannelApprovalPage); err != nil {
+		t.Fatal(err)
+	}
+	done := awaitTask2026(t, st.url, bot, approved.TaskID)
+	if done.Status != "completed" || done.Result.IsError || !strings.Contains(string(done.Result.StructuredContent), "REFUND_STATUS_ACCEPTED") || st.gateway.Refunds() != 1 {
+		t.Fatalf("approved: %+v, %d refunds", done, st.gateway.Refunds())
+	}
+	if r := post2026(t, st.url, bot, "tasks/cancel", map[string]any{"taskId": approved.TaskID}, true); r.Error == nil || r.Error.Code != -32602 {
+		t.Fatalf("cancelling a completed task: %+v", r)
+	}
+
+	declined, challenge := create()
+	if _, err := st.confirm.Decide(context.Background(), carolUser, challenge, false, confirm.ChannelApprovalPage); err != nil {
+		t.Fatal(err)
+	}
+	done = awaitTask2026(t, st.url, bot, declined.TaskID)
+	if done.Status != "completed" || done.Result.refusal(t).Code != failure.CodeConfirmationRefused || !strings.Contains(done.StatusMessage, "Declined by carol") {
+		t.Fatalf("declined: %+v", done)
+	}
+
+	cancelled, challenge := create()
+	if r := post2026(t, st.url, bot, "tasks/cancel", map[string]any{"taskId": cancelled.TaskID}, true); r.Error != nil || !strings.Contains(string(r.Result), `"cancelled"`) {
+		t.Fatalf("tasks/cancel %+v %s", r.Error, r.Result)
+	}
+	if _, err := st.confirm.Decide(context.Background(), carolUser, challenge, true, confirm.ChannelApprovalPage); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if d, _ := getTask2026(t, st.url, bot, cancelled.TaskID); d.Status != "cancelled" || st.gateway.Refunds() != 1 {
+		t.Fatalf("after a late approval: %+v, %d refunds", d, st.gateway.Refunds())
+	}
+	// A 2025-11-25 session does not see the 2026 task.
+	s := openRaw(t, st.url, bot)
+	if _, r := s.task(cancelled.TaskID); r.Error == nil {
+		t.Fatalf("a 2025-11-25 session read a 2026 task: %s", r.Result)
+	}
+}
+
+// TestTasksExtension2026AcrossReplicas: with no session, a 2026 client's
+// tasks/get reaches either replica through the balancer; the task id names
+// the replica that holds it, the other forwards there, and a forged id is
+// not found and never forwarded.
+func TestTasksExtension2026AcrossReplicas(t *testing.T) {
+	st, lb, reps := replicated(t)
+	bot := token(t, "acme", "carol", "payout-bot")
+	r := post2026(t, lb.url, bot, "tools/call", map[string]any{"name": "ticket.refund", "arguments": json.RawMessage(refundInput)}, true)
+	var created detailedTask
+	var meta struct {
+		Meta map[string]string `json:"_meta"`
+	}
+	if r.Error != nil || json.Unmarshal(r.Result, &created) != nil || json.Unmarshal(r.Result, &meta) != nil || created.ResultType != "task" {
+		t.Fatalf("tools/call %s %+v", r.Result, r.Error)
+	}
+	for range 4 {
+		if d, r := getTask2026(t, lb.url, bot, created.TaskID); r.Error != nil || d.Status != "working" {
+			t.Fatalf("tasks/get through the balancer: %+v %+v", d, r.Error)
+		}
+	}
+	if reps[0].fromPeer.Load()+reps[1].fromPeer.Load() == 0 {
+		t.Fatal("no tasks/get was forwarded to the task's replica")
+	}
+	forged := created.TaskID[:len(created.TaskID)-2] + "AA"
+	if _, r := getTask2026(t, lb.url, bot, forged); r.Error == nil || r.Error.Code != -32602 {
+		t.Fatalf("forged task id: %+v", r)
+	}
+	if _, err := st.confirm.Decide(context.Background(), carolUser, meta.Meta[mcpbridge.MetaTaskChallenge], true, confirm.ChannelApprovalPage); err != nil {
+		t.Fatal(err)
+	}
+	if done := awaitTask2026(t, lb.url, bot, created.TaskID); done.Status != "completed" || done.Result.IsError || st.gateway.Refunds() != 1 {
+		t.Fatalf("through the balancer: %+v, %d refunds", done, st.gateway.Refunds())
+	}
+}
