@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -149,15 +150,25 @@ func (d *nodeDev) runTask(t *testing.T, node, mode, who, call string, onCreated 
 	if tok == "" {
 		t.Fatalf("no dev token for %s", who)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "tasks.mjs", call)
-	cmd.Dir = "node"
 	elicit := "none"
 	if m, answer, ok := strings.Cut(mode, "+"); ok {
 		mode, elicit = m, answer
 	}
-	cmd.Env = append(os.Environ(), "MCP_URL="+d.base+"/mcp", "MCP_TOKEN="+tok, "MCP_TASK_MODE="+mode, "MCP_ELICIT="+elicit, "MCP_TIMEOUT_MS=60000")
+	return runTaskScript(t, node, "node", "tasks.mjs", call, onCreated,
+		"MCP_URL="+d.base+"/mcp", "MCP_TOKEN="+tok, "MCP_TASK_MODE="+mode, "MCP_ELICIT="+elicit, "MCP_TIMEOUT_MS=60000")
+}
+
+// runTaskScript runs script in dir with node and env (the token among
+// them, never on the command line), hands each created task to onCreated
+// while the client waits, and returns the lines it printed and what it
+// sent.
+func runTaskScript(t *testing.T, node, dir, script, call string, onCreated func(*testing.T, map[string]any), env ...string) ([]map[string]any, map[string]int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script, call)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -169,17 +180,24 @@ func (d *nodeDev) runTask(t *testing.T, node, mode, who, call string, onCreated 
 	}
 	var lines []map[string]any
 	var sent map[string]int
+	created := false
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var l map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("tasks.mjs printed %q: %v", sc.Text(), err)
+			t.Fatalf("%s printed %q: %v", script, sc.Text(), err)
 		}
 		switch l["type"] {
 		case "taskCreated":
 			task, _ := l["task"].(map[string]any)
 			onCreated(t, task)
+		case "task": // tasks2026.mjs: every view; the first is the created task
+			if !created {
+				created = true
+				task, _ := l["task"].(map[string]any)
+				onCreated(t, task)
+			}
 		case "done":
 			raw, _ := json.Marshal(l["sent"])
 			_ = json.Unmarshal(raw, &sent)
@@ -188,10 +206,10 @@ func (d *nodeDev) runTask(t *testing.T, node, mode, who, call string, onCreated 
 		lines = append(lines, l)
 	}
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("node tasks.mjs as %s: %v\nstderr: %s", who, err, tail(stderr.String(), 4000))
+		t.Fatalf("node %s: %v\nstderr: %s", script, err, tail(stderr.String(), 4000))
 	}
 	if len(lines) < 2 || sent == nil {
-		t.Fatalf("tasks.mjs printed %v (sent %v)\nstderr: %s", lines, sent, tail(stderr.String(), 4000))
+		t.Fatalf("%s printed %v (sent %v)\nstderr: %s", script, lines, sent, tail(stderr.String(), 4000))
 	}
 	return lines, sent
 }
@@ -234,4 +252,65 @@ func TestReplicasTypeScriptClientTasks(t *testing.T) {
 	if h := rt.hits("mcpbridge", false, "/mcp"); h[0] == 0 || h[1] == 0 {
 		t.Fatalf("nginx sent the session's POSTs to one replica only: %v", h)
 	}
+}
+
+// TestNodeClientTasks2026 (SEP-2663): the 2026-07-28 TypeScript client
+// (@modelcontextprotocol/client) with the official Tasks extension
+// requester (@modelcontextprotocol/ext-tasks), on Node 22 from
+// tests/mcpclients, calls ticket.refund as payout-bot: `mandate dev`
+// answers with a task (the client declared the extension on the request),
+// carol approves over REST, and the requester's tasks/get polling ends
+// with the refund's result — one tools/call, the trail showing carol's
+// approval. It skips without tests/mcpclients/node_modules unless
+// MANDATE_REQUIRE_NODE=1.
+func TestNodeClientTasks2026(t *testing.T) {
+	c := findMCPClients(t)
+	script := filepath.Join("mcpclients", "node_modules", "@modelcontextprotocol", "ext-tasks", "package.json")
+	if _, err := os.Stat(script); err != nil {
+		if os.Getenv("MANDATE_REQUIRE_NODE") == "1" {
+			t.Fatal("tests/mcpclients lacks @modelcontextprotocol/ext-tasks: run npm ci --prefix tests/mcpclients")
+		}
+		t.Skip("tests/mcpclients lacks @modelcontextprotocol/ext-tasks (npm ci --prefix tests/mcpclients)")
+	}
+	dev := startNodeDev(t)
+	lines, sent := runTaskScript(t, c.node, "mcpclients", "tasks2026.mjs", `{"name":"ticket.refund","arguments":`+nodeRefund+`}`,
+		func(t *testing.T, task map[string]any) {
+			msg, _ := task["statusMessage"].(string)
+			m := challengeInStatus.FindStringSubmatch(msg)
+			if task["status"] != "working" || m == nil {
+				t.Fatalf("the first task view %v does not wait for a challenge", task)
+			}
+			if code, body := do(t, http.MethodPost, dev.base+"/v1/challenges/"+m[1]+":decide", dev.tokens["carol"], `{"decision":"DECISION_APPROVE"}`); code != http.StatusOK {
+				t.Fatalf("carol approving: %d %v", code, body)
+			}
+		},
+		"MCP_URL="+dev.base+"/mcp", "MCP_TOKEN="+dev.tokens["payout-bot@carol"], "MCP_TIMEOUT_MS=60000")
+	if lines[0]["era"] != "modern" {
+		t.Fatalf("the client did not speak 2026-07-28: %v", lines[0])
+	}
+	last := lines[len(lines)-1]
+	outcome, _ := last["outcome"].(map[string]any)
+	res, _ := outcome["result"].(map[string]any)
+	sc, _ := json.Marshal(res["structuredContent"])
+	if last["type"] != "outcome" || outcome["status"] != "completed" || res["isError"] == true || !strings.Contains(string(sc), "REFUND_STATUS_ACCEPTED") {
+		t.Fatalf("the requester ended with %v", last)
+	}
+	if sent["tools/call"] != 1 || sent["tasks/get"] == 0 {
+		t.Fatalf("the requester sent %v", sent)
+	}
+	meta, _ := res["_meta"].(map[string]any)
+	inv, _ := meta["mandate.dev/invocation_id"].(string)
+	executed := false
+	for _, row := range dev.auditRows(t, inv, 2) {
+		if row["outcome"] == "executed" {
+			executed = true
+			if appr, _ := row["approval"].(map[string]any); appr == nil || appr["approver"] != "carol" {
+				t.Errorf("executed row's approval %v, want carol's", row["approval"])
+			}
+		}
+	}
+	if !executed {
+		t.Fatal("no executed row")
+	}
+	t.Logf("%d lines, sent %v", len(lines), sent)
 }
