@@ -34,9 +34,13 @@ import (
 // challenge as its grant — the same pipeline, every stage — and the task
 // ends with what the executor answered: completed, or failed with the
 // executor's refusal (declined: confirmation.refused; expired: the
-// executor's refusal of an expired grant). Any other call ends its task at
-// once with its result. Nothing runs on the client's word: the task is
-// only a way to wait.
+// executor's refusal of an expired grant). Where the call without a task
+// would have shown the confirmation form (interactive host, form
+// elicitation), the task is input_required while the form, related to the
+// task, is out on the session's standalone stream (askInTask). Any other
+// call ends its task at once with its result. Nothing runs on the
+// client's word: the task is only a way to wait. The 2026 extension
+// (SEP-2663) is in tasks2026.go.
 //
 // The go-sdk v1.8.0 server knows nothing of tasks: it drops `task` from a
 // tools/call's params, has no tasks capability or tool `execution` field,
