@@ -905,3 +905,46 @@ func TestTasksExtension2026AcrossReplicas(t *testing.T) {
 		t.Fatalf("through the balancer: %+v, %d refunds", done, st.gateway.Refunds())
 	}
 }
+
+// TestTaskBadInput: malformed task messages get protocol answers, never
+// a 5xx, and run nothing: a taskId of the wrong type or unknown is -32602,
+// tasks/* without a session of the caller's is left to the SDK (which
+// refuses it), a task param of the wrong type is no task, and a cursor
+// the bridge never issued is -32602.
+func TestTaskBadInput(t *testing.T) {
+	st := newStackWith(t, withTasks(0))
+	tok := token(t, "acme", "carol", "payout-bot")
+	s := openRaw(t, st.url, tok)
+	for _, c := range []struct {
+		name   string
+		method string
+		params any
+	}{
+		{"taskId of the wrong type", "tasks/get", map[string]any{"taskId": 5}},
+		{"unknown task", "tasks/result", map[string]any{"taskId": "nope"}},
+		{"no taskId", "tasks/cancel", map[string]any{}},
+		{"a cursor never issued", "tasks/list", map[string]any{"cursor": "x"}},
+	} {
+		if r := s.call(c.method, c.params); r.status >= 500 || r.Error == nil || r.Error.Code != -32602 {
+			t.Errorf("%s: %d %+v %s", c.name, r.status, r.Error, r.Result)
+		}
+	}
+	// Without a session, or with another principal's session id, the SDK
+	// answers as for any such request.
+	for _, sid := range []string{"", openRaw(t, st.url, token(t, "acme", "alice", "support-bot")).id} {
+		o := &rawSession{t: t, url: st.url + "/mcp", tok: tok, id: sid}
+		if r := o.call("tasks/get", map[string]any{"taskId": "x"}); r.status < 400 || r.status >= 500 {
+			t.Errorf("tasks/get on session %q: %d %+v", sid, r.status, r.Error)
+		}
+	}
+	// A task param that is no object is no task: the call is answered as
+	// without one.
+	r := s.call("tools/call", map[string]any{"name": "ticket.refund", "arguments": json.RawMessage(refundInput), "task": "soon"})
+	var res toolResult
+	if r.status >= 500 || json.Unmarshal(r.Result, &res) != nil || res.refusal(t).Code != failure.CodeConfirmationRequired {
+		t.Fatalf("task \"soon\": %d %s %+v", r.status, r.Result, r.Error)
+	}
+	if n := st.gateway.Refunds(); n != 0 {
+		t.Fatalf("%d refunds", n)
+	}
+}
