@@ -80,18 +80,17 @@
 // failed with the executor's answer (declined, expired). Where the
 // confirmation form would have been shown, the task is input_required and
 // sends it, related to the task, on the session's standalone stream.
-// tasks/get,
-// tasks/result (which blocks until the end), tasks/list and tasks/cancel
-// are answered for the principal that created the task alone; anyone
-// else gets "task not found", recorded as task.not_found. At most
-// Config.MaxTasks tasks per principal wait (task.too_many). The SDK knows
-// no tasks, so tasks.go works on the HTTP request and splices the
-// capability and the tools' execution.taskSupport into its results. Tasks
-// live on the replica of their session. On 2026-07-28, a client whose
-// request capabilities name the tasks extension (SEP-2663) gets such a
-// task instead of the approval-URL refusal (tasks2026.go). Its id names
-// the replica that holds it, and the other replicas forward its tasks/get
-// there.
+// tasks/get, tasks/result (which blocks until the end), tasks/list and
+// tasks/cancel are answered for the principal that created the task
+// alone; anyone else gets "task not found", recorded as task.not_found. At
+// most Config.MaxTasks tasks per principal wait (task.too_many). The SDK
+// knows no tasks, so tasks.go works on the HTTP request and splices the
+// capability and the tools' execution.taskSupport into its results. A
+// task lives on the replica that created it; with Config.AdvertiseURL its
+// id names that replica, and the others forward requests for it there.
+// On 2026-07-28, a client whose request capabilities name the tasks
+// extension (SEP-2663) gets such a task instead of the approval-URL
+// refusal (tasks2026.go).
 //
 // # Protocol 2026-07-28
 //

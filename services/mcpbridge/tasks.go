@@ -712,8 +712,16 @@ func (b *Bridge) serveTasks(next http.Handler) http.Handler {
 		switch msg.Method {
 		case "tasks/get", "tasks/result", "tasks/list", "tasks/cancel":
 			session := r.Header.Get(sessionHeader)
-			if session == "" || !b.ownsSession(c.info.UserID, session) {
+			taskID := taskIDOf(msg.Params)
+			// A replica forwards a request for one of this replica's tasks
+			// made in a session of its own (forwardToTaskOwner), without the
+			// session.
+			viaPeer := session == "" && taskID != "" && b.fromTaskPeer(r, taskID)
+			if !viaPeer && (session == "" || !b.ownsSession(c.info.UserID, session)) {
 				next.ServeHTTP(w, r) // the SDK answers as for any request without a session of the caller's
+				return
+			}
+			if !viaPeer && msg.Method != "tasks/list" && b.forwardToTaskOwner(w, r, taskID) {
 				return
 			}
 			b.answerTask(w, r, c, session, msg.ID, msg.Method, msg.Params)

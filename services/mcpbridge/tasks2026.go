@@ -242,6 +242,57 @@ func (b *Bridge) forwardTask(w http.ResponseWriter, r *http.Request, owner strin
 	b.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
+// TaskForwardedHeader marks a 2025-11-25 tasks/* request one replica
+// forwarded to the replica that holds the task, from a session of its own:
+// an HMAC of the task id under the state key, so only replicas can set it.
+// The request travels without its session id (the session is not the
+// owner's), is authenticated again there, and is answered for the task's
+// principal alone.
+const TaskForwardedHeader = "Mandate-Forwarded-Task"
+
+// taskForwardLabel separates these MACs from the bridge's others.
+const taskForwardLabel = "mandate.dev/mcp-task-forwarded/v1\x00"
+
+func (b *Bridge) taskForwardMark(id string) string {
+	h := hmac.New(sha256.New, b.cfg.StateKey)
+	h.Write([]byte(taskForwardLabel))
+	h.Write([]byte(id))
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+// fromTaskPeer reports whether r was forwarded by a replica for task id.
+func (b *Bridge) fromTaskPeer(r *http.Request, id string) bool {
+	mark := r.Header.Get(TaskForwardedHeader)
+	return b.proxy != nil && mark != "" && hmac.Equal([]byte(mark), []byte(b.taskForwardMark(id)))
+}
+
+// forwardToTaskOwner forwards a 2025-11-25 tasks/* request for a task of
+// another replica there, without its session id, and reports whether it
+// did. A task id no replica sealed stays here (and is not found).
+func (b *Bridge) forwardToTaskOwner(w http.ResponseWriter, r *http.Request, id string) bool {
+	if b.proxy == nil || id == "" {
+		return false
+	}
+	owner, ok := b.taskOwner(id)
+	if !ok || owner == b.advertise {
+		return false
+	}
+	r = r.Clone(r.Context())
+	r.Header.Del(sessionHeader)
+	r.Header.Set(TaskForwardedHeader, b.taskForwardMark(id))
+	b.forwardTask(w, r, owner)
+	return true
+}
+
+// taskIDOf reads params.taskId ("" when absent or not a string).
+func taskIDOf(params json.RawMessage) string {
+	var p struct {
+		TaskID string `json:"taskId"`
+	}
+	_ = json.Unmarshal(params, &p)
+	return p.TaskID
+}
+
 // cancelledMessage is a cancelled task's statusMessage.
 func cancelledMessage(t *task) string {
 	return fmt.Sprintf("Cancelled by the client; the call did not run. The challenge %s stays open at %s: "+

@@ -562,7 +562,9 @@ func TestNoTaskWithoutTheTaskParam(t *testing.T) {
 // TestTaskAcrossReplicas: behind a round-robin balancer, a task lives on
 // the replica of the session that created it, and the session's requests
 // that reach the other replica — tasks/get and tasks/result included — are
-// forwarded there: the client sees one bridge.
+// forwarded there: the client sees one bridge. A session of the same
+// principal held by the other replica reaches the task as well (its task
+// id names its replica); another principal's does not.
 func TestTaskAcrossReplicas(t *testing.T) {
 	st, lb, reps := replicated(t)
 	s := openRaw(t, lb.url, token(t, "acme", "carol", "payout-bot"))
@@ -579,12 +581,33 @@ func TestTaskAcrossReplicas(t *testing.T) {
 	if n := reps[owner].fromPeer.Load(); n == 0 {
 		t.Fatal("no request was forwarded to the session's replica")
 	}
+	// A session of the same principal held by the other replica reaches
+	// the task too: that replica forwards the request to the task's.
+	lb.sendNextTo(1 - owner)
+	s2 := openRaw(t, lb.url, token(t, "acme", "carol", "payout-bot"))
+	if ownerOf(t, s2.id, reps) == owner {
+		t.Fatal("the second session is on the task's replica")
+	}
+	for range 2 {
+		if got, r := s2.task(created.TaskID); r.Error != nil || got.Status != "working" {
+			t.Fatalf("tasks/get from the other replica's session: %+v %+v", got, r.Error)
+		}
+	}
+	// Another principal's session there is refused all the same.
+	lb.sendNextTo(1 - owner)
+	other := openRaw(t, lb.url, token(t, "acme", "carol", "finance-bot"))
+	if _, r := other.task(created.TaskID); r.Error == nil || r.Error.Code != -32602 {
+		t.Fatalf("finance-bot from the other replica: %+v", r)
+	}
 	if _, err := st.confirm.Decide(context.Background(), carolUser, challenge, true, confirm.ChannelApprovalPage); err != nil {
 		t.Fatal(err)
 	}
 	lb.sendNextTo(1 - owner) // tasks/result reaches the replica without the task
 	if res := s.result(created.TaskID); res.IsError || st.gateway.Refunds() != 1 {
 		t.Fatalf("result through the other replica: %+v, %d refunds", res, st.gateway.Refunds())
+	}
+	if res := s2.result(created.TaskID); res.IsError || st.gateway.Refunds() != 1 {
+		t.Fatalf("result from the other replica's session: %+v, %d refunds", res, st.gateway.Refunds())
 	}
 }
 
