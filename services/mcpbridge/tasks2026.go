@@ -244,7 +244,8 @@ func (b *Bridge) forwardTask(w http.ResponseWriter, r *http.Request, owner strin
 
 // TaskForwardedHeader marks a 2025-11-25 tasks/* request one replica
 // forwarded to the replica that holds the task, from a session of its own:
-// an HMAC of the task id under the state key, so only replicas can set it.
+// "mac:taskId", the mac an HMAC of the task id under the state key, so
+// only replicas can set it.
 // The request travels without its session id (the session is not the
 // owner's), is authenticated again there, and is answered for the task's
 // principal alone.
@@ -257,13 +258,24 @@ func (b *Bridge) taskForwardMark(id string) string {
 	h := hmac.New(sha256.New, b.cfg.StateKey)
 	h.Write([]byte(taskForwardLabel))
 	h.Write([]byte(id))
-	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)) + ":" + id
+}
+
+// taskPeer returns the task id of a request a replica forwarded to this
+// one for that task (TaskForwardedHeader); ok is false for any other.
+func (b *Bridge) taskPeer(r *http.Request) (id string, ok bool) {
+	mark := r.Header.Get(TaskForwardedHeader)
+	_, id, found := strings.Cut(mark, ":")
+	if b.proxy == nil || !found || id == "" || !hmac.Equal([]byte(mark), []byte(b.taskForwardMark(id))) {
+		return "", false
+	}
+	return id, true
 }
 
 // fromTaskPeer reports whether r was forwarded by a replica for task id.
 func (b *Bridge) fromTaskPeer(r *http.Request, id string) bool {
-	mark := r.Header.Get(TaskForwardedHeader)
-	return b.proxy != nil && mark != "" && hmac.Equal([]byte(mark), []byte(b.taskForwardMark(id)))
+	got, ok := b.taskPeer(r)
+	return ok && got == id
 }
 
 // forwardToTaskOwner forwards a 2025-11-25 tasks/* request for a task of

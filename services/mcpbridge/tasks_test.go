@@ -593,6 +593,24 @@ func TestTaskAcrossReplicas(t *testing.T) {
 			t.Fatalf("tasks/get from the other replica's session: %+v %+v", got, r.Error)
 		}
 	}
+	// A forged forwarding mark, sent straight to the task's replica without
+	// a session, is no forwarding: the SDK refuses the sessionless request.
+	forged, _ := http.NewRequest(http.MethodPost, reps[owner].url+"/mcp",
+		strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"`+created.TaskID+`"}}`))
+	forged.Header.Set("Authorization", "Bearer "+token(t, "acme", "carol", "payout-bot"))
+	forged.Header.Set("Content-Type", "application/json")
+	forged.Header.Set("Accept", "application/json, text/event-stream")
+	forged.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	forged.Header.Set(mcpbridge.TaskForwardedHeader, "AAAA:"+created.TaskID)
+	if resp, err := http.DefaultClient.Do(forged); err != nil {
+		t.Fatal(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"working"`) {
+			t.Fatalf("a forged forwarding mark was answered: %s", body)
+		}
+	}
 	// Another principal's session there is refused all the same.
 	lb.sendNextTo(1 - owner)
 	other := openRaw(t, lb.url, token(t, "acme", "carol", "finance-bot"))
