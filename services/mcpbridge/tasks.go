@@ -541,7 +541,7 @@ func (b *Bridge) awaitTask(ctx context.Context, t *task, call toolCall, pending 
 	var status, message string
 	switch c.GetState() {
 	case mandatev1.ChallengeState_CHALLENGE_STATE_APPROVED, mandatev1.ChallengeState_CHALLENGE_STATE_REDEEMED:
-		message = "Approved by " + c.GetDecidedBy() + "; the call ran through the pipeline with the grant."
+		message = "Approved by " + c.GetDecidedBy() + "."
 	case mandatev1.ChallengeState_CHALLENGE_STATE_DECLINED:
 		message = "Declined by " + c.GetDecidedBy() + "; the call did not run."
 	case mandatev1.ChallengeState_CHALLENGE_STATE_EXPIRED:
@@ -597,6 +597,9 @@ func (b *Bridge) awaitTask(ctx context.Context, t *task, call toolCall, pending 
 		}
 	default:
 		status = taskCompleted
+	}
+	if rpcErr == nil && !res.IsError {
+		message += " The call ran with the grant, through every stage of the pipeline."
 	}
 	if res == nil {
 		res = pending
