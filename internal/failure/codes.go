@@ -40,6 +40,8 @@ const (
 
 	CodeRateLimited    = "rate.limited"
 	CodeSessionTooMany = "session.too_many"
+	CodeTaskTooMany    = "task.too_many"
+	CodeTaskNotFound   = "task.not_found"
 
 	CodeCommandNotFound = "command.not_found"
 
@@ -195,6 +197,12 @@ var table = []Spec{
 	{Code: CodeSessionTooMany, Stages: []string{StageRequest}, GRPC: codes.ResourceExhausted, HTTP: http.StatusTooManyRequests, Retriable: true,
 		Remedy:  "reuse an MCP session you hold, or end those you no longer use (HTTP DELETE with their Mcp-Session-Id); idle ones close after the session timeout",
 		Meaning: "the principal already holds the most MCP sessions one principal may open; no session was opened"},
+	{Code: CodeTaskTooMany, Stages: []string{StageRequest}, GRPC: codes.ResourceExhausted, HTTP: http.StatusTooManyRequests, Retriable: true,
+		Remedy:  "wait for one of your MCP tasks to end (a human decides, or its challenge expires) or cancel one (tasks/cancel), then call again",
+		Meaning: "the principal already has the most MCP tasks waiting for a human one principal may hold on a bridge; no task was created and the call did not run"},
+	{Code: CodeTaskNotFound, Stages: []string{StageRequest}, GRPC: codes.NotFound, HTTP: http.StatusNotFound,
+		Remedy:  "use a task id this principal created, before the task's ttl ends",
+		Meaning: "an MCP tasks/get, tasks/result or tasks/cancel named a task that is not the caller's (another principal's, expired, or never created); answered as unknown, and recorded when it was another principal's"},
 	{Code: CodeCommandNotFound, Stages: []string{StageLoad, StageConfirmation}, GRPC: codes.NotFound, HTTP: http.StatusNotFound, Remedy: "pick another tool",
 		Meaning: "no published command with this code is visible to the caller"},
 	{Code: CodeEntitlementMissing, Stages: []string{StageEntitlement}, GRPC: codes.PermissionDenied, HTTP: http.StatusForbidden, Remedy: "none: the command is not available to the tenant",

@@ -90,9 +90,17 @@ type Config struct {
 	// bridge (default DefaultMaxSessions): an initialize past it is
 	// answered HTTP 429 session.too_many.
 	MaxSessions int
+	// MaxTasks bounds the MCP tasks (tasks.go) one principal may have
+	// waiting for a human on this bridge (default DefaultMaxTasks): a
+	// task-augmented tools/call past it is answered HTTP 429 task.too_many.
+	MaxTasks int
+	// TaskPollInterval is the pollInterval a waiting task suggests, and how
+	// often it reads its challenge when the confirm client cannot stream it
+	// (default DefaultTaskPollInterval).
+	TaskPollInterval time.Duration
 	// EdgeRecorder records the audit row of each request refused at the
-	// edge (rate.limited, session.too_many), bounded per principal (nil:
-	// none are recorded).
+	// edge (rate.limited, session.too_many, task.too_many, task.not_found),
+	// bounded per principal (nil: none are recorded).
 	EdgeRecorder *edgelimit.Recorder
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -143,6 +151,9 @@ type Bridge struct {
 
 	// opening counts the sessions being opened per principal (edge.go).
 	opening opening
+
+	// tasks are the MCP tasks of this replica's sessions (tasks.go).
+	tasks *taskStore
 }
 
 // entry is one principal's server, the tool names registered on it, and
@@ -209,6 +220,9 @@ func New(cfg Config) (*Bridge, error) {
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = DefaultMaxSessions
 	}
+	if cfg.MaxTasks <= 0 {
+		cfg.MaxTasks = DefaultMaxTasks
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
@@ -224,6 +238,7 @@ func New(cfg Config) (*Bridge, error) {
 		callSpans:   callSpanNames(cfg.Manifest),
 		servers:     map[string]*entry{},
 		opening:     opening{n: map[string]int{}},
+		tasks:       newTaskStore(),
 		ctx:         ctx,
 		cancel:      cancel,
 	}
@@ -256,6 +271,8 @@ func (b *Bridge) Handler() http.Handler {
 			stateful.ServeHTTP(w, r)
 		})
 	}
+	// MCP tasks (tasks.go) on the body the envelope check read.
+	h = b.serveTasks(h)
 	h = b.checkEnvelope(h) // strict JSON (envelope.go), after authentication
 	// The edge's limits (edge.go), after authentication and before the
 	// body is read; a replica limits the requests it serves itself, so a
@@ -328,6 +345,9 @@ type caller struct {
 	info  auth.TokenInfo
 	p     identity.Principal
 	token string
+	// task is the `task` param of a task-augmented tools/call, which the
+	// SDK drops: serveTasks reads it off the request (tasks.go).
+	task *taskRequest
 }
 
 // principalKey identifies a principal for the server cache and session
@@ -507,6 +527,14 @@ func (b *Bridge) newServer() *mcp.Server {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			if method == "tools/call" {
 				if r, ok := req.(*mcp.CallToolRequest); ok {
+					if c, ok := taskCaller(r); ok {
+						return b.callAsTask(ctx, r, c)
+					}
+					if b.cfg.Confirm != nil && r.Extra != nil && modern(r) && declaresTasks(r) {
+						if c, ok := verifiedCaller(r.Extra.TokenInfo); ok {
+							return b.callMaybeTask(ctx, r, c)
+						}
+					}
 					res, err := b.callTool(ctx, r)
 					if err != nil || res == nil {
 						return res, err
@@ -514,9 +542,25 @@ func (b *Bridge) newServer() *mcp.Server {
 					return encoded(res, modern(r)), nil
 				}
 			}
+			if method == "initialize" || method == "tools/list" || method == "server/discover" {
+				res, err := next(ctx, method, req)
+				if err != nil || res == nil {
+					return res, err
+				}
+				return b.spliceTasks(method, req, res), nil
+			}
 			return next(ctx, method, req)
 		}
 	})
 	b.addResources(s)
 	return s
+}
+
+// taskCaller returns the caller of a task-augmented tools/call.
+func taskCaller(r *mcp.CallToolRequest) (*caller, bool) {
+	if r.Extra == nil {
+		return nil, false
+	}
+	c, ok := verifiedCaller(r.Extra.TokenInfo)
+	return c, ok && c.task != nil
 }

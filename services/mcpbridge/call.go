@@ -195,6 +195,15 @@ func (b *Bridge) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	}
 	res, err := b.execute(ctx, call)
 	if err != nil {
+		if tp := probeOf(ctx); tp != nil {
+			// A task-augmented call (tasks.go): the task waits for the
+			// confirmation instead of asking for it here (2025-11-25), or
+			// after it was asked here (2026, tasks2026.go).
+			tp.call, tp.refused = call, err
+			if !tp.observe {
+				return b.refusal(ctx, call.Code, err)
+			}
+		}
 		return b.confirmation(ctx, req, p, call, err)
 	}
 	return b.result(ctx, req, call, res), nil
@@ -218,7 +227,7 @@ func (b *Bridge) result(ctx context.Context, req *mcp.CallToolRequest, call tool
 	r.Content = rr.content[:]
 	r.StructuredContent = &rr.out // a pointer into rr: boxing the slice header would allocate
 	r.Meta = mcp.Meta{MetaInvocation: res.InvocationID}
-	if wantsNarration(call) {
+	if req != nil && wantsNarration(call) {
 		b.narrate(ctx, req, r, out)
 	}
 	return r

@@ -76,8 +76,25 @@ type backends func(t *testing.T, ctx context.Context, st *stack, authn *identity
 // stateKey seals the requestState of 2026-07-28 confirmations.
 var stateKey = []byte("state-key-0123456789abcdef0123456789")
 
-func newStack(t *testing.T, set *manifest.Set, policy string, be backends) *stack {
+// stackOption changes how newStack builds the stack (tasks_test.go).
+type stackOption func(*stackOptions)
+
+type stackOptions struct {
+	// challengeTTL, when set, is the lifetime of every challenge the
+	// executor opens.
+	challengeTTL time.Duration
+	// bridge changes the bridge's configuration; with recorder set its
+	// EdgeRecorder appends to the stack's audit trail.
+	bridge   func(*mcpbridge.Config)
+	recorder bool
+}
+
+func newStack(t *testing.T, set *manifest.Set, policy string, be backends, opts ...stackOption) *stack {
 	t.Helper()
+	var o stackOptions
+	for _, f := range opts {
+		f(&o)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	stores := newStores(t)
 	dir := stores.dir
@@ -121,8 +138,12 @@ func newStack(t *testing.T, set *manifest.Set, policy string, be backends) *stac
 		t.Fatal(err)
 	}
 	ports := servicetest.Executor(t, users, services, execSrc, writer, cache, confirmSvc)
+	var confirmPort executor.ConfirmClient = ports.Confirm
+	if o.challengeTTL > 0 {
+		confirmPort = shortChallenges{ConfirmClient: ports.Confirm, ttl: o.challengeTTL}
+	}
 	exec, err := executor.New(executor.Config{
-		Manifest: set, Directory: cache, Audit: ports.Audit, Confirm: ports.Confirm,
+		Manifest: set, Directory: cache, Audit: ports.Audit, Confirm: confirmPort,
 		Dispatcher: executor.NewGRPCDispatcher(conns),
 		Store:      stores.exec,
 	})
@@ -142,6 +163,12 @@ func newStack(t *testing.T, set *manifest.Set, policy string, be backends) *stac
 		Manifest: set, Verifier: users,
 		ResourceURL: srv.URL + "/mcp", AuthorizationServers: []string{"https://issuer.test"},
 		StateKey: stateKey, Clock: st.clock.Now,
+	}
+	if o.recorder {
+		st.cfg.EdgeRecorder = edgeRecorder(t, ctx, users, writer, cache)
+	}
+	if o.bridge != nil {
+		o.bridge(&st.cfg)
 	}
 	b, err := mcpbridge.New(st.cfg)
 	if err != nil {

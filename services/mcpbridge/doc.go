@@ -70,6 +70,28 @@
 // confirmation.required refusal; every other client gets that refusal with
 // the approval URL. If elicitation fails, the challenge stays pending.
 //
+// # Tasks
+//
+// A 2025-11-25 client that sends a tools/call with params.task (the
+// protocol's experimental tasks) gets a CreateTaskResult at once. A call
+// refused confirmation.required becomes a working task. The task follows
+// the challenge (ConfirmService.Await), then runs the call again with the
+// challenge as its grant through the executor, and ends completed or
+// failed with the executor's answer (declined, expired). Where the
+// confirmation form would have been shown, the task is input_required and
+// sends it, related to the task, on the session's standalone stream.
+// tasks/get, tasks/result (which blocks until the end), tasks/list and
+// tasks/cancel are answered for the principal that created the task
+// alone; anyone else gets "task not found", recorded as task.not_found. At
+// most Config.MaxTasks tasks per principal wait (task.too_many). The SDK
+// knows no tasks, so tasks.go works on the HTTP request and splices the
+// capability and the tools' execution.taskSupport into its results. A
+// task lives on the replica that created it; with Config.AdvertiseURL its
+// id names that replica, and the others forward requests for it there.
+// On 2026-07-28, a client whose request capabilities name the tasks
+// extension (SEP-2663) gets such a task instead of the approval-URL
+// refusal (tasks2026.go).
+//
 // # Protocol 2026-07-28
 //
 // With Config.StateKey set, a request whose Mcp-Protocol-Version header is

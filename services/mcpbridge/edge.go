@@ -57,6 +57,12 @@ func (b *Bridge) limitEdge(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if _, ok := b.taskPeer(r); ok {
+			// A tasks/* request another replica forwarded without its
+			// session (tasks2026.go): it opens none.
+			next.ServeHTTP(w, r)
+			return
+		}
 		// A POST without a session on the stateful transport: an
 		// initialize, which opens one.
 		key := c.info.UserID

@@ -240,6 +240,7 @@ func (b *Bridge) Close() {
 	clear(b.servers)
 	b.mu.Unlock()
 	b.cancel()
+	b.tasks.closeAll()
 	for _, e := range entries {
 		for ss := range e.srv.Sessions() {
 			_ = ss.Close()

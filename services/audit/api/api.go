@@ -109,7 +109,7 @@ func (s *Service) append(ctx context.Context, tenant string, ownAuthority bool, 
 		}
 		if from == identity.MCPBridgeService && ownAuthority && !edgeRefusal(r) {
 			return nil, failure.New(failure.StagePermission, failure.CodeAuthorizationPermissionDenied,
-				fmt.Sprintf("record %d: on its own authority the MCP bridge appends only the rows of requests it refused at the edge (%s, %s)", i, failure.CodeRateLimited, failure.CodeSessionTooMany))
+				fmt.Sprintf("record %d: on its own authority the MCP bridge appends only the rows of requests it refused at the edge (%s, %s, %s, %s)", i, failure.CodeRateLimited, failure.CodeSessionTooMany, failure.CodeTaskTooMany, failure.CodeTaskNotFound))
 		}
 		t := tenant
 		switch {
@@ -494,13 +494,21 @@ func fromProto(r *mandatev1.AuditRecord) (audit.Record, error) {
 	return rec, nil
 }
 
-// edgeRefusal: an outcome row of a request refused at request_check for
-// too many requests or sessions, with no command — all the MCP bridge may
+// edgeCodes are the codes of the requests the MCP bridge refuses at its
+// edge: too many requests, sessions or waiting tasks, and a task asked for
+// by a principal that does not own it.
+var edgeCodes = map[string]bool{
+	failure.CodeRateLimited: true, failure.CodeSessionTooMany: true,
+	failure.CodeTaskTooMany: true, failure.CodeTaskNotFound: true,
+}
+
+// edgeRefusal: an outcome row of a request refused at request_check at
+// the bridge's edge (edgeCodes), with no command — all the MCP bridge may
 // append on its own authority.
 func edgeRefusal(r *mandatev1.AuditRecord) bool {
 	return r.GetPhase() == string(audit.PhaseOutcome) && r.GetOutcome() == string(audit.OutcomeRefused) &&
 		r.GetStage() == failure.StageRequest && r.GetCommand() == "" &&
-		(r.GetCode() == failure.CodeRateLimited || r.GetCode() == failure.CodeSessionTooMany) && r.GetApproval() == nil
+		edgeCodes[r.GetCode()] && r.GetApproval() == nil
 }
 
 // toBrief is where a record was stored, for AppendStreamRequest.brief: the
