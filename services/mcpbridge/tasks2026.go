@@ -46,42 +46,18 @@ const ExtensionTasks = "io.modelcontextprotocol/tasks"
 // taskLabel separates task id MACs from the bridge's other MACs.
 const taskLabel = "mandate.dev/mcp-task/v1\x00"
 
-// newTaskID is a random task id; with forwarding on it also names this
-// replica, "nonce.base64url(owner).base64url(mac)".
+// newTaskID is a random task id; with forwarding on it is sealed to this
+// replica as session ids are (sealID).
 func (b *Bridge) newTaskID() string {
-	nonce := rand.Text()
 	if b.proxy == nil {
-		return nonce
+		return rand.Text()
 	}
-	enc := base64.RawURLEncoding
-	return nonce + "." + enc.EncodeToString([]byte(b.advertise)) + "." + enc.EncodeToString(b.taskMAC(nonce, b.advertise))
+	return b.sealID(taskLabel)
 }
 
 // taskOwner opens a task id this bridge's replicas issued and returns the
 // replica that holds it.
-func (b *Bridge) taskOwner(id string) (string, bool) {
-	nonce, rest, ok1 := strings.Cut(id, ".")
-	owner64, mac64, ok2 := strings.Cut(rest, ".")
-	if !ok1 || !ok2 || nonce == "" {
-		return "", false
-	}
-	enc := base64.RawURLEncoding
-	o, err1 := enc.DecodeString(owner64)
-	mac, err2 := enc.DecodeString(mac64)
-	if err1 != nil || err2 != nil || !hmac.Equal(mac, b.taskMAC(nonce, string(o))) {
-		return "", false
-	}
-	return string(o), true
-}
-
-func (b *Bridge) taskMAC(nonce, owner string) []byte {
-	h := hmac.New(sha256.New, b.cfg.StateKey)
-	h.Write([]byte(taskLabel))
-	h.Write([]byte(nonce))
-	h.Write([]byte{0})
-	h.Write([]byte(owner))
-	return h.Sum(nil)
-}
+func (b *Bridge) taskOwner(id string) (string, bool) { return b.openID(taskLabel, id) }
 
 // declaresTasks reports whether a 2026 request's capabilities name the
 // tasks extension.
