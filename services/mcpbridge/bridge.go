@@ -348,6 +348,9 @@ type caller struct {
 	// task is the `task` param of a task-augmented tools/call, which the
 	// SDK drops: serveTasks reads it off the request (tasks.go).
 	task *taskRequest
+	// held is the task cap's reservation for that call, which the task
+	// takes over when it is stored (taskStore.add).
+	held *taskReservation
 }
 
 // principalKey identifies a principal for the server cache and session

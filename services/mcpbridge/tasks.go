@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -159,9 +160,18 @@ func newTaskStore() *taskStore {
 	return &taskStore{byID: map[string]*task{}, byOwner: map[string][]*task{}, reserved: map[string]int{}}
 }
 
+// taskReservation is one task-augmented call counted against its
+// owner's cap while it is served: released when the call ends without a
+// task, or taken over by the task it stores (add) — once, either way, so
+// that a task is never counted both as waiting and as reserved.
+type taskReservation struct {
+	owner string
+	done  atomic.Bool
+}
+
 // reserve counts a task-augmented call of owner unless its waiting tasks
-// and those being created reach max.
-func (s *taskStore) reserve(owner string, limit int) bool {
+// and those being created reach limit; nil when they do.
+func (s *taskStore) reserve(owner string, limit int) *taskReservation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	waiting := s.reserved[owner]
@@ -171,25 +181,37 @@ func (s *taskStore) reserve(owner string, limit int) bool {
 		}
 	}
 	if waiting >= limit {
-		return false
+		return nil
 	}
 	s.reserved[owner]++
-	return true
+	return &taskReservation{owner: owner}
 }
 
-func (s *taskStore) release(owner string) {
+// release gives r back unless its task took it over. The caller holds
+// no lock.
+func (s *taskStore) release(r *taskReservation) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.reserved[owner]--; s.reserved[owner] <= 0 {
-		delete(s.reserved, owner)
+	s.drop(r)
+}
+
+// drop ends r once. The caller holds mu.
+func (s *taskStore) drop(r *taskReservation) {
+	if r == nil || !r.done.CompareAndSwap(false, true) {
+		return
+	}
+	if s.reserved[r.owner]--; s.reserved[r.owner] <= 0 {
+		delete(s.reserved, r.owner)
 	}
 }
 
-// add stores t, dropping the owner's oldest finished task past
+// add stores t, taking over its call's reservation (held, nil for none)
+// in the same step, drops the owner's oldest finished task past
 // maxFinishedTasks, and deletes t once its ttl has passed.
-func (s *taskStore) add(t *task) {
+func (s *taskStore) add(t *task, held *taskReservation) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.drop(held)
 	s.byID[t.id] = t
 	list := append(s.byOwner[t.owner], t)
 	finished := 0
@@ -384,7 +406,7 @@ func (b *Bridge) callAsTask(ctx context.Context, req *mcp.CallToolRequest, c *ca
 		t.cancel()
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the bridge is shutting down"}
 	}
-	b.tasks.add(t)
+	b.tasks.add(t, c.held)
 	if waits {
 		b.log.InfoContext(ctx, "mcpbridge: call waits for approval as a task", "tool", name, "task_id", t.id, "challenge_id", t.challenge)
 	}
@@ -737,14 +759,15 @@ func (b *Bridge) serveTasks(next http.Handler) http.Handler {
 				break
 			}
 			key := c.info.UserID
-			if !b.tasks.reserve(key, b.cfg.MaxTasks) {
+			held := b.tasks.reserve(key, b.cfg.MaxTasks)
+			if held == nil {
 				e := failure.New(failure.StageRequest, failure.CodeTaskTooMany,
 					"this caller already has "+strconv.Itoa(b.cfg.MaxTasks)+" MCP tasks waiting for a human; wait for one to end or cancel one (tasks/cancel)")
 				b.refuseAtEdge(w, c, r.Header.Get(sessionHeader), e, time.Minute)
 				return
 			}
-			defer b.tasks.release(key)
-			c.task = p.Task
+			defer b.tasks.release(held)
+			c.task, c.held = p.Task, held
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -89,10 +89,11 @@ func (b *Bridge) callMaybeTask(ctx context.Context, req *mcp.CallToolRequest, c 
 		return encoded(res, true), nil
 	}
 	key := c.info.UserID
-	if !b.tasks.reserve(key, b.cfg.MaxTasks) {
+	held := b.tasks.reserve(key, b.cfg.MaxTasks)
+	if held == nil {
 		return encoded(res, true), nil // no task past the cap: the answer as without the extension
 	}
-	defer b.tasks.release(key)
+	defer b.tasks.release(held)
 	name := req.Params.Name
 	t, wctx := b.newTask(c, name)
 	t.modern = true
@@ -101,7 +102,7 @@ func (b *Bridge) callMaybeTask(ctx context.Context, req *mcp.CallToolRequest, c 
 		t.cancel()
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the bridge is shutting down"}
 	}
-	b.tasks.add(t)
+	b.tasks.add(t, held)
 	b.log.InfoContext(ctx, "mcpbridge: call waits for approval as a task (2026 extension)", "tool", name, "task_id", t.id, "challenge_id", t.challenge)
 	w := t.wire2026(b.taskPoll())
 	w["resultType"] = "task"
