@@ -100,7 +100,8 @@ func TestNodeClientTasks(t *testing.T) {
 	t.Run("form inside the task", func(t *testing.T) {
 		lines, sent := dev.runTask(t, node, "stream+accept", "finance-bot@carol", `{"name":"ticket.refund","arguments":`+nodeRefund+`}`,
 			func(t *testing.T, task map[string]any) {
-				if task["status"] != "working" {
+				// The form may be out before the task is answered.
+				if task["status"] != "working" && task["status"] != "input_required" {
 					t.Fatalf("created %v", task)
 				}
 			})
@@ -122,8 +123,11 @@ func TestNodeClientTasks(t *testing.T) {
 		last := lines[len(lines)-1]
 		res, _ := last["result"].(map[string]any)
 		sc, _ := json.Marshal(res["structuredContent"])
-		if forms != 1 || inputRequired == 0 || last["type"] != "result" || res["isError"] == true || !strings.Contains(string(sc), "REFUND_STATUS_ACCEPTED") {
-			t.Fatalf("%d forms, %d input_required statuses, last line %v", forms, inputRequired, last)
+		// Whether a poll lands while the form is out is timing (the client
+		// answers at once); TestTaskShowsTheForm asserts input_required.
+		t.Logf("the client saw input_required in %d of its task statuses", inputRequired)
+		if forms != 1 || last["type"] != "result" || res["isError"] == true || !strings.Contains(string(sc), "REFUND_STATUS_ACCEPTED") {
+			t.Fatalf("%d forms, last line %v", forms, last)
 		}
 		if sent["tools/call"] != 1 {
 			t.Fatalf("the client sent %v", sent)

@@ -678,10 +678,15 @@ func TestTaskShowsTheForm(t *testing.T) {
 			st := newStackWith(t, withTasks(0))
 			tok := token(t, "acme", "carol", "finance-bot")
 			forms := make(chan *mcp.ElicitParams, 4)
+			answer := make(chan struct{}) // the human answers once the test has read the task
 			opts := &mcp.ClientOptions{
 				Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{Form: &mcp.FormElicitationCapabilities{}}},
-				ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 					forms <- req.Params
+					select {
+					case <-answer:
+					case <-ctx.Done():
+					}
 					return &mcp.ElicitResult{Action: c.action}, nil
 				},
 			}
@@ -705,6 +710,11 @@ func TestTaskShowsTheForm(t *testing.T) {
 			if rel, _ := form.Meta["io.modelcontextprotocol/related-task"].(map[string]any); rel["taskId"] != created.TaskID || form.Meta[mcpbridge.MetaChallenge] != challenge {
 				t.Fatalf("the form's _meta %v does not name task %s and challenge %s", form.Meta, created.TaskID, challenge)
 			}
+			// While the form is out, the task says it needs the human's input.
+			if got, r := s.task(created.TaskID); r.Error != nil || got.Status != "input_required" {
+				t.Fatalf("the task while its form is out: %+v %+v, want input_required", got, r.Error)
+			}
+			close(answer)
 			if c.action == "cancel" {
 				var got wireTask
 				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
