@@ -98,6 +98,12 @@ func newBalancer(t *testing.T, replicas ...*replica) *balancer {
 		})
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		// Buffer the request body first, as nginx does by default
+		// (proxy_request_buffering): the proxy's write of it then never
+		// reads the incoming body after the answer has started.
+		if body, err := io.ReadAll(req.Body); err == nil {
+			req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		}
 		for {
 			i := int((lb.next.Add(1) - 1) % uint64(len(lb.proxies)))
 			if !lb.down[i].Load() {

@@ -1,6 +1,7 @@
 package mcpbridge
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -8,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -267,6 +269,15 @@ func (b *Bridge) forwardToTaskOwner(w http.ResponseWriter, r *http.Request, id s
 		return false
 	}
 	r = r.Clone(r.Context())
+	if rb, ok := r.Body.(*replayBody); ok && rb.limited.N > 0 {
+		// The whole body is in the read-ahead: send those bytes, not the
+		// request's own body, which the server may close once the owner's
+		// answer starts (tasks/result flushes its headers at once) — the
+		// forwarder's write then failed and broke its read of the answer.
+		body := bytes.Clone(rb.buf.Bytes())
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
 	r.Header.Del(sessionHeader)
 	r.Header.Set(TaskForwardedHeader, b.taskForwardMark(id))
 	b.forwardTask(w, r, owner)
