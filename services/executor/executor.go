@@ -427,7 +427,7 @@ type invocation struct {
 	escalatedBy []*compiledLimit
 	// spent is what the call spent of its limits (budget_check), given
 	// back if it provably does not run; nil when it spent nothing.
-	spent *Spending
+	spent *spent
 	// balances are the call's limits as budget_check found them.
 	balances []LimitBalance
 	// prespent is the spending decided with the key's reservation, on a

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -174,7 +173,7 @@ func (e *Executor) planLimits(ctx context.Context, command string, p identity.Pr
 	if len(items) == 0 {
 		return nil, nil
 	}
-	bal, err := e.cfg.Store.Spend(ctx, Spending{Tenant: p.Tenant, Holder: "plan", Items: items, DryRun: true})
+	bal, err := e.cfg.Store.Spend(ctx, Spending{Tenant: p.Tenant, Items: items, DryRun: true})
 	if err != nil {
 		return nil, err
 	}
@@ -203,20 +202,6 @@ func effective(overrides map[string]directory.LimitOverride, command string, l *
 		}
 	}
 	return ceiling, window
-}
-
-// holderOf names what the call spends under: its idempotency key, so
-// that a retry with the key replaces its spend and never adds to it; or,
-// without a key, the invocation.
-func holderOf(inv *invocation) string {
-	if k := inv.call.IdempotencyKey; k != "" {
-		h := sha256.New()
-		for _, part := range []string{inv.p.UserID, inv.cmd.Code, k} {
-			h.Write([]byte(strconv.Itoa(len(part)) + ":" + part))
-		}
-		return "key:" + hex.EncodeToString(h.Sum(nil)[:20])
-	}
-	return "inv:" + inv.id
 }
 
 // budgetCheck counts the call against its command's declared limits
@@ -265,7 +250,7 @@ func (e *Executor) budget(ctx context.Context, inv *invocation, dry bool) (*Resu
 		if len(items) == 0 {
 			return nil, nil
 		}
-		sp = Spending{Tenant: inv.p.Tenant, Holder: holderOf(inv), Items: items, DryRun: dry}
+		sp = Spending{Tenant: inv.p.Tenant, Key: inv.idem, Items: items, DryRun: dry}
 		var err error
 		if bal, err = e.spend(ctx, sp); err != nil {
 			return nil, e.fault(ctx, inv, StageBudget, failure.CodeBudgetUnavailable, err)
@@ -297,7 +282,8 @@ func (e *Executor) budget(ctx context.Context, inv *invocation, dry bool) (*Resu
 		// The call comes back approved: it runs past the ceiling, and
 		// counts.
 		sp.Force = true
-		if _, err := e.spend(ctx, sp); err != nil {
+		var err error
+		if bal, err = e.spend(ctx, sp); err != nil {
 			return nil, e.fault(ctx, inv, StageBudget, failure.CodeBudgetUnavailable, err)
 		}
 	case dry, inv.spent != nil:
@@ -305,9 +291,16 @@ func (e *Executor) budget(ctx context.Context, inv *invocation, dry bool) (*Resu
 		// reservation has its undo already.
 		return nil, nil
 	}
-	inv.spent = &sp
+	inv.spent = &spent{tenant: sp.Tenant, receipt: ReceiptOf(sp, bal)}
 	inv.onUndo(func(ctx context.Context, e *Executor) { e.refundSpend(ctx, inv) })
 	return nil, nil
+}
+
+// spent is what a call recorded of its limits: its receipt, which
+// refundSpend gives back.
+type spent struct {
+	tenant  string
+	receipt []Spent
 }
 
 // prespent is a spending decided with the key's reservation
@@ -346,7 +339,7 @@ func (e *Executor) refundSpend(ctx context.Context, inv *invocation) {
 	if inv.spent == nil {
 		return
 	}
-	if err := e.cfg.Store.Refund(context.WithoutCancel(ctx), inv.spent.Tenant, inv.spent.Holder); err != nil {
+	if err := e.cfg.Store.Refund(context.WithoutCancel(ctx), inv.spent.tenant, inv.spent.receipt); err != nil {
 		e.logger(ctx, inv).Error("refunding the call's limits", "error", err)
 	}
 	inv.spent = nil

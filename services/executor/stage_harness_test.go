@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -645,16 +644,12 @@ type fakeStore struct {
 	spooled    []SpooledRow
 	asked      []executedQuery
 	down       error
-	// spends are the limits' spends, by tenant, bucket and holder;
-	// refunded the holders given back, in order.
-	spends   map[string]map[string]fakeSpend
-	refunded []string
-}
-
-// fakeSpend is one holder's spend in a bucket.
-type fakeSpend struct {
-	amount int64
-	lapses time.Time
+	// spends are the limits' spends, by tenant and bucket; refunded
+	// the receipts given back, in order.
+	spends   map[string][]Lapse
+	refunded [][]Spent
+	// spentUnder are the keys recorded spendings named.
+	spentUnder []IdemKey
 }
 
 // Spend keeps the limits' spends in a map, as the contract says, on the
@@ -669,17 +664,17 @@ func (s *fakeStore) Spend(_ context.Context, sp Spending) ([]Balance, error) {
 		return nil, s.down
 	}
 	if s.spends == nil {
-		s.spends = map[string]map[string]fakeSpend{}
+		s.spends = map[string][]Lapse{}
 	}
 	now := time.Now()
 	out := make([]Balance, len(sp.Items))
 	all := true
 	for i, it := range sp.Items {
 		var live []Lapse
-		for holder, sd := range s.spends[sp.Tenant+"\x00"+it.Bucket] {
-			if holder != sp.Holder && sd.lapses.After(now) {
-				live = append(live, Lapse{Amount: sd.amount, At: sd.lapses})
-				out[i].Used += sd.amount
+		for _, l := range s.spends[sp.Tenant+"\x00"+it.Bucket] {
+			if l.At.After(now) {
+				live = append(live, l)
+				out[i].Used += l.Amount
 			}
 		}
 		out[i].Fits = out[i].Used+it.Amount <= it.Max
@@ -691,29 +686,36 @@ func (s *fakeStore) Spend(_ context.Context, sp Spending) ([]Balance, error) {
 	if sp.DryRun || (!all && !sp.Force) {
 		return out, nil
 	}
-	for _, it := range sp.Items {
-		b := sp.Tenant + "\x00" + it.Bucket
-		if s.spends[b] == nil {
-			s.spends[b] = map[string]fakeSpend{}
+	if sp.Key != nil {
+		s.spentUnder = append(s.spentUnder, *sp.Key)
+	}
+	for i, it := range sp.Items {
+		if it.Amount > 0 {
+			b := sp.Tenant + "\x00" + it.Bucket
+			out[i].Lapses = SpendLapses(now, it.Window)
+			s.spends[b] = append(s.spends[b], Lapse{Amount: it.Amount, At: out[i].Lapses})
 		}
-		s.spends[b][sp.Holder] = fakeSpend{amount: it.Amount, lapses: now.Add(it.Window)}
 	}
 	return out, nil
 }
 
-// Refund drops the holder's spends.
-func (s *fakeStore) Refund(_ context.Context, tenant, holder string) error {
+// Refund takes the receipt's spends off their buckets.
+func (s *fakeStore) Refund(_ context.Context, tenant string, receipt []Spent) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down != nil {
 		return s.down
 	}
-	for b, m := range s.spends {
-		if strings.HasPrefix(b, tenant+"\x00") {
-			delete(m, holder)
+	for _, r := range receipt {
+		b := tenant + "\x00" + r.Bucket
+		for i, l := range s.spends[b] {
+			if l.At.Equal(r.Lapses) && l.Amount == r.Amount {
+				s.spends[b] = slices.Delete(s.spends[b], i, i+1)
+				break
+			}
 		}
 	}
-	s.refunded = append(s.refunded, holder)
+	s.refunded = append(s.refunded, receipt)
 	return nil
 }
 
@@ -722,8 +724,8 @@ func (s *fakeStore) spent(tenant, bucket string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var n int64
-	for _, sd := range s.spends[tenant+"\x00"+bucket] {
-		n += sd.amount
+	for _, l := range s.spends[tenant+"\x00"+bucket] {
+		n += l.Amount
 	}
 	return n
 }

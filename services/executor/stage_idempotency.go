@@ -79,14 +79,14 @@ func (e *Executor) reserve(ctx context.Context, inv *invocation, k IdemKey, clai
 	if len(items) == 0 {
 		return e.cfg.Store.Reserve(ctx, k, claim)
 	}
-	sp := Spending{Tenant: inv.p.Tenant, Holder: holderOf(inv), Items: items}
+	sp := Spending{Tenant: inv.p.Tenant, Key: &k, Items: items}
 	saved, bal, err := rs.ReserveSpending(ctx, k, claim, sp)
 	if err != nil || bal == nil {
 		return saved, err
 	}
 	inv.prespent = &prespent{spending: sp, balances: bal, which: which}
 	if fitsAll(bal) {
-		inv.spent = &inv.prespent.spending
+		inv.spent = &spent{tenant: sp.Tenant, receipt: ReceiptOf(sp, bal)}
 		inv.onUndo(func(ctx context.Context, e *Executor) { e.refundSpend(ctx, inv) })
 	}
 	return saved, nil

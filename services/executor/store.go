@@ -34,8 +34,10 @@ type Store interface {
 	// Reclaim hands the key to the call r describes, atomically, when its
 	// record still belongs to invocation previous and that call provably
 	// never ran (its backend fenced it): the record is abandoned in flight
-	// or finished with an outcome that was unknown. It reports whether it
-	// did; false means another caller got there first.
+	// or finished with an outcome that was unknown. What previous spent of
+	// its command's limits (noted on the record by Spend or
+	// ReserveSpending with the key) is given back in the same step. It
+	// reports whether it did; false means another caller got there first.
 	Reclaim(ctx context.Context, key IdemKey, previous string, r Reservation) (bool, error)
 	// Settle replaces the saved response of the key's record, when the
 	// record belongs to invocation, with what that invocation's receipt
@@ -101,18 +103,27 @@ type Store interface {
 	Redrive(ctx context.Context, tenant string, ids []int64) (int, error)
 	// Spend counts one call's use of its command's declared limits
 	// (budget_check), all or none, serialised per bucket across every
-	// executor sharing the store: for each item it sums what other holders
-	// spent in the bucket within the item's window (the holder's own
-	// earlier spend in the bucket is replaced, never added: a retry under
-	// the same holder spends once) and says whether Amount still fits
-	// under Max. When every item fits — or s.Force — each is recorded
-	// under s.Holder, timed by the store's clock; when one does not, none
-	// is. s.DryRun records nothing (check mode). The balances are in the
-	// order of s.Items.
+	// executor sharing the store: for each item it sums what was spent in
+	// the bucket within the item's window and says whether Amount still
+	// fits under Max. When every item fits — or s.Force — each is recorded,
+	// timed by the store's clock, and its balance says until when it counts
+	// (Balance.Lapses, the call's receipt for Refund); when one does not,
+	// none is. With s.Key, what is recorded is also noted on the key's
+	// idempotency record, so that Reclaim gives it back when the key's call
+	// provably never ran. s.DryRun records nothing (check mode). The
+	// balances are in the order of s.Items.
+	//
+	// A bucket keeps one row (Postgres) or entry (memory) whatever the
+	// number of calls: its spends are summed per lapse instant, and a
+	// spend counts for its window rounded up to the next 1/64 of the window
+	// (SpendGrain) — at most that much longer, never shorter.
 	Spend(ctx context.Context, s Spending) ([]Balance, error)
-	// Refund gives back everything holder spent in tenant (its call
-	// provably did not run); a holder that spent nothing is no error.
-	Refund(ctx context.Context, tenant, holder string) error
+	// Refund gives back what a call spent (its receipt: what Spend
+	// recorded and until when) in tenant: the call provably did not run. A
+	// spend that has lapsed since is not counted any more, and is ignored;
+	// an empty receipt is no error. Each receipt is refunded at most once
+	// by the executor; the store never takes a bucket below zero.
+	Refund(ctx context.Context, tenant string, receipt []Spent) error
 }
 
 // ReserveSpender is a Store that can claim an idempotency key and count a
@@ -123,7 +134,7 @@ type ReserveSpender interface {
 	// ReserveSpending answers as Reserve does. When it claims the key —
 	// Reserve's (nil, nil) — it also decides s as Spend does, in the same
 	// transaction, and returns the balances (recorded when every item fits
-	// or s.Force). Otherwise, and when the claim was won without the
+	// or s.Force, and noted on the key's record). Otherwise, and when the claim was won without the
 	// spending (a later round), the balances are nil and nothing was spent.
 	ReserveSpending(ctx context.Context, key IdemKey, r Reservation, s Spending) (*Saved, []Balance, error)
 }
@@ -131,10 +142,10 @@ type ReserveSpender interface {
 // Spending is one call's use of declared limits (Store.Spend).
 type Spending struct {
 	Tenant string
-	// Holder identifies the spend: the call's idempotency key (a retry
-	// with the key replaces, never adds) or, without one, its invocation.
-	Holder string
-	Items  []SpendItem
+	// Key is the call's idempotency key, when it has one: what the call
+	// spends is noted on the key's record (Store.Reclaim gives it back).
+	Key   *IdemKey
+	Items []SpendItem
 	// Force records every item even past its ceiling: a human approved
 	// the call that a limit escalated.
 	Force bool
@@ -156,8 +167,7 @@ type SpendItem struct {
 
 // Balance is a bucket's state as Store.Spend found it.
 type Balance struct {
-	// Used is what other holders spent in the bucket within the window,
-	// before this call.
+	// Used is what the bucket held within the window, before this call.
 	Used int64
 	// Fits reports whether Used plus the item's Amount is at most Max.
 	Fits bool
@@ -165,17 +175,68 @@ type Balance struct {
 	// the window's spends lapse for it to fit; 0 when it never can (its
 	// Amount alone is over Max).
 	RetryAfter time.Duration
+	// Lapses, when the item's amount was recorded (a positive amount, not
+	// a dry run, and everything fitted or the spending was forced), is
+	// when it stops counting: the receipt's instant (Spent).
+	Lapses time.Time
 }
 
-// ErrSpendInvalid: a Spending the store refuses (no tenant or holder, an
+// Spent is what one call recorded in one bucket, for Store.Refund: the
+// bucket, the amount and the instant it lapses (Balance.Lapses).
+type Spent struct {
+	Bucket string
+	Amount int64
+	Lapses time.Time
+}
+
+// ReceiptOf is what a spending recorded, from its balances: the items with
+// a positive amount whose balance has Lapses.
+func ReceiptOf(s Spending, bal []Balance) []Spent {
+	var out []Spent
+	for i, it := range s.Items {
+		if i < len(bal) && !bal[i].Lapses.IsZero() && it.Amount > 0 {
+			out = append(out, Spent{Bucket: it.Bucket, Amount: it.Amount, Lapses: bal[i].Lapses})
+		}
+	}
+	return out
+}
+
+// SpendGrain is the granularity of a window: a spend counts until the
+// first multiple of it (since the Unix epoch) at or after its time plus
+// the window, so that one bucket holds at most about 65 lapse instants per
+// window however many calls spend in it. A 64th of the window, at least a
+// microsecond (the stores' precision).
+func SpendGrain(window time.Duration) time.Duration {
+	g := (window + 63) / 64
+	if r := g % time.Microsecond; r != 0 {
+		g += time.Microsecond - r
+	}
+	return max(g, time.Microsecond)
+}
+
+// SpendLapses is when a spend made at now with window stops counting:
+// now + window, rounded up to SpendGrain(window).
+func SpendLapses(now time.Time, window time.Duration) time.Time {
+	g := SpendGrain(window).Microseconds()
+	us := now.Add(window).UnixMicro()
+	if now.Add(window).Nanosecond()%1000 != 0 {
+		us++
+	}
+	if r := us % g; r != 0 {
+		us += g - r
+	}
+	return time.UnixMicro(us)
+}
+
+// ErrSpendInvalid: a Spending the store refuses (no tenant, an
 // item without a bucket, a bucket named twice, a negative amount, a
 // ceiling or window that is not positive).
 var ErrSpendInvalid = errors.New("executor: invalid spending")
 
 // ValidSpending checks s as every Store does before Spend.
 func ValidSpending(s Spending) error {
-	if s.Tenant == "" || s.Holder == "" {
-		return fmt.Errorf("%w: tenant and holder are required", ErrSpendInvalid)
+	if s.Tenant == "" {
+		return fmt.Errorf("%w: a tenant is required", ErrSpendInvalid)
 	}
 	seen := make(map[string]bool, len(s.Items))
 	for i, it := range s.Items {
@@ -191,7 +252,7 @@ func ValidSpending(s Spending) error {
 }
 
 // RetryAfterOf is Balance.RetryAfter for an item that does not fit:
-// spends are a bucket's spends within the window (other holders'), each
+// spends are a bucket's spends within the window, each
 // with the time it lapses; it returns how long after now enough of them
 // have lapsed for amount to fit under max, and 0 when amount alone is
 // over max. Every Store computes it the same way.

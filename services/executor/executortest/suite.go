@@ -55,11 +55,12 @@ func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
 		{"PurgeUndelivered", s.testPurgeUndelivered},
 		{"Spend", s.testSpend},
 		{"SpendAllOrNone", s.testSpendAllOrNone},
-		{"SpendReplaces", s.testSpendReplaces},
+		{"SpendKeyed", s.testSpendKeyed},
 		{"Refund", s.testRefund},
 		{"SpendForce", s.testSpendForce},
 		{"SpendDryRun", s.testSpendDryRun},
 		{"SpendWindow", s.testSpendWindow},
+		{"SpendGrain", s.testSpendGrain},
 		{"SpendScopes", s.testSpendScopes},
 		{"SpendInvalid", s.testSpendInvalid},
 		{"PurgeSpends", s.testPurgeSpends},
@@ -808,10 +809,10 @@ func (s *suite) testCanceled(t *testing.T) {
 	if _, err := st.Purge(ctx, executor.PurgePolicy{Now: time.Now()}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Purge = %v, want context.Canceled", err)
 	}
-	if bs, err := st.Spend(ctx, spending("h1", item("a", 1, 5))); !errors.Is(err, context.Canceled) || bs != nil {
+	if bs, err := st.Spend(ctx, spending(item("a", 1, 5))); !errors.Is(err, context.Canceled) || bs != nil {
 		t.Errorf("Spend = (%+v, %v), want context.Canceled", bs, err)
 	}
-	if err := st.Refund(ctx, "acme", "h1"); !errors.Is(err, context.Canceled) {
+	if err := st.Refund(ctx, "acme", []executor.Spent{{Bucket: "a", Amount: 1, Lapses: time.Now().Add(TTL)}}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Refund = %v, want context.Canceled", err)
 	}
 	// None of them did anything.
@@ -1326,14 +1327,21 @@ func item(bucket string, amount, max int64) executor.SpendItem {
 	return executor.SpendItem{Bucket: bucket, Amount: amount, Max: max, Window: TTL}
 }
 
-// spending is holder's use of items in acme.
-func spending(holder string, items ...executor.SpendItem) executor.Spending {
-	return executor.Spending{Tenant: "acme", Holder: holder, Items: items}
+// spending is a use of items in acme.
+func spending(items ...executor.SpendItem) executor.Spending {
+	return executor.Spending{Tenant: "acme", Items: items}
 }
 
-// mustSpend spends sp and returns one balance per item.
+// keyed is a use of items in acme by the call holding key.
+func keyed(key executor.IdemKey, items ...executor.SpendItem) executor.Spending {
+	return executor.Spending{Tenant: "acme", Key: &key, Items: items}
+}
+
+// mustSpend spends sp and returns one balance per item; a recorded item says when it lapses:
+// its window after now, rounded up by at most the window's grain.
 func mustSpend(t *testing.T, st executor.Store, sp executor.Spending) []executor.Balance {
 	t.Helper()
+	before := time.Now()
 	bs, err := st.Spend(testCtx(t), sp)
 	if err != nil {
 		t.Fatalf("Spend(%+v): %v", sp, err)
@@ -1341,20 +1349,47 @@ func mustSpend(t *testing.T, st executor.Store, sp executor.Spending) []executor
 	if len(bs) != len(sp.Items) {
 		t.Fatalf("Spend(%+v) = %d balances, want one per item (%d)", sp, len(bs), len(sp.Items))
 	}
+	for i, b := range bs {
+		it := sp.Items[i]
+		recorded := !sp.DryRun && it.Amount > 0 && (sp.Force || allFit(bs))
+		switch {
+		case recorded && b.Lapses.IsZero():
+			t.Fatalf("Spend(%+v): item %d recorded without Lapses", sp, i)
+		case !recorded && !b.Lapses.IsZero():
+			t.Fatalf("Spend(%+v): item %d not recorded, yet Lapses %s", sp, i, b.Lapses)
+		case recorded:
+			// The store's clock (the database's) may be a little off the test's.
+			lo, hi := before.Add(it.Window-time.Second), time.Now().Add(it.Window+executor.SpendGrain(it.Window)+time.Second)
+			if b.Lapses.Before(lo) || b.Lapses.After(hi) {
+				t.Fatalf("Spend(%+v): item %d lapses at %s, want within [%s, %s]", sp, i, b.Lapses, lo, hi)
+			}
+		}
+	}
 	return bs
 }
 
-// used is what tenant's bucket holds, as a holder that spent nothing there reads it (a dry run
-// with window, the window the bucket's spends were made with).
+// allFit reports whether every balance fits.
+func allFit(bs []executor.Balance) bool {
+	for _, b := range bs {
+		if !b.Fits {
+			return false
+		}
+	}
+	return true
+}
+
+// used is what tenant's bucket holds, as a dry run with window (the window the bucket's spends
+// were made with) reads it.
 func used(t *testing.T, st executor.Store, tenant, bucket string, window time.Duration) int64 {
 	t.Helper()
-	sp := executor.Spending{Tenant: tenant, Holder: "observer", DryRun: true,
+	sp := executor.Spending{Tenant: tenant, DryRun: true,
 		Items: []executor.SpendItem{{Bucket: bucket, Amount: 0, Max: 1, Window: window}}}
 	return mustSpend(t, st, sp)[0].Used
 }
 
 // wantBalance asserts a balance's Used and Fits, and that RetryAfter is 0 when it fits and
-// within (0, window] when it does not (the amount alone being at most the ceiling).
+// within (0, window + its grain] when it does not (the amount alone being at most the
+// ceiling): a spend counts for its window rounded up to the grain.
 func wantBalance(t *testing.T, what string, got executor.Balance, used int64, fits bool, window time.Duration) {
 	t.Helper()
 	if got.Used != used || got.Fits != fits {
@@ -1363,50 +1398,49 @@ func wantBalance(t *testing.T, what string, got executor.Balance, used int64, fi
 	if fits && got.RetryAfter != 0 {
 		t.Fatalf("%s: fits with RetryAfter %s, want 0", what, got.RetryAfter)
 	}
-	if !fits && (got.RetryAfter <= 0 || got.RetryAfter > window) {
-		t.Fatalf("%s: RetryAfter %s, want within (0, %s]", what, got.RetryAfter, window)
+	if limit := window + executor.SpendGrain(window); !fits && (got.RetryAfter <= 0 || got.RetryAfter > limit) {
+		t.Fatalf("%s: RetryAfter %s, want within (0, %s]", what, got.RetryAfter, limit)
 	}
 }
 
-// testSpend: what fits is recorded and counts for the other holders; the balances come in the
+// testSpend: what fits is recorded and counts for every later call; the balances come in the
 // order of the items; an empty spending spends nothing.
 func (s *suite) testSpend(t *testing.T) {
 	st := s.newStore(t)
-	bs := mustSpend(t, st, spending("h1", item("a", 3, 5), item("b", 1, 2)))
-	wantBalance(t, "h1 a", bs[0], 0, true, TTL)
-	wantBalance(t, "h1 b", bs[1], 0, true, TTL)
+	bs := mustSpend(t, st, spending(item("a", 3, 5), item("b", 1, 2)))
+	wantBalance(t, "first a", bs[0], 0, true, TTL)
+	wantBalance(t, "first b", bs[1], 0, true, TTL)
 	if ua, ub := used(t, st, "acme", "a", TTL), used(t, st, "acme", "b", TTL); ua != 3 || ub != 1 {
 		t.Fatalf("used a %d, b %d; want 3 and 1", ua, ub)
 	}
-	bs = mustSpend(t, st, spending("h2", item("b", 1, 2), item("a", 2, 5)))
-	wantBalance(t, "h2 b", bs[0], 1, true, TTL)
-	wantBalance(t, "h2 a", bs[1], 3, true, TTL)
+	bs = mustSpend(t, st, spending(item("b", 1, 2), item("a", 2, 5)))
+	wantBalance(t, "second b", bs[0], 1, true, TTL)
+	wantBalance(t, "second a", bs[1], 3, true, TTL)
 	// a is full: the next unit does not fit, and waits for a spend to lapse.
-	bs = mustSpend(t, st, spending("h3", item("a", 1, 5)))
-	wantBalance(t, "h3 a (full)", bs[0], 5, false, TTL)
-	// Nothing spent still fits a full bucket.
-	bs = mustSpend(t, st, spending("h4", item("a", 0, 5)))
-	wantBalance(t, "h4 a (nothing)", bs[0], 5, true, TTL)
+	bs = mustSpend(t, st, spending(item("a", 1, 5)))
+	wantBalance(t, "a full", bs[0], 5, false, TTL)
+	// Nothing spent still fits a full bucket, and records nothing.
+	bs = mustSpend(t, st, spending(item("a", 0, 5)))
+	wantBalance(t, "a, nothing", bs[0], 5, true, TTL)
 	if ua := used(t, st, "acme", "a", TTL); ua != 5 {
 		t.Fatalf("used a %d after a refusal and a zero spend, want 5", ua)
 	}
-	bs, err := st.Spend(testCtx(t), spending("h5"))
+	bs, err := st.Spend(testCtx(t), spending())
 	if err != nil || len(bs) != 0 {
 		t.Fatalf("Spend of no items = (%+v, %v), want no balances", bs, err)
 	}
 }
 
-// testSpendAllOrNone: when one item does not fit, none is recorded, and the holder's earlier
-// spends stay as they were.
+// testSpendAllOrNone: when one item does not fit, none is recorded.
 func (s *suite) testSpendAllOrNone(t *testing.T) {
 	st := s.newStore(t)
-	mustSpend(t, st, spending("h0", item("b", 2, 2)))
-	mustSpend(t, st, spending("h1", item("c", 1, 5)))
+	mustSpend(t, st, spending(item("b", 2, 2)))
+	mustSpend(t, st, spending(item("c", 1, 5)))
 	for _, items := range [][]executor.SpendItem{
 		{item("a", 1, 5), item("b", 1, 2), item("c", 2, 5)},
 		{item("b", 1, 2), item("c", 2, 5), item("a", 1, 5)},
 	} {
-		bs := mustSpend(t, st, spending("h1", items...))
+		bs := mustSpend(t, st, spending(items...))
 		for i, it := range items {
 			switch it.Bucket {
 			case "a":
@@ -1414,7 +1448,7 @@ func (s *suite) testSpendAllOrNone(t *testing.T) {
 			case "b":
 				wantBalance(t, "b", bs[i], 2, false, TTL)
 			case "c":
-				wantBalance(t, "c", bs[i], 0, true, TTL) // h1's own spend is not counted against it
+				wantBalance(t, "c", bs[i], 1, true, TTL)
 			}
 		}
 		if ua, ub, uc := used(t, st, "acme", "a", TTL), used(t, st, "acme", "b", TTL), used(t, st, "acme", "c", TTL); ua != 0 || ub != 2 || uc != 1 {
@@ -1423,51 +1457,85 @@ func (s *suite) testSpendAllOrNone(t *testing.T) {
 	}
 }
 
-// testSpendReplaces: a holder's spend in a bucket replaces its earlier one (a retry spends
-// once), and is not counted against itself; spending nothing replaces too.
-func (s *suite) testSpendReplaces(t *testing.T) {
+// testSpendKeyed: a spend made with its call's idempotency key is noted on the key's record,
+// and Reclaim, handing the key to a retry because that call never ran (its lease lapsed and
+// its backend fenced it), gives it back — so the retry's own spend counts once. A Reclaim that
+// does not hand the key over gives nothing back, nor does one of a key whose spending did not
+// fit (nothing was recorded).
+func (s *suite) testSpendKeyed(t *testing.T) {
 	st := s.newStore(t)
-	mustSpend(t, st, spending("h1", item("a", 2, 5)))
-	for range 3 {
-		bs := mustSpend(t, st, spending("h1", item("a", 3, 5)))
-		wantBalance(t, "h1 again", bs[0], 0, true, TTL)
+	ctx := testCtx(t)
+	const lease = 100 * time.Millisecond
+	key, other, unfit := Key(), Key(), Key()
+	other.Key, unfit.Key = "other", "unfit"
+	reserveFor(t, st, key, "d1", "inv-1", lease)
+	reserveFor(t, st, other, "d1", "inv-9", lease)
+	reserveFor(t, st, unfit, "d1", "inv-5", lease)
+	mustSpend(t, st, keyed(key, item("a", 2, 5), item("b", 1, 5)))
+	mustSpend(t, st, keyed(other, item("a", 1, 5)))
+	if bs := mustSpend(t, st, keyed(unfit, item("a", 3, 5), item("b", 1, 5))); bs[0].Fits {
+		t.Fatalf("unfit's spending fits: %+v", bs)
 	}
-	if u := used(t, st, "acme", "a", TTL); u != 3 {
-		t.Fatalf("used %d after h1 spent 2 then 3 three times, want 3", u)
+	if ua, ub := used(t, st, "acme", "a", TTL), used(t, st, "acme", "b", TTL); ua != 3 || ub != 1 {
+		t.Fatalf("used a %d, b %d; want 3 and 1", ua, ub)
 	}
-	// h1 may take the whole bucket, since its own spend does not count against it.
-	bs := mustSpend(t, st, spending("h1", item("a", 5, 5)))
-	wantBalance(t, "h1 all", bs[0], 0, true, TTL)
-	mustSpend(t, st, spending("h1", item("a", 0, 5)))
-	if u := used(t, st, "acme", "a", TTL); u != 0 {
-		t.Fatalf("used %d after h1 spent 0, want 0", u)
+	time.Sleep(lease + expiryWait) // the holders' executors died: their leases lapsed
+	retry := executor.Reservation{Digest: "d1", InvocationID: "inv-2", TTL: TTL, Lease: time.Minute}
+	if ok, err := st.Reclaim(ctx, key, "inv-1", retry); !ok || err != nil {
+		t.Fatalf("Reclaim = (%v, %v), want (true, nil)", ok, err)
 	}
-	bs = mustSpend(t, st, spending("h2", item("a", 5, 5)))
-	wantBalance(t, "h2 all", bs[0], 0, true, TTL)
+	if ua, ub := used(t, st, "acme", "a", TTL), used(t, st, "acme", "b", TTL); ua != 1 || ub != 0 {
+		t.Fatalf("after the Reclaim: used a %d, b %d; want 1 (other's) and 0", ua, ub)
+	}
+	mustSpend(t, st, keyed(key, item("a", 2, 5)))
+	// Not handed over (the key is inv-2's now): nothing given back.
+	if ok, err := st.Reclaim(ctx, key, "inv-1", executor.Reservation{Digest: "d1", InvocationID: "inv-3", TTL: TTL}); ok || err != nil {
+		t.Fatalf("a stale Reclaim = (%v, %v), want (false, nil)", ok, err)
+	}
+	if ok, err := st.Reclaim(ctx, unfit, "inv-5", executor.Reservation{Digest: "d1", InvocationID: "inv-6", TTL: TTL}); !ok || err != nil {
+		t.Fatalf("Reclaim of unfit = (%v, %v), want (true, nil)", ok, err)
+	}
+	if ua := used(t, st, "acme", "a", TTL); ua != 3 {
+		t.Fatalf("used a %d; want 3 (other's 1, the retry's 2)", ua)
+	}
+	// A spend with a key that has no record is counted all the same.
+	gone := Key()
+	gone.Key = "never-reserved"
+	mustSpend(t, st, keyed(gone, item("a", 1, 5)))
+	if ua := used(t, st, "acme", "a", TTL); ua != 4 {
+		t.Fatalf("used a %d; want 4", ua)
+	}
 }
 
-// testRefund: a refund gives back everything the holder spent in the tenant, and only that.
+// testRefund: a refund gives back what the receipt says was spent, and only that.
 func (s *suite) testRefund(t *testing.T) {
 	st := s.newStore(t)
 	ctx := testCtx(t)
-	mustSpend(t, st, spending("h1", item("a", 2, 5), item("b", 1, 5)))
-	mustSpend(t, st, spending("h2", item("a", 1, 5)))
-	mustSpend(t, st, executor.Spending{Tenant: "globex", Holder: "h1", Items: []executor.SpendItem{item("a", 4, 5)}})
-	if err := st.Refund(ctx, "acme", "h1"); err != nil {
+	sp := spending(item("a", 2, 5), item("b", 1, 5))
+	receipt := executor.ReceiptOf(sp, mustSpend(t, st, sp))
+	if len(receipt) != 2 {
+		t.Fatalf("receipt %+v, want two items", receipt)
+	}
+	mustSpend(t, st, spending(item("a", 1, 5)))
+	mustSpend(t, st, executor.Spending{Tenant: "globex", Items: []executor.SpendItem{item("a", 4, 5)}})
+	if err := st.Refund(ctx, "acme", receipt); err != nil {
 		t.Fatalf("Refund: %v", err)
 	}
 	if ua, ub, ug := used(t, st, "acme", "a", TTL), used(t, st, "acme", "b", TTL), used(t, st, "globex", "a", TTL); ua != 1 || ub != 0 || ug != 4 {
-		t.Fatalf("after Refund(acme, h1): used acme a %d, b %d, globex a %d; want 1, 0, 4", ua, ub, ug)
+		t.Fatalf("after the refund: used acme a %d, b %d, globex a %d; want 1, 0, 4", ua, ub, ug)
 	}
-	for _, holder := range []string{"h1", "never-spent"} {
-		if err := st.Refund(ctx, "acme", holder); err != nil {
-			t.Fatalf("Refund of %s, who holds nothing: %v", holder, err)
-		}
+	if err := st.Refund(ctx, "acme", nil); err != nil {
+		t.Fatalf("Refund of an empty receipt: %v", err)
 	}
-	if err := st.Refund(ctx, "initech", "h1"); err != nil {
+	if err := st.Refund(ctx, "initech", receipt); err != nil {
 		t.Fatalf("Refund in an unknown tenant: %v", err)
 	}
-	bs := mustSpend(t, st, spending("h3", item("a", 4, 5)))
+	// A receipt of an instant the bucket holds nothing at gives nothing back.
+	stale := []executor.Spent{{Bucket: "a", Amount: 1, Lapses: receipt[0].Lapses.Add(-time.Minute)}}
+	if err := st.Refund(ctx, "acme", stale); err != nil {
+		t.Fatalf("Refund of a stale receipt: %v", err)
+	}
+	bs := mustSpend(t, st, spending(item("a", 4, 5)))
 	wantBalance(t, "after the refund", bs[0], 1, true, TTL)
 }
 
@@ -1475,8 +1543,8 @@ func (s *suite) testRefund(t *testing.T) {
 // fit; a forced dry run records nothing.
 func (s *suite) testSpendForce(t *testing.T) {
 	st := s.newStore(t)
-	mustSpend(t, st, spending("h1", item("a", 5, 5)))
-	sp := spending("h2", item("b", 1, 5), item("a", 2, 5))
+	mustSpend(t, st, spending(item("a", 5, 5)))
+	sp := spending(item("b", 1, 5), item("a", 2, 5))
 	sp.Force = true
 	bs := mustSpend(t, st, sp)
 	wantBalance(t, "forced b", bs[0], 0, true, TTL)
@@ -1484,13 +1552,13 @@ func (s *suite) testSpendForce(t *testing.T) {
 	if ua, ub := used(t, st, "acme", "a", TTL), used(t, st, "acme", "b", TTL); ua != 7 || ub != 1 {
 		t.Fatalf("after a forced spending: used a %d, b %d; want 7, 1", ua, ub)
 	}
-	bs = mustSpend(t, st, spending("h3", item("a", 1, 5)))
+	bs = mustSpend(t, st, spending(item("a", 1, 5)))
 	wantBalance(t, "past the ceiling", bs[0], 7, false, TTL)
-	bs = mustSpend(t, st, spending("h3", item("a", 0, 5)))
+	bs = mustSpend(t, st, spending(item("a", 0, 5)))
 	if bs[0].Used != 7 || bs[0].Fits {
 		t.Fatalf("nothing spent past the ceiling: %+v, want Used 7 and not fitting", bs[0])
 	}
-	sp = spending("h4", item("a", 3, 5))
+	sp = spending(item("a", 3, 5))
 	sp.Force, sp.DryRun = true, true
 	mustSpend(t, st, sp)
 	if ua := used(t, st, "acme", "a", TTL); ua != 7 {
@@ -1498,105 +1566,134 @@ func (s *suite) testSpendForce(t *testing.T) {
 	}
 }
 
-// testSpendDryRun: a dry run reads the balances and records nothing, whether it fits or not,
-// and replaces none of the holder's spends.
+// testSpendDryRun: a dry run reads the balances and records nothing, whether it fits or not.
 func (s *suite) testSpendDryRun(t *testing.T) {
 	st := s.newStore(t)
-	dry := func(holder string, items ...executor.SpendItem) []executor.Balance {
-		sp := spending(holder, items...)
+	dry := func(items ...executor.SpendItem) []executor.Balance {
+		sp := spending(items...)
 		sp.DryRun = true
 		return mustSpend(t, st, sp)
 	}
-	bs := dry("h1", item("a", 2, 5))
+	bs := dry(item("a", 2, 5))
 	wantBalance(t, "dry", bs[0], 0, true, TTL)
 	if u := used(t, st, "acme", "a", TTL); u != 0 {
 		t.Fatalf("used %d after a dry run, want 0", u)
 	}
-	mustSpend(t, st, spending("h1", item("a", 2, 5)))
-	dry("h1", item("a", 4, 5))
-	if u := used(t, st, "acme", "a", TTL); u != 2 {
-		t.Fatalf("used %d after h1's dry run of 4, want its 2 kept", u)
-	}
-	bs = dry("h2", item("a", 4, 5))
+	mustSpend(t, st, spending(item("a", 2, 5)))
+	bs = dry(item("a", 3, 5))
+	wantBalance(t, "dry, just fits", bs[0], 2, true, TTL)
+	bs = dry(item("a", 4, 5))
 	wantBalance(t, "dry, too much", bs[0], 2, false, TTL)
 	if u := used(t, st, "acme", "a", TTL); u != 2 {
-		t.Fatalf("used %d after a refused dry run, want 2", u)
+		t.Fatalf("used %d after dry runs, want 2", u)
 	}
 }
 
-// testSpendWindow: a spend counts for its window, then lapses; RetryAfter says when enough has
-// lapsed, and is 0 for an amount that never fits.
+// testSpendWindow: a spend counts for its window (rounded up to the grain), then lapses;
+// RetryAfter says when enough has lapsed, and is 0 for an amount that never fits.
 func (s *suite) testSpendWindow(t *testing.T) {
 	const window = 300 * time.Millisecond
 	in := func(bucket string, amount, max int64) executor.SpendItem {
 		return executor.SpendItem{Bucket: bucket, Amount: amount, Max: max, Window: window}
 	}
 	st := s.newStore(t)
-	mustSpend(t, st, spending("h1", in("a", 1, 1)))
-	bs := mustSpend(t, st, spending("h2", in("a", 1, 1)))
+	mustSpend(t, st, spending(in("a", 1, 1)))
+	bs := mustSpend(t, st, spending(in("a", 1, 1)))
 	wantBalance(t, "within the window", bs[0], 1, false, window)
-	if bs := mustSpend(t, st, spending("h2", in("a", 2, 1))); bs[0].Fits || bs[0].RetryAfter != 0 {
+	if bs := mustSpend(t, st, spending(in("a", 2, 1))); bs[0].Fits || bs[0].RetryAfter != 0 {
 		t.Fatalf("an amount over the ceiling: %+v, want no fit and RetryAfter 0", bs[0])
 	}
 	time.Sleep(bs[0].RetryAfter + expiryWait)
-	bs = mustSpend(t, st, spending("h2", in("a", 1, 1)))
+	bs = mustSpend(t, st, spending(in("a", 1, 1)))
 	wantBalance(t, "after RetryAfter", bs[0], 0, true, window)
 	if u := used(t, st, "acme", "a", window); u != 1 {
-		t.Fatalf("used %d, want h2's 1 (h1's lapsed)", u)
+		t.Fatalf("used %d, want the second spend's 1 (the first lapsed)", u)
 	}
 
 	// Spends lapse in order: one unit is free once the oldest lapses, all three once the
 	// newest does.
-	mustSpend(t, st, spending("h1", in("b", 1, 3)))
+	mustSpend(t, st, spending(in("b", 1, 3)))
 	time.Sleep(window / 3)
-	mustSpend(t, st, spending("h2", in("b", 2, 3)))
-	one := mustSpend(t, st, executor.Spending{Tenant: "acme", Holder: "h3", DryRun: true, Items: []executor.SpendItem{in("b", 1, 3)}})[0]
-	all := mustSpend(t, st, executor.Spending{Tenant: "acme", Holder: "h3", DryRun: true, Items: []executor.SpendItem{in("b", 3, 3)}})[0]
+	mustSpend(t, st, spending(in("b", 2, 3)))
+	one := mustSpend(t, st, executor.Spending{Tenant: "acme", DryRun: true, Items: []executor.SpendItem{in("b", 1, 3)}})[0]
+	all := mustSpend(t, st, executor.Spending{Tenant: "acme", DryRun: true, Items: []executor.SpendItem{in("b", 3, 3)}})[0]
 	wantBalance(t, "one unit", one, 3, false, window)
 	wantBalance(t, "three units", all, 3, false, window)
 	if all.RetryAfter <= one.RetryAfter {
 		t.Fatalf("RetryAfter for 3 units %s, for 1 unit %s; want it longer for 3 (the newest spend lapses last)", all.RetryAfter, one.RetryAfter)
 	}
-	time.Sleep(window + expiryWait)
+	time.Sleep(window + executor.SpendGrain(window) + expiryWait)
 	if u := used(t, st, "acme", "b", window); u != 0 {
 		t.Fatalf("used %d after the window, want 0", u)
 	}
 }
 
-// testSpendScopes: tenants, buckets and holders are independent.
+// testSpendGrain: spends whose windows end within one grain share one entry (a bucket holds
+// about 65 entries per window however many calls spend), and a spend never counts for less
+// than its window.
+func (s *suite) testSpendGrain(t *testing.T) {
+	st := s.newStore(t)
+	const window = time.Hour
+	grain := executor.SpendGrain(window)
+	if grain != window/64 {
+		t.Fatalf("SpendGrain(%s) = %s, want %s", window, grain, window/64)
+	}
+	var lapses []time.Time
+	for range 5 {
+		sp := spending(executor.SpendItem{Bucket: "g", Amount: 1, Max: 100, Window: window})
+		before := time.Now()
+		b := mustSpend(t, st, sp)[0]
+		if b.Lapses.Before(before.Add(window).Add(-time.Second)) || b.Lapses.UnixMicro()%grain.Microseconds() != 0 {
+			t.Fatalf("lapses at %s: want at least the window after the call, on the grain", b.Lapses)
+		}
+		lapses = append(lapses, b.Lapses)
+	}
+	distinct := map[int64]bool{}
+	for _, l := range lapses {
+		distinct[l.UnixMicro()] = true
+	}
+	if len(distinct) > 2 { // five calls within a second fall in at most two grains of a minute
+		t.Fatalf("five spends within a second lapse at %d instants, want at most 2", len(distinct))
+	}
+	if u := used(t, st, "acme", "g", window); u != 5 {
+		t.Fatalf("used %d, want 5", u)
+	}
+}
+
+// testSpendScopes: tenants and buckets are independent.
 func (s *suite) testSpendScopes(t *testing.T) {
 	st := s.newStore(t)
-	mustSpend(t, st, spending("h1", item("a", 5, 5)))
-	bs := mustSpend(t, st, executor.Spending{Tenant: "globex", Holder: "h1", Items: []executor.SpendItem{item("a", 5, 5)}})
+	mustSpend(t, st, spending(item("a", 5, 5)))
+	bs := mustSpend(t, st, executor.Spending{Tenant: "globex", Items: []executor.SpendItem{item("a", 5, 5)}})
 	wantBalance(t, "other tenant", bs[0], 0, true, TTL)
-	bs = mustSpend(t, st, spending("h2", item("a2", 5, 5)))
+	bs = mustSpend(t, st, spending(item("a2", 5, 5)))
 	wantBalance(t, "other bucket", bs[0], 0, true, TTL)
-	bs = mustSpend(t, st, spending("h2", item("a", 1, 5)))
+	bs = mustSpend(t, st, spending(item("a", 1, 5)))
 	wantBalance(t, "the full bucket", bs[0], 5, false, TTL)
 	if u := used(t, st, "acme", "a", TTL); u != 5 {
-		t.Fatalf("acme's bucket a holds %d, want 5 (globex's h1 replaced nothing)", u)
+		t.Fatalf("acme's bucket a holds %d, want 5", u)
 	}
 }
 
 // testSpendInvalid: a spending the store refuses matches ErrSpendInvalid and records nothing.
 func (s *suite) testSpendInvalid(t *testing.T) {
 	valid := func() executor.Spending {
-		return spending("h1", item("a", 1, 5), item("b", 1, 5))
+		return spending(item("a", 1, 5), item("b", 1, 5))
 	}
 	tests := []struct {
 		name   string
 		mutate func(*executor.Spending)
 	}{
 		{"no tenant", func(sp *executor.Spending) { sp.Tenant = "" }},
-		{"no holder", func(sp *executor.Spending) { sp.Holder = "" }},
 		{"no bucket", func(sp *executor.Spending) { sp.Items[1].Bucket = "" }},
+		{"a bucket twice", func(sp *executor.Spending) { sp.Items[1].Bucket = "a" }},
 		{"negative amount", func(sp *executor.Spending) { sp.Items[1].Amount = -1 }},
 		{"zero ceiling", func(sp *executor.Spending) { sp.Items[1].Max = 0 }},
 		{"negative ceiling", func(sp *executor.Spending) { sp.Items[1].Max = -5 }},
 		{"zero window", func(sp *executor.Spending) { sp.Items[1].Window = 0 }},
 		{"negative window", func(sp *executor.Spending) { sp.Items[1].Window = -time.Second }},
 		{"forced", func(sp *executor.Spending) { sp.Items[1].Max, sp.Force = 0, true }},
-		{"no holder and no items", func(sp *executor.Spending) { sp.Holder, sp.Items = "", nil }},
+		{"no tenant and no items", func(sp *executor.Spending) { sp.Tenant, sp.Items = "", nil }},
 	}
 	st := s.newStore(t) // shared: no case may record anything
 	for _, tt := range tests {
@@ -1617,27 +1714,26 @@ func (s *suite) testSpendInvalid(t *testing.T) {
 	}
 }
 
-// testPurgeSpends: Purge deletes the spends whose window has passed, and counts them; what
-// still counts is kept, and a purged bucket counts nothing.
+// testPurgeSpends: Purge drops the spends whose window has passed, and counts them; what still
+// counts is kept, and a purged bucket counts nothing.
 func (s *suite) testPurgeSpends(t *testing.T) {
 	st := s.newStore(t)
 	short := func(bucket string, amount int64) executor.SpendItem {
 		return executor.SpendItem{Bucket: bucket, Amount: amount, Max: 5, Window: shortTTL}
 	}
-	mustSpend(t, st, spending("h1", short("a", 2), short("b", 0)))
-	// Another bucket: a store may also drop a bucket's lapsed spends when
-	// it is spent in again.
-	mustSpend(t, st, spending("h2", item("c", 3, 5)))
+	mustSpend(t, st, spending(short("a", 2), short("b", 0))) // b: nothing recorded
+	// Another bucket: a store may also drop a bucket's lapsed spends when it is spent in again.
+	mustSpend(t, st, spending(item("c", 3, 5)))
 	time.Sleep(expiryWait)
 	policy := executor.PurgePolicy{Now: time.Now(), KeepEvents: TTL}
-	if n := mustPurge(t, st, policy); n != (executor.Purged{Spends: 2}) {
-		t.Fatalf("Purge = %+v, want 2 spends", n)
+	if n := mustPurge(t, st, policy); n != (executor.Purged{Spends: 1}) {
+		t.Fatalf("Purge = %+v, want 1 spend", n)
 	}
 	if n := mustPurge(t, st, policy); n != (executor.Purged{}) {
 		t.Fatalf("second Purge = %+v, want nothing", n)
 	}
 	if u := used(t, st, "acme", "c", TTL); u != 3 {
-		t.Fatalf("used %d after the purge, want h2's 3 kept", u)
+		t.Fatalf("used %d after the purge, want the long spend's 3 kept", u)
 	}
 	if u := used(t, st, "acme", "a", TTL); u != 0 {
 		t.Fatalf("used %d of the purged bucket, want 0", u)
@@ -1660,7 +1756,7 @@ func (s *suite) testSpendConcurrent(t *testing.T) {
 		for i := range n {
 			wg.Go(func() {
 				<-start
-				bs, err := st.Spend(ctx, spending(fmt.Sprintf("h%02d", i), items(i)...))
+				bs, err := st.Spend(ctx, spending(items(i)...))
 				if err != nil {
 					t.Errorf("Spend %d: %v", i, err)
 					return

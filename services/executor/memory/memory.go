@@ -45,13 +45,7 @@ type Store struct {
 	spoolN int64
 	dead   []executor.DeadLetter
 	deadN  int64
-	spends map[string]map[string]map[string]spend // limit spends by tenant, bucket and holder
-}
-
-// spend is one holder's spend in a bucket.
-type spend struct {
-	amount int64
-	lapses time.Time // it counts strictly before
+	spends map[string]map[string][]executor.Lapse // limit spends by tenant and bucket, summed per lapse instant, by lapse
 }
 
 type record struct {
@@ -61,6 +55,7 @@ type record struct {
 	invocation string
 	leaseUntil time.Time // zero: no lease
 	saved      executor.Saved
+	spent      []executor.Spent // what the key's calls spent of their limits (Reclaim gives it back)
 }
 
 type runKey struct{ tenant, user, subject, command string }
@@ -81,7 +76,7 @@ func New(opts Options) *Store {
 		idem:   map[executor.IdemKey]*record{},
 		runs:   map[runKey]struct{}{},
 		events: map[string]*outbox{},
-		spends: map[string]map[string]map[string]spend{},
+		spends: map[string]map[string][]executor.Lapse{},
 	}
 }
 
@@ -193,6 +188,7 @@ func (s *Store) Reclaim(ctx context.Context, key executor.IdemKey, previous stri
 	if !rec.finished && (rec.leaseUntil.IsZero() || now.Before(rec.leaseUntil)) {
 		return false, nil // still running
 	}
+	s.refund(key.Tenant, rec.spent, now) // previous never ran
 	s.idem[key] = newRecord(now, r)
 	return true, nil
 }
@@ -388,16 +384,10 @@ func (s *Store) Purge(ctx context.Context, p executor.PurgePolicy) (executor.Pur
 		ob.events = kept
 	}
 	for tenant, buckets := range s.spends {
-		for bucket, holders := range buckets {
-			for h, sp := range holders {
-				if !p.Now.Before(sp.lapses) {
-					delete(holders, h)
-					n.Spends++
-				}
-			}
-			if len(holders) == 0 {
-				delete(buckets, bucket)
-			}
+		for bucket, entries := range buckets {
+			live := liveSpends(entries, p.Now)
+			n.Spends += int64(len(entries) - len(live))
+			setBucket(buckets, bucket, live)
 		}
 		if len(buckets) == 0 {
 			delete(s.spends, tenant)
@@ -655,14 +645,14 @@ func (s *Store) Spend(ctx context.Context, sp executor.Spending) ([]executor.Bal
 	buckets := s.spends[sp.Tenant]
 	all := true
 	for i, it := range sp.Items {
-		others := liveSpends(buckets[it.Bucket], sp.Holder, now)
+		live := liveSpends(buckets[it.Bucket], now)
 		var used int64
-		for _, l := range others {
+		for _, l := range live {
 			used = addSat(used, l.Amount)
 		}
 		b := executor.Balance{Used: used, Fits: used <= it.Max-it.Amount} // Max > 0 and Amount >= 0: no overflow
 		if !b.Fits {
-			b.RetryAfter = executor.RetryAfterOf(others, it.Amount, it.Max, now)
+			b.RetryAfter = executor.RetryAfterOf(live, it.Amount, it.Max, now)
 			all = false
 		}
 		out[i] = b
@@ -671,29 +661,59 @@ func (s *Store) Spend(ctx context.Context, sp executor.Spending) ([]executor.Bal
 		return out, nil
 	}
 	if buckets == nil {
-		buckets = map[string]map[string]spend{}
+		buckets = map[string][]executor.Lapse{}
 		s.spends[sp.Tenant] = buckets
 	}
-	for _, it := range sp.Items { // a bucket named twice keeps its last item, as in Postgres
-		holders := buckets[it.Bucket]
-		if holders == nil {
-			holders = map[string]spend{}
-			buckets[it.Bucket] = holders
+	var rec *record
+	if sp.Key != nil {
+		rec = s.idem[*sp.Key]
+	}
+	for i, it := range sp.Items {
+		live := liveSpends(buckets[it.Bucket], now)
+		if it.Amount > 0 {
+			at := executor.SpendLapses(now, it.Window)
+			live = addSpend(live, at, it.Amount)
+			out[i].Lapses = at
+			if rec != nil {
+				rec.spent = append(rec.spent, executor.Spent{Bucket: it.Bucket, Amount: it.Amount, Lapses: at})
+			}
 		}
-		holders[sp.Holder] = spend{amount: it.Amount, lapses: now.Add(it.Window)}
+		setBucket(buckets, it.Bucket, live)
+	}
+	if len(buckets) == 0 {
+		delete(s.spends, sp.Tenant)
 	}
 	return out, nil
 }
 
-// liveSpends returns the spends of holders other than holder that still count at now.
-func liveSpends(holders map[string]spend, holder string, now time.Time) []executor.Lapse {
-	var out []executor.Lapse
-	for h, sp := range holders {
-		if h != holder && now.Before(sp.lapses) {
-			out = append(out, executor.Lapse{Amount: sp.amount, At: sp.lapses})
+// liveSpends returns a bucket's entries that still count at now (a new slice).
+func liveSpends(entries []executor.Lapse, now time.Time) []executor.Lapse {
+	out := make([]executor.Lapse, 0, len(entries)+1)
+	for _, l := range entries {
+		if now.Before(l.At) {
+			out = append(out, l)
 		}
 	}
 	return out
+}
+
+// addSpend adds amount to the entry lapsing at at, keeping entries ordered by lapse.
+func addSpend(entries []executor.Lapse, at time.Time, amount int64) []executor.Lapse {
+	i, found := slices.BinarySearchFunc(entries, at, func(l executor.Lapse, t time.Time) int { return l.At.Compare(t) })
+	if found {
+		entries[i].Amount = addSat(entries[i].Amount, amount)
+		return entries
+	}
+	return slices.Insert(entries, i, executor.Lapse{Amount: amount, At: at})
+}
+
+// setBucket stores a bucket's entries, or drops the bucket when it has none.
+func setBucket(buckets map[string][]executor.Lapse, bucket string, entries []executor.Lapse) {
+	if len(entries) == 0 {
+		delete(buckets, bucket)
+		return
+	}
+	buckets[bucket] = entries
 }
 
 // addSat adds two non-negative amounts, saturating instead of overflowing (forced spends may
@@ -706,21 +726,35 @@ func addSat(a, b int64) int64 {
 }
 
 // Refund implements executor.Store.
-func (s *Store) Refund(ctx context.Context, tenant, holder string) error {
+func (s *Store) Refund(ctx context.Context, tenant string, receipt []executor.Spent) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.refund(tenant, receipt, s.opts.Now())
+	return nil
+}
+
+// refund takes receipt off tenant's buckets: each amount off its entry, never below zero, when
+// the entry still counts at now. The caller holds s.mu.
+func (s *Store) refund(tenant string, receipt []executor.Spent, now time.Time) {
 	buckets := s.spends[tenant]
-	for bucket, holders := range buckets {
-		delete(holders, holder)
-		if len(holders) == 0 {
-			delete(buckets, bucket)
+	for _, r := range receipt {
+		live := liveSpends(buckets[r.Bucket], now)
+		live = slices.DeleteFunc(live, func(l executor.Lapse) bool {
+			return l.At.Equal(r.Lapses) && l.Amount <= r.Amount
+		})
+		for i := range live {
+			if live[i].At.Equal(r.Lapses) {
+				live[i].Amount -= r.Amount
+			}
+		}
+		if buckets != nil {
+			setBucket(buckets, r.Bucket, live)
 		}
 	}
-	if len(buckets) == 0 {
+	if buckets != nil && len(buckets) == 0 {
 		delete(s.spends, tenant)
 	}
-	return nil
 }

@@ -4,6 +4,4 @@ package postgres
 const (
 	SQLExecuted = sqlExecuted
 	SQLEvents   = sqlEvents
-	SQLSpend    = sqlSpend
-	SQLRefund   = sqlRefund
 )

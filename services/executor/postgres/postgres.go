@@ -5,9 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io/fs"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -151,7 +149,7 @@ func (s *Store) ReserveSpending(ctx context.Context, key executor.IdemKey, r exe
 		saved, err := s.Reserve(ctx, key, r)
 		return saved, nil, err
 	}
-	keys, buckets, amounts, maxes, windows := spendArgs(sp)
+	buckets, amounts, maxes, windows := spendArgs(sp)
 	ttl := max(r.TTL, time.Microsecond)
 	var (
 		won bool
@@ -160,8 +158,8 @@ func (s *Store) ReserveSpending(ctx context.Context, key executor.IdemKey, r exe
 	err := s.retry(ctx, func() error {
 		now := s.now()
 		expires := now.Add(ttl).Truncate(time.Microsecond)
-		rows, err := s.pool.Query(ctx, sqlReserveSpend, keys, key.Tenant, key.User, key.Command, key.Key, r.Digest,
-			now, expires, r.InvocationID, leaseEnd(now, r.Lease), sp.Holder, buckets, amounts, maxes, windows, sp.Force)
+		rows, err := s.pool.Query(ctx, sqlReserveSpend, key.Tenant, key.User, key.Command, key.Key, r.Digest,
+			now, expires, r.InvocationID, leaseEnd(now, r.Lease), buckets, amounts, maxes, windows, sp.Force)
 		if err != nil {
 			return err
 		}
@@ -237,9 +235,9 @@ func (s *Store) Reclaim(ctx context.Context, key executor.IdemKey, previous stri
 	}
 	now := s.now()
 	expires := now.Add(max(r.TTL, time.Microsecond)).Truncate(time.Microsecond)
-	var won bool
+	var won, refunded bool
 	err := s.pool.QueryRow(ctx, sqlReclaim, key.Tenant, key.User, key.Command, key.Key, previous, now, expires,
-		nullString(r.InvocationID), leaseEnd(now, r.Lease), r.Digest).Scan(&won)
+		nullString(r.InvocationID), leaseEnd(now, r.Lease), r.Digest).Scan(&won, &refunded)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -648,18 +646,26 @@ func (s *Store) Spend(ctx context.Context, sp executor.Spending) ([]executor.Bal
 		}
 		return []executor.Balance{}, nil
 	}
-	keys, buckets, amounts, maxes, windows := spendArgs(sp)
+	buckets, amounts, maxes, windows := spendArgs(sp)
+	var user, command, key *string
+	if k := sp.Key; k != nil {
+		user, command, key = &k.User, &k.Command, &k.Key
+	}
 	var out []executor.Balance
 	err := s.retry(ctx, func() (err error) {
 		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
-		b.Queue(sqlSpendLock, keys)
-		b.Queue(sqlSpend, sp.Tenant, sp.Holder, buckets, amounts, maxes, windows, sp.Force, sp.DryRun)
+		b.Queue(sqlSpendLock, sp.Tenant, buckets)
+		b.Queue(sqlSpend, sp.Tenant, buckets, amounts, maxes, windows, sp.Force, sp.DryRun, user, command, key)
 		br := s.pool.SendBatch(ctx, b)
 		defer func() { err = errors.Join(err, br.Close()) }() // Close reads how the implicit transaction ended
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		out, err = collectBalances(br, sp.Items)
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		out, err = collectBalances(rows, sp.Items, false)
 		return err
 	})
 	if err != nil {
@@ -671,33 +677,53 @@ func (s *Store) Spend(ctx context.Context, sp executor.Spending) ([]executor.Bal
 // collectReserveSpend reads sqlReserveSpend's rows: whether the key was claimed and, when it
 // was, the balances (as collectBalances).
 func collectReserveSpend(rows pgx.Rows, items []executor.SpendItem) (bool, []executor.Balance, error) {
+	out, err := collectBalances(rows, items, true)
+	if err != nil || out == nil {
+		return false, nil, err
+	}
+	return true, out, nil
+}
+
+// collectBalances reads the rows of sqlSpend (or, with claim, sqlReserveSpend, whose rows lead
+// with whether the key was claimed: when it was not, there is one row and the balances are
+// nil), one per item in their order, and computes the RetryAfter of the items that do not fit
+// from their buckets' live entries.
+func collectBalances(rows pgx.Rows, items []executor.SpendItem, claim bool) ([]executor.Balance, error) {
 	defer rows.Close()
-	won := false
 	out := make([]executor.Balance, 0, len(items))
+	won := !claim
 	for rows.Next() {
 		var (
 			ok      bool
 			used    *int64
 			fits    *bool
 			now     *time.Time
+			lapse   *int64
 			amounts []int64
-			lapses  []time.Time
+			lapses  []int64
 		)
-		if err := rows.Scan(&ok, &used, &fits, &now, &amounts, &lapses); err != nil {
-			return false, nil, err
+		dest := []any{&used, &fits, &now, &lapse, &amounts, &lapses}
+		if claim {
+			dest = append([]any{&ok}, dest...)
 		}
-		if !ok {
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		if claim && !ok {
 			continue
 		}
 		won = true
 		if used == nil || fits == nil || now == nil || len(out) == len(items) || len(amounts) != len(lapses) {
-			return false, nil, fmt.Errorf("executor: reserve and spend: unexpected balance row %d", len(out))
+			return nil, fmt.Errorf("executor: spend: unexpected balance row %d", len(out))
 		}
 		bal := executor.Balance{Used: *used, Fits: *fits}
+		if lapse != nil {
+			bal.Lapses = time.UnixMicro(*lapse)
+		}
 		if !bal.Fits {
 			live := make([]executor.Lapse, len(amounts))
 			for j := range amounts {
-				live[j] = executor.Lapse{Amount: amounts[j], At: lapses[j]}
+				live[j] = executor.Lapse{Amount: amounts[j], At: time.UnixMicro(lapses[j])}
 			}
 			it := items[len(out)]
 			bal.RetryAfter = executor.RetryAfterOf(live, it.Amount, it.Max, *now)
@@ -705,48 +731,10 @@ func collectReserveSpend(rows pgx.Rows, items []executor.SpendItem) (bool, []exe
 		out = append(out, bal)
 	}
 	if err := rows.Err(); err != nil {
-		return false, nil, err
-	}
-	if won && len(out) != len(items) {
-		return false, nil, fmt.Errorf("executor: reserve and spend: %d balances for %d items", len(out), len(items))
-	}
-	return won, out, nil
-}
-
-// collectBalances reads sqlSpend's rows, one per item in their order, and computes the
-// RetryAfter of the items that do not fit from their buckets' live spends.
-func collectBalances(br pgx.BatchResults, items []executor.SpendItem) ([]executor.Balance, error) {
-	rows, err := br.Query()
-	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := make([]executor.Balance, 0, len(items))
-	for rows.Next() {
-		var (
-			bal     executor.Balance
-			now     time.Time
-			amounts []int64
-			lapses  []time.Time
-		)
-		if err := rows.Scan(&bal.Used, &bal.Fits, &now, &amounts, &lapses); err != nil {
-			return nil, err
-		}
-		if len(out) == len(items) || len(amounts) != len(lapses) {
-			return nil, fmt.Errorf("executor: spend: unexpected balance row %d", len(out))
-		}
-		if !bal.Fits {
-			live := make([]executor.Lapse, len(amounts))
-			for j := range amounts {
-				live[j] = executor.Lapse{Amount: amounts[j], At: lapses[j]}
-			}
-			it := items[len(out)]
-			bal.RetryAfter = executor.RetryAfterOf(live, it.Amount, it.Max, now)
-		}
-		out = append(out, bal)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+	if !won {
+		return nil, nil
 	}
 	if len(out) != len(items) {
 		return nil, fmt.Errorf("executor: spend: %d balances for %d items", len(out), len(items))
@@ -758,66 +746,26 @@ func collectBalances(br pgx.BatchResults, items []executor.SpendItem) ([]executo
 // locks it holds at once); the next Purge takes the rest.
 const maxPurgeBuckets = 1000
 
-// purgeSpends deletes lapsed spends, up to maxPurgeBuckets buckets' worth, under the buckets'
-// advisory locks, keeping their totals, and returns how many it deleted.
+// purgeSpends drops lapsed spends, up to maxPurgeBuckets buckets' worth, and returns how many
+// entries it dropped.
 func purgeSpends(ctx context.Context, tx pgx.Tx, now time.Time) (int64, error) {
-	rows, err := tx.Query(ctx, sqlPurgeSpendBuckets, now, maxPurgeBuckets)
-	if err != nil {
-		return 0, err
-	}
-	type tb struct{ Tenant, Bucket string }
-	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[tb])
-	if err != nil || len(found) == 0 {
-		return 0, err
-	}
-	keys := make([]int64, len(found))
-	tenants, buckets := make([]string, len(found)), make([]string, len(found))
-	for i, f := range found {
-		keys[i], tenants[i], buckets[i] = spendLockKey(f.Tenant, f.Bucket), f.Tenant, f.Bucket
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	if _, err := tx.Exec(ctx, sqlSpendLock, keys); err != nil {
-		return 0, err
-	}
 	var n int64
-	if err := tx.QueryRow(ctx, sqlPurgeSpends, now, tenants, buckets).Scan(&n); err != nil {
-		return 0, err
-	}
-	_, err = tx.Exec(ctx, sqlDropEmptyBuckets, tenants, buckets)
+	err := tx.QueryRow(ctx, sqlPurgeSpends, now, maxPurgeBuckets).Scan(&n)
 	return n, err
 }
 
-// Refund implements executor.Store: it reads the holder's buckets, then, in one batch, locks
-// them and gives the spends back off their totals.
-func (s *Store) Refund(ctx context.Context, tenant, holder string) error {
-	if tenant == "" || holder == "" {
-		return ctx.Err() // nothing is ever spent without them
+// Refund implements executor.Store in one statement.
+func (s *Store) Refund(ctx context.Context, tenant string, receipt []executor.Spent) error {
+	if tenant == "" || len(receipt) == 0 {
+		return ctx.Err() // nothing is ever spent without a tenant
+	}
+	buckets, amounts, lapses := make([]string, len(receipt)), make([]int64, len(receipt)), make([]int64, len(receipt))
+	for i, r := range receipt {
+		buckets[i], amounts[i], lapses[i] = r.Bucket, r.Amount, r.Lapses.UnixMicro()
 	}
 	err := s.retry(ctx, func() error {
-		rows, err := s.pool.Query(ctx, sqlRefundBuckets, tenant, holder)
-		if err != nil {
-			return err
-		}
-		buckets, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil || len(buckets) == 0 {
-			return err
-		}
-		keys := make([]int64, len(buckets))
-		for i, b := range buckets {
-			keys[i] = spendLockKey(tenant, b)
-		}
-		slices.Sort(keys)
-		keys = slices.Compact(keys)
-		tenants := make([]string, len(buckets))
-		for i := range tenants {
-			tenants[i] = tenant
-		}
-		b := &pgx.Batch{}
-		b.Queue(sqlSpendLock, keys)
-		b.Queue(sqlRefund, tenant, holder)
-		b.Queue(sqlDropEmptyBuckets, tenants, buckets)
-		return s.pool.SendBatch(ctx, b).Close()
+		_, err := s.pool.Exec(ctx, sqlRefund, tenant, buckets, amounts, lapses)
+		return err
 	})
 	return mapErr(ctx, "executor: refund", err)
 }
@@ -835,30 +783,14 @@ func (s *Store) retry(ctx context.Context, fn func() error) error {
 }
 
 // spendArgs are sp's items as sqlSpend takes them (buckets, amounts, maxes, windows in
-// microseconds), and the buckets' advisory lock keys, sorted and distinct, as sqlSpendLock
-// takes them.
-func spendArgs(sp executor.Spending) (keys []int64, buckets []string, amounts, maxes, windows []int64) {
+// microseconds).
+func spendArgs(sp executor.Spending) (buckets []string, amounts, maxes, windows []int64) {
 	n := len(sp.Items)
 	buckets, amounts, maxes, windows = make([]string, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	keys = make([]int64, n)
 	for i, it := range sp.Items {
 		buckets[i], amounts[i], maxes[i], windows[i] = it.Bucket, it.Amount, it.Max, micros(it.Window)
-		keys[i] = spendLockKey(sp.Tenant, it.Bucket)
 	}
-	slices.Sort(keys)
-	return slices.Compact(keys), buckets, amounts, maxes, windows
-}
-
-// spendLockKey is the advisory lock key of tenant's bucket: a stable 64-bit hash, the same in
-// every replica. Two buckets that collide only serialise each other; Spend takes its keys in
-// key order (not bucket order), so a collision cannot deadlock either.
-func spendLockKey(tenant, bucket string) int64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte("executor.limit_spend\x00"))
-	_, _ = h.Write([]byte(tenant))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(bucket))
-	return int64(h.Sum64()) //nolint:gosec // a hash, reinterpreted as Postgres' bigint lock key
+	return buckets, amounts, maxes, windows
 }
 
 // micros is a window in whole microseconds, the database's precision, rounded up: a positive

@@ -86,8 +86,8 @@ func BenchmarkSpendStores(b *testing.B) {
 			return err
 		}},
 		{"postgres", func() error {
-			key, r, h := next()
-			sp := executor.Spending{Tenant: "acme", Holder: h, Items: []executor.SpendItem{item}}
+			key, r, _ := next()
+			sp := executor.Spending{Tenant: "acme", Key: &key, Items: []executor.SpendItem{item}}
 			_, bal, err := st.ReserveSpending(ctx, key, r, sp)
 			if err == nil && (bal == nil || !bal[0].Fits) {
 				err = fmt.Errorf("balances %v", bal)

@@ -33,13 +33,24 @@ const (
 	// sqlReclaim hands a record that belongs to invocation $5 — finished, or in flight past
 	// its lease — to a new claim. $6 now, $7 expiry, $8 new invocation, $9 lease end, $10
 	// digest.
-	sqlReclaim = `UPDATE executor.idempotency SET
+	// What previous spent of its command's limits (the record's receipt, as the statement's
+	// snapshot has it; only previous's own calls write it, and previous is dead or fenced) is
+	// given back by limit_refund in the same statement, only when the record was handed over.
+	// (Not read FOR UPDATE: a row locked and updated by one statement is skipped by one of
+	// the two.)
+	sqlReclaim = `WITH o AS (
+		SELECT spent_buckets, spent_amounts, spent_lapses FROM executor.idempotency
+		WHERE tenant = $1 AND user_id = $2 AND command = $3 AND key = $4),
+	u AS (UPDATE executor.idempotency SET
 		state = 'in_flight', reserved_at = $6, expires_at = $7, finished_at = NULL,
-		invocation_id = $8, lease_until = $9, output = NULL, status = NULL, audit_id = NULL
+		invocation_id = $8, lease_until = $9, output = NULL, status = NULL, audit_id = NULL,
+		spent_buckets = NULL, spent_amounts = NULL, spent_lapses = NULL
 	WHERE tenant = $1 AND user_id = $2 AND command = $3 AND key = $4
 		AND invocation_id = $5 AND digest = $10 AND expires_at > $6
 		AND (state = 'finished' OR (lease_until IS NOT NULL AND lease_until <= $6))
-	RETURNING true`
+	RETURNING true AS won)
+	SELECT u.won, executor.limit_refund($1, o.spent_buckets, o.spent_amounts, o.spent_lapses) IS NULL
+	FROM u, o`
 
 	// sqlSettle replaces the saved response of the record of invocation $6. $5 now, $7-$9
 	// the response.
@@ -150,56 +161,37 @@ const (
 	ON CONFLICT (tenant) DO UPDATE SET seq = EXCLUDED.seq, delivered_at = EXCLUDED.delivered_at
 	WHERE c.seq < EXCLUDED.seq`
 
-	// sqlDropEmptyBuckets deletes the rows of buckets ($1 tenants, $2 buckets) whose total is 0,
-	// under the buckets' advisory locks: a bucket keeps a row only while it holds a spend.
-	sqlDropEmptyBuckets = `DELETE FROM executor.limit_bucket b USING unnest($1::text[], $2::text[]) AS k(tenant, bucket)
-	WHERE b.tenant = k.tenant AND b.bucket = k.bucket AND b.used = 0`
+	// sqlPurgeSpends drops the entries lapsed at $1 (the purger's clock; a skew between it and
+	// the database's, which times the spends, moves the purge by as much) of up to $2 buckets,
+	// under each bucket's lock, by limit_purge (migration 0007); it returns how many.
+	sqlPurgeSpends = `SELECT executor.limit_purge($1, $2)`
 
-	// sqlPurgeSpendBuckets lists up to $2 buckets holding spends lapsed at $1 (the purger's
-	// clock; a skew between it and the database's, which times the spends, moves the purge by
-	// as much): Purge locks them.
-	sqlPurgeSpendBuckets = `SELECT DISTINCT tenant, bucket FROM executor.limit_spend WHERE lapses_at <= $1 LIMIT $2`
-
-	// sqlPurgeSpends deletes the spends of buckets ($2 tenants, $3 buckets) lapsed at $1 and
-	// takes them off the buckets' totals, under the buckets' advisory locks; it returns how
-	// many it deleted.
-	sqlPurgeSpends = `WITH d AS (DELETE FROM executor.limit_spend s USING unnest($2::text[], $3::text[]) AS k(tenant, bucket)
-			WHERE s.tenant = k.tenant AND s.bucket = k.bucket AND s.lapses_at <= $1
-			RETURNING s.tenant, s.bucket, s.amount),
-		g AS (SELECT tenant, bucket, sum(amount) AS amount, count(*) AS n FROM d GROUP BY tenant, bucket),
-		u AS (UPDATE executor.limit_bucket b SET used = b.used - g.amount FROM g WHERE b.tenant = g.tenant AND b.bucket = g.bucket)
-	SELECT coalesce(sum(n), 0)::bigint FROM g`
-
-	// sqlSpendLock serialises the buckets of a Spend: it takes the transaction-scoped advisory
-	// locks $1, sorted and distinct (see spendLockKey), in array order, so that Spends of
-	// several buckets never wait on each other in a cycle. Sent in one implicit transaction
-	// with sqlSpend, which takes its snapshot once the locks are held.
-	sqlSpendLock = `SELECT pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS l(k)`
+	// sqlSpendLock serialises the buckets of a Spend: limit_lock (migration 0007) takes the
+	// transaction-scoped advisory locks of tenant $1's buckets $2 in key order, so that
+	// Spends of several buckets never wait on each other in a cycle. Sent in one implicit
+	// transaction with sqlSpend, which takes its snapshot (and its clock) once they are held.
+	sqlSpendLock = `SELECT executor.limit_lock($1, $2::text[])`
 
 	// sqlSpend decides and records a Spend, under sqlSpendLock, by limit_spend_apply
-	// (migration 0006): $1 tenant, $2 holder, $3-$6 the items' buckets, amounts, maxes and
-	// windows in microseconds, $7 force, $8 dry run. It returns, in item order, the sum of the
-	// other holders' live spends, whether the item fits, the database's clock, and the live
-	// spends' amounts and lapses of an item that does not fit and could.
-	sqlSpend = `SELECT o_used, o_fits, o_now, o_amounts, o_lapses
-	FROM executor.limit_spend_apply($1, $2, $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7, $8)`
+	// (migration 0007) at the database's clock: $1 tenant, $2-$5 the items' buckets, amounts,
+	// maxes and windows in microseconds, $6 force, $7 dry run, $8-$10 the key's user, command
+	// and key (NULL without one). It returns, in item order, what the bucket held, whether
+	// the item fits, the clock, the instant a recorded amount lapses, and the live entries of
+	// an item that does not fit and could.
+	sqlSpend = `SELECT o_used, o_fits, o_now, o_lapse, o_amounts, o_lapses
+	FROM executor.limit_spend_apply($1, clock_timestamp(), $2::text[], $3::bigint[], $4::bigint[], $5::bigint[],
+		$6, $7, $8, $9, $10)`
 
 	// sqlReserveSpend is ReserveSpending in one statement, by limit_reserve_spend (migration
-	// 0006): $1 the buckets' lock keys, $2-$10 the claim as sqlReserve takes it (tenant, user,
-	// command, key, digest, now, expiry, invocation, lease end), $11 holder, $12-$15 the items,
-	// $16 force.
-	sqlReserveSpend = `SELECT o_won, o_used, o_fits, o_now, o_amounts, o_lapses
-	FROM executor.limit_reserve_spend($1::bigint[], $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-		$12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $16)`
+	// 0007): $1-$9 the claim as sqlReserve takes it (tenant, user, command, key, digest, now,
+	// expiry, invocation, lease end), $10-$13 the items, $14 force.
+	sqlReserveSpend = `SELECT o_won, o_used, o_fits, o_now, o_lapse, o_amounts, o_lapses
+	FROM executor.limit_reserve_spend($1, $2, $3, $4, $5, $6, $7, $8, $9,
+		$10::text[], $11::bigint[], $12::bigint[], $13::bigint[], $14)`
 
-	// sqlRefundBuckets lists the buckets holder $2 spent in, in tenant $1: Refund locks them.
-	sqlRefundBuckets = `SELECT DISTINCT bucket FROM executor.limit_spend WHERE tenant = $1 AND holder = $2`
-
-	// sqlRefund gives back everything holder $2 spent in tenant $1, and takes it off its
-	// buckets' totals, under the buckets' advisory locks.
-	sqlRefund = `WITH d AS (DELETE FROM executor.limit_spend WHERE tenant = $1 AND holder = $2 RETURNING bucket, amount),
-		g AS (SELECT bucket, sum(amount) AS amount FROM d GROUP BY bucket)
-	UPDATE executor.limit_bucket b SET used = b.used - g.amount FROM g WHERE b.tenant = $1 AND b.bucket = g.bucket`
+	// sqlRefund gives back a receipt in tenant $1 ($2 buckets, $3 amounts, $4 lapse instants
+	// in microseconds) by limit_refund (migration 0007).
+	sqlRefund = `SELECT executor.limit_refund($1, $2::text[], $3::bigint[], $4::bigint[])`
 
 	// sqlPurgeEvents deletes events committed at or before $1 that were delivered, or, with
 	// $2, whether delivered or not.
