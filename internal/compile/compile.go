@@ -24,6 +24,7 @@ import (
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/condition"
+	"github.com/mandate-dev/mandate/internal/facts"
 	"github.com/mandate-dev/mandate/internal/limit"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/schema"
@@ -279,7 +280,7 @@ func (c *compiler) method(md protoreflect.MethodDescriptor) error {
 	}
 	if f := decl.GetSubjectField(); f != "" && !topLevelScalar(md.Input(), f) {
 		c.refuse("MANDATE1009", md, code, "`subject_field` %q is not a top-level scalar field of %s", f, md.Input().FullName())
-	} else if f != "" && schema.IsSensitive(md.Input().Fields().ByName(protoreflect.Name(f))) {
+	} else if f != "" && facts.IsSensitive(md.Input().Fields().ByName(protoreflect.Name(f))) {
 		c.refuse("MANDATE1016", md, code, "`subject_field` %q is marked sensitive, but the subject is written in clear to every audit row (the audit redacts sensitive arguments, not the subject); name a non-sensitive identifier of the subject, such as a ticket or customer id, or drop subject_field", f)
 	}
 	if sod := decl.GetSeparationOfDuties(); sod != nil {
@@ -342,7 +343,7 @@ func (c *compiler) method(md protoreflect.MethodDescriptor) error {
 		Conditions:           conditions,
 		Limits:               limits,
 		RPC:                  rpcOf(md),
-		SensitiveFields:      nonNil(schema.SensitivePaths(md.Input())),
+		SensitiveFields:      nonNil(facts.SensitivePaths(md.Input())),
 		InputSchema:          inJSON,
 		OutputSchema:         outJSON,
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	genmanifest "github.com/mandate-dev/mandate/gen/manifest"
+	"github.com/mandate-dev/mandate/internal/facts"
 )
 
 // ErrInvalid marks every Load failure.
@@ -58,7 +59,8 @@ func LoadFiles(manifestPath, descriptorsPath string) (*Set, error) {
 
 // Load parses manifest bytes and descriptor set bytes and checks that they
 // belong together: digests match, and every command's RPC exists in the
-// descriptors with the declared input and output types.
+// descriptors with the declared input and output types. It compiles each
+// command's facts (Command.Facts) once, here.
 func Load(manifestJSON, descriptorSet []byte) (*Set, error) {
 	fail := func(format string, args ...any) (*Set, error) {
 		return nil, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
@@ -101,6 +103,7 @@ func Load(manifestJSON, descriptorSet []byte) (*Set, error) {
 
 		declarations: map[string]string{},
 	}
+	compiler := facts.NewCompiler()
 	for _, c := range m.Commands {
 		if c == nil || c.Code == "" {
 			return fail("command without a code")
@@ -115,6 +118,7 @@ func Load(manifestJSON, descriptorSet []byte) (*Set, error) {
 		s.byCode[c.Code] = c
 		s.byMethod[c.RPC.FullMethod] = c
 		s.methods[c.Code] = md
+		c.facts = compiler.Command(md, c.Deadline, c.InputSchema)
 		if s.declarations[c.Code], err = declarationDigest(c); err != nil {
 			return fail("%s: %v", c.Code, err)
 		}

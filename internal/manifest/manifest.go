@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/mandate-dev/mandate/internal/facts"
 )
 
 // Format names the manifest layout this package reads and writes.
@@ -73,7 +75,17 @@ type Command struct {
 	SensitiveFields []string        `json:"sensitive_fields"`
 	InputSchema     json.RawMessage `json:"input_schema"`
 	OutputSchema    json.RawMessage `json:"output_schema"`
+
+	// facts are what the command's descriptors declare, compiled when the
+	// manifest loaded (Facts).
+	facts *facts.Command
 }
+
+// Facts returns what the command's descriptors declare, compiled once when
+// its manifest loaded (Load): per field its kind and sensitivity, the
+// sensitive pointers, the deadline as a duration. Nil for a command
+// declared outside a Set (a test's fixture), which has no descriptors.
+func (c *Command) Facts() *facts.Command { return c.facts }
 
 // Approver kinds (Approver.Kind), as the manifest spells them.
 const (

@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/big"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -19,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 
-	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/facts"
 )
 
 // Dialect is the JSON Schema dialect of every schema this package builds.
@@ -267,7 +266,7 @@ func (b *builder) field(fd protoreflect.FieldDescriptor) (Schema, bool, error) {
 	if d := comment(fd); d != "" {
 		s["description"] = d
 	}
-	if IsSensitive(fd) {
+	if facts.IsSensitive(fd) {
 		s["writeOnly"] = true
 		s["x-mandate-sensitive"] = true
 	}
@@ -906,16 +905,6 @@ func comment(d protoreflect.Descriptor) string {
 	return strings.TrimSpace(strings.Join(strings.Fields(strings.ReplaceAll(loc.LeadingComments, "\n", " \n ")), " "))
 }
 
-// IsSensitive reports whether fd is declared `(mandate.v1.field).sensitive`.
-func IsSensitive(fd protoreflect.FieldDescriptor) bool {
-	opts := fd.Options()
-	if opts == nil || !proto.HasExtension(opts, mandatev1.E_Field) {
-		return false
-	}
-	fo, _ := proto.GetExtension(opts, mandatev1.E_Field).(*mandatev1.FieldOptions)
-	return fo.GetSensitive()
-}
-
 func fieldBehaviorRequired(fd protoreflect.FieldDescriptor) bool {
 	opts := fd.Options()
 	if opts == nil || !proto.HasExtension(opts, annotations.E_FieldBehavior) {
@@ -928,39 +917,4 @@ func fieldBehaviorRequired(fd protoreflect.FieldDescriptor) bool {
 		}
 	}
 	return false
-}
-
-// SensitivePaths lists the JSON pointers (proto names, `*` for any element
-// or key) of every sensitive field reachable from md.
-func SensitivePaths(md protoreflect.MessageDescriptor) []string {
-	var out []string
-	var walk func(md protoreflect.MessageDescriptor, prefix string, seen map[protoreflect.FullName]bool)
-	walk = func(md protoreflect.MessageDescriptor, prefix string, seen map[protoreflect.FullName]bool) {
-		if seen[md.FullName()] || isWKT(md.FullName()) {
-			return
-		}
-		seen[md.FullName()] = true
-		defer delete(seen, md.FullName())
-		fields := md.Fields()
-		for i := range fields.Len() {
-			fd := fields.Get(i)
-			p := prefix + "/" + string(fd.Name())
-			if IsSensitive(fd) {
-				out = append(out, p)
-				continue
-			}
-			if fd.IsList() || fd.IsMap() {
-				p += "/*"
-			}
-			if fd.IsMap() {
-				fd = fd.MapValue()
-			}
-			if fd.Message() != nil {
-				walk(fd.Message(), p, seen)
-			}
-		}
-	}
-	walk(md, "", map[protoreflect.FullName]bool{})
-	sort.Strings(out)
-	return out
 }

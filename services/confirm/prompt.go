@@ -117,7 +117,7 @@ func RenderPrompt(cmd *manifest.Command, in PromptInput) (Prompt, error) {
 	if cmd == nil {
 		return Prompt{}, Invalid("command", "is required")
 	}
-	v, set, err := parseArguments(in.ArgumentsJSON, in.WithheldFields, cmd.SensitiveFields)
+	v, set, err := parseArguments(in.ArgumentsJSON, in.WithheldFields, sensitiveOf(cmd))
 	if err != nil {
 		return Prompt{}, err
 	}
@@ -288,6 +288,17 @@ func joinAnd(items []string) string {
 		return items[0]
 	}
 	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
+}
+
+// sensitiveOf are the pointers of cmd's sensitive input fields: compiled
+// from its descriptors when its manifest loaded (the executor withholds by
+// the same facts), or as declared for a command declared outside a
+// manifest.
+func sensitiveOf(cmd *manifest.Command) []string {
+	if f := cmd.Facts(); f != nil {
+		return f.InputSensitive
+	}
+	return cmd.SensitiveFields
 }
 
 // parseArguments parses the arguments and withholds the values at the

@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/mandate-dev/mandate/internal/facts"
 	"github.com/mandate-dev/mandate/internal/manifest"
 )
 
@@ -119,17 +120,18 @@ const (
 )
 
 // PromptFields renders arguments (a JSON object, as in Prompt.ArgumentsJSON)
-// field by field by cmd's input schema. Values at the withheld pointers and
-// at the declaration's sensitive fields are withheld. A nil cmd, or one
-// without an input schema, renders without a declaration: every string is
-// then treated as the caller's free text, and only an object of exactly
-// currency_code and amount_minor reads as money. It is a pure function;
-// arguments that do not parse come back as one field, shown as sent and
-// marked.
+// field by field by what cmd's descriptors declare (cmd.Facts, compiled
+// when its manifest loaded). Values at the withheld pointers and at the
+// declaration's sensitive fields are withheld. A nil cmd, or one without
+// facts (declared outside a manifest), renders without a declaration:
+// every string is then treated as the caller's free text, and only an
+// object of exactly currency_code and amount_minor reads as money. It is a
+// pure function; arguments that do not parse come back as one field, shown
+// as sent and marked.
 func PromptFields(cmd *manifest.Command, argumentsJSON string, withheld []string) []PromptField {
 	var sensitive []string
 	if cmd != nil {
-		sensitive = cmd.SensitiveFields
+		sensitive = sensitiveOf(cmd)
 	}
 	v, set, err := parseArguments(argumentsJSON, withheld, sensitive)
 	if err != nil {
@@ -143,17 +145,12 @@ func PromptFields(cmd *manifest.Command, argumentsJSON string, withheld []string
 // fieldsOf renders the parsed (and withheld) arguments.
 func fieldsOf(cmd *manifest.Command, v any, withheld map[string]bool) []PromptField {
 	r := &fieldRenderer{withheld: withheld}
-	if cmd != nil && len(cmd.InputSchema) > 0 {
-		var root map[string]any
-		if json.Unmarshal(cmd.InputSchema, &root) == nil {
-			r.root = root
-		}
+	var root *slot
+	if cmd != nil && cmd.Facts() != nil {
+		r.declared = true
+		root = &slot{root: cmd.Facts().Input}
 	}
-	var s map[string]any
-	if r.root != nil {
-		s = r.root
-	}
-	r.walk(v, s, r.root != nil, "", nil, 0)
+	r.walk(v, root, r.declared, "", nil, 0)
 	if r.more > 0 {
 		r.out = append(r.out, PromptField{Label: "More arguments", Kind: KindText,
 			Value:   fmt.Sprintf("%d more values are not listed", r.more),
@@ -163,33 +160,117 @@ func fieldsOf(cmd *manifest.Command, v any, withheld map[string]bool) []PromptFi
 }
 
 type fieldRenderer struct {
-	root     map[string]any
+	// declared says whether the command has a declaration at all.
+	declared bool
 	withheld map[string]bool
 	out      []PromptField
 	more     int
 }
 
-// walk renders node at pointer at. s is its schema (nil: none); declared
+// slot is what the declaration says of one place in the arguments: the
+// request message itself (root), a field's value, or one element (list
+// item, map value) of a field.
+type slot struct {
+	root  *facts.MessageFacts
+	field *facts.Field
+	elem  bool
+}
+
+// container reports whether the slot holds a field's list or map, not one
+// of its values.
+func (s *slot) container() bool {
+	return s.field != nil && !s.elem && (s.field.List || s.field.Map)
+}
+
+// kind is the kind of the value at the slot; "" for a list or map.
+func (s *slot) kind() facts.Kind {
+	switch {
+	case s.root != nil:
+		return facts.Message
+	case s.container():
+		return ""
+	}
+	return s.field.Kind
+}
+
+// message is the declared message of the value at the slot, nil if none.
+func (s *slot) message() *facts.MessageFacts {
+	switch {
+	case s.root != nil:
+		return s.root
+	case s.container():
+		return nil
+	}
+	return s.field.Message
+}
+
+// description is what the declaration says of the value at the slot.
+func (s *slot) description() string {
+	switch {
+	case s.root != nil:
+		return ""
+	case s.elem:
+		return s.field.ElementDescription
+	}
+	return s.field.Description
+}
+
+// sensitive reports a field declared sensitive: its value is withheld
+// whole.
+func (s *slot) sensitive() bool {
+	return s.field != nil && !s.elem && s.field.Sensitive
+}
+
+// expects is the JSON type the slot expects, "" where a number is
+// acceptable.
+func (s *slot) expects() string {
+	if s.container() {
+		if s.field.List {
+			return "array"
+		}
+		return "object"
+	}
+	switch s.kind() {
+	case facts.Text, facts.Identifier, facts.Enum, facts.Timestamp:
+		return "string"
+	case facts.Boolean:
+		return "boolean"
+	case facts.Message, facts.Money:
+		return "object"
+	case facts.Null:
+		return "null"
+	}
+	return ""
+}
+
+// walk renders node at pointer at. s is its slot (nil: none); declared
 // says whether a declaration covers it at all (false below a key the
-// declaration does not know, or without a declaration).
-func (r *fieldRenderer) walk(node any, s map[string]any, declared bool, at string, labels []string, depth int) {
-	s = r.resolve(s, 0)
+// declaration does not know, inside JSON it leaves open, or without a
+// declaration).
+func (r *fieldRenderer) walk(node any, s *slot, declared bool, at string, labels []string, depth int) {
 	label := strings.Join(labels, " › ")
 	if label == "" {
 		label = "Arguments"
 	}
 	f := PromptField{Pointer: at, Label: label}
-	if d, ok := facet(r, s, "description").(string); ok && len(labels) > 0 {
-		f.Description, _ = Neutralise(strings.Join(strings.Fields(d), " "))
+	if s != nil && len(labels) > 0 {
+		if d := s.description(); d != "" {
+			f.Description, _ = Neutralise(d)
+		}
 	}
 	if declared && s == nil && at != "" {
 		f.Problem = "not declared by the command"
 		declared = false
 	}
-	if r.withheld[at] || sensitiveSchema(r, s) {
+	if r.withheld[at] || (s != nil && s.sensitive()) {
 		f.Kind, f.Value = KindWithheld, WithheldValue
 		r.add(f)
 		return
+	}
+	if s != nil && s.kind() == facts.JSON {
+		// JSON the declaration leaves open (Struct, Value, Any): its
+		// contents are the caller's.
+		declared = false
 	}
 	if depth > maxFieldDepth {
 		f.Kind, f.Value = KindText, "…"
@@ -199,7 +280,7 @@ func (r *fieldRenderer) walk(node any, s map[string]any, declared bool, at strin
 	}
 	switch n := node.(type) {
 	case map[string]any:
-		if isMoney(r, s, declared, n) {
+		if isMoney(s, declared, n) {
 			r.add(money(f, n))
 			return
 		}
@@ -216,11 +297,8 @@ func (r *fieldRenderer) walk(node any, s map[string]any, declared bool, at strin
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			child, label := r.property(s, k)
+			child, label := r.property(s, declared, k)
 			childLabels := append(slices.Clip(labels), label)
-			if !declared {
-				child = nil
-			}
 			r.walk(n[k], child, declared, at+"/"+escapePointer(k), childLabels, depth+1)
 		}
 	case []any:
@@ -229,21 +307,23 @@ func (r *fieldRenderer) walk(node any, s map[string]any, declared bool, at strin
 			r.add(f)
 			return
 		}
-		var items map[string]any
-		if declared {
-			items, _ = facet(r, s, "items").(map[string]any)
+		var items *slot
+		if declared && s != nil && s.container() && s.field.List {
+			items = &slot{field: s.field, elem: true}
 		}
 		for i, child := range n {
 			childLabels := append(slices.Clip(labels), "#"+strconv.Itoa(i+1))
 			r.walk(child, items, declared && items != nil, at+"/"+strconv.Itoa(i), childLabels, depth+1)
 		}
 	case string:
-		r.add(r.stringField(f, s, declared, n))
+		r.add(stringField(f, s, declared, n))
 	case json.Number:
 		f.Kind = KindNumber
 		f.Value, f.Neutralised = Neutralise(n.String())
-		if declared && !hasType(r, s, "number", "integer") && len(types(r, s)) > 0 {
-			f.Problem = "a number where the declaration expects " + strings.Join(types(r, s), " or ")
+		if declared && s != nil {
+			if want := s.expects(); want != "" {
+				f.Problem = "a number where the declaration expects " + want
+			}
 		}
 		r.add(f)
 	case bool:
@@ -266,61 +346,55 @@ func (r *fieldRenderer) add(f PromptField) {
 	r.out = append(r.out, f)
 }
 
-// property returns the schema of key k of an object with schema s and its
-// label: the declared title or the name made readable, or, for a map
-// entry, the quoted key.
-func (r *fieldRenderer) property(s map[string]any, k string) (map[string]any, string) {
-	if props, ok := facet(r, s, "properties").(map[string]any); ok {
-		if p, ok := props[k].(map[string]any); ok {
-			p = r.resolve(p, 0)
-			if t, ok := p["title"].(string); ok && t != "" {
-				t, _ = Neutralise(t)
-				return p, t
-			}
-			return p, readableName(k)
-		}
-	}
-	if r.root == nil {
+// property returns the slot of key k of an object at slot s and its label:
+// a declared field's name made readable or, for a map entry or a key the
+// declaration does not know, the quoted key.
+func (r *fieldRenderer) property(s *slot, declared bool, k string) (*slot, string) {
+	if !r.declared {
 		// Without a declaration the names are the request's own (which the
 		// executor checked against the schema).
 		return nil, readableName(k)
 	}
 	key, _ := Neutralise(k)
-	if ap, ok := facet(r, s, "additionalProperties").(map[string]any); ok {
-		return ap, "“" + key + "”"
+	if !declared || s == nil {
+		return nil, "“" + key + "”"
+	}
+	if f := s.message().Field(k); f != nil {
+		return &slot{field: f}, readableName(k)
+	}
+	if s.container() && s.field.Map {
+		return &slot{field: s.field, elem: true}, "“" + key + "”"
 	}
 	return nil, "“" + key + "”"
 }
 
-// stringField reads a string by its schema.
-func (r *fieldRenderer) stringField(f PromptField, s map[string]any, declared bool, v string) PromptField {
+// stringField reads a string by its slot.
+func stringField(f PromptField, s *slot, declared bool, v string) PromptField {
 	text, marked := Neutralise(v)
 	f.Value, f.Neutralised = text, marked
-	if !declared {
+	if !declared || s == nil {
 		f.Kind = KindText
 		return f
 	}
-	if names := enumNames(r, s); names != nil {
+	switch s.kind() {
+	case facts.Enum:
 		f.Kind = KindEnum
-		if !slices.Contains(names, v) {
+		value, ok := s.field.Value(v)
+		if !ok {
 			f.Problem = "not one of the declared values"
 			return f
 		}
+		names := make([]string, len(s.field.Values))
+		for i, d := range s.field.Values {
+			names[i] = d.Name
+		}
 		f.Value, f.Raw = readableEnum(v, names), v
-		// An enum's declared description has a line per value,
-		// "NAME: what it means"; the approver reads the chosen one.
-		if d, ok := facet(r, s, "description").(string); ok {
-			for line := range strings.SplitSeq(d, "\n") {
-				if meaning, ok := strings.CutPrefix(line, v+": "); ok {
-					f.Description, _ = Neutralise(strings.TrimSpace(meaning))
-				}
-			}
+		if value.Description != "" {
+			// The approver reads what the chosen value means.
+			f.Description, _ = Neutralise(value.Description)
 		}
 		return f
-	}
-	format, _ := facet(r, s, "format").(string)
-	switch {
-	case format == "date-time":
+	case facts.Timestamp:
 		f.Kind = KindTimestamp
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil || marked {
@@ -329,32 +403,27 @@ func (r *fieldRenderer) stringField(f PromptField, s map[string]any, declared bo
 		}
 		f.Value, f.Raw = t.UTC().Format("Mon 2 January 2006, 15:04:05.999999999 UTC"), v
 		return f
-	case hasType(r, s, "integer", "number"):
+	case facts.Number:
 		f.Kind = KindNumber
 		if !numberRE.MatchString(v) {
 			f.Problem = "not a number; shown as sent"
 		}
 		return f
+	}
+	switch {
 	case marked || strings.ContainsFunc(v, unicode.IsSpace) || len(v) > 256:
 		// Whatever the declaration says, a value with spaces or hidden
 		// characters is read as the caller's words.
 		f.Kind = KindText
-		return f
-	case constrainedFormat[format] || anchoredPattern(r, s) || facet(r, s, "contentEncoding") != nil:
+	case s.kind() == facts.Identifier:
 		f.Kind = KindIdentifier
-		return f
+	default:
+		f.Kind = KindText
 	}
-	f.Kind = KindText
 	return f
 }
 
 var numberRE = regexp.MustCompile(`^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?$`)
-
-// constrainedFormat are the string formats whose values are identifiers,
-// not prose.
-var constrainedFormat = map[string]bool{
-	"uuid": true, "hostname": true, "ipv4": true, "ipv6": true, "uri": true, "uri-reference": true, "email": true,
-}
 
 // money reads a {currency_code, amount_minor} object.
 func money(f PromptField, n map[string]any) PromptField {
@@ -388,13 +457,12 @@ var (
 	minorRE    = regexp.MustCompile(`^-?[0-9]{1,40}$`)
 )
 
-// isMoney reports whether an object reads as money: its declaration has
-// exactly the properties currency_code and amount_minor or, without a
-// declaration, the value has exactly those keys.
-func isMoney(r *fieldRenderer, s map[string]any, declared bool, n map[string]any) bool {
+// isMoney reports whether an object reads as money: the declaration says
+// it is (facts.Money) and it has no key but currency_code and
+// amount_minor or, without a declaration, it has exactly those keys.
+func isMoney(s *slot, declared bool, n map[string]any) bool {
 	if declared {
-		props, _ := facet(r, s, "properties").(map[string]any)
-		if len(props) != 2 || props["currency_code"] == nil || props["amount_minor"] == nil {
+		if s == nil || s.kind() != facts.Money {
 			return false
 		}
 		for k := range n {
@@ -496,153 +564,6 @@ func readableEnum(v string, names []string) string {
 	r, n := utf8.DecodeRuneInString(text)
 	text, _ = Neutralise(string(unicode.ToUpper(r)) + text[n:])
 	return text
-}
-
-// resolve follows $ref within the root schema.
-func (r *fieldRenderer) resolve(s map[string]any, depth int) map[string]any {
-	ref, ok := s["$ref"].(string)
-	if !ok || depth > 8 || r.root == nil {
-		return s
-	}
-	if ref == "#" {
-		return r.root
-	}
-	name, ok := strings.CutPrefix(ref, "#/$defs/")
-	if !ok {
-		return s
-	}
-	defs, _ := r.root["$defs"].(map[string]any)
-	def, _ := defs[name].(map[string]any)
-	if def == nil {
-		return s
-	}
-	return r.resolve(def, depth+1)
-}
-
-// facet returns keyword key of s, looking into its allOf, anyOf and oneOf
-// branches when s itself does not have it.
-func facet(r *fieldRenderer, s map[string]any, key string) any {
-	return facetAt(r, s, key, 0)
-}
-
-func facetAt(r *fieldRenderer, s map[string]any, key string, depth int) any {
-	if s == nil || depth > 8 {
-		return nil
-	}
-	s = r.resolve(s, 0)
-	if v, ok := s[key]; ok {
-		return v
-	}
-	for _, comb := range []string{"allOf", "anyOf", "oneOf"} {
-		branches, _ := s[comb].([]any)
-		for _, b := range branches {
-			if bs, ok := b.(map[string]any); ok {
-				if v := facetAt(r, bs, key, depth+1); v != nil {
-					return v
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// types collects the declared JSON types of s and its branches.
-func types(r *fieldRenderer, s map[string]any) []string {
-	var out []string
-	var visit func(s map[string]any, depth int)
-	visit = func(s map[string]any, depth int) {
-		if s == nil || depth > 8 {
-			return
-		}
-		s = r.resolve(s, 0)
-		switch t := s["type"].(type) {
-		case string:
-			out = append(out, t)
-		case []any:
-			for _, e := range t {
-				if e, ok := e.(string); ok {
-					out = append(out, e)
-				}
-			}
-		}
-		for _, comb := range []string{"allOf", "anyOf", "oneOf"} {
-			branches, _ := s[comb].([]any)
-			for _, b := range branches {
-				if bs, ok := b.(map[string]any); ok {
-					visit(bs, depth+1)
-				}
-			}
-		}
-	}
-	visit(s, 0)
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-func hasType(r *fieldRenderer, s map[string]any, want ...string) bool {
-	for _, t := range types(r, s) {
-		if slices.Contains(want, t) {
-			return true
-		}
-	}
-	return false
-}
-
-// enumNames returns the declared string values of s (enum or const), nil
-// when it declares none.
-func enumNames(r *fieldRenderer, s map[string]any) []string {
-	var names []string
-	switch e := facet(r, s, "enum").(type) {
-	case []any:
-		for _, v := range e {
-			if v, ok := v.(string); ok {
-				names = append(names, v)
-			}
-		}
-	}
-	if c, ok := facet(r, s, "const").(string); ok && names == nil {
-		names = []string{c}
-	}
-	return names
-}
-
-// anchoredPattern reports whether s's pattern pins the whole value to a
-// shape: anchored at both ends, with no wildcard ("."), negated class
-// ("[^…]") or negated or Unicode-category escape (\S, \W, \D, \p, \P)
-// that would let prose through.
-func anchoredPattern(r *fieldRenderer, s map[string]any) bool {
-	p, _ := facet(r, s, "pattern").(string)
-	if !strings.HasPrefix(p, "^") || !strings.HasSuffix(p, "$") {
-		return false
-	}
-	inClass := false
-	for i := 0; i < len(p); i++ {
-		switch c := p[i]; {
-		case c == '\\' && i+1 < len(p):
-			i++
-			if strings.IndexByte("SWDpP", p[i]) >= 0 {
-				return false
-			}
-		case c == '[' && !inClass:
-			inClass = true
-			if i+1 < len(p) && p[i+1] == '^' {
-				return false
-			}
-		case c == ']' && inClass:
-			inClass = false
-		case c == '.' && !inClass:
-			return false
-		}
-	}
-	return true
-}
-
-func sensitiveSchema(r *fieldRenderer, s map[string]any) bool {
-	if s == nil {
-		return false
-	}
-	s = r.resolve(s, 0)
-	return s["x-mandate-sensitive"] == true
 }
 
 // Neutralise makes text safe to show to a human: every character that

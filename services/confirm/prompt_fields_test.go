@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mandate-dev/mandate/internal/compile/compiletest"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/services/confirm"
 )
@@ -156,33 +157,16 @@ func TestPromptFieldsHostileRefund(t *testing.T) {
 	}
 }
 
-// kitchenSink declares a field of every kind the renderer reads.
-var kitchenSink = &manifest.Command{
-	Code: "test.sink", DisplayName: "Everything", Risk: "L3", SensitiveFields: []string{"/secret"},
-	InputSchema: json.RawMessage(`{
-	  "type": "object", "additionalProperties": false,
-	  "properties": {
-	    "status": {"type": "string", "enum": ["TICKET_STATUS_OPEN", "TICKET_STATUS_CLOSED"],
-	      "description": "TICKET_STATUS_OPEN: Waiting for support.\nTICKET_STATUS_CLOSED: Done."},
-	    "due": {"type": "string", "format": "date-time", "description": "When it is due."},
-	    "ticket_id": {"type": "string", "pattern": "^T-[0-9]{4,10}$"},
-	    "email": {"type": "string", "pattern": "^[a-z]+@[a-z.]+$"},
-	    "request_uuid": {"type": "string", "format": "uuid"},
-	    "note": {"type": "string", "maxLength": 500, "title": "Note to the customer"},
-	    "loose": {"type": "string", "pattern": "^.*$"},
-	    "negated": {"type": "string", "pattern": "^[^<>]{1,200}$"},
-	    "nonspace": {"type": "string", "pattern": "^\\S+$"},
-	    "escaped_dot": {"type": "string", "pattern": "^v[0-9]+\\.[0-9]+$"},
-	    "count": {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": "^[0-9]+$"}]},
-	    "urgent": {"type": "boolean"},
-	    "secret": {"type": "string"},
-	    "pin": {"type": "string", "x-mandate-sensitive": true, "writeOnly": true},
-	    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-	    "parent": {"$ref": "#/$defs/test.Node"},
-	    "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}}
-	  },
-	  "$defs": {"test.Node": {"type": "object", "properties": {"name": {"type": "string"}, "child": {"$ref": "#/$defs/test.Node"}}}}
-	}`),
+// kitchenSink is the declaration of testdata/kitchensink.proto's
+// test.sink, compiled and loaded as a deployment loads its build: a field
+// of every kind the prompt reads.
+func kitchenSink(t *testing.T) *manifest.Command {
+	t.Helper()
+	cmd, ok := compiletest.Set(t, "testdata", "kitchensink.proto").ByCode("test.sink")
+	if !ok {
+		t.Fatal("no test.sink in testdata/kitchensink.proto")
+	}
+	return cmd
 }
 
 func TestPromptFieldsByDeclaration(t *testing.T) {
@@ -190,7 +174,7 @@ func TestPromptFieldsByDeclaration(t *testing.T) {
 	  "email":"ann@example.com","request_uuid":"0f8fad5b-d9cb-469f-a165-70867728950e","note":"Sorry\nfor the wait",
 	  "loose":"abc","negated":"abc","nonspace":"abc","escaped_dot":"v1.2","count":"42","urgent":true,"secret":"s3cr3t","pin":"1234","labels":{"pro\u202eject":"atlas"},
 	  "parent":{"name":"root","child":{"name":"leaf"}},"tags":["a","b"],"extra":"x","nothing":null,"empty":[]}`
-	p, err := confirm.RenderPrompt(kitchenSink, confirm.PromptInput{ArgumentsJSON: args, RequesterUser: "alice"})
+	p, err := confirm.RenderPrompt(kitchenSink(t), confirm.PromptInput{ArgumentsJSON: args, RequesterUser: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +188,7 @@ func TestPromptFieldsByDeclaration(t *testing.T) {
 		{"/ticket_id", "Ticket ID", confirm.KindIdentifier, "T-1001", "", "", ""},
 		{"/email", "Email", confirm.KindIdentifier, "ann@example.com", "", "", ""},
 		{"/request_uuid", "Request UUID", confirm.KindIdentifier, "0f8fad5b-d9cb-469f-a165-70867728950e", "", "", ""},
-		{"/note", "Note to the customer", confirm.KindText, "Sorry⟦U+000A⟧for the wait", "", "", ""},
+		{"/note", "Note", confirm.KindText, "Sorry⟦U+000A⟧for the wait", "", "", ""},
 		{"/loose", "Loose", confirm.KindText, "abc", "", "", ""},
 		{"/negated", "Negated", confirm.KindText, "abc", "", "", ""},
 		{"/nonspace", "Nonspace", confirm.KindText, "abc", "", "", ""},
@@ -249,9 +233,10 @@ func TestPromptFieldsValueAgainstDeclaration(t *testing.T) {
 		{"number where a boolean is declared", `{"urgent":1}`, "/urgent", confirm.KindNumber, "1", "expects boolean"},
 		{"string count that is no number", `{"count":"4x"}`, "/count", confirm.KindNumber, "4x", "not a number"},
 	}
+	sink := kitchenSink(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := field(t, confirm.PromptFields(kitchenSink, tc.args, nil), tc.pointer)
+			f := field(t, confirm.PromptFields(sink, tc.args, nil), tc.pointer)
 			if f.Kind != tc.kind || f.Value != tc.value || (tc.bad == "") != (f.Problem == "") || !strings.Contains(f.Problem, tc.bad) {
 				t.Fatalf("got %+v", f)
 			}
@@ -287,9 +272,10 @@ func TestPromptFieldsWithoutDeclaration(t *testing.T) {
 
 func TestPromptFieldsDeterministic(t *testing.T) {
 	args := `{"labels":{"b":"2","a":"1","c":"3"},"tags":["x","y"],"status":"TICKET_STATUS_OPEN"}`
-	first, _ := json.Marshal(confirm.PromptFields(kitchenSink, args, nil))
+	sink := kitchenSink(t)
+	first, _ := json.Marshal(confirm.PromptFields(sink, args, nil))
 	for range 20 {
-		again, _ := json.Marshal(confirm.PromptFields(kitchenSink, args, nil))
+		again, _ := json.Marshal(confirm.PromptFields(sink, args, nil))
 		if string(again) != string(first) {
 			t.Fatalf("rendering differs:\n%s\n%s", first, again)
 		}

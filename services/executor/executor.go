@@ -487,22 +487,42 @@ func (e *Executor) deadline(cmd *manifest.Command) time.Duration {
 type commandFacts struct {
 	// deadline is how long a dispatch may take.
 	deadline time.Duration
+	// inputSensitive are the JSON paths of the request's sensitive fields,
+	// withheld from the audit and the approver's prompt (which reads the
+	// same facts).
+	inputSensitive []string
 	// outputSensitive are the JSON paths of the result's sensitive fields,
 	// withheld from its domain event.
 	outputSensitive []string
 }
 
-// compileFacts compiles each command's facts from the manifest.
+// compileFacts takes each command's facts from what its manifest compiled
+// when it loaded (manifest.Command.Facts), with def for a command that
+// declares no deadline.
 func compileFacts(set *manifest.Set, def time.Duration) map[string]commandFacts {
 	out := make(map[string]commandFacts)
 	for _, c := range set.Commands() {
-		f := commandFacts{deadline: declaredDeadline(c, def)}
-		if md, ok := set.Method(c.Code); ok {
-			f.outputSensitive = schema.SensitivePaths(md.Output())
+		f := commandFacts{deadline: declaredDeadline(c, def), inputSensitive: c.SensitiveFields}
+		if cf := c.Facts(); cf != nil {
+			if cf.Deadline > 0 {
+				f.deadline = cf.Deadline
+			}
+			f.inputSensitive, f.outputSensitive = cf.InputSensitive, cf.OutputSensitive
 		}
 		out[c.Code] = f
 	}
 	return out
+}
+
+// redactArguments returns a call's input with cmd's sensitive values
+// withheld, and the pointers withheld: the facts the approver's prompt
+// withholds by too (confirm.RenderPrompt).
+func (e *Executor) redactArguments(cmd *manifest.Command, input []byte) ([]byte, []string) {
+	sensitive := cmd.SensitiveFields
+	if f, ok := e.facts[cmd.Code]; ok {
+		sensitive = f.inputSensitive
+	}
+	return schema.Redact(input, sensitive)
 }
 
 // declaredDeadline is cmd's declared deadline, or def when it declares
@@ -603,7 +623,7 @@ func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) e
 			// No TTL: the confirm service's default applies.
 			open := &mandatev1.OpenRequest{
 				Command: inv.cmd.Code, InvocationDigest: d, InvocationId: inv.id,
-				ArgumentsJson: inv.args, WithheldFields: withheldOf(inv), Conditions: askedIDs(inv),
+				ArgumentsJson: inv.args, WithheldFields: e.withheldOf(inv), Conditions: askedIDs(inv),
 			}
 			if inv.preview != nil {
 				open.Effects, open.PreviewDigest = inv.preview.effects, inv.preview.digest
@@ -1010,9 +1030,9 @@ func subjectOf(msg *dynamicpb.Message, field string) string {
 
 // withheldOf are the call's sensitive argument paths that held a value:
 // found by schema_validate as it redacted the arguments.
-func withheldOf(inv *invocation) []string {
+func (e *Executor) withheldOf(inv *invocation) []string {
 	if inv.args == "" {
-		_, withheld := schema.Redact(inv.call.Input, inv.cmd.SensitiveFields)
+		_, withheld := e.redactArguments(inv.cmd, inv.call.Input)
 		return withheld
 	}
 	return inv.withheld

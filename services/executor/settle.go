@@ -12,6 +12,7 @@ import (
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/contract"
+	"github.com/mandate-dev/mandate/internal/facts"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/schema"
 )
@@ -73,7 +74,7 @@ func (e *Executor) settle(ctx context.Context, s settlement) error {
 		if r.output != nil {
 			sensitive := e.facts[r.cmd.Code].outputSensitive
 			if _, known := e.facts[r.cmd.Code]; !known {
-				sensitive = schema.SensitivePaths(r.method.Output())
+				sensitive = facts.SensitivePaths(r.method.Output())
 			}
 			result, _ = schema.Redact(r.output, sensitive)
 		}

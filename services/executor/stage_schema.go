@@ -41,7 +41,7 @@ func (e *Executor) schemaValidate(ctx context.Context, inv *invocation) (*Result
 		return nil, e.fault(ctx, inv, StageSchema, failure.CodeInternalError, err)
 	}
 	inv.argDigest = digest(inv.cmd.Code, inv.canon)
-	redacted, withheld := schema.Redact(inv.call.Input, inv.cmd.SensitiveFields)
+	redacted, withheld := e.redactArguments(inv.cmd, inv.call.Input)
 	inv.args, inv.withheld = string(redacted), withheld
 	inv.subject = subjectOf(msg, inv.cmd.SubjectField)
 	return nil, nil
