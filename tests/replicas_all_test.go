@@ -857,7 +857,7 @@ func TestReplicasBudgetRaceOverTwoExecutors(t *testing.T) {
 		}
 	}
 	spent := func() int {
-		return rt.count(`SELECT coalesce(sum(amount), 0)::int FROM executor.limit_spend WHERE tenant = 'acme' AND bucket LIKE 'ticket.refund/agent-daily-refunds/agent:finance-bot/%'`)
+		return rt.count(`SELECT coalesce(sum(a), 0)::int FROM executor.limit_bucket b, unnest(b.amounts) AS a WHERE b.tenant = 'acme' AND b.bucket LIKE 'ticket.refund/agent-daily-refunds/agent:finance-bot/%'`)
 	}
 	if len(ran) != 50 || len(escalated) != n-50 {
 		t.Fatalf("%d refunds ran and %d were escalated; want 50 and %d", len(ran), len(escalated), n-50)
