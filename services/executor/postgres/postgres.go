@@ -158,6 +158,16 @@ func (s *Store) ReserveSpending(ctx context.Context, key executor.IdemKey, r exe
 	err := s.retry(ctx, func() error {
 		now := s.now()
 		expires := now.Add(ttl).Truncate(time.Microsecond)
+		if len(sp.Items) == 1 {
+			it := sp.Items[0]
+			rows, err := s.pool.Query(ctx, sqlSpendOne, key.Tenant, it.Bucket, it.Amount, it.Max, micros(it.Window), sp.Force, false,
+				true, key.User, key.Command, key.Key, r.Digest, now, expires, r.InvocationID, leaseEnd(now, r.Lease))
+			if err != nil {
+				return err
+			}
+			won, out, err = collectReserveSpend(rows, sp.Items)
+			return err
+		}
 		rows, err := s.pool.Query(ctx, sqlReserveSpend, key.Tenant, key.User, key.Command, key.Key, r.Digest,
 			now, expires, r.InvocationID, leaseEnd(now, r.Lease), buckets, amounts, maxes, windows, sp.Force)
 		if err != nil {
@@ -652,6 +662,22 @@ func (s *Store) Spend(ctx context.Context, sp executor.Spending) ([]executor.Bal
 		user, command, key = &k.User, &k.Command, &k.Key
 	}
 	var out []executor.Balance
+	if len(sp.Items) == 1 {
+		it := sp.Items[0]
+		err := s.retry(ctx, func() error {
+			rows, err := s.pool.Query(ctx, sqlSpendOne, sp.Tenant, it.Bucket, it.Amount, it.Max, micros(it.Window), sp.Force, sp.DryRun,
+				false, user, command, key, nil, nil, nil, nil, nil)
+			if err != nil {
+				return err
+			}
+			out, err = collectBalances(rows, sp.Items, true)
+			return err
+		})
+		if err != nil {
+			return nil, mapErr(ctx, op, err)
+		}
+		return out, nil
+	}
 	err := s.retry(ctx, func() (err error) {
 		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
 		b.Queue(sqlSpendLock, sp.Tenant, buckets)

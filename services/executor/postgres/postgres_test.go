@@ -456,7 +456,9 @@ func TestSpendIsOneRoundTrip(t *testing.T) {
 		}
 		return bs[0], writes.Load() - before
 	}
+	// Warm both paths: one item (limit_spend_one) and several (the batch).
 	spend(executor.Spending{Tenant: "acme", Items: []executor.SpendItem{item("z", 1)}})
+	spend(executor.Spending{Tenant: "acme", Items: []executor.SpendItem{item("z", 1), item("y", 1)}})
 	tests := []struct {
 		name string
 		sp   executor.Spending
@@ -567,6 +569,16 @@ func TestReserveSpending(t *testing.T) {
 	}
 	if got := used("b"); got != 60 {
 		t.Fatalf("a replay spent: %d", got)
+	}
+
+	// Two limits (the general path): both recorded, both on the receipt.
+	two := executor.Spending{Tenant: "acme", Items: []executor.SpendItem{
+		{Bucket: "c", Amount: 2, Max: 10, Window: time.Hour}, {Bucket: "d", Amount: 3, Max: 10, Window: time.Hour}}}
+	if _, bal, err := st.ReserveSpending(ctx, key("k3"), claim("inv-6"), two); err != nil || len(bal) != 2 || !bal[0].Fits || !bal[1].Fits || bal[1].Lapses.IsZero() {
+		t.Fatalf("two limits = (%+v, %v), want both fitting and recorded", bal, err)
+	}
+	if got, r := used("c")+used("d"), receipt("k3"); got != 5 || !slices.Equal(r, []int64{2, 3}) {
+		t.Fatalf("two limits: the buckets hold %d, the receipt %v; want 5 and [2 3]", got, r)
 	}
 
 	const n = 64

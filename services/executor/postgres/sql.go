@@ -189,6 +189,14 @@ const (
 	FROM executor.limit_reserve_spend($1, $2, $3, $4, $5, $6, $7, $8, $9,
 		$10::text[], $11::bigint[], $12::bigint[], $13::bigint[], $14)`
 
+	// sqlSpendOne is Spend ($8 false) or ReserveSpending ($8 true) of one item, by
+	// limit_spend_one (migration 0007) in one statement: $1 tenant, $2-$5 the item's bucket,
+	// amount, max and window in microseconds, $6 force, $7 dry run, $9-$11 the key's user,
+	// command and key (NULL without one), $12-$16 the claim's digest, now, expiry, invocation
+	// and lease end. Its row is collectBalances' with o_won first.
+	sqlSpendOne = `SELECT o_won, o_used, o_fits, o_now, o_lapse, o_amounts, o_lapses
+	FROM executor.limit_spend_one($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
+
 	// sqlRefund gives back a receipt in tenant $1 ($2 buckets, $3 amounts, $4 lapse instants
 	// in microseconds) by limit_refund (migration 0007).
 	sqlRefund = `SELECT executor.limit_refund($1, $2::text[], $3::bigint[], $4::bigint[])`

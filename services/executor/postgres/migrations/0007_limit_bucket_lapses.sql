@@ -252,6 +252,136 @@ BEGIN
 END
 $fn$;
 
+-- limit_spend_one is Spend and ReserveSpending of a single item (every call of a command with
+-- one limit, the usual case) in one function and as few statements as it takes: the bucket's
+-- lock, one read of its row, the key's claim (p_claim, with the receipt in the claimed row) or
+-- the receipt appended to the key's record (p_user without p_claim), and one write of the
+-- bucket's row. limit_spend_apply decides the same way; this one only saves the work of the
+-- general case (nested calls, result sets, a second read). It returns o_won false and nothing
+-- else when p_claim did not claim the key; otherwise what limit_spend_apply returns for its item,
+-- with the bucket's live entries before the call for RetryAfter.
+CREATE FUNCTION limit_spend_one(
+	p_tenant text, p_bucket text, p_amount bigint, p_max bigint, p_window bigint, p_force boolean, p_dry boolean,
+	p_claim boolean, p_user text, p_command text, p_key text, p_digest text,
+	p_now timestamptz, p_expires timestamptz, p_invocation text, p_lease timestamptz,
+	OUT o_won boolean, OUT o_used bigint, OUT o_fits boolean, OUT o_now timestamptz, OUT o_lapse bigint,
+	OUT o_amounts bigint[], OUT o_lapses bigint[])
+LANGUAGE plpgsql AS $fn$
+DECLARE
+	t      timestamptz;
+	tu     bigint;
+	bl     bigint[];
+	ba     bigint[];
+	nl     bigint[] := '{}';
+	na     bigint[] := '{}';
+	u      numeric := 0;
+	live   int := 0;
+	rec    boolean;
+	lapse  bigint;
+	added  boolean;
+BEGIN
+	PERFORM pg_advisory_xact_lock(hashtextextended(length(p_tenant) || ':' || p_tenant || p_bucket, 7350010));
+	t := clock_timestamp();
+	tu := executor.limit_micros(t);
+	SELECT b.lapses, b.amounts INTO bl, ba FROM executor.limit_bucket b WHERE b.tenant = p_tenant AND b.bucket = p_bucket;
+	FOR j IN 1 .. coalesce(cardinality(bl), 0) LOOP
+		IF bl[j] > tu THEN
+			u := u + ba[j];
+			live := live + 1;
+		END IF;
+	END LOOP;
+	o_now := t;
+	o_used := least(u, 9223372036854775807)::bigint;
+	o_fits := u + p_amount <= p_max;
+	rec := NOT p_dry AND p_amount > 0 AND (o_fits OR p_force);
+	IF rec THEN
+		lapse := executor.limit_lapse(tu, p_window);
+	END IF;
+	IF p_claim THEN
+		INSERT INTO executor.idempotency AS i
+			(tenant, user_id, command, key, digest, state, reserved_at, expires_at, invocation_id, lease_until,
+			 spent_buckets, spent_amounts, spent_lapses)
+		VALUES (p_tenant, p_user, p_command, p_key, p_digest, 'in_flight', p_now, p_expires, p_invocation, p_lease,
+			CASE WHEN rec THEN ARRAY[p_bucket] END, CASE WHEN rec THEN ARRAY[p_amount] END, CASE WHEN rec THEN ARRAY[lapse] END)
+		ON CONFLICT (tenant, user_id, command, key) DO UPDATE SET
+			digest = EXCLUDED.digest, state = 'in_flight',
+			reserved_at = EXCLUDED.reserved_at, expires_at = EXCLUDED.expires_at,
+			finished_at = NULL, invocation_id = EXCLUDED.invocation_id, lease_until = EXCLUDED.lease_until,
+			output = NULL, status = NULL, audit_id = NULL,
+			spent_buckets = EXCLUDED.spent_buckets, spent_amounts = EXCLUDED.spent_amounts, spent_lapses = EXCLUDED.spent_lapses
+		WHERE i.expires_at <= EXCLUDED.reserved_at
+		RETURNING true INTO o_won;
+		IF NOT coalesce(o_won, false) THEN
+			o_won := false;
+			o_used := NULL;
+			o_fits := NULL;
+			o_now := NULL;
+			RETURN;
+		END IF;
+	ELSE
+		o_won := true;
+		IF rec AND p_user IS NOT NULL THEN
+			UPDATE executor.idempotency i SET
+				spent_buckets = coalesce(i.spent_buckets, '{}') || p_bucket,
+				spent_amounts = coalesce(i.spent_amounts, '{}') || p_amount,
+				spent_lapses = coalesce(i.spent_lapses, '{}') || lapse
+			WHERE i.tenant = p_tenant AND i.user_id = p_user AND i.command = p_command AND i.key = p_key;
+		END IF;
+	END IF;
+	IF NOT o_fits AND p_amount <= p_max THEN
+		o_amounts := '{}';
+		o_lapses := '{}';
+		FOR j IN 1 .. coalesce(cardinality(bl), 0) LOOP
+			IF bl[j] > tu THEN
+				o_lapses := o_lapses || bl[j];
+				o_amounts := o_amounts || ba[j];
+			END IF;
+		END LOOP;
+	END IF;
+	IF rec THEN
+		o_lapse := lapse;
+		added := false;
+		FOR j IN 1 .. coalesce(cardinality(bl), 0) LOOP
+			CONTINUE WHEN bl[j] <= tu;
+			IF NOT added AND bl[j] >= lapse THEN
+				added := true;
+				IF bl[j] = lapse THEN
+					nl := nl || bl[j];
+					na := na || least(ba[j]::numeric + p_amount, 9223372036854775807)::bigint;
+					CONTINUE;
+				END IF;
+				nl := nl || lapse;
+				na := na || p_amount;
+			END IF;
+			nl := nl || bl[j];
+			na := na || ba[j];
+		END LOOP;
+		IF NOT added THEN
+			nl := nl || lapse;
+			na := na || p_amount;
+		END IF;
+		IF bl IS NULL THEN
+			INSERT INTO executor.limit_bucket (tenant, bucket, lapses, amounts) VALUES (p_tenant, p_bucket, nl, na);
+		ELSE
+			UPDATE executor.limit_bucket b SET lapses = nl, amounts = na WHERE b.tenant = p_tenant AND b.bucket = p_bucket;
+		END IF;
+	ELSIF NOT p_dry AND bl IS NOT NULL AND live < cardinality(bl) THEN
+		-- Nothing recorded, but lapsed entries met: dropped, as a write would.
+		IF live = 0 THEN
+			DELETE FROM executor.limit_bucket b WHERE b.tenant = p_tenant AND b.bucket = p_bucket;
+		ELSE
+			FOR j IN 1 .. cardinality(bl) LOOP
+				IF bl[j] > tu THEN
+					nl := nl || bl[j];
+					na := na || ba[j];
+				END IF;
+			END LOOP;
+			UPDATE executor.limit_bucket b SET lapses = nl, amounts = na WHERE b.tenant = p_tenant AND b.bucket = p_bucket;
+		END IF;
+	END IF;
+END
+$fn$;
+
 -- limit_refund gives back a receipt in p_tenant (Store.Refund, Reclaim): under the buckets'
 -- locks, each amount comes off its bucket's entry for its instant, never below zero, when that
 -- entry still counts at the database's clock; the buckets' lapsed entries are dropped with it.
