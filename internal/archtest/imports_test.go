@@ -112,16 +112,61 @@ func TestOnlyTheCompositionRootImportsServices(t *testing.T) {
 	}
 }
 
-// pkg is a package as go list reports it: its path and its non-test imports.
+// runtimePackages are the packages that serve calls, by pattern: the
+// executor and the MCP bridge, the gRPC/HTTP server scaffolding, and the
+// runtime codec itself.
+var runtimePackages = []string{
+	module + "/services/executor/...",
+	module + "/services/mcpbridge/...",
+	module + "/internal/server/...",
+	module + "/internal/schema",
+}
+
+// buildTimeOnly are the packages that run when a manifest is built, never
+// when a call is served.
+var buildTimeOnly = []string{
+	module + "/internal/schema/jsonschema",
+}
+
+// TestRuntimeLinksNoJSONSchemaProjection: the JSON Schema projection of a
+// message (internal/schema/jsonschema) is written into the tool
+// descriptors at build time; what serves calls validates inputs with the
+// runtime codec (internal/schema), which the projection imports and never
+// the reverse. No non-test file of a runtime package depends on it,
+// directly or through another package.
+func TestRuntimeLinksNoJSONSchemaProjection(t *testing.T) {
+	pkgs := listPackages(t, runtimePackages...)
+	for _, pattern := range runtimePackages {
+		root := strings.TrimSuffix(pattern, "/...")
+		if !slices.ContainsFunc(pkgs, func(p pkg) bool { return p.ImportPath == root || strings.HasPrefix(p.ImportPath, root+"/") }) {
+			t.Errorf("go list found no package for %s", pattern)
+		}
+	}
+	for _, p := range pkgs {
+		for _, dep := range p.Deps {
+			if slices.Contains(buildTimeOnly, dep) {
+				how := "depends on"
+				if slices.Contains(p.Imports, dep) {
+					how = "imports"
+				}
+				t.Errorf("%s %s %s: the JSON Schema projection runs at build time; runtime code decodes with internal/schema", p.ImportPath, how, dep)
+			}
+		}
+	}
+}
+
+// pkg is a package as go list reports it: its path, its non-test imports
+// and their transitive closure.
 type pkg struct {
 	ImportPath string
 	Imports    []string
+	Deps       []string
 }
 
-// listPackages runs go list on pattern.
-func listPackages(t *testing.T, pattern string) []pkg {
+// listPackages runs go list on patterns.
+func listPackages(t *testing.T, patterns ...string) []pkg {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-json=ImportPath,Imports", pattern).Output()
+	out, err := exec.Command("go", append([]string{"list", "-json=ImportPath,Imports,Deps"}, patterns...)...).Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {

@@ -28,6 +28,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/limit"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/schema"
+	"github.com/mandate-dev/mandate/internal/schema/jsonschema"
 )
 
 // Finding is one declaration a rule found: refused, or warned about.
@@ -303,11 +304,11 @@ func (c *compiler) method(md protoreflect.MethodDescriptor) error {
 	conditions := c.conditions(md, code, decl)
 	limits := c.limits(md, code, decl, conditions)
 
-	in, err := schema.Build(md.Input(), schema.Input)
+	in, err := jsonschema.Build(md.Input(), jsonschema.Input)
 	if err != nil {
 		return fmt.Errorf("compile: %s input schema: %w", md.FullName(), err)
 	}
-	out, err := schema.Build(md.Output(), schema.Output)
+	out, err := jsonschema.Build(md.Output(), jsonschema.Output)
 	if err != nil {
 		return fmt.Errorf("compile: %s output schema: %w", md.FullName(), err)
 	}

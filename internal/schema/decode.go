@@ -229,7 +229,7 @@ func (c *checker) message(v any, md protoreflect.MessageDescriptor, ptr string, 
 	if !c.deeper(ptr, depth) {
 		return
 	}
-	if isWKT(md.FullName()) {
+	if IsWKT(md.FullName()) {
 		c.wkt(v, md, ptr, depth)
 		return
 	}
@@ -266,7 +266,7 @@ func (c *checker) message(v any, md protoreflect.MessageDescriptor, ptr string, 
 	}
 	for i := range fields.Len() {
 		fd := fields.Get(i)
-		if _, ok := obj[string(fd.Name())]; !ok && fieldBehaviorRequired(fd) {
+		if _, ok := obj[string(fd.Name())]; !ok && FieldBehaviorRequired(fd) {
 			c.add(ptr+"/"+string(fd.Name()), "required", "value is required")
 		}
 	}
@@ -483,8 +483,8 @@ func floatRules(fd protoreflect.FieldDescriptor) *validate.FieldRules {
 // protovalidate, seeing only the rounded value, would accept. The schema
 // compares the number as written, and so does the decoder.
 func roundsOntoBound(n json.Number, k protoreflect.Kind, r *validate.FieldRules) bool {
-	nr := numericRules(r)
-	if nr.msg == nil {
+	nr := ReadNumericRules(r)
+	if !nr.Declared() {
 		return false
 	}
 	bits := 64
@@ -495,9 +495,9 @@ func roundsOntoBound(n json.Number, k protoreflect.Kind, r *validate.FieldRules)
 	if err != nil {
 		return false
 	}
-	lo, hi := nr.bounds()
-	return (lo.set && !lo.exclusive && f == lo.val.Float() && cmpExact(n, lo.val.Float()) < 0) ||
-		(hi.set && !hi.exclusive && f == hi.val.Float() && cmpExact(n, hi.val.Float()) > 0)
+	lo, hi := nr.Bounds()
+	return (lo.Set && !lo.Exclusive && f == lo.Val.Float() && cmpExact(n, lo.Val.Float()) < 0) ||
+		(hi.Set && !hi.Exclusive && f == hi.Val.Float() && cmpExact(n, hi.Val.Float()) > 0)
 }
 
 // cmpExact compares number n, exactly, with b, which n rounds to.
@@ -536,7 +536,7 @@ func integral(n json.Number, k protoreflect.Kind) bool {
 	if !ok || !r.IsInt() {
 		return false
 	}
-	lo, hi := kindLimits(k)
+	lo, hi := KindLimits(k)
 	return r.Num().Cmp(lo) >= 0 && r.Num().Cmp(hi) <= 0
 }
 
@@ -545,17 +545,17 @@ func intInRange(s string, k protoreflect.Kind) bool {
 	if !ok {
 		return false
 	}
-	lo, hi := kindLimits(k)
+	lo, hi := KindLimits(k)
 	return v.Cmp(lo) >= 0 && v.Cmp(hi) <= 0
 }
 
 var (
-	timestampRe = regexp.MustCompile(timestampPattern)
-	durationRe  = regexp.MustCompile(durationPattern)
-	base64Re    = regexp.MustCompile(base64Pattern)
+	timestampRe = regexp.MustCompile(TimestampPattern)
+	durationRe  = regexp.MustCompile(DurationPattern)
+	base64Re    = regexp.MustCompile(Base64Pattern)
 
 	// Matched timestamps are refused.
-	timestampOutOfRangeRe = regexp.MustCompile(timestampOutOfRangePattern)
+	timestampOutOfRangeRe = regexp.MustCompile(TimestampOutOfRangePattern)
 )
 
 func validTimestamp(s string) bool {

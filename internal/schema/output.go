@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -132,12 +131,6 @@ func planFor(md protoreflect.MessageDescriptor) *outputPlan {
 
 const timestampName protoreflect.FullName = "google.protobuf.Timestamp"
 
-// wellKnown reports whether name is declared in google.protobuf, whose
-// types protojson writes in forms of their own.
-func wellKnown(name protoreflect.FullName) bool {
-	return strings.HasPrefix(string(name), "google.protobuf.")
-}
-
 // encodesFast reports whether MarshalOutput can encode md and every message
 // type it can contain without protojson. seen breaks recursive types.
 func encodesFast(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
@@ -151,7 +144,7 @@ func encodesFast(md protoreflect.MessageDescriptor, seen map[protoreflect.FullNa
 	// Well-known types have their own JSON forms; required fields need
 	// protojson's check; extensions (and message sets, which have them)
 	// are not visited by a walk over declared fields.
-	if wellKnown(md.FullName()) || CanLackRequired(md) {
+	if IsWKT(md.FullName()) || CanLackRequired(md) {
 		return false
 	}
 	fields := md.Fields()
@@ -163,7 +156,7 @@ func encodesFast(md protoreflect.MessageDescriptor, seen map[protoreflect.FullNa
 		if fd.IsMap() {
 			fd = fd.MapValue()
 		}
-		if ed := fd.Enum(); ed != nil && wellKnown(ed.FullName()) {
+		if ed := fd.Enum(); ed != nil && IsWKT(ed.FullName()) {
 			return false // NullValue is written as null
 		}
 		if m := fd.Message(); m != nil && !encodesFast(m, seen) {

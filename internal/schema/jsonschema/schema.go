@@ -1,4 +1,4 @@
-package schema
+package jsonschema
 
 import (
 	"encoding/json"
@@ -12,13 +12,12 @@ import (
 
 	"buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	"buf.build/go/protovalidate"
-	"google.golang.org/genproto/googleapis/api/annotations"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/mandate-dev/mandate/internal/facts"
+	"github.com/mandate-dev/mandate/internal/schema"
 )
 
 // Dialect is the JSON Schema dialect of every schema this package builds.
@@ -40,28 +39,12 @@ const (
 // keys, so a Schema encodes deterministically.
 type Schema = map[string]any
 
-// Canonical spellings the decoder accepts, shared with the schema so both
-// agree.
+// Formats protovalidate checks that the projection spells as patterns.
 const (
-	// Seconds stop at 59: protojson (time.Parse) refuses leap seconds, which
-	// the date-time format allows. The offset is RFC 3339's (hours 00-23,
-	// minutes 00-59), which time.Parse does not enforce.
-	timestampPattern = `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$`
-	durationPattern  = `^-?[0-9]{1,12}(\.[0-9]{1,9})?s$`
-	base64Pattern    = `^[A-Za-z0-9+/_-]*={0,2}$`
 	// The WHATWG "valid e-mail address" grammar, which protovalidate's
 	// string.email follows.
 	emailPattern = "^[a-zA-Z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(?:\\.[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$"
 	uuidPattern  = `^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`
-)
-
-// Timestamps refused although they match timestampPattern: year 0000, and
-// a non-zero offset that can move the instant out of protojson's range
-// (0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z), i.e. a positive
-// one on 0001-01-01 or a negative one on 9999-12-31.
-const (
-	timestampOutOfRangePattern = `^(?:0000-|0001-01-01T[0-9:.]+\+` + nonZeroOffset + `|9999-12-31T[0-9:.]+-` + nonZeroOffset + `)`
-	nonZeroOffset              = `(?:(?:0[1-9]|[1-9][0-9]):[0-9]{2}|00:(?:0[1-9]|[1-9][0-9]))$`
 )
 
 var nonFinite = []any{"NaN", "Infinity", "-Infinity"}
@@ -69,7 +52,7 @@ var nonFinite = []any{"NaN", "Infinity", "-Infinity"}
 // Build returns the JSON Schema of message md: an object at the root,
 // non-recursive messages inlined, recursive ones under $defs.
 func Build(md protoreflect.MessageDescriptor, mode Mode) (Schema, error) {
-	if isWKT(md.FullName()) && md.FullName() != "google.protobuf.Empty" && md.FullName() != "google.protobuf.Struct" {
+	if schema.IsWKT(md.FullName()) && md.FullName() != "google.protobuf.Empty" && md.FullName() != "google.protobuf.Struct" {
 		return nil, fmt.Errorf("schema: %s cannot be a root object", md.FullName())
 	}
 	b := &builder{
@@ -80,7 +63,7 @@ func Build(md protoreflect.MessageDescriptor, mode Mode) (Schema, error) {
 		zeroFails: map[protoreflect.FullName]map[protoreflect.FieldNumber]bool{},
 	}
 	if mode == Input {
-		v, err := Validator()
+		v, err := schema.Validator()
 		if err != nil {
 			return nil, fmt.Errorf("schema: %w", err)
 		}
@@ -113,7 +96,7 @@ func (b *builder) findRecursion(md protoreflect.MessageDescriptor, stack map[pro
 		b.recursive[md.FullName()] = true
 		return
 	}
-	if isWKT(md.FullName()) {
+	if schema.IsWKT(md.FullName()) {
 		return
 	}
 	stack[md.FullName()] = true
@@ -259,7 +242,7 @@ func (b *builder) field(fd protoreflect.FieldDescriptor) (Schema, bool, error) {
 			// The zero value skips every rule, so it is always accepted.
 			s = Schema{"anyOf": []any{Schema{"const": zeroJSON(fd)}, s}}
 		}
-		if fieldBehaviorRequired(fd) {
+		if schema.FieldBehaviorRequired(fd) {
 			required = true
 		}
 	}
@@ -405,13 +388,13 @@ func (b *builder) singular(fd protoreflect.FieldDescriptor, r *validate.FieldRul
 		}
 		return s, nil
 	case protoreflect.BytesKind:
-		return Schema{"type": "string", "contentEncoding": "base64", "pattern": base64Pattern}, nil
+		return Schema{"type": "string", "contentEncoding": "base64", "pattern": schema.Base64Pattern}, nil
 	case protoreflect.EnumKind:
 		return b.enum(fd.Enum(), r.GetEnum()), nil
 	case protoreflect.MessageKind, protoreflect.GroupKind:
 		return b.messageRef(fd.Message(), r)
 	default:
-		return b.number(fd.Kind(), numericRules(r))
+		return b.number(fd.Kind(), schema.ReadNumericRules(r))
 	}
 }
 
@@ -456,13 +439,13 @@ func (b *builder) enum(ed protoreflect.EnumDescriptor, er *validate.EnumRules) S
 func (b *builder) wkt(md protoreflect.MessageDescriptor, r *validate.FieldRules) (Schema, bool) {
 	switch md.FullName() {
 	case "google.protobuf.Timestamp":
-		s := Schema{"type": "string", "format": "date-time", "pattern": timestampPattern}
+		s := Schema{"type": "string", "format": "date-time", "pattern": schema.TimestampPattern}
 		if b.mode == Input {
-			s["not"] = Schema{"pattern": timestampOutOfRangePattern}
+			s["not"] = Schema{"pattern": schema.TimestampOutOfRangePattern}
 		}
 		return s, true
 	case "google.protobuf.Duration":
-		return Schema{"type": "string", "pattern": durationPattern}, true
+		return Schema{"type": "string", "pattern": schema.DurationPattern}, true
 	case "google.protobuf.Struct":
 		return Schema{"type": "object"}, true
 	case "google.protobuf.Value":
@@ -491,10 +474,6 @@ func (b *builder) wkt(md protoreflect.MessageDescriptor, r *validate.FieldRules)
 		return s, true
 	}
 	return nil, false
-}
-
-func isWKT(n protoreflect.FullName) bool {
-	return strings.HasPrefix(string(n), "google.protobuf.")
 }
 
 func stringRules(s Schema, sr *validate.StringRules) {
@@ -577,77 +556,7 @@ func stringsAny(v []string) []any {
 	return out
 }
 
-// numRules is the kind-independent view of the buf.validate numeric rules
-// (int32, int64, …, double), read through reflection.
-type numRules struct {
-	msg protoreflect.Message
-}
-
-func numericRules(r *validate.FieldRules) numRules {
-	if r == nil {
-		return numRules{}
-	}
-	m := r.ProtoReflect()
-	od := m.Descriptor().Oneofs().ByName("type")
-	fd := m.WhichOneof(od)
-	if fd == nil || fd.Message() == nil {
-		return numRules{}
-	}
-	switch fd.Name() {
-	case "string", "bytes", "bool", "enum", "repeated", "map", "any", "duration", "timestamp", "field_mask":
-		return numRules{}
-	}
-	return numRules{msg: m.Get(fd).Message()}
-}
-
-func (n numRules) has(name protoreflect.Name) bool {
-	if n.msg == nil {
-		return false
-	}
-	fd := n.msg.Descriptor().Fields().ByName(name)
-	return fd != nil && n.msg.Has(fd)
-}
-
-func (n numRules) get(name protoreflect.Name) protoreflect.Value {
-	return n.msg.Get(n.msg.Descriptor().Fields().ByName(name))
-}
-
-func (n numRules) list(name protoreflect.Name) []protoreflect.Value {
-	if !n.has(name) {
-		return nil
-	}
-	l := n.get(name).List()
-	out := make([]protoreflect.Value, l.Len())
-	for i := range l.Len() {
-		out[i] = l.Get(i)
-	}
-	return out
-}
-
-// bound is one side of a numeric range.
-type bound struct {
-	val       protoreflect.Value
-	exclusive bool
-	set       bool
-}
-
-func (n numRules) bounds() (lo, hi bound) {
-	switch {
-	case n.has("gt"):
-		lo = bound{n.get("gt"), true, true}
-	case n.has("gte"):
-		lo = bound{n.get("gte"), false, true}
-	}
-	switch {
-	case n.has("lt"):
-		hi = bound{n.get("lt"), true, true}
-	case n.has("lte"):
-		hi = bound{n.get("lte"), false, true}
-	}
-	return lo, hi
-}
-
-func (b *builder) number(k protoreflect.Kind, n numRules) (Schema, error) {
+func (b *builder) number(k protoreflect.Kind, n schema.NumericRules) (Schema, error) {
 	switch k {
 	case protoreflect.FloatKind, protoreflect.DoubleKind:
 		return b.float(k, n), nil
@@ -657,7 +566,7 @@ func (b *builder) number(k protoreflect.Kind, n numRules) (Schema, error) {
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
 		protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
 		if b.mode == Output {
-			return integer(k, numRules{}), nil
+			return integer(k, schema.NumericRules{}), nil
 		}
 		return integer(k, n), nil
 	}
@@ -671,16 +580,16 @@ func (b *builder) number(k protoreflect.Kind, n numRules) (Schema, error) {
 // "minimum": -2⁶³ beside "exclusiveMinimum": 0 only misleads a reader);
 // const and in leave no side open. An inverted range is an anyOf of two
 // half-ranges, so the limits keep bounding its open ends.
-func integer(k protoreflect.Kind, n numRules) Schema {
+func integer(k protoreflect.Kind, n schema.NumericRules) Schema {
 	s := Schema{"type": "integer"}
-	kmin, kmax := kindLimits(k)
-	lo, hi := n.bounds()
-	inverted := lo.set && hi.set && numLess(hi.val, lo.val)
-	exact := n.has("const") || len(n.list("in")) > 0
-	if !exact && (!lo.set || inverted) {
+	kmin, kmax := schema.KindLimits(k)
+	lo, hi := n.Bounds()
+	inverted := lo.Set && hi.Set && numLess(hi.Val, lo.Val)
+	exact := n.Has("const") || len(n.List("in")) > 0
+	if !exact && (!lo.Set || inverted) {
 		s["minimum"] = json.Number(kmin.String())
 	}
-	if !exact && (!hi.set || inverted) {
+	if !exact && (!hi.Set || inverted) {
 		s["maximum"] = json.Number(kmax.String())
 	}
 	applyNumeric(s, n)
@@ -688,23 +597,23 @@ func integer(k protoreflect.Kind, n numRules) Schema {
 }
 
 // applyNumeric adds const/in/not_in and the range of n to a numeric schema.
-func applyNumeric(s Schema, n numRules) {
-	if n.msg == nil {
+func applyNumeric(s Schema, n schema.NumericRules) {
+	if !n.Declared() {
 		return
 	}
-	if n.has("const") {
-		s["const"] = numJSON(n.get("const"))
+	if n.Has("const") {
+		s["const"] = numJSON(n.Get("const"))
 	}
-	if in := n.list("in"); len(in) > 0 {
+	if in := n.List("in"); len(in) > 0 {
 		s["enum"] = numsJSON(in)
 	}
-	if notIn := n.list("not_in"); len(notIn) > 0 {
+	if notIn := n.List("not_in"); len(notIn) > 0 {
 		s["not"] = Schema{"enum": numsJSON(notIn)}
 	}
-	lo, hi := n.bounds()
-	if lo.set && hi.set && numLess(hi.val, lo.val) {
+	lo, hi := n.Bounds()
+	if lo.Set && hi.Set && numLess(hi.Val, lo.Val) {
 		// protovalidate reads an inverted range as "outside [hi, lo]".
-		s["anyOf"] = []any{rangeSchema(bound{}, hi), rangeSchema(lo, bound{})}
+		s["anyOf"] = []any{rangeSchema(schema.Bound{}, hi), rangeSchema(lo, schema.Bound{})}
 		return
 	}
 	for k, v := range rangeSchema(lo, hi) {
@@ -712,26 +621,26 @@ func applyNumeric(s Schema, n numRules) {
 	}
 }
 
-func rangeSchema(lo, hi bound) Schema {
+func rangeSchema(lo, hi schema.Bound) Schema {
 	s := Schema{}
-	if lo.set {
-		if lo.exclusive {
-			s["exclusiveMinimum"] = numJSON(lo.val)
+	if lo.Set {
+		if lo.Exclusive {
+			s["exclusiveMinimum"] = numJSON(lo.Val)
 		} else {
-			s["minimum"] = numJSON(lo.val)
+			s["minimum"] = numJSON(lo.Val)
 		}
 	}
-	if hi.set {
-		if hi.exclusive {
-			s["exclusiveMaximum"] = numJSON(hi.val)
+	if hi.Set {
+		if hi.Exclusive {
+			s["exclusiveMaximum"] = numJSON(hi.Val)
 		} else {
-			s["maximum"] = numJSON(hi.val)
+			s["maximum"] = numJSON(hi.Val)
 		}
 	}
 	return s
 }
 
-func (b *builder) float(k protoreflect.Kind, n numRules) Schema {
+func (b *builder) float(k protoreflect.Kind, n schema.NumericRules) Schema {
 	num := Schema{"type": "number"}
 	if k == protoreflect.FloatKind {
 		num["minimum"], num["maximum"] = -math.MaxFloat32, math.MaxFloat32
@@ -743,16 +652,16 @@ func (b *builder) float(k protoreflect.Kind, n numRules) Schema {
 	// Which non-finite spellings survive the rules: NaN fails every
 	// comparison, infinities fail the bound on their side.
 	var specials []any
-	if (!n.has("finite") || !n.get("finite").Bool()) && !n.has("const") && len(n.list("in")) == 0 {
-		lo, hi := n.bounds()
-		inverted := lo.set && hi.set && numLess(hi.val, lo.val)
-		if !lo.set && !hi.set {
+	if (!n.Has("finite") || !n.Get("finite").Bool()) && !n.Has("const") && len(n.List("in")) == 0 {
+		lo, hi := n.Bounds()
+		inverted := lo.Set && hi.Set && numLess(hi.Val, lo.Val)
+		if !lo.Set && !hi.Set {
 			specials = append(specials, "NaN")
 		}
-		if !hi.set || inverted {
+		if !hi.Set || inverted {
 			specials = append(specials, "Infinity")
 		}
-		if !lo.set || inverted {
+		if !lo.Set || inverted {
 			specials = append(specials, "-Infinity")
 		}
 	}
@@ -765,8 +674,8 @@ func (b *builder) float(k protoreflect.Kind, n numRules) Schema {
 // int64 accepts a 64-bit integer as a JSON integer or as its canonical
 // decimal string (the form protojson emits); the string's range is checked
 // with a pattern.
-func (b *builder) int64(k protoreflect.Kind, n numRules) Schema {
-	kmin, kmax := kindLimits(k)
+func (b *builder) int64(k protoreflect.Kind, n schema.NumericRules) Schema {
+	kmin, kmax := schema.KindLimits(k)
 	digits := 19
 	if kmin.Sign() == 0 {
 		digits = 20
@@ -776,26 +685,26 @@ func (b *builder) int64(k protoreflect.Kind, n numRules) Schema {
 	}
 	num := integer(k, n)
 	str := Schema{"type": "string"}
-	lo, hi := n.bounds()
+	lo, hi := n.Bounds()
 	loI, hiI := kmin, kmax
-	if lo.set {
+	if lo.Set {
 		loI = boundInt(lo, 1)
 	}
-	if hi.set {
+	if hi.Set {
 		hiI = boundInt(hi, -1)
 	}
-	if lo.set && hi.set && numLess(hi.val, lo.val) {
+	if lo.Set && hi.Set && numLess(hi.Val, lo.Val) {
 		str["pattern"] = "(?:" + intRangePattern(openIfLimit(kmin, kmin), hiI, digits) + ")|(?:" + intRangePattern(loI, openIfLimit(kmax, kmax), digits) + ")"
 	} else {
 		str["pattern"] = intRangePattern(openIfLimit(loI, kmin), openIfLimit(hiI, kmax), digits)
 	}
-	if n.has("const") {
-		str["const"] = n.get("const").String()
+	if n.Has("const") {
+		str["const"] = n.Get("const").String()
 	}
-	if in := n.list("in"); len(in) > 0 {
+	if in := n.List("in"); len(in) > 0 {
 		str["enum"] = numsString(in)
 	}
-	if notIn := n.list("not_in"); len(notIn) > 0 {
+	if notIn := n.List("not_in"); len(notIn) > 0 {
 		str["not"] = Schema{"enum": numsString(notIn)}
 	}
 	return Schema{"anyOf": []any{num, str}}
@@ -812,9 +721,9 @@ func openIfLimit(v, limit *big.Int) *big.Int {
 
 // boundInt turns a bound into an inclusive integer, stepping exclusive
 // bounds by step.
-func boundInt(b bound, step int64) *big.Int {
-	v := toBig(b.val)
-	if b.exclusive {
+func boundInt(b schema.Bound, step int64) *big.Int {
+	v := toBig(b.Val)
+	if b.Exclusive {
 		v.Add(v, big.NewInt(step))
 	}
 	return v
@@ -832,19 +741,6 @@ func toBig(v protoreflect.Value) *big.Int {
 		return new(big.Int).SetUint64(x)
 	}
 	return big.NewInt(0)
-}
-
-func kindLimits(k protoreflect.Kind) (*big.Int, *big.Int) {
-	switch k {
-	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-		return big.NewInt(math.MinInt32), big.NewInt(math.MaxInt32)
-	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
-		return big.NewInt(0), big.NewInt(math.MaxUint32)
-	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-		return big.NewInt(0), new(big.Int).SetUint64(math.MaxUint64)
-	default:
-		return big.NewInt(math.MinInt64), big.NewInt(math.MaxInt64)
-	}
 }
 
 func numLess(a, b protoreflect.Value) bool {
@@ -903,18 +799,4 @@ func zeroJSON(fd protoreflect.FieldDescriptor) any {
 func comment(d protoreflect.Descriptor) string {
 	loc := d.ParentFile().SourceLocations().ByDescriptor(d)
 	return strings.TrimSpace(strings.Join(strings.Fields(strings.ReplaceAll(loc.LeadingComments, "\n", " \n ")), " "))
-}
-
-func fieldBehaviorRequired(fd protoreflect.FieldDescriptor) bool {
-	opts := fd.Options()
-	if opts == nil || !proto.HasExtension(opts, annotations.E_FieldBehavior) {
-		return false
-	}
-	fbs, _ := proto.GetExtension(opts, annotations.E_FieldBehavior).([]annotations.FieldBehavior)
-	for _, fb := range fbs {
-		if fb == annotations.FieldBehavior_REQUIRED {
-			return true
-		}
-	}
-	return false
 }

@@ -1,4 +1,4 @@
-package schema_test
+package jsonschema_test
 
 import (
 	"bytes"
@@ -19,12 +19,13 @@ import (
 
 	"buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	"buf.build/go/protovalidate"
-	"github.com/santhosh-tekuri/jsonschema/v6"
+	jsonschemav6 "github.com/santhosh-tekuri/jsonschema/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	helpdeskv1 "github.com/mandate-dev/mandate/gen/examples/helpdesk/v1"
 	genmanifest "github.com/mandate-dev/mandate/gen/manifest"
 	"github.com/mandate-dev/mandate/internal/schema"
+	"github.com/mandate-dev/mandate/internal/schema/jsonschema"
 )
 
 // TestSchemaValidatorAgreement checks that the input JSON Schema of every
@@ -101,7 +102,7 @@ func TestSchemaValidatorAgreement(t *testing.T) {
 			}
 			seen[string(data)] = true
 
-			doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+			doc, err := jsonschemav6.UnmarshalJSON(bytes.NewReader(data))
 			if err != nil {
 				t.Fatalf("%s: %s: %v", name, data, err)
 			}
@@ -160,9 +161,9 @@ func sortedCounts(m map[string]int) string {
 
 // compileInputSchema builds md's input schema and compiles it with format
 // assertions on and the default (Go regexp) engine.
-func compileInputSchema(t *testing.T, md protoreflect.MessageDescriptor) *jsonschema.Schema {
+func compileInputSchema(t *testing.T, md protoreflect.MessageDescriptor) *jsonschemav6.Schema {
 	t.Helper()
-	s, err := schema.Build(md, schema.Input)
+	s, err := jsonschema.Build(md, jsonschema.Input)
 	if err != nil {
 		t.Fatalf("Build(%s): %v", md.FullName(), err)
 	}
@@ -170,11 +171,11 @@ func compileInputSchema(t *testing.T, md protoreflect.MessageDescriptor) *jsonsc
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	doc, err := jsonschemav6.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := jsonschema.NewCompiler()
+	c := jsonschemav6.NewCompiler()
 	c.AssertFormat()
 	url := "https://schemas.mandate.invalid/" + string(md.FullName()) + ".json"
 	if err := c.AddResource(url, doc); err != nil {

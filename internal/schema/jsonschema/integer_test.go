@@ -1,4 +1,4 @@
-package schema_test
+package jsonschema_test
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/mandate-dev/mandate/internal/compile/compiletest"
-	"github.com/mandate-dev/mandate/internal/schema"
+	"github.com/mandate-dev/mandate/internal/schema/jsonschema"
 )
 
 const integersProto = `syntax = "proto3";
@@ -76,28 +76,28 @@ func TestIntegerBounds(t *testing.T) {
 	)
 	cases := []struct {
 		field string
-		mode  schema.Mode
+		mode  jsonschema.Mode
 		want  map[string]any // the JSON-number branch, without "type"
 	}{
-		{"open", schema.Input, map[string]any{"minimum": min64, "maximum": max64}},
-		{"gt_lte", schema.Input, map[string]any{"exclusiveMinimum": "0", "maximum": "100000000"}},
-		{"gte", schema.Input, map[string]any{"minimum": "5", "maximum": max64}},
-		{"lt", schema.Input, map[string]any{"minimum": min64, "exclusiveMaximum": "10"}},
-		{"exact", schema.Input, map[string]any{"const": "7"}},
-		{"listed", schema.Input, map[string]any{"enum": []any{"1", "2"}}},
-		{"outside", schema.Input, map[string]any{"minimum": min64, "maximum": max64, "anyOf": []any{
+		{"open", jsonschema.Input, map[string]any{"minimum": min64, "maximum": max64}},
+		{"gt_lte", jsonschema.Input, map[string]any{"exclusiveMinimum": "0", "maximum": "100000000"}},
+		{"gte", jsonschema.Input, map[string]any{"minimum": "5", "maximum": max64}},
+		{"lt", jsonschema.Input, map[string]any{"minimum": min64, "exclusiveMaximum": "10"}},
+		{"exact", jsonschema.Input, map[string]any{"const": "7"}},
+		{"listed", jsonschema.Input, map[string]any{"enum": []any{"1", "2"}}},
+		{"outside", jsonschema.Input, map[string]any{"minimum": min64, "maximum": max64, "anyOf": []any{
 			map[string]any{"exclusiveMaximum": "5"}, map[string]any{"exclusiveMinimum": "10"},
 		}}},
-		{"not_listed", schema.Input, map[string]any{"minimum": min64, "maximum": max64, "not": map[string]any{"enum": []any{"3"}}}},
-		{"u_lt", schema.Input, map[string]any{"minimum": "0", "exclusiveMaximum": "10"}},
-		{"i32_gt", schema.Input, map[string]any{"exclusiveMinimum": "0", "maximum": "2147483647"}},
-		{"i32_open", schema.Input, map[string]any{"minimum": "-2147483648", "maximum": "2147483647"}},
+		{"not_listed", jsonschema.Input, map[string]any{"minimum": min64, "maximum": max64, "not": map[string]any{"enum": []any{"3"}}}},
+		{"u_lt", jsonschema.Input, map[string]any{"minimum": "0", "exclusiveMaximum": "10"}},
+		{"i32_gt", jsonschema.Input, map[string]any{"exclusiveMinimum": "0", "maximum": "2147483647"}},
+		{"i32_open", jsonschema.Input, map[string]any{"minimum": "-2147483648", "maximum": "2147483647"}},
 		// Output schemas state the type, never the input rules.
-		{"i32_gt", schema.Output, map[string]any{"minimum": "-2147483648", "maximum": "2147483647"}},
+		{"i32_gt", jsonschema.Output, map[string]any{"minimum": "-2147483648", "maximum": "2147483647"}},
 	}
-	built := map[schema.Mode]map[string]any{}
-	for _, mode := range []schema.Mode{schema.Input, schema.Output} {
-		s, err := schema.Build(md, mode)
+	built := map[jsonschema.Mode]map[string]any{}
+	for _, mode := range []jsonschema.Mode{jsonschema.Input, jsonschema.Output} {
+		s, err := jsonschema.Build(md, mode)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +105,7 @@ func TestIntegerBounds(t *testing.T) {
 	}
 	for _, tc := range cases {
 		name := tc.field
-		if tc.mode == schema.Output {
+		if tc.mode == jsonschema.Output {
 			name += " output"
 		}
 		t.Run(name, func(t *testing.T) {
@@ -128,7 +128,7 @@ func TestIntegerBounds(t *testing.T) {
 }
 
 // roundTrip returns s as generic JSON with numbers kept as their strings.
-func roundTrip(t *testing.T, s schema.Schema) map[string]any {
+func roundTrip(t *testing.T, s jsonschema.Schema) map[string]any {
 	t.Helper()
 	raw, err := json.Marshal(s)
 	if err != nil {
