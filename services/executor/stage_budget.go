@@ -207,9 +207,10 @@ func effective(overrides map[string]directory.LimitOverride, command string, l *
 // budgetCheck counts the call against its command's declared limits
 // (rates and budgets, sliding windows shared by every executor of the
 // store), after the conditions and before a human is asked. A call that
-// fits spends, under its idempotency key where it has one (a retry
-// replaces its spend, never adds), and the chain gives the spend back if a
-// later stage before dispatch ends the call; dispatch gives it back when
+// fits spends, noting the spend on its idempotency key's record where it
+// has one (Store.Reclaim gives it back if a retry takes the key over from
+// an attempt that never ran), and keeps its receipt: the chain gives the
+// spend back if a later stage before dispatch ends the call; dispatch gives it back when
 // the call provably did not run or its backend refused it. A call that
 // would go past a limit declared to refuse is refused (rate.limited for a
 // rate, budget.exhausted for a budget), retriable after retry_after; past

@@ -1,7 +1,9 @@
 package executor
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -317,4 +319,50 @@ func TestStageBudget(t *testing.T) {
 			},
 			stage: StageBudget, code: failure.CodeBudgetUnavailable, failed: true},
 	})
+}
+
+// BenchmarkStageBudget is budget_check's cost per call on the executor's
+// side (the Go half of what BenchmarkLimitCost in ./api measures with
+// Postgres): the sample refund's per-agent budget, its bucket and amount
+// worked out from the decoded request and spent in a store that costs
+// next to nothing (the test's map), and a command that declares no limit.
+//
+//	go test ./services/executor -run '^$' -bench StageBudget
+func BenchmarkStageBudget(b *testing.B) {
+	set, err := manifest.Embedded()
+	if err != nil {
+		b.Fatal(err)
+	}
+	store := newFakeStore()
+	e, err := New(Config{Manifest: set, Directory: &flakyDirectory{}, Audit: &fakeAudit{}, Confirm: &fakeConfirm{},
+		Dispatcher: &fakeDispatcher{}, Store: store, SpoolInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(e.Close)
+	for _, tc := range []struct{ name, code, args string }{
+		{"refund-agent-budget", "ticket.refund", string(refundOf("1", "Goodwill gesture"))},
+		{"no-limits", "ticket.search", searchArgs},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			cmd, _ := set.ByCode(tc.code)
+			md, _ := set.Method(tc.code)
+			req, err := e.decoder.Decode(md.Input(), []byte(tc.args))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				store.mu.Lock()
+				clear(store.spends)
+				store.mu.Unlock()
+				inv := &invocation{call: Call{Code: tc.code, Channel: "grpc"}, p: testPrincipal("acme", "carol", "finance-bot"),
+					cmd: cmd, method: md, req: req}
+				if _, err := e.budgetCheck(ctx, inv); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
