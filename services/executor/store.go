@@ -45,7 +45,8 @@ type Store interface {
 	Settle(ctx context.Context, key IdemKey, saved Saved) error
 	// Resolve applies an operator's verdict to the idempotency record of
 	// tenant's invocation, whatever its key and state: with saved nil (the
-	// call never ran) the record is dropped, so a retry runs; otherwise it
+	// call never ran) the record is dropped, so a retry runs, and what the
+	// call spent of its limits is given back; otherwise it
 	// is finished with saved, which retries replay. It reports whether the
 	// invocation held a key.
 	Resolve(ctx context.Context, tenant, invocationID string, saved *Saved) (bool, error)

@@ -1459,9 +1459,9 @@ func (s *suite) testSpendAllOrNone(t *testing.T) {
 
 // testSpendKeyed: a spend made with its call's idempotency key is noted on the key's record,
 // and Reclaim, handing the key to a retry because that call never ran (its lease lapsed and
-// its backend fenced it), gives it back — so the retry's own spend counts once. A Reclaim that
-// does not hand the key over gives nothing back, nor does one of a key whose spending did not
-// fit (nothing was recorded).
+// its backend fenced it), gives it back — so the retry's own spend counts once; so does
+// Resolve of the call as never run. A Reclaim that does not hand the key over gives nothing
+// back, nor does one of a key whose spending did not fit (nothing was recorded).
 func (s *suite) testSpendKeyed(t *testing.T) {
 	st := s.newStore(t)
 	ctx := testCtx(t)
@@ -1497,6 +1497,20 @@ func (s *suite) testSpendKeyed(t *testing.T) {
 	}
 	if ua := used(t, st, "acme", "a", TTL); ua != 3 {
 		t.Fatalf("used a %d; want 3 (other's 1, the retry's 2)", ua)
+	}
+	// An operator's verdict that a call never ran gives its spend back too.
+	resolved := Key()
+	resolved.Key = "resolved"
+	reserveFor(t, st, resolved, "d1", "inv-7", time.Minute)
+	mustSpend(t, st, keyed(resolved, item("a", 1, 5)))
+	if ua := used(t, st, "acme", "a", TTL); ua != 4 {
+		t.Fatalf("used a %d; want 4", ua)
+	}
+	if ok, err := st.Resolve(ctx, "acme", "inv-7", nil); !ok || err != nil {
+		t.Fatalf("Resolve as never run = (%v, %v), want (true, nil)", ok, err)
+	}
+	if ua := used(t, st, "acme", "a", TTL); ua != 3 {
+		t.Fatalf("used a %d after the call was resolved as never run; want 3", ua)
 	}
 	// A spend with a key that has no record is counted all the same.
 	gone := Key()

@@ -615,6 +615,7 @@ func (s *Store) Resolve(ctx context.Context, tenant, invocationID string, saved 
 			continue
 		}
 		if saved == nil {
+			s.refund(tenant, rec.spent, s.opts.Now()) // it never ran
 			delete(s.idem, k)
 			return true, nil
 		}

@@ -625,13 +625,21 @@ func (s *Store) Resolve(ctx context.Context, tenant, invocationID string, saved 
 	if invocationID == "" {
 		return false, ctx.Err()
 	}
+	if saved == nil {
+		var (
+			n        int64
+			refunded bool
+		)
+		if err := s.pool.QueryRow(ctx, sqlResolveForget, tenant, invocationID).Scan(&n, &refunded); err != nil {
+			return false, mapErr(ctx, op, err)
+		}
+		return n > 0, nil
+	}
 	var (
 		tag pgconn.CommandTag
 		err error
 	)
-	if saved == nil {
-		tag, err = s.pool.Exec(ctx, sqlResolveForget, tenant, invocationID)
-	} else {
+	{
 		tag, err = s.pool.Exec(ctx, sqlResolveSettle, tenant, invocationID, s.now(), saved.Output, saved.Status, saved.AuditID)
 	}
 	if err != nil {
@@ -640,11 +648,12 @@ func (s *Store) Resolve(ctx context.Context, tenant, invocationID string, saved 
 	return tag.RowsAffected() > 0, nil
 }
 
-// Spend implements executor.Store in one round trip: a batch of two statements in one implicit
+// Spend implements executor.Store in one round trip: one item (the usual case) in one
+// statement, limit_spend_one; several in a batch of two statements in one implicit
 // transaction, sqlSpendLock (the buckets' advisory locks, in key order) then sqlSpend (sum,
-// decide, upsert and, for an item that does not fit, its bucket's live spends), timed by the
-// database's clock. A deadlock (with a concurrent Purge or Refund deleting the holder's rows)
-// rolls the whole batch back, and it runs again, up to Options.TxAttempts times.
+// decide, write and, for an item that does not fit, its bucket's live entries), timed by the
+// database's clock. A deadlock (with a concurrent Reclaim or Refund) rolls it back, and it runs
+// again, up to Options.TxAttempts times.
 func (s *Store) Spend(ctx context.Context, sp executor.Spending) ([]executor.Balance, error) {
 	const op = "executor: spend"
 	if err := executor.ValidSpending(sp); err != nil {

@@ -135,8 +135,13 @@ const (
 	SELECT tenant, invocation_id, record, spooled_at FROM moved ORDER BY id`
 
 	// sqlResolveForget drops the idempotency record of an invocation an
-	// operator resolved as never run. $1 tenant, $2 invocation.
-	sqlResolveForget = `DELETE FROM executor.idempotency WHERE tenant = $1 AND invocation_id = $2`
+	// operator resolved as never run, and gives back what it spent of its
+	// limits (its receipt, limit_refund). $1 tenant, $2 invocation. It
+	// returns how many records it dropped.
+	sqlResolveForget = `WITH d AS (DELETE FROM executor.idempotency WHERE tenant = $1 AND invocation_id = $2
+		RETURNING spent_buckets, spent_amounts, spent_lapses)
+	SELECT count(*), coalesce(bool_and(executor.limit_refund($1, d.spent_buckets, d.spent_amounts, d.spent_lapses) IS NULL), true)
+	FROM d`
 
 	// sqlResolveSettle finishes the idempotency record of an invocation an
 	// operator resolved as run. $3 now, $4-$6 the response.
