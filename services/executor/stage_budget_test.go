@@ -3,7 +3,6 @@ package executor
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -329,17 +328,8 @@ func TestStageBudget(t *testing.T) {
 //
 //	go test ./services/executor -run '^$' -bench StageBudget
 func BenchmarkStageBudget(b *testing.B) {
-	set, err := manifest.Embedded()
-	if err != nil {
-		b.Fatal(err)
-	}
 	store := newFakeStore()
-	e, err := New(Config{Manifest: set, Directory: &flakyDirectory{}, Audit: &fakeAudit{}, Confirm: &fakeConfirm{},
-		Dispatcher: &fakeDispatcher{}, Store: store, SpoolInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(e.Close)
+	e, set := benchExecutor(b, store)
 	for _, tc := range []struct{ name, code, args string }{
 		{"refund-agent-budget", "ticket.refund", string(refundOf("1", "Goodwill gesture"))},
 		{"no-limits", "ticket.search", searchArgs},

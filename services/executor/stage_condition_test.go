@@ -184,6 +184,23 @@ func TestStageCondition(t *testing.T) {
 	})
 }
 
+// benchExecutor is an executor of the embedded manifest over store and
+// fakes, for a stage's benchmark.
+func benchExecutor(b *testing.B, store Store) (*Executor, *manifest.Set) {
+	b.Helper()
+	set, err := manifest.Embedded()
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := New(Config{Manifest: set, Directory: &flakyDirectory{}, Audit: &fakeAudit{}, Confirm: &fakeConfirm{},
+		Dispatcher: &fakeDispatcher{}, Store: store, SpoolInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(e.Close)
+	return e, set
+}
+
 // BenchmarkConditionStage is condition_check's cost per call: the sample
 // refund's two conditions evaluated on a decoded request (one holds, and
 // asks a human), and a command that declares none. Compare with a whole
@@ -191,16 +208,7 @@ func TestStageCondition(t *testing.T) {
 //
 //	go test ./services/executor -run '^$' -bench ConditionStage
 func BenchmarkConditionStage(b *testing.B) {
-	set, err := manifest.Embedded()
-	if err != nil {
-		b.Fatal(err)
-	}
-	e, err := New(Config{Manifest: set, Directory: &flakyDirectory{}, Audit: &fakeAudit{}, Confirm: &fakeConfirm{},
-		Dispatcher: &fakeDispatcher{}, Store: newFakeStore(), SpoolInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(e.Close)
+	e, set := benchExecutor(b, newFakeStore())
 	for _, tc := range []struct{ name, code, args string }{
 		{"refund-two-conditions", "ticket.refund", string(refundOf("2500", "Customer was charged twice"))},
 		{"no-conditions", "ticket.search", searchArgs},

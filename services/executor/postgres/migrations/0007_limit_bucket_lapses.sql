@@ -82,6 +82,39 @@ LANGUAGE sql IMMUTABLE AS $fn$
 	SELECT ((p_t + p_w + greatest((p_w + 63) / 64, 1) - 1) / greatest((p_w + 63) / 64, 1)) * greatest((p_w + 63) / 64, 1)
 $fn$;
 
+-- limit_add is a bucket's entries (p_lapses, p_amounts) without those lapsed at p_tu and with
+-- p_amount added at p_lapse (merged into the entry for that instant, or inserted in order);
+-- p_amount 0 only drops the lapsed entries. No statement inside: a call is a few microseconds.
+CREATE FUNCTION limit_add(p_lapses bigint[], p_amounts bigint[], p_tu bigint, p_lapse bigint, p_amount bigint,
+	OUT o_lapses bigint[], OUT o_amounts bigint[])
+LANGUAGE plpgsql IMMUTABLE AS $fn$
+DECLARE
+	added boolean := p_amount = 0;
+BEGIN
+	o_lapses := '{}';
+	o_amounts := '{}';
+	FOR j IN 1 .. coalesce(cardinality(p_lapses), 0) LOOP
+		CONTINUE WHEN p_lapses[j] <= p_tu;
+		IF NOT added AND p_lapses[j] >= p_lapse THEN
+			added := true;
+			IF p_lapses[j] = p_lapse THEN
+				o_lapses := o_lapses || p_lapses[j];
+				o_amounts := o_amounts || least(p_amounts[j]::numeric + p_amount, 9223372036854775807)::bigint;
+				CONTINUE;
+			END IF;
+			o_lapses := o_lapses || p_lapse;
+			o_amounts := o_amounts || p_amount;
+		END IF;
+		o_lapses := o_lapses || p_lapses[j];
+		o_amounts := o_amounts || p_amounts[j];
+	END LOOP;
+	IF NOT added THEN
+		o_lapses := o_lapses || p_lapse;
+		o_amounts := o_amounts || p_amount;
+	END IF;
+END
+$fn$;
+
 -- limit_spend_apply decides and records a Spend (Store.Spend, and ReserveSpending after its
 -- claim) at p_t, under the buckets' locks (limit_lock) the caller took in the same
 -- transaction. For each item (p_buckets … p_windows, windows in microseconds) the bucket's
@@ -98,6 +131,7 @@ CREATE FUNCTION limit_spend_apply(
 RETURNS TABLE (o_used bigint, o_fits boolean, o_now timestamptz, o_lapse bigint, o_amounts bigint[], o_lapses bigint[])
 LANGUAGE plpgsql AS $fn$
 DECLARE
+	m     record;
 	tu    bigint := executor.limit_micros(p_t);
 	n     int := coalesce(array_length(p_buckets, 1), 0);
 	used  numeric[] := '{}';
@@ -108,7 +142,6 @@ DECLARE
 	nl    bigint[];
 	na    bigint[];
 	lapse bigint;
-	added boolean;
 	u     numeric;
 	rb    text[] := '{}';
 	ra    bigint[] := '{}';
@@ -138,31 +171,12 @@ BEGIN
 				SELECT b.lapses, b.amounts INTO bl, ba FROM executor.limit_bucket b
 					WHERE b.tenant = p_tenant AND b.bucket = p_buckets[i];
 			END IF;
-			nl := '{}';
-			na := '{}';
-			added := p_amounts[i] = 0;
-			IF NOT added THEN
+			IF p_amounts[i] > 0 THEN
 				lapse := executor.limit_lapse(tu, p_windows[i]);
 			END IF;
-			FOR j IN 1 .. coalesce(cardinality(bl), 0) LOOP
-				CONTINUE WHEN bl[j] <= tu;
-				IF NOT added AND bl[j] >= lapse THEN
-					added := true;
-					IF bl[j] = lapse THEN
-						nl := nl || bl[j];
-						na := na || least(ba[j]::numeric + p_amounts[i], 9223372036854775807)::bigint;
-						CONTINUE;
-					END IF;
-					nl := nl || lapse;
-					na := na || p_amounts[i];
-				END IF;
-				nl := nl || bl[j];
-				na := na || ba[j];
-			END LOOP;
-			IF NOT added THEN
-				nl := nl || lapse;
-				na := na || p_amounts[i];
-			END IF;
+			m := executor.limit_add(bl, ba, tu, coalesce(lapse, 0), p_amounts[i]);
+			nl := m.o_lapses;
+			na := m.o_amounts;
 			IF cardinality(nl) = 0 THEN
 				-- An empty bucket keeps no row: a caller varying a group field leaves none behind.
 				IF bl IS NOT NULL THEN
@@ -268,6 +282,7 @@ CREATE FUNCTION limit_spend_one(
 	OUT o_amounts bigint[], OUT o_lapses bigint[])
 LANGUAGE plpgsql AS $fn$
 DECLARE
+	m      record;
 	t      timestamptz;
 	tu     bigint;
 	bl     bigint[];
@@ -278,7 +293,6 @@ DECLARE
 	live   int := 0;
 	rec    boolean;
 	lapse  bigint;
-	added  boolean;
 BEGIN
 	PERFORM pg_advisory_xact_lock(hashtextextended(length(p_tenant) || ':' || p_tenant || p_bucket, 7350010));
 	t := clock_timestamp();
@@ -340,26 +354,9 @@ BEGIN
 	END IF;
 	IF rec THEN
 		o_lapse := lapse;
-		added := false;
-		FOR j IN 1 .. coalesce(cardinality(bl), 0) LOOP
-			CONTINUE WHEN bl[j] <= tu;
-			IF NOT added AND bl[j] >= lapse THEN
-				added := true;
-				IF bl[j] = lapse THEN
-					nl := nl || bl[j];
-					na := na || least(ba[j]::numeric + p_amount, 9223372036854775807)::bigint;
-					CONTINUE;
-				END IF;
-				nl := nl || lapse;
-				na := na || p_amount;
-			END IF;
-			nl := nl || bl[j];
-			na := na || ba[j];
-		END LOOP;
-		IF NOT added THEN
-			nl := nl || lapse;
-			na := na || p_amount;
-		END IF;
+		m := executor.limit_add(bl, ba, tu, lapse, p_amount);
+		nl := m.o_lapses;
+		na := m.o_amounts;
 		IF bl IS NULL THEN
 			INSERT INTO executor.limit_bucket (tenant, bucket, lapses, amounts) VALUES (p_tenant, p_bucket, nl, na);
 		ELSE
@@ -370,12 +367,9 @@ BEGIN
 		IF live = 0 THEN
 			DELETE FROM executor.limit_bucket b WHERE b.tenant = p_tenant AND b.bucket = p_bucket;
 		ELSE
-			FOR j IN 1 .. cardinality(bl) LOOP
-				IF bl[j] > tu THEN
-					nl := nl || bl[j];
-					na := na || ba[j];
-				END IF;
-			END LOOP;
+			m := executor.limit_add(bl, ba, tu, 0, 0);
+			nl := m.o_lapses;
+			na := m.o_amounts;
 			UPDATE executor.limit_bucket b SET lapses = nl, amounts = na WHERE b.tenant = p_tenant AND b.bucket = p_bucket;
 		END IF;
 	END IF;
