@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -213,7 +212,12 @@ type Executor struct {
 	stopping     chan struct{}
 	stoppingOnce sync.Once
 	spoolWG      sync.WaitGroup
-	// spoolFailures counts refused flushes per spooled row (flusher only).
+	// relayWake wakes the spool's flusher (the relay) as soon as a row is
+	// spooled, instead of at its next tick.
+	relayWake chan struct{}
+	// flushMu serialises the relay's rounds (flush).
+	flushMu sync.Mutex
+	// spoolFailures counts refused flushes per spooled row (flushMu held).
 	spoolFailures map[int64]int
 	// held are rows neither the trail nor the store would take (spool).
 	heldMu sync.Mutex
@@ -296,12 +300,13 @@ func New(cfg Config) (*Executor, error) {
 	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, conditions: conds, limits: lims,
 		facts: compileFacts(cfg.Manifest, cfg.DefaultDeadline), pending: make(chan struct{}, 1024),
 		leases: leases{held: map[*invocation]*heldLease{}},
-		stop:   make(chan struct{}), stopping: make(chan struct{}), spoolFailures: map[int64]int{}}
+		stop:   make(chan struct{}), stopping: make(chan struct{}), spoolFailures: map[int64]int{},
+		relayWake: make(chan struct{}, 1)}
 	if err := e.loadHeld(); err != nil {
 		return nil, err
 	}
 	e.spoolWG.Add(1)
-	go e.every(e.stop, cfg.SpoolInterval, "audit spool: flush", e.FlushSpool)
+	go e.relay(e.stop, cfg.SpoolInterval)
 	e.spoolWG.Add(1)
 	go e.every(e.stop, cfg.Lease/3, "idempotency: renewing the leases of running calls", e.RenewLeases)
 	if cfg.Intents != nil {
@@ -392,8 +397,10 @@ type invocation struct {
 	// canon is the arguments' canonical wire bytes (schema_validate),
 	// which the invocation digest covers.
 	canon []byte
-	// intentRows are the intent's stored rows (audit intent).
-	intentRows []*mandatev1.AuditRecord
+	// intended: the intent row is durable in the executor's outbox (audit
+	// intent), so every later row of the call goes there too, after it,
+	// and reaches the trail in that order.
+	intended bool
 	// undo are the steps the chain runs, latest first, when a stage before
 	// dispatch ends the call (onUndo, compensate).
 	undo []func(ctx context.Context, e *Executor)
@@ -761,6 +768,17 @@ func (e *Executor) appendRow(ctx context.Context, inv *invocation, rec *mandatev
 	ctx = context.WithoutCancel(ctx)
 	ctx, span := startStage(ctx, stageAuditOutcome)
 	defer span.End()
+	if inv.intended {
+		// The intent waits in the executor's outbox, or was relayed from
+		// it: the row follows it there, so that the trail gets the two in
+		// order. Only a store that will not take it sends it to the trail
+		// directly (and, failing that, to the spool or memory).
+		err := e.enqueue(ctx, rec, spoolStoreTimeout)
+		if err == nil {
+			return
+		}
+		e.logger(ctx, inv).Warn("the executor's store did not take an outcome row; appending it to the trail directly", "error", err)
+	}
 	backoff := 20 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		// Each attempt has its own deadline: the context carries no
@@ -1016,16 +1034,6 @@ func withheldOf(inv *invocation) []string {
 		return withheld
 	}
 	return inv.withheld
-}
-
-func auditID(stored []*mandatev1.AuditRecord) string {
-	if len(stored) == 0 {
-		return ""
-	}
-	// Built in a stack buffer: one allocation, the string.
-	var buf [96]byte
-	b := append(append(buf[:0], stored[0].GetTenant()...), '/')
-	return string(strconv.AppendInt(b, stored[0].GetSeq(), 10))
 }
 
 // Where a call carries its grant when it is made again, per channel

@@ -97,16 +97,96 @@ func (e *Executor) every(stop <-chan struct{}, interval time.Duration, what stri
 	}
 }
 
+// enqueue keeps rec in the executor's outbox of audit rows (the spool),
+// within timeout, and wakes the relay, which appends it to the trail right
+// after. The row's time is when it was made durable.
+func (e *Executor) enqueue(ctx context.Context, rec *mandatev1.AuditRecord, timeout time.Duration) error {
+	if rec.Time == nil {
+		rec.Time = timestamppb.New(e.cfg.Now())
+	}
+	if err := e.storeRow(ctx, rec, timeout); err != nil {
+		return err
+	}
+	e.wakeRelay()
+	return nil
+}
+
+// wakeRelay has the relay flush now rather than at its next tick; a
+// wake-up already pending covers this row too.
+func (e *Executor) wakeRelay() {
+	select {
+	case e.relayWake <- struct{}{}:
+	default:
+	}
+}
+
+// relay is the spool's flusher: it appends what the outbox holds at every
+// tick (FlushSpool) and whenever a row is spooled (wakeRelay), so that a
+// row reaches the trail right after it is durable; under load one round
+// takes what many calls spooled meanwhile. It goes on batch after batch
+// while batches come full, so that a backlog drains at once rather than
+// one batch a tick. Closing stop ends a round in flight and starts no
+// other.
+func (e *Executor) relay(stop <-chan struct{}, interval time.Duration) {
+	defer e.spoolWG.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		tick := false
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			tick = true
+		case <-e.relayWake:
+		}
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		for ctx.Err() == nil {
+			n, err := e.flush(ctx, tick)
+			if err != nil && ctx.Err() == nil {
+				e.log.Debug("audit spool: flush failed; retrying", "error", err)
+			}
+			if err != nil || n < spoolBatch {
+				break
+			}
+		}
+	}
+}
+
 // FlushSpool appends spooled audit rows to the trail, oldest first, and
 // drops those it appended; it returns how many. A row the trail refuses for
 // a reason other than its unavailability is tried again at later flushes
 // and, after DeadLetterAfter of them, kept in the dead letter (bury).
 func (e *Executor) FlushSpool(ctx context.Context) (int, error) {
+	return e.flush(ctx, true)
+}
+
+// flush is one round of the relay. Only a round that counts (a tick, or a
+// FlushSpool) counts the trail's refusals towards DeadLetterAfter: rounds
+// woken by every spooled row would otherwise bury a refused row within a
+// busy second instead of after DeadLetterAfter ticks. Rounds run one at a
+// time.
+func (e *Executor) flush(ctx context.Context, counts bool) (int, error) {
+	e.flushMu.Lock()
+	defer e.flushMu.Unlock()
 	held, err := e.flushHeld(ctx)
 	if err != nil {
 		return held, err
 	}
-	n, err := e.flushStored(ctx)
+	n, err := e.flushStored(ctx, counts)
 	return held + n, err
 }
 
@@ -166,11 +246,17 @@ func (e *Executor) flushHeld(ctx context.Context) (int, error) {
 
 // spoolStored spools rec in the executor's store, within spoolStoreTimeout.
 func (e *Executor) spoolStored(ctx context.Context, rec *mandatev1.AuditRecord) error {
+	return e.storeRow(ctx, rec, spoolStoreTimeout)
+}
+
+// storeRow spools rec in the executor's store, within timeout, whether or
+// not the caller still waits.
+func (e *Executor) storeRow(ctx context.Context, rec *mandatev1.AuditRecord, timeout time.Duration) error {
 	b, err := encodeSpooled(rec)
 	if err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spoolStoreTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	return e.cfg.Store.Spool(sctx, SpooledRow{Tenant: rec.GetTenant(), InvocationID: rec.GetInvocationId(), Record: b, Time: rec.GetTime().AsTime()})
 }
@@ -192,8 +278,9 @@ func (e *Executor) bury(ctx context.Context, r SpooledRow, reason string) bool {
 	return true
 }
 
-// flushStored appends the rows spooled in the store.
-func (e *Executor) flushStored(ctx context.Context) (int, error) {
+// flushStored appends the rows spooled in the store; counts says whether
+// the trail's refusals count towards DeadLetterAfter (flush).
+func (e *Executor) flushStored(ctx context.Context, counts bool) (int, error) {
 	rows, err := e.cfg.Store.Spooled(ctx, spoolBatch)
 	if err != nil || len(rows) == 0 {
 		return 0, err
@@ -238,6 +325,7 @@ func (e *Executor) flushStored(ctx context.Context) (int, error) {
 			appended++
 			ids = append(ids, r.ID)
 		case unavailable(err) || ctx.Err() != nil:
+		case !counts:
 		default:
 			e.spoolFailures[r.ID]++
 			if e.spoolFailures[r.ID] >= DeadLetterAfter && e.bury(ctx, r, failure.ToStatus(err).Message()) {

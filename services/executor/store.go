@@ -80,14 +80,21 @@ type Store interface {
 	// p.Now and the events committed at or before p.Now-p.KeepEvents that
 	// were delivered (or, with p.Undelivered, also those that were not).
 	Purge(ctx context.Context, p PurgePolicy) (Purged, error)
-	// Spool keeps an audit row the executor could not hand to the audit
-	// trail (the trail was unavailable longer than the executor waits), to
-	// be appended once the trail is back (see Spooled, Unspool).
+	// Spool keeps an audit row in the executor's outbox of audit rows, to
+	// be appended to the trail by the relay (FlushSpool; see Spooled,
+	// Unspool): every intent and the outcome of a dispatched call, written
+	// before dispatch and after the reply, and any row the trail would not
+	// take when it was sent there directly.
 	Spool(ctx context.Context, row SpooledRow) error
 	// Spooled returns up to limit spooled rows, oldest first.
 	Spooled(ctx context.Context, limit int) ([]SpooledRow, error)
 	// Unspool drops spooled rows once the trail holds them.
 	Unspool(ctx context.Context, ids []int64) error
+	// Spooling returns those of tenant's invocations that still have a
+	// row in the spool (the trail does not hold it yet), in no particular
+	// order: the reconciler never takes an intent whose outcome is still
+	// on its way for a lost one.
+	Spooling(ctx context.Context, tenant string, invocationIDs []string) ([]string, error)
 	// Bury keeps a row the trail refuses outright in the dead letter, in
 	// one transaction with unspooling it (row.SpoolID; 0 for a row that
 	// was never spooled): a row is never dropped.

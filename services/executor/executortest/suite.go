@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
 		{"Reclaim", s.testReclaim},
 		{"Settle", s.testSettle},
 		{"Spool", s.testSpool},
+		{"Spooling", s.testSpooling},
 		{"DeadLetter", s.testDeadLetter},
 		{"Resolve", s.testResolve},
 		{"Canceled", s.testCanceled},
@@ -1130,6 +1131,42 @@ func (s *suite) testSpool(t *testing.T) {
 	}
 	if rows, err := st.Spooled(ctx, 10); err != nil || len(rows) != 0 {
 		t.Fatalf("after unspooling all: %+v, %v", rows, err)
+	}
+}
+
+// testSpooling: Spooling names, of the tenant's invocations asked about,
+// those with a row still in the spool — each once, whatever how many rows
+// it has there — and none of another tenant's, nor one unspooled.
+func (s *suite) testSpooling(t *testing.T) {
+	ctx := testCtx(t)
+	st := s.newStore(t)
+	for _, r := range []struct{ tenant, inv string }{
+		{"acme", "inv-intent"}, {"acme", "inv-both"}, {"acme", "inv-both"}, {"globex", "inv-other"}, {"acme", "inv-gone"},
+	} {
+		if err := st.Spool(ctx, executor.SpooledRow{Tenant: r.tenant, InvocationID: r.inv, Record: []byte(r.inv), Time: Base}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := st.Spooled(ctx, 10)
+	if err != nil || len(rows) != 5 {
+		t.Fatalf("Spooled = %+v, %v", rows, err)
+	}
+	if err := st.Unspool(ctx, []int64{rows[4].ID}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Spooling(ctx, "acme", []string{"inv-both", "inv-intent", "inv-other", "inv-gone", "inv-never"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if want := []string{"inv-both", "inv-intent"}; !slices.Equal(got, want) {
+		t.Fatalf("Spooling = %v, want %v", got, want)
+	}
+	if got, err := st.Spooling(ctx, "acme", nil); err != nil || len(got) != 0 {
+		t.Fatalf("Spooling of nothing = %v, %v", got, err)
+	}
+	if got, err := st.Spooling(ctx, "globex", []string{"inv-other", "inv-both"}); err != nil || !slices.Equal(got, []string{"inv-other"}) {
+		t.Fatalf("Spooling(globex) = %v, %v", got, err)
 	}
 }
 

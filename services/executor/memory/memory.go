@@ -543,6 +543,22 @@ func (s *Store) Unspool(ctx context.Context, ids []int64) error {
 	return nil
 }
 
+// Spooling implements executor.Store.
+func (s *Store) Spooling(ctx context.Context, tenant string, invocationIDs []string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, r := range s.spool {
+		if r.Tenant == tenant && slices.Contains(invocationIDs, r.InvocationID) && !slices.Contains(out, r.InvocationID) {
+			out = append(out, r.InvocationID)
+		}
+	}
+	return out, nil
+}
+
 // Bury implements executor.Store.
 func (s *Store) Bury(ctx context.Context, row executor.DeadLetter) error {
 	if err := ctx.Err(); err != nil {

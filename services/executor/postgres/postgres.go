@@ -572,6 +572,19 @@ func (s *Store) Unspool(ctx context.Context, ids []int64) error {
 	return mapErr(ctx, "executor: unspool", err)
 }
 
+// Spooling implements executor.Store.
+func (s *Store) Spooling(ctx context.Context, tenant string, invocationIDs []string) ([]string, error) {
+	if len(invocationIDs) == 0 {
+		return nil, ctx.Err()
+	}
+	rows, err := s.pool.Query(ctx, sqlSpooling, tenant, invocationIDs)
+	if err != nil {
+		return nil, mapErr(ctx, "executor: spooling", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return out, mapErr(ctx, "executor: spooling", err)
+}
+
 // Bury implements executor.Store.
 func (s *Store) Bury(ctx context.Context, row executor.DeadLetter) error {
 	if len(row.Record) == 0 || row.Tenant == "" {

@@ -105,6 +105,10 @@ const (
 	// sqlUnspool drops delivered spooled rows.
 	sqlUnspool = `DELETE FROM executor.audit_spool WHERE id = ANY($1::bigint[])`
 
+	// sqlSpooling lists which of tenant $1's invocations $2 have a row in the spool
+	// (audit_spool_invocation).
+	sqlSpooling = `SELECT DISTINCT invocation_id FROM executor.audit_spool WHERE tenant = $1 AND invocation_id = ANY($2::text[])`
+
 	// sqlBury keeps a row in the dead letter and unspools $7 (0: none) in one statement.
 	sqlBury = `WITH gone AS (DELETE FROM executor.audit_spool WHERE id = $7)
 	INSERT INTO executor.audit_dead_letter (tenant, invocation_id, record, spooled_at, dead_at, reason)
