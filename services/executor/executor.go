@@ -847,14 +847,41 @@ func (e *Executor) isStopping() bool {
 
 // Close waits for outcome rows still being written (each spooled after
 // its current attempt if the trail does not take it), stops the loops
-// (an attempt in flight is abandoned, its rows kept) and keeps the rows
+// (an attempt in flight is abandoned, its rows kept), relays what the
+// outbox still holds within closeFlushTimeout — a draining executor leaves
+// its calls' rows in the trail, not only in its store — and keeps the rows
 // still held (keepHeld).
 func (e *Executor) Close() {
 	e.stoppingOnce.Do(func() { close(e.stopping) })
 	e.wg.Wait()
-	e.closeOnce.Do(func() { close(e.stop) })
+	first := false
+	e.closeOnce.Do(func() { close(e.stop); first = true })
 	e.spoolWG.Wait()
+	if first {
+		e.lastFlush()
+	}
 	e.keepHeld()
+}
+
+// closeFlushTimeout bounds Close's last relay round: a trail that does
+// not answer leaves the rows in the outbox (and memory's in the held
+// file) rather than hold the shutdown.
+const closeFlushTimeout = 2 * time.Second
+
+// lastFlush relays what the outbox holds, within closeFlushTimeout (or
+// OutcomeAttemptTimeout, when shorter).
+func (e *Executor) lastFlush() {
+	ctx, cancel := context.WithTimeout(context.Background(), min(closeFlushTimeout, e.cfg.OutcomeAttemptTimeout))
+	defer cancel()
+	for ctx.Err() == nil {
+		n, err := e.flush(ctx, false)
+		if err != nil || n == 0 {
+			if err != nil && ctx.Err() == nil {
+				e.log.Warn("audit spool: the last relay round before shutdown failed; the rows stay in the outbox for the next relay", "error", err)
+			}
+			return
+		}
+	}
 }
 
 // finish saves the idempotent response of a dispatched call and, for one
