@@ -212,6 +212,9 @@ type Executor struct {
 	stopping     chan struct{}
 	stoppingOnce sync.Once
 	spoolWG      sync.WaitGroup
+	// outbox commits audit rows in batches and remembers them for the
+	// relay (auditoutbox.go).
+	outbox *auditOutbox
 	// relayWake wakes the spool's flusher (the relay) as soon as a row is
 	// spooled, instead of at its next tick.
 	relayWake chan struct{}
@@ -297,13 +300,18 @@ func New(cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, conditions: conds, limits: lims,
+	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, conditions: conds, limits: lims, outbox: newAuditOutbox(cfg.Store),
 		facts: compileFacts(cfg.Manifest, cfg.DefaultDeadline), pending: make(chan struct{}, 1024),
 		leases: leases{held: map[*invocation]*heldLease{}},
 		stop:   make(chan struct{}), stopping: make(chan struct{}), spoolFailures: map[int64]int{},
 		relayWake: make(chan struct{}, 1)}
 	if err := e.loadHeld(); err != nil {
 		return nil, err
+	}
+	if e.outbox.spooler != nil {
+		go e.writeOutbox()
+	} else {
+		close(e.outbox.done)
 	}
 	e.spoolWG.Add(1)
 	go e.relay(e.stop, cfg.SpoolInterval)
@@ -855,7 +863,12 @@ func (e *Executor) Close() {
 	e.stoppingOnce.Do(func() { close(e.stopping) })
 	e.wg.Wait()
 	first := false
-	e.closeOnce.Do(func() { close(e.stop); first = true })
+	e.closeOnce.Do(func() {
+		close(e.outbox.stop)
+		<-e.outbox.done
+		close(e.stop)
+		first = true
+	})
 	e.spoolWG.Wait()
 	if first {
 		e.lastFlush()
@@ -874,7 +887,7 @@ func (e *Executor) lastFlush() {
 	ctx, cancel := context.WithTimeout(context.Background(), min(closeFlushTimeout, e.cfg.OutcomeAttemptTimeout))
 	defer cancel()
 	for ctx.Err() == nil {
-		n, err := e.flush(ctx, false)
+		n, err := e.flushRound(ctx, false, true)
 		if err != nil || n == 0 {
 			if err != nil && ctx.Err() == nil {
 				e.log.Warn("audit spool: the last relay round before shutdown failed; the rows stay in the outbox for the next relay", "error", err)

@@ -97,20 +97,6 @@ func (e *Executor) every(stop <-chan struct{}, interval time.Duration, what stri
 	}
 }
 
-// enqueue keeps rec in the executor's outbox of audit rows (the spool),
-// within timeout, and wakes the relay, which appends it to the trail right
-// after. The row's time is when it was made durable.
-func (e *Executor) enqueue(ctx context.Context, rec *mandatev1.AuditRecord, timeout time.Duration) error {
-	if rec.Time == nil {
-		rec.Time = timestamppb.New(e.cfg.Now())
-	}
-	if err := e.storeRow(ctx, rec, timeout); err != nil {
-		return err
-	}
-	e.wakeRelay()
-	return nil
-}
-
 // wakeRelay has the relay flush now rather than at its next tick; a
 // wake-up already pending covers this row too.
 func (e *Executor) wakeRelay() {
@@ -155,7 +141,7 @@ func (e *Executor) relay(stop <-chan struct{}, interval time.Duration) {
 		default:
 		}
 		for ctx.Err() == nil {
-			n, err := e.flush(ctx, tick)
+			n, err := e.flushRound(ctx, tick, tick)
 			if err != nil && ctx.Err() == nil {
 				e.log.Debug("audit spool: flush failed; retrying", "error", err)
 			}
@@ -177,17 +163,34 @@ func (e *Executor) FlushSpool(ctx context.Context) (int, error) {
 // flush is one round of the relay. Only a round that counts (a tick, or a
 // FlushSpool) counts the trail's refusals towards DeadLetterAfter: rounds
 // woken by every spooled row would otherwise bury a refused row within a
-// busy second instead of after DeadLetterAfter ticks. Rounds run one at a
-// time.
+// busy second instead of after DeadLetterAfter ticks. A round that is not
+// full relays the rows this executor committed itself (relayOwn), without
+// reading them back, while nothing older waits before them; a full round
+// (a tick, Close, or any round once the outbox fell behind) reads the
+// oldest rows of the store, whoever spooled them. Rounds run one at a time.
 func (e *Executor) flush(ctx context.Context, counts bool) (int, error) {
+	return e.flushRound(ctx, counts, counts)
+}
+
+// flushRound is flush, with full saying whether the round reads the
+// store's oldest rows.
+func (e *Executor) flushRound(ctx context.Context, counts, full bool) (int, error) {
 	e.flushMu.Lock()
 	defer e.flushMu.Unlock()
 	held, err := e.flushHeld(ctx)
 	if err != nil {
 		return held, err
 	}
-	n, err := e.flushStored(ctx, counts)
-	return held + n, err
+	if !full && e.outbox.inOrder() {
+		n, err := e.relayOwn(ctx)
+		return held + n, err
+	}
+	mark := e.outbox.mark()
+	relayed, read, err := e.flushStoredRows(ctx, counts)
+	// Everything read went to the trail, and it was all there was: no row
+	// waits before those this executor committed since.
+	e.outbox.caughtUp(relayed, err == nil && read < spoolBatch && len(relayed) == read, mark)
+	return held + len(relayed), err
 }
 
 // flushHeld appends the rows held in memory while the store was down.
@@ -281,9 +284,16 @@ func (e *Executor) bury(ctx context.Context, r SpooledRow, reason string) bool {
 // flushStored appends the rows spooled in the store; counts says whether
 // the trail's refusals count towards DeadLetterAfter (flush).
 func (e *Executor) flushStored(ctx context.Context, counts bool) (int, error) {
+	relayed, _, err := e.flushStoredRows(ctx, counts)
+	return len(relayed), err
+}
+
+// flushStoredRows is flushStored, saying which rows it relayed and how
+// many it read.
+func (e *Executor) flushStoredRows(ctx context.Context, counts bool) (relayed []int64, read int, err error) {
 	rows, err := e.cfg.Store.Spooled(ctx, spoolBatch)
 	if err != nil || len(rows) == 0 {
-		return 0, err
+		return nil, 0, err
 	}
 	recs := make([]*mandatev1.AuditRecord, 0, len(rows))
 	ids := make([]int64, 0, len(rows))
@@ -294,24 +304,19 @@ func (e *Executor) flushStored(ctx context.Context, counts bool) (int, error) {
 			continue
 		}
 		recs = append(recs, rec)
+		ids = append(ids, r.ID)
 	}
 	actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
 	_, err = e.append(actx, recs...)
 	cancel()
 	if err == nil {
-		for _, r := range rows {
-			ids = append(ids, r.ID)
-		}
-		return len(recs), e.cfg.Store.Unspool(ctx, ids)
+		return ids, len(rows), e.cfg.Store.Unspool(ctx, ids)
 	}
 	if unavailable(err) || ctx.Err() != nil {
-		if len(ids) > 0 {
-			_ = e.cfg.Store.Unspool(ctx, ids)
-		}
-		return 0, err
+		return nil, len(rows), err
 	}
 	// Something in the batch is refused: one at a time.
-	appended := 0
+	ids = ids[:0]
 	for _, r := range rows {
 		rec, err := decodeSpooled(r.Record)
 		if err != nil {
@@ -322,7 +327,6 @@ func (e *Executor) flushStored(ctx context.Context, counts bool) (int, error) {
 		cancel()
 		switch {
 		case err == nil:
-			appended++
 			ids = append(ids, r.ID)
 		case unavailable(err) || ctx.Err() != nil:
 		case !counts:
@@ -333,7 +337,7 @@ func (e *Executor) flushStored(ctx context.Context, counts bool) (int, error) {
 			}
 		}
 	}
-	return appended, e.cfg.Store.Unspool(ctx, ids)
+	return ids, len(rows), e.cfg.Store.Unspool(ctx, ids)
 }
 
 // append appends recs to the trail in one request.

@@ -135,6 +135,17 @@ type ReserveSpender interface {
 	ReserveSpending(ctx context.Context, key IdemKey, r Reservation, s Spending) (*Saved, []Balance, error)
 }
 
+// BatchSpooler is a Store that spools several audit rows in one
+// transaction and says where each went, so that the executor commits the
+// rows of concurrent calls together (group commit) and relays them
+// without reading them back. The executor uses it where the store offers
+// it, and Spool one row at a time otherwise.
+type BatchSpooler interface {
+	// SpoolRows spools rows, all or none, in their order, and returns
+	// their ids (as Spooled reports them), in the same order.
+	SpoolRows(ctx context.Context, rows []SpooledRow) ([]int64, error)
+}
+
 // Spending is one call's use of declared limits (Store.Spend).
 type Spending struct {
 	Tenant string

@@ -705,6 +705,15 @@ func (s *spoolDown) Spool(ctx context.Context, row executor.SpooledRow) error {
 	return s.Store.Spool(ctx, row)
 }
 
+// SpoolRows is the wrapped store's batch spooling (the executor's outbox
+// commits the rows of concurrent calls together), down with Spool.
+func (s *spoolDown) SpoolRows(ctx context.Context, rows []executor.SpooledRow) ([]int64, error) {
+	if s.down.Load() {
+		return nil, executor.ErrUnavailable
+	}
+	return s.Store.(executor.BatchSpooler).SpoolRows(ctx, rows)
+}
+
 // TestDatabaseOutageHoldsRowsInMemory: when neither the audit trail nor the
 // executor's own store takes a row, the executor holds it in memory and
 // appends it once the trail is back.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,5 +151,136 @@ func testTwoRelaysOnOneStore(t *testing.T, st stores) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the outbox still holds %d rows", len(left))
 		}
+	}
+}
+
+// gatedSpooler is an executor store whose batch spooling waits, while
+// gated, until the test lets the next batch through; it records the size
+// of each batch.
+type gatedSpooler struct {
+	executor.Store
+	gate    chan struct{}
+	gated   atomic.Bool
+	waiting atomic.Int32
+	mu      sync.Mutex
+	batches []int
+}
+
+func (g *gatedSpooler) SpoolRows(ctx context.Context, rows []executor.SpooledRow) ([]int64, error) {
+	if g.gated.Load() {
+		g.waiting.Add(1)
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	g.mu.Lock()
+	g.batches = append(g.batches, len(rows))
+	g.mu.Unlock()
+	return g.Store.(executor.BatchSpooler).SpoolRows(ctx, rows)
+}
+
+// TestConcurrentIntentsShareACommit: the intents of calls that arrive
+// while the executor's store commits an earlier batch are committed
+// together, in one batch (group commit), each caller answered by it; every
+// call runs and its rows reach the trail.
+func TestConcurrentIntentsShareACommit(t *testing.T) { eachStore(t, testConcurrentIntentsShareACommit) }
+
+func testConcurrentIntentsShareACommit(t *testing.T, st stores) {
+	g := &gatedSpooler{gate: make(chan struct{})}
+	e := start(t, st, func(c *executor.Config) {
+		g.Store = c.Store
+		c.Store = g
+	})
+	g.gated.Store(true)
+	const callers = 6
+	invs := make(chan string, callers)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			inv, err := searchAs(t, e.pipeline)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			invs <- inv
+		})
+	}
+	// The first batch waits in the store; the other intents queue behind
+	// it meanwhile.
+	for deadline := time.Now().Add(10 * time.Second); g.waiting.Load() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no batch reached the store")
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	g.gated.Store(false)
+	close(g.gate)
+	wg.Wait()
+	close(invs)
+	for inv := range invs {
+		if rows := waitRows(t, e.audit, "acme", inv, 2); len(rows) != 2 {
+			t.Fatalf("rows of %s: %+v", inv, rows)
+		}
+	}
+	g.mu.Lock()
+	batches := slices.Clone(g.batches)
+	g.mu.Unlock()
+	if slices.Max(batches) < 2 {
+		t.Fatalf("batches %v: want the intents queued while a batch committed committed together", batches)
+	}
+	t.Logf("%s: batches of rows committed: %v", st, batches)
+}
+
+// TestTheRelayCatchesUpInOrder: while the trail is down the calls run and
+// their rows pile up in the outbox (the relay fails, and falls behind);
+// once it is back, the next row's wake-up — the tick is an hour away —
+// relays the backlog, oldest first, then that row: the chain holds the
+// calls' intents in the order the calls ran, each call's outcome after its
+// intent. Rows of later calls are then relayed straight from what the
+// executor committed.
+func TestTheRelayCatchesUpInOrder(t *testing.T) { eachStore(t, testTheRelayCatchesUpInOrder) }
+
+func testTheRelayCatchesUpInOrder(t *testing.T, st stores) {
+	flaky := &flakyAudit{}
+	e := start(t, st, func(c *executor.Config) {
+		flaky.AuditClient = c.Audit
+		c.Audit = flaky
+		c.SpoolInterval = time.Hour
+	})
+	flaky.down.Store(true)
+	var invs []string
+	for range 5 {
+		inv, err := searchAs(t, e.pipeline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		invs = append(invs, inv)
+	}
+	flaky.down.Store(false)
+	for range 3 {
+		inv, err := searchAs(t, e.pipeline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		invs = append(invs, inv)
+	}
+	// Each intent is durable before its call runs, so the intents are in
+	// the outbox in the order the calls ran; each outcome after its intent
+	// (and after the reply: possibly after the next call's intent).
+	var intents []int64
+	for _, inv := range invs {
+		rows := waitRows(t, e.audit, "acme", inv, 2)
+		if len(rows) != 2 || rows[0].Phase != audit.PhaseIntent || rows[1].Phase != audit.PhaseOutcome || rows[0].Seq >= rows[1].Seq {
+			t.Fatalf("rows of %s: %+v, want its intent, then its outcome", inv, rows)
+		}
+		intents = append(intents, rows[0].Seq)
+	}
+	if !slices.IsSorted(intents) {
+		t.Fatalf("the intents' seqs, call after call: %v; want them in the order the calls ran", intents)
+	}
+	if v, err := e.audit.Verify(context.Background(), "acme"); err != nil || !v.OK {
+		t.Fatalf("verify: %+v %v", v, err)
 	}
 }

@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
 		{"Settle", s.testSettle},
 		{"Spool", s.testSpool},
 		{"Spooling", s.testSpooling},
+		{"SpoolRows", s.testSpoolRows},
 		{"DeadLetter", s.testDeadLetter},
 		{"Resolve", s.testResolve},
 		{"Canceled", s.testCanceled},
@@ -1167,6 +1168,47 @@ func (s *suite) testSpooling(t *testing.T) {
 	}
 	if got, err := st.Spooling(ctx, "globex", []string{"inv-other", "inv-both"}); err != nil || !slices.Equal(got, []string{"inv-other"}) {
 		t.Fatalf("Spooling(globex) = %v, %v", got, err)
+	}
+}
+
+// testSpoolRows: a store that spools rows in batches (BatchSpooler)
+// returns each row's id in the rows' order, as Spooled then reports them,
+// after what was spooled before; a batch with an invalid row spools
+// nothing.
+func (s *suite) testSpoolRows(t *testing.T) {
+	ctx := testCtx(t)
+	st := s.newStore(t)
+	bs, ok := st.(executor.BatchSpooler)
+	if !ok {
+		t.Skip("the store spools one row at a time")
+	}
+	if err := st.Spool(ctx, executor.SpooledRow{Tenant: "acme", InvocationID: "inv-first", Record: []byte("first"), Time: Base}); err != nil {
+		t.Fatal(err)
+	}
+	var batch []executor.SpooledRow
+	for i := range 40 {
+		batch = append(batch, executor.SpooledRow{Tenant: []string{"acme", "globex"}[i%2], InvocationID: fmt.Sprintf("inv-%02d", i),
+			Record: []byte(fmt.Sprintf("row %02d", i)), Time: Base.Add(time.Duration(i) * time.Second)})
+	}
+	ids, err := bs.SpoolRows(ctx, batch)
+	if err != nil || len(ids) != len(batch) {
+		t.Fatalf("SpoolRows = %v, %v", ids, err)
+	}
+	rows, err := st.Spooled(ctx, 100)
+	if err != nil || len(rows) != 1+len(batch) || rows[0].InvocationID != "inv-first" {
+		t.Fatalf("Spooled = %+v, %v", rows, err)
+	}
+	for i, r := range rows[1:] {
+		if r.ID != ids[i] || r.InvocationID != batch[i].InvocationID || r.Tenant != batch[i].Tenant || string(r.Record) != string(batch[i].Record) ||
+			!r.Time.Equal(batch[i].Time) || r.ID <= rows[0].ID {
+			t.Fatalf("row %d: %+v, id %d; want %+v", i, r, ids[i], batch[i])
+		}
+	}
+	if _, err := bs.SpoolRows(ctx, []executor.SpooledRow{{Tenant: "acme", InvocationID: "inv-ok", Record: []byte("ok")}, {Tenant: "acme"}}); err == nil {
+		t.Fatal("a batch with a row without a record was spooled")
+	}
+	if rows, err := st.Spooled(ctx, 100); err != nil || len(rows) != 1+len(batch) {
+		t.Fatalf("after the refused batch: %d rows, %v", len(rows), err)
 	}
 }
 

@@ -510,6 +510,32 @@ func (s *Store) Spool(ctx context.Context, row executor.SpooledRow) error {
 	return nil
 }
 
+// SpoolRows implements executor.BatchSpooler.
+func (s *Store) SpoolRows(ctx context.Context, rows []executor.SpooledRow) ([]int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for _, row := range rows {
+		if len(row.Record) == 0 || row.Tenant == "" {
+			return nil, fail("spool", errors.New("a spooled row needs a tenant and a record"))
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]int64, len(rows))
+	for i, row := range rows {
+		s.spoolN++
+		row.ID = s.spoolN
+		if row.Time.IsZero() {
+			row.Time = s.opts.Now()
+		}
+		row.Record = bytes.Clone(row.Record)
+		s.spool = append(s.spool, row)
+		ids[i] = row.ID
+	}
+	return ids, nil
+}
+
 // Spooled implements executor.Store.
 func (s *Store) Spooled(ctx context.Context, limit int) ([]executor.SpooledRow, error) {
 	if err := ctx.Err(); err != nil {

@@ -546,6 +546,37 @@ func (s *Store) Spool(ctx context.Context, row executor.SpooledRow) error {
 	return mapErr(ctx, "executor: spool", err)
 }
 
+// SpoolRows implements executor.BatchSpooler: one INSERT of every row, from arrays, in their
+// order. The ids come from one sequence, taken row after row in that order within the
+// statement, so sorted they are the rows' ids in order, whatever order RETURNING lists them in.
+func (s *Store) SpoolRows(ctx context.Context, rows []executor.SpooledRow) ([]int64, error) {
+	if len(rows) == 0 {
+		return nil, ctx.Err()
+	}
+	now := s.now()
+	tenants, invocations := make([]string, len(rows)), make([]string, len(rows))
+	records, times := make([][]byte, len(rows)), make([]time.Time, len(rows))
+	for i, row := range rows {
+		if len(row.Record) == 0 || row.Tenant == "" {
+			return nil, invalid("executor: spool", errors.New("a spooled row needs a tenant and a record"))
+		}
+		tenants[i], invocations[i], records[i], times[i] = row.Tenant, row.InvocationID, row.Record, orNow(row.Time, now)
+	}
+	res, err := s.pool.Query(ctx, sqlSpoolRows, tenants, invocations, records, times)
+	if err != nil {
+		return nil, mapErr(ctx, "executor: spool", err)
+	}
+	ids, err := pgx.CollectRows(res, pgx.RowTo[int64])
+	if err != nil {
+		return nil, mapErr(ctx, "executor: spool", err)
+	}
+	if len(ids) != len(rows) {
+		return nil, fmt.Errorf("executor: spool: %d ids for %d rows", len(ids), len(rows))
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
 // Spooled implements executor.Store.
 func (s *Store) Spooled(ctx context.Context, limit int) ([]executor.SpooledRow, error) {
 	if limit <= 0 {

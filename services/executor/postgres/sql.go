@@ -99,6 +99,13 @@ const (
 	// sqlSpool keeps an audit row for later. $1 tenant, $2 invocation, $3 record, $4 time.
 	sqlSpool = `INSERT INTO executor.audit_spool (tenant, invocation_id, record, spooled_at) VALUES ($1, $2, $3, $4)`
 
+	// sqlSpoolRows keeps several audit rows, in their order: $1 tenants, $2 invocations,
+	// $3 records, $4 times, one element per row.
+	sqlSpoolRows = `INSERT INTO executor.audit_spool (tenant, invocation_id, record, spooled_at)
+	SELECT t, i, r, at FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[]) WITH ORDINALITY AS u(t, i, r, at, n)
+	ORDER BY n
+	RETURNING id`
+
 	// sqlSpooled reads the oldest spooled rows.
 	sqlSpooled = `SELECT id, tenant, invocation_id, record, spooled_at FROM executor.audit_spool ORDER BY id LIMIT $1`
 
