@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
+	"github.com/mandate-dev/mandate/internal/contract"
 )
 
 // The executor's outbox of audit rows is its spool (Store.Spool): every
@@ -36,7 +37,10 @@ const (
 
 // outboxReq is a row waiting for the writer, and where its caller waits.
 type outboxReq struct {
-	row  SpooledRow
+	row SpooledRow
+	// lazy: the row may be committed without waiting for the WAL flush
+	// (BatchSpooler.SpoolRows).
+	lazy bool
 	done chan error
 }
 
@@ -124,6 +128,12 @@ func (o *auditOutbox) caughtUp(relayed []int64, all bool, mark uint64) {
 // enqueue keeps rec in the executor's outbox of audit rows (the spool),
 // within timeout, and wakes the relay, which appends it to the trail right
 // after. The row's time is when it was made durable.
+//
+// An intent is committed durably. Every later row of the call is lazy: a
+// crash of the store's server may lose it, and the reconciler then
+// settles the intent from the backend's receipt, as for a call whose
+// executor died before it wrote the outcome. A batch is lazy only when
+// every row in it is.
 func (e *Executor) enqueue(ctx context.Context, rec *mandatev1.AuditRecord, timeout time.Duration) error {
 	if rec.Time == nil {
 		rec.Time = timestamppb.New(e.cfg.Now())
@@ -141,7 +151,7 @@ func (e *Executor) enqueue(ctx context.Context, rec *mandatev1.AuditRecord, time
 		return err
 	}
 	req := &outboxReq{row: SpooledRow{Tenant: rec.GetTenant(), InvocationID: rec.GetInvocationId(), Record: b, Time: rec.GetTime().AsTime()},
-		done: make(chan error, 1)}
+		lazy: rec.GetPhase() != contract.PhaseIntent, done: make(chan error, 1)}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -218,11 +228,13 @@ func (e *Executor) writeOutbox() {
 func (e *Executor) commitOutbox(batch []*outboxReq) {
 	o := e.outbox
 	rows := make([]SpooledRow, len(batch))
+	lazy := true
 	for i, r := range batch {
 		rows[i] = r.row
+		lazy = lazy && r.lazy
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.OutcomeAttemptTimeout, intentTimeout))
-	ids, err := o.spooler.SpoolRows(ctx, rows)
+	ids, err := o.spooler.SpoolRows(ctx, rows, lazy)
 	cancel()
 	if err == nil {
 		for i := range rows {

@@ -281,15 +281,10 @@ func (e *Executor) bury(ctx context.Context, r SpooledRow, reason string) bool {
 	return true
 }
 
-// flushStored appends the rows spooled in the store; counts says whether
-// the trail's refusals count towards DeadLetterAfter (flush).
-func (e *Executor) flushStored(ctx context.Context, counts bool) (int, error) {
-	relayed, _, err := e.flushStoredRows(ctx, counts)
-	return len(relayed), err
-}
-
-// flushStoredRows is flushStored, saying which rows it relayed and how
-// many it read.
+// flushStoredRows appends the rows spooled in the store, oldest first,
+// whoever spooled them, and says which it relayed and how many it read;
+// counts says whether the trail's refusals count towards DeadLetterAfter
+// (flush).
 func (e *Executor) flushStoredRows(ctx context.Context, counts bool) (relayed []int64, read int, err error) {
 	rows, err := e.cfg.Store.Spooled(ctx, spoolBatch)
 	if err != nil || len(rows) == 0 {

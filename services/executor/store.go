@@ -88,7 +88,9 @@ type Store interface {
 	Spool(ctx context.Context, row SpooledRow) error
 	// Spooled returns up to limit spooled rows, oldest first.
 	Spooled(ctx context.Context, limit int) ([]SpooledRow, error)
-	// Unspool drops spooled rows once the trail holds them.
+	// Unspool drops spooled rows once the trail holds them. It need not
+	// survive a crash of the store's server: a row that comes back is
+	// appended again, and the trail stores it once.
 	Unspool(ctx context.Context, ids []int64) error
 	// Spooling returns those of tenant's invocations that still have a
 	// row in the spool (the trail does not hold it yet), in no particular
@@ -142,8 +144,12 @@ type ReserveSpender interface {
 // it, and Spool one row at a time otherwise.
 type BatchSpooler interface {
 	// SpoolRows spools rows, all or none, in their order, and returns
-	// their ids (as Spooled reports them), in the same order.
-	SpoolRows(ctx context.Context, rows []SpooledRow) ([]int64, error)
+	// their ids (as Spooled reports them), in the same order. With lazy,
+	// the store may answer before the rows would survive a crash of its
+	// own server (Postgres: synchronous_commit off): for rows whose loss
+	// the reconciler makes good (an outcome: its intent is then settled
+	// from the backend's receipt), never for an intent.
+	SpoolRows(ctx context.Context, rows []SpooledRow, lazy bool) ([]int64, error)
 }
 
 // Spending is one call's use of declared limits (Store.Spend).

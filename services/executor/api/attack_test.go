@@ -707,11 +707,11 @@ func (s *spoolDown) Spool(ctx context.Context, row executor.SpooledRow) error {
 
 // SpoolRows is the wrapped store's batch spooling (the executor's outbox
 // commits the rows of concurrent calls together), down with Spool.
-func (s *spoolDown) SpoolRows(ctx context.Context, rows []executor.SpooledRow) ([]int64, error) {
+func (s *spoolDown) SpoolRows(ctx context.Context, rows []executor.SpooledRow, lazy bool) ([]int64, error) {
 	if s.down.Load() {
 		return nil, executor.ErrUnavailable
 	}
-	return s.Store.(executor.BatchSpooler).SpoolRows(ctx, rows)
+	return s.Store.(executor.BatchSpooler).SpoolRows(ctx, rows, lazy)
 }
 
 // TestDatabaseOutageHoldsRowsInMemory: when neither the audit trail nor the

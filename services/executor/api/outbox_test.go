@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/executor"
@@ -164,9 +167,12 @@ type gatedSpooler struct {
 	waiting atomic.Int32
 	mu      sync.Mutex
 	batches []int
+	// lazyIntents counts intents in batches committed lazily (never
+	// right); lazyOutcomes the batches of later rows committed lazily.
+	lazyIntents, lazyOutcomes int
 }
 
-func (g *gatedSpooler) SpoolRows(ctx context.Context, rows []executor.SpooledRow) ([]int64, error) {
+func (g *gatedSpooler) SpoolRows(ctx context.Context, rows []executor.SpooledRow, lazy bool) ([]int64, error) {
 	if g.gated.Load() {
 		g.waiting.Add(1)
 		select {
@@ -175,16 +181,30 @@ func (g *gatedSpooler) SpoolRows(ctx context.Context, rows []executor.SpooledRow
 			return nil, ctx.Err()
 		}
 	}
+	intents := 0
+	for _, r := range rows {
+		var rec mandatev1.AuditRecord
+		if err := proto.Unmarshal(r.Record, &rec); err == nil && rec.GetPhase() == string(audit.PhaseIntent) {
+			intents++
+		}
+	}
 	g.mu.Lock()
 	g.batches = append(g.batches, len(rows))
+	if intents > 0 && lazy {
+		g.lazyIntents += intents
+	}
+	if intents == 0 && lazy {
+		g.lazyOutcomes++
+	}
 	g.mu.Unlock()
-	return g.Store.(executor.BatchSpooler).SpoolRows(ctx, rows)
+	return g.Store.(executor.BatchSpooler).SpoolRows(ctx, rows, lazy)
 }
 
 // TestConcurrentIntentsShareACommit: the intents of calls that arrive
 // while the executor's store commits an earlier batch are committed
 // together, in one batch (group commit), each caller answered by it; every
-// call runs and its rows reach the trail.
+// call runs and its rows reach the trail. A batch holding an intent is
+// committed durably; one of outcomes alone lazily.
 func TestConcurrentIntentsShareACommit(t *testing.T) { eachStore(t, testConcurrentIntentsShareACommit) }
 
 func testConcurrentIntentsShareACommit(t *testing.T, st stores) {
@@ -229,6 +249,14 @@ func testConcurrentIntentsShareACommit(t *testing.T, st stores) {
 	g.mu.Unlock()
 	if slices.Max(batches) < 2 {
 		t.Fatalf("batches %v: want the intents queued while a batch committed committed together", batches)
+	}
+	// An intent is committed durably, always; a batch of outcomes alone
+	// need not wait for the WAL flush.
+	g.mu.Lock()
+	lazyIntents, lazyOutcomes := g.lazyIntents, g.lazyOutcomes
+	g.mu.Unlock()
+	if lazyIntents != 0 || lazyOutcomes == 0 {
+		t.Fatalf("%d intents committed lazily (want none), %d batches of outcomes committed lazily (want some)", lazyIntents, lazyOutcomes)
 	}
 	t.Logf("%s: batches of rows committed: %v", st, batches)
 }

@@ -1190,10 +1190,16 @@ func (s *suite) testSpoolRows(t *testing.T) {
 		batch = append(batch, executor.SpooledRow{Tenant: []string{"acme", "globex"}[i%2], InvocationID: fmt.Sprintf("inv-%02d", i),
 			Record: []byte(fmt.Sprintf("row %02d", i)), Time: Base.Add(time.Duration(i) * time.Second)})
 	}
-	ids, err := bs.SpoolRows(ctx, batch)
-	if err != nil || len(ids) != len(batch) {
+	// Lazy or not, the rows are spooled alike.
+	ids, err := bs.SpoolRows(ctx, batch[:25], false)
+	if err != nil || len(ids) != 25 {
 		t.Fatalf("SpoolRows = %v, %v", ids, err)
 	}
+	more, err := bs.SpoolRows(ctx, batch[25:], true)
+	if err != nil || len(more) != len(batch)-25 {
+		t.Fatalf("SpoolRows(lazy) = %v, %v", more, err)
+	}
+	ids = append(ids, more...)
 	rows, err := st.Spooled(ctx, 100)
 	if err != nil || len(rows) != 1+len(batch) || rows[0].InvocationID != "inv-first" {
 		t.Fatalf("Spooled = %+v, %v", rows, err)
@@ -1204,8 +1210,10 @@ func (s *suite) testSpoolRows(t *testing.T) {
 			t.Fatalf("row %d: %+v, id %d; want %+v", i, r, ids[i], batch[i])
 		}
 	}
-	if _, err := bs.SpoolRows(ctx, []executor.SpooledRow{{Tenant: "acme", InvocationID: "inv-ok", Record: []byte("ok")}, {Tenant: "acme"}}); err == nil {
-		t.Fatal("a batch with a row without a record was spooled")
+	for _, lazy := range []bool{false, true} {
+		if _, err := bs.SpoolRows(ctx, []executor.SpooledRow{{Tenant: "acme", InvocationID: "inv-ok", Record: []byte("ok")}, {Tenant: "acme"}}, lazy); err == nil {
+			t.Fatal("a batch with a row without a record was spooled")
+		}
 	}
 	if rows, err := st.Spooled(ctx, 100); err != nil || len(rows) != 1+len(batch) {
 		t.Fatalf("after the refused batch: %d rows, %v", len(rows), err)

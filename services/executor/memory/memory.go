@@ -510,8 +510,8 @@ func (s *Store) Spool(ctx context.Context, row executor.SpooledRow) error {
 	return nil
 }
 
-// SpoolRows implements executor.BatchSpooler.
-func (s *Store) SpoolRows(ctx context.Context, rows []executor.SpooledRow) ([]int64, error) {
+// SpoolRows implements executor.BatchSpooler; lazy changes nothing in memory.
+func (s *Store) SpoolRows(ctx context.Context, rows []executor.SpooledRow, _ bool) ([]int64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -549,7 +549,8 @@ func (s *Store) Spool(ctx context.Context, row executor.SpooledRow) error {
 // SpoolRows implements executor.BatchSpooler: one INSERT of every row, from arrays, in their
 // order. The ids come from one sequence, taken row after row in that order within the
 // statement, so sorted they are the rows' ids in order, whatever order RETURNING lists them in.
-func (s *Store) SpoolRows(ctx context.Context, rows []executor.SpooledRow) ([]int64, error) {
+// A lazy batch is committed with synchronous_commit off, in the same round trip.
+func (s *Store) SpoolRows(ctx context.Context, rows []executor.SpooledRow, lazy bool) ([]int64, error) {
 	if len(rows) == 0 {
 		return nil, ctx.Err()
 	}
@@ -562,13 +563,27 @@ func (s *Store) SpoolRows(ctx context.Context, rows []executor.SpooledRow) ([]in
 		}
 		tenants[i], invocations[i], records[i], times[i] = row.Tenant, row.InvocationID, row.Record, orNow(row.Time, now)
 	}
-	res, err := s.pool.Query(ctx, sqlSpoolRows, tenants, invocations, records, times)
-	if err != nil {
-		return nil, mapErr(ctx, "executor: spool", err)
-	}
-	ids, err := pgx.CollectRows(res, pgx.RowTo[int64])
-	if err != nil {
-		return nil, mapErr(ctx, "executor: spool", err)
+	var ids []int64
+	if lazy {
+		// One implicit transaction: the batch's statements go behind a single Sync.
+		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+		b.Queue(sqlAsyncCommit)
+		b.Queue(sqlSpoolRows, tenants, invocations, records, times).Query(func(res pgx.Rows) error {
+			var err error
+			ids, err = pgx.CollectRows(res, pgx.RowTo[int64])
+			return err
+		})
+		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+			return nil, mapErr(ctx, "executor: spool", err)
+		}
+	} else {
+		res, err := s.pool.Query(ctx, sqlSpoolRows, tenants, invocations, records, times)
+		if err != nil {
+			return nil, mapErr(ctx, "executor: spool", err)
+		}
+		if ids, err = pgx.CollectRows(res, pgx.RowTo[int64]); err != nil {
+			return nil, mapErr(ctx, "executor: spool", err)
+		}
 	}
 	if len(ids) != len(rows) {
 		return nil, fmt.Errorf("executor: spool: %d ids for %d rows", len(ids), len(rows))
@@ -599,8 +614,12 @@ func (s *Store) Unspool(ctx context.Context, ids []int64) error {
 	if len(ids) == 0 {
 		return ctx.Err()
 	}
-	_, err := s.pool.Exec(ctx, sqlUnspool, ids)
-	return mapErr(ctx, "executor: unspool", err)
+	// A delete lost with the server's last moments brings rows back, which the relay appends
+	// again and the trail stores once: it need not wait for the WAL flush.
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+	b.Queue(sqlAsyncCommit)
+	b.Queue(sqlUnspool, ids)
+	return mapErr(ctx, "executor: unspool", s.pool.SendBatch(ctx, b).Close())
 }
 
 // Spooling implements executor.Store.

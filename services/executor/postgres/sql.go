@@ -99,6 +99,10 @@ const (
 	// sqlSpool keeps an audit row for later. $1 tenant, $2 invocation, $3 record, $4 time.
 	sqlSpool = `INSERT INTO executor.audit_spool (tenant, invocation_id, record, spooled_at) VALUES ($1, $2, $3, $4)`
 
+	// sqlAsyncCommit lets the transaction it opens commit without waiting for its WAL flush
+	// (SpoolRows of a lazy batch, Unspool).
+	sqlAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
+
 	// sqlSpoolRows keeps several audit rows, in their order: $1 tenants, $2 invocations,
 	// $3 records, $4 times, one element per row.
 	sqlSpoolRows = `INSERT INTO executor.audit_spool (tenant, invocation_id, record, spooled_at)
