@@ -150,10 +150,11 @@ type Config struct {
 	DefaultDeadline time.Duration
 	// Limits bound the input the decoder reads.
 	Limits schema.Limits
-	// OutcomeAttemptTimeout bounds each attempt to append an outcome row
-	// (default 5s); attempts are retried a bounded number of times. It
-	// bounds the intent's append too (at most 3s), which is not retried: a
-	// trail that does not answer within it refuses the call
+	// OutcomeAttemptTimeout bounds each attempt to append rows to the
+	// trail (default 5s): the relay's, and an outcome's appended directly,
+	// which is retried a bounded number of times. It bounds the intent's
+	// write to the executor's store too (at most 3s), which is not
+	// retried: a store that does not take it within it refuses the call
 	// (audit.unavailable).
 	OutcomeAttemptTimeout time.Duration
 	// HeldFile, when set, is where the audit rows still held in memory at
@@ -161,8 +162,9 @@ type Config struct {
 	// written, fsynced, and read back at the next start (heldfile.go).
 	// Without one, a shutdown logs how many it could not keep.
 	HeldFile string
-	// SpoolInterval is how often rows spooled while the audit trail was
-	// unavailable are appended to it (default 1s).
+	// SpoolInterval is how often the relay reads the outbox of audit rows
+	// (the spool) whoever spooled them, besides the rounds every spooled
+	// row wakes (default 1s).
 	SpoolInterval time.Duration
 	// Intents, when set, lists intents without outcome, which the
 	// executor settles from its backends' receipts every
@@ -365,8 +367,12 @@ type Result struct {
 	// Message is the decoded result. It is nil on replay, and when the
 	// dispatcher wrote Output without decoding the result: Wire then
 	// holds the result's wire bytes.
-	Message  proto.Message
-	Wire     []byte
+	Message proto.Message
+	Wire    []byte
+	// AuditID is empty for a call run by this release (the intent's place
+	// in the chain is not known when it answers; its rows are found by
+	// InvocationID); a replayed response saved by an earlier release keeps
+	// the id it was saved with.
 	AuditID  string
 	Replayed bool
 }

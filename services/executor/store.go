@@ -352,7 +352,9 @@ type Saved struct {
 	// Status is the serialized google.rpc.Status of a failure (nil on
 	// success).
 	Status []byte
-	// AuditID of the original outcome row.
+	// AuditID is the intent row's "<tenant>/<seq>" in responses saved by
+	// earlier releases; empty since the intent is relayed to the trail
+	// after the call (find the rows by InvocationID).
 	AuditID string
 }
 
