@@ -126,6 +126,12 @@ func (e *Executor) relay(stop <-chan struct{}, interval time.Duration) {
 	}()
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var (
+		failed time.Time
+		// retry wakes the relay once relayRetryAfter has passed, for rows
+		// whose wake-up came too soon after a failed round.
+		retry <-chan time.Time
+	)
 	for {
 		tick := false
 		select {
@@ -134,15 +140,27 @@ func (e *Executor) relay(stop <-chan struct{}, interval time.Duration) {
 		case <-t.C:
 			tick = true
 		case <-e.relayWake:
+		case <-retry:
+			retry = nil
 		}
 		select {
 		case <-stop:
 			return
 		default:
 		}
+		if wait := relayRetryAfter - time.Since(failed); !tick && wait > 0 {
+			// The trail failed the last round: rows spooled meanwhile
+			// are tried once, after the pause, rather than each trying it
+			// again at once.
+			if retry == nil {
+				retry = time.After(wait)
+			}
+			continue
+		}
 		for ctx.Err() == nil {
 			n, err := e.flushRound(ctx, tick, tick)
 			if err != nil && ctx.Err() == nil {
+				failed = time.Now()
 				e.log.Debug("audit spool: flush failed; retrying", "error", err)
 			}
 			if err != nil || n < spoolBatch {
@@ -151,6 +169,11 @@ func (e *Executor) relay(stop <-chan struct{}, interval time.Duration) {
 		}
 	}
 }
+
+// relayRetryAfter is how long after a failed round the relay puts off the
+// wake-ups of rows spooled meanwhile (its tick still tries): a trail that
+// is down is not asked again for every batch the executor commits.
+const relayRetryAfter = 100 * time.Millisecond
 
 // FlushSpool appends spooled audit rows to the trail, oldest first, and
 // drops those it appended; it returns how many. A row the trail refuses for

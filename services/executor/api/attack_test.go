@@ -616,10 +616,13 @@ func testReceiptsDecideUnknownEffects(t *testing.T, st stores) {
 type flakyAudit struct {
 	executor.AuditClient
 	down atomic.Bool
+	// refused counts the appends refused while down.
+	refused atomic.Int32
 }
 
 func (f *flakyAudit) Append(ctx context.Context, req *mandatev1.AppendRequest, opts ...grpc.CallOption) (*mandatev1.AppendResponse, error) {
 	if f.down.Load() {
+		f.refused.Add(1)
 		return nil, status.Error(codes.Unavailable, "the audit service is down")
 	}
 	return f.AuditClient.Append(ctx, req, opts...)

@@ -312,3 +312,40 @@ func testTheRelayCatchesUpInOrder(t *testing.T, st stores) {
 		t.Fatalf("verify: %+v %v", v, err)
 	}
 }
+
+// TestADownTrailIsNotAskedForEveryRow: while the trail is down, the rows
+// the calls spool do not each wake the relay into another failing round:
+// after a failed round it waits relayRetryAfter (100ms) before it tries
+// again for rows spooled meanwhile. Over the calls made, the trail is asked
+// at most once per 100ms they took (and once more), not once per row.
+func TestADownTrailIsNotAskedForEveryRow(t *testing.T) {
+	flaky := &flakyAudit{}
+	e := start(t, memoryStores, func(c *executor.Config) {
+		flaky.AuditClient = c.Audit
+		c.Audit = flaky
+		c.SpoolInterval = time.Hour
+	})
+	flaky.down.Store(true)
+	const calls = 40
+	begin := time.Now()
+	var invs []string
+	for range calls {
+		inv, err := searchAs(t, e.pipeline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		invs = append(invs, inv)
+	}
+	took := time.Since(begin)
+	asked := int(flaky.refused.Load())
+	if most := int(took/(100*time.Millisecond)) + 2; asked > most {
+		t.Fatalf("the trail, down, was asked %d times over %d calls in %v; want at most %d", asked, calls, took, most)
+	}
+	flaky.down.Store(false)
+	// The rows spooled meanwhile are relayed after the pause, without a
+	// tick (an hour away) and without another row.
+	for _, inv := range invs {
+		waitRows(t, e.audit, "acme", inv, 2)
+	}
+	t.Logf("the trail, down, was asked %d times over %d calls in %v", asked, calls, took.Round(time.Millisecond))
+}
