@@ -55,10 +55,15 @@ func retryUntil200(t *testing.T, within time.Duration, call func() (restResponse
 
 // TestChaosApprovalSurvivesACallThatNeverRan (issue 31, item 2): carol
 // approves finance-bot's refund; the approved call redeems the grant and
-// then cannot write its intent (the audit service was killed), so nothing
-// is dispatched. Its retry with the same key and the same grant, once the
-// trail is back, runs the refund — once: the approval was given back, not
-// burnt — and a further retry replays it.
+// then cannot make its intent durable — the executor's outbox of audit
+// rows (executor.audit_spool) is locked by another transaction, as a hung
+// or failing store would be — so nothing is dispatched (503
+// audit.unavailable, retriable). Its retry with the same key and the same
+// grant, once the store takes rows again, runs the refund — once: the
+// approval was given back, not burnt — and a further retry replays it.
+// (Before the intent was kept in the executor's store, the test killed the
+// audit service to the same effect; an audit service that is down no
+// longer stops a call: TestChaosAuditKilledUnderLoad.)
 func TestChaosApprovalSurvivesACallThatNeverRan(t *testing.T) {
 	tp := newTopology(t, topologyOptions{})
 	const key = "grant-survives-audit"
@@ -67,7 +72,13 @@ func TestChaosApprovalSurvivesACallThatNeverRan(t *testing.T) {
 		return tp.tryRest("executor", http.MethodPost, "/v1/commands/ticket.refund:execute", bot, body, "Idempotency-Key", key)
 	}
 
-	tp.kill9("audit")
+	lock, err := tp.db.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(t.Context(), `LOCK TABLE executor.audit_spool IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
 	resp, err := call()
 	if err != nil {
 		t.Fatal(err)
@@ -78,9 +89,11 @@ func TestChaosApprovalSurvivesACallThatNeverRan(t *testing.T) {
 	}
 	tp.wantRefunds(0, 0)
 
-	tp.restartAt("audit")
+	if err := lock.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	resp, answers := retryUntil200(t, 15*time.Second, call)
-	t.Logf("answers after the trail came back: %v", answers)
+	t.Logf("answers after the store took rows again: %v", answers)
 	tp.wantRefunds(1, 2500)
 	again, err := call()
 	if err != nil || again.status != http.StatusOK || again.body["replayed"] != true {

@@ -285,7 +285,7 @@ var table = []Spec{
 	{Code: CodeConfirmationUnavailable, Stages: []string{StageConfirmation}, GRPC: codes.Unavailable, HTTP: http.StatusServiceUnavailable, Retriable: true, Remedy: "retry later",
 		Meaning: "the confirmation service or store could not be reached"},
 	{Code: CodeAuditUnavailable, Stages: []string{StageAudit}, GRPC: codes.Unavailable, HTTP: http.StatusServiceUnavailable, Retriable: true, Remedy: "retry later",
-		Meaning: "the audit trail could not be written (fail closed: nothing was dispatched) or read"},
+		Meaning: "the call's intent could not be made durable (fail closed: nothing was dispatched), or the audit trail could not be written or read"},
 	{Code: CodeReceiptFenced, Stages: []string{StageIdempotency}, GRPC: codes.FailedPrecondition, HTTP: http.StatusUnprocessableEntity, Remedy: "call the command again as a new invocation",
 		Meaning: "the invocation was resolved as not executed, so this delivery of it never acts"},
 	{Code: CodeHandlerFailed, Stages: []string{StageDispatch}, GRPC: codes.Internal, HTTP: http.StatusInternalServerError, Remedy: "ask an operator; the logs have the details",

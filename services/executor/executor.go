@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -151,10 +150,11 @@ type Config struct {
 	DefaultDeadline time.Duration
 	// Limits bound the input the decoder reads.
 	Limits schema.Limits
-	// OutcomeAttemptTimeout bounds each attempt to append an outcome row
-	// (default 5s); attempts are retried a bounded number of times. It
-	// bounds the intent's append too (at most 3s), which is not retried: a
-	// trail that does not answer within it refuses the call
+	// OutcomeAttemptTimeout bounds each attempt to append rows to the
+	// trail (default 5s): the relay's, and an outcome's appended directly,
+	// which is retried a bounded number of times. It bounds the intent's
+	// write to the executor's store too (at most 3s), which is not
+	// retried: a store that does not take it within it refuses the call
 	// (audit.unavailable).
 	OutcomeAttemptTimeout time.Duration
 	// HeldFile, when set, is where the audit rows still held in memory at
@@ -162,8 +162,9 @@ type Config struct {
 	// written, fsynced, and read back at the next start (heldfile.go).
 	// Without one, a shutdown logs how many it could not keep.
 	HeldFile string
-	// SpoolInterval is how often rows spooled while the audit trail was
-	// unavailable are appended to it (default 1s).
+	// SpoolInterval is how often the relay reads the outbox of audit rows
+	// (the spool) whoever spooled them, besides the rounds every spooled
+	// row wakes (default 1s).
 	SpoolInterval time.Duration
 	// Intents, when set, lists intents without outcome, which the
 	// executor settles from its backends' receipts every
@@ -213,7 +214,15 @@ type Executor struct {
 	stopping     chan struct{}
 	stoppingOnce sync.Once
 	spoolWG      sync.WaitGroup
-	// spoolFailures counts refused flushes per spooled row (flusher only).
+	// outbox commits audit rows in batches and remembers them for the
+	// relay (auditoutbox.go).
+	outbox *auditOutbox
+	// relayWake wakes the spool's flusher (the relay) as soon as a row is
+	// spooled, instead of at its next tick.
+	relayWake chan struct{}
+	// flushMu serialises the relay's rounds (flush).
+	flushMu sync.Mutex
+	// spoolFailures counts refused flushes per spooled row (flushMu held).
 	spoolFailures map[int64]int
 	// held are rows neither the trail nor the store would take (spool).
 	heldMu sync.Mutex
@@ -293,15 +302,21 @@ func New(cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, conditions: conds, limits: lims,
+	e := &Executor{cfg: cfg, decoder: dec, log: cfg.Logger, metrics: m, sodTargets: targets, conditions: conds, limits: lims, outbox: newAuditOutbox(cfg.Store),
 		facts: compileFacts(cfg.Manifest, cfg.DefaultDeadline), pending: make(chan struct{}, 1024),
 		leases: leases{held: map[*invocation]*heldLease{}},
-		stop:   make(chan struct{}), stopping: make(chan struct{}), spoolFailures: map[int64]int{}}
+		stop:   make(chan struct{}), stopping: make(chan struct{}), spoolFailures: map[int64]int{},
+		relayWake: make(chan struct{}, 1)}
 	if err := e.loadHeld(); err != nil {
 		return nil, err
 	}
+	if e.outbox.spooler != nil {
+		go e.writeOutbox()
+	} else {
+		close(e.outbox.done)
+	}
 	e.spoolWG.Add(1)
-	go e.every(e.stop, cfg.SpoolInterval, "audit spool: flush", e.FlushSpool)
+	go e.relay(e.stop, cfg.SpoolInterval)
 	e.spoolWG.Add(1)
 	go e.every(e.stop, cfg.Lease/3, "idempotency: renewing the leases of running calls", e.RenewLeases)
 	if cfg.Intents != nil {
@@ -352,8 +367,12 @@ type Result struct {
 	// Message is the decoded result. It is nil on replay, and when the
 	// dispatcher wrote Output without decoding the result: Wire then
 	// holds the result's wire bytes.
-	Message  proto.Message
-	Wire     []byte
+	Message proto.Message
+	Wire    []byte
+	// AuditID is empty for a call run by this release (the intent's place
+	// in the chain is not known when it answers; its rows are found by
+	// InvocationID); a replayed response saved by an earlier release keeps
+	// the id it was saved with.
 	AuditID  string
 	Replayed bool
 }
@@ -392,8 +411,10 @@ type invocation struct {
 	// canon is the arguments' canonical wire bytes (schema_validate),
 	// which the invocation digest covers.
 	canon []byte
-	// intentRows are the intent's stored rows (audit intent).
-	intentRows []*mandatev1.AuditRecord
+	// intended: the intent row is durable in the executor's outbox (audit
+	// intent), so every later row of the call goes there too, after it,
+	// and reaches the trail in that order.
+	intended bool
 	// undo are the steps the chain runs, latest first, when a stage before
 	// dispatch ends the call (onUndo, compensate).
 	undo []func(ctx context.Context, e *Executor)
@@ -781,6 +802,17 @@ func (e *Executor) appendRow(ctx context.Context, inv *invocation, rec *mandatev
 	ctx = context.WithoutCancel(ctx)
 	ctx, span := startStage(ctx, stageAuditOutcome)
 	defer span.End()
+	if inv.intended {
+		// The intent waits in the executor's outbox, or was relayed from
+		// it: the row follows it there, so that the trail gets the two in
+		// order. Only a store that will not take it sends it to the trail
+		// directly (and, failing that, to the spool or memory).
+		err := e.enqueue(ctx, rec, spoolStoreTimeout)
+		if err == nil {
+			return
+		}
+		e.logger(ctx, inv).Warn("the executor's store did not take an outcome row; appending it to the trail directly", "error", err)
+	}
 	backoff := 20 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		// Each attempt has its own deadline: the context carries no
@@ -849,14 +881,46 @@ func (e *Executor) isStopping() bool {
 
 // Close waits for outcome rows still being written (each spooled after
 // its current attempt if the trail does not take it), stops the loops
-// (an attempt in flight is abandoned, its rows kept) and keeps the rows
+// (an attempt in flight is abandoned, its rows kept), relays what the
+// outbox still holds within closeFlushTimeout — a draining executor leaves
+// its calls' rows in the trail, not only in its store — and keeps the rows
 // still held (keepHeld).
 func (e *Executor) Close() {
 	e.stoppingOnce.Do(func() { close(e.stopping) })
 	e.wg.Wait()
-	e.closeOnce.Do(func() { close(e.stop) })
+	first := false
+	e.closeOnce.Do(func() {
+		close(e.outbox.stop)
+		<-e.outbox.done
+		close(e.stop)
+		first = true
+	})
 	e.spoolWG.Wait()
+	if first {
+		e.lastFlush()
+	}
 	e.keepHeld()
+}
+
+// closeFlushTimeout bounds Close's last relay round: a trail that does
+// not answer leaves the rows in the outbox (and memory's in the held
+// file) rather than hold the shutdown.
+const closeFlushTimeout = 2 * time.Second
+
+// lastFlush relays what the outbox holds, within closeFlushTimeout (or
+// OutcomeAttemptTimeout, when shorter).
+func (e *Executor) lastFlush() {
+	ctx, cancel := context.WithTimeout(context.Background(), min(closeFlushTimeout, e.cfg.OutcomeAttemptTimeout))
+	defer cancel()
+	for ctx.Err() == nil {
+		n, err := e.flushRound(ctx, false, true)
+		if err != nil || n == 0 {
+			if err != nil && ctx.Err() == nil {
+				e.log.Warn("audit spool: the last relay round before shutdown failed; the rows stay in the outbox for the next relay", "error", err)
+			}
+			return
+		}
+	}
 }
 
 // finish saves the idempotent response of a dispatched call and, for one
@@ -1036,16 +1100,6 @@ func (e *Executor) withheldOf(inv *invocation) []string {
 		return withheld
 	}
 	return inv.withheld
-}
-
-func auditID(stored []*mandatev1.AuditRecord) string {
-	if len(stored) == 0 {
-		return ""
-	}
-	// Built in a stack buffer: one allocation, the string.
-	var buf [96]byte
-	b := append(append(buf[:0], stored[0].GetTenant()...), '/')
-	return string(strconv.AppendInt(b, stored[0].GetSeq(), 10))
 }
 
 // Where a call carries its grant when it is made again, per channel

@@ -64,7 +64,16 @@ func (e *Executor) Reconcile(ctx context.Context) (int, error) {
 		if err != nil {
 			return settled, err
 		}
+		waiting, err := e.stillSpooled(ctx, resp.GetRecords())
+		if err != nil {
+			return settled, err
+		}
 		for _, in := range resp.GetRecords() {
+			if waiting[spooledKey{in.GetTenant(), in.GetInvocationId()}] {
+				// Its next row is still in the executor's outbox, on its
+				// way to the trail: the call is not lost.
+				continue
+			}
 			cmd, ok := e.cfg.Manifest.ByCode(in.GetCommand())
 			if !ok {
 				continue
@@ -87,6 +96,32 @@ func (e *Executor) Reconcile(ctx context.Context) (int, error) {
 		}
 	}
 	return settled, nil
+}
+
+// spooledKey names a tenant's invocation.
+type spooledKey struct{ tenant, invocation string }
+
+// stillSpooled says which of the open rows' invocations have a row still
+// in the executor's outbox (Store.Spooling): an intent relayed while its
+// outcome waits behind it — the trail was down for longer than
+// ReconcileAfter, and the rows keep the time they were made durable — is
+// not a call whose executor died.
+func (e *Executor) stillSpooled(ctx context.Context, rows []*mandatev1.AuditRecord) (map[spooledKey]bool, error) {
+	byTenant := map[string][]string{}
+	for _, r := range rows {
+		byTenant[r.GetTenant()] = append(byTenant[r.GetTenant()], r.GetInvocationId())
+	}
+	out := map[spooledKey]bool{}
+	for tenant, ids := range byTenant {
+		waiting, err := e.cfg.Store.Spooling(ctx, tenant, ids)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range waiting {
+			out[spooledKey{tenant, id}] = true
+		}
+	}
+	return out, nil
 }
 
 // fromStored is the row to append about the stored row in: its content,

@@ -97,17 +97,123 @@ func (e *Executor) every(stop <-chan struct{}, interval time.Duration, what stri
 	}
 }
 
+// wakeRelay has the relay flush now rather than at its next tick; a
+// wake-up already pending covers this row too.
+func (e *Executor) wakeRelay() {
+	select {
+	case e.relayWake <- struct{}{}:
+	default:
+	}
+}
+
+// relay is the spool's flusher: it appends what the outbox holds at every
+// tick (FlushSpool) and whenever a row is spooled (wakeRelay), so that a
+// row reaches the trail right after it is durable; under load one round
+// takes what many calls spooled meanwhile. It goes on batch after batch
+// while batches come full, so that a backlog drains at once rather than
+// one batch a tick. Closing stop ends a round in flight and starts no
+// other.
+func (e *Executor) relay(stop <-chan struct{}, interval time.Duration) {
+	defer e.spoolWG.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var (
+		failed time.Time
+		// retry wakes the relay once relayRetryAfter has passed, for rows
+		// whose wake-up came too soon after a failed round.
+		retry <-chan time.Time
+	)
+	for {
+		tick := false
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			tick = true
+		case <-e.relayWake:
+		case <-retry:
+			retry = nil
+		}
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if wait := relayRetryAfter - time.Since(failed); !tick && wait > 0 {
+			// The trail failed the last round: rows spooled meanwhile
+			// are tried once, after the pause, rather than each trying it
+			// again at once.
+			if retry == nil {
+				retry = time.After(wait)
+			}
+			continue
+		}
+		for ctx.Err() == nil {
+			n, err := e.flushRound(ctx, tick, tick)
+			if err != nil && ctx.Err() == nil {
+				failed = time.Now()
+				e.log.Debug("audit spool: flush failed; retrying", "error", err)
+			}
+			if err != nil || n < spoolBatch {
+				break
+			}
+		}
+	}
+}
+
+// relayRetryAfter is how long after a failed round the relay puts off the
+// wake-ups of rows spooled meanwhile (its tick still tries): a trail that
+// is down is not asked again for every batch the executor commits.
+const relayRetryAfter = 100 * time.Millisecond
+
 // FlushSpool appends spooled audit rows to the trail, oldest first, and
 // drops those it appended; it returns how many. A row the trail refuses for
 // a reason other than its unavailability is tried again at later flushes
 // and, after DeadLetterAfter of them, kept in the dead letter (bury).
 func (e *Executor) FlushSpool(ctx context.Context) (int, error) {
+	return e.flush(ctx, true)
+}
+
+// flush is one round of the relay. Only a round that counts (a tick, or a
+// FlushSpool) counts the trail's refusals towards DeadLetterAfter: rounds
+// woken by every spooled row would otherwise bury a refused row within a
+// busy second instead of after DeadLetterAfter ticks. A round that is not
+// full relays the rows this executor committed itself (relayOwn), without
+// reading them back, while nothing older waits before them; a full round
+// (a tick, Close, or any round once the outbox fell behind) reads the
+// oldest rows of the store, whoever spooled them. Rounds run one at a time.
+func (e *Executor) flush(ctx context.Context, counts bool) (int, error) {
+	return e.flushRound(ctx, counts, counts)
+}
+
+// flushRound is flush, with full saying whether the round reads the
+// store's oldest rows.
+func (e *Executor) flushRound(ctx context.Context, counts, full bool) (int, error) {
+	e.flushMu.Lock()
+	defer e.flushMu.Unlock()
 	held, err := e.flushHeld(ctx)
 	if err != nil {
 		return held, err
 	}
-	n, err := e.flushStored(ctx)
-	return held + n, err
+	if !full && e.outbox.inOrder() {
+		n, err := e.relayOwn(ctx)
+		return held + n, err
+	}
+	mark := e.outbox.mark()
+	relayed, read, err := e.flushStoredRows(ctx, counts)
+	// Everything read went to the trail, and it was all there was: no row
+	// waits before those this executor committed since.
+	e.outbox.caughtUp(relayed, err == nil && read < spoolBatch && len(relayed) == read, mark)
+	return held + len(relayed), err
 }
 
 // flushHeld appends the rows held in memory while the store was down.
@@ -166,11 +272,17 @@ func (e *Executor) flushHeld(ctx context.Context) (int, error) {
 
 // spoolStored spools rec in the executor's store, within spoolStoreTimeout.
 func (e *Executor) spoolStored(ctx context.Context, rec *mandatev1.AuditRecord) error {
+	return e.storeRow(ctx, rec, spoolStoreTimeout)
+}
+
+// storeRow spools rec in the executor's store, within timeout, whether or
+// not the caller still waits.
+func (e *Executor) storeRow(ctx context.Context, rec *mandatev1.AuditRecord, timeout time.Duration) error {
 	b, err := encodeSpooled(rec)
 	if err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spoolStoreTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	return e.cfg.Store.Spool(sctx, SpooledRow{Tenant: rec.GetTenant(), InvocationID: rec.GetInvocationId(), Record: b, Time: rec.GetTime().AsTime()})
 }
@@ -192,11 +304,14 @@ func (e *Executor) bury(ctx context.Context, r SpooledRow, reason string) bool {
 	return true
 }
 
-// flushStored appends the rows spooled in the store.
-func (e *Executor) flushStored(ctx context.Context) (int, error) {
+// flushStoredRows appends the rows spooled in the store, oldest first,
+// whoever spooled them, and says which it relayed and how many it read;
+// counts says whether the trail's refusals count towards DeadLetterAfter
+// (flush).
+func (e *Executor) flushStoredRows(ctx context.Context, counts bool) (relayed []int64, read int, err error) {
 	rows, err := e.cfg.Store.Spooled(ctx, spoolBatch)
 	if err != nil || len(rows) == 0 {
-		return 0, err
+		return nil, 0, err
 	}
 	recs := make([]*mandatev1.AuditRecord, 0, len(rows))
 	ids := make([]int64, 0, len(rows))
@@ -207,24 +322,19 @@ func (e *Executor) flushStored(ctx context.Context) (int, error) {
 			continue
 		}
 		recs = append(recs, rec)
+		ids = append(ids, r.ID)
 	}
 	actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
 	_, err = e.append(actx, recs...)
 	cancel()
 	if err == nil {
-		for _, r := range rows {
-			ids = append(ids, r.ID)
-		}
-		return len(recs), e.cfg.Store.Unspool(ctx, ids)
+		return ids, len(rows), e.cfg.Store.Unspool(ctx, ids)
 	}
 	if unavailable(err) || ctx.Err() != nil {
-		if len(ids) > 0 {
-			_ = e.cfg.Store.Unspool(ctx, ids)
-		}
-		return 0, err
+		return nil, len(rows), err
 	}
 	// Something in the batch is refused: one at a time.
-	appended := 0
+	ids = ids[:0]
 	for _, r := range rows {
 		rec, err := decodeSpooled(r.Record)
 		if err != nil {
@@ -235,9 +345,9 @@ func (e *Executor) flushStored(ctx context.Context) (int, error) {
 		cancel()
 		switch {
 		case err == nil:
-			appended++
 			ids = append(ids, r.ID)
 		case unavailable(err) || ctx.Err() != nil:
+		case !counts:
 		default:
 			e.spoolFailures[r.ID]++
 			if e.spoolFailures[r.ID] >= DeadLetterAfter && e.bury(ctx, r, failure.ToStatus(err).Message()) {
@@ -245,7 +355,7 @@ func (e *Executor) flushStored(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	return appended, e.cfg.Store.Unspool(ctx, ids)
+	return ids, len(rows), e.cfg.Store.Unspool(ctx, ids)
 }
 
 // append appends recs to the trail in one request.

@@ -80,7 +80,7 @@ func (e *Executor) dispatch(ctx context.Context, inv *invocation) (*Result, erro
 				e.refundSpend(ctx, inv)
 				return nil, fe
 			}
-			e.finish(ctx, inv, Saved{InvocationID: inv.id, Status: statusBytes(fe), AuditID: auditID(inv.intentRows)}, nil)
+			e.finish(ctx, inv, Saved{InvocationID: inv.id, Status: statusBytes(fe)}, nil)
 			return nil, fe
 		}
 	}
@@ -92,7 +92,9 @@ func (e *Executor) dispatch(ctx context.Context, inv *invocation) (*Result, erro
 		}
 	}
 	e.outcomeAsync(ctx, inv, contract.OutcomeExecuted, "", "", "", output)
-	aid := auditID(inv.intentRows)
-	e.finish(ctx, inv, Saved{InvocationID: inv.id, Output: output, AuditID: aid}, output)
-	return &Result{InvocationID: inv.id, Output: output, Message: out.Message, Wire: out.Wire, AuditID: aid}, nil
+	// The intent's place in the chain is not known yet (the relay appends
+	// it after the call): the result names its invocation, by which the
+	// trail finds its rows (AuditService.Get).
+	e.finish(ctx, inv, Saved{InvocationID: inv.id, Output: output}, output)
+	return &Result{InvocationID: inv.id, Output: output, Message: out.Message, Wire: out.Wire}, nil
 }

@@ -642,8 +642,10 @@ type fakeStore struct {
 	finished   []Finish
 	releasedK  []IdemKey
 	spooled    []SpooledRow
-	asked      []executedQuery
-	down       error
+	// spoolHung makes Spool wait for its context, as a hung database does.
+	spoolHung bool
+	asked     []executedQuery
+	down      error
 	// spends are the limits' spends, by tenant and bucket; refunded
 	// the receipts given back, in order.
 	spends   map[string][]Lapse
@@ -911,14 +913,36 @@ func (s *fakeStore) Executed(_ context.Context, tenant, user string, commands []
 	return false, nil
 }
 
-func (s *fakeStore) Spool(_ context.Context, row SpooledRow) error {
+func (s *fakeStore) Spool(ctx context.Context, row SpooledRow) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.spoolHung {
+		s.mu.Unlock()
+		<-ctx.Done()
+		s.mu.Lock()
+		return ctx.Err()
+	}
 	if s.down != nil {
 		return s.down
 	}
 	s.spooled = append(s.spooled, row)
 	return nil
+}
+
+// outbox decodes the rows spooled so far, in order.
+func (s *fakeStore) outbox(t *testing.T) []*mandatev1.AuditRecord {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*mandatev1.AuditRecord, 0, len(s.spooled))
+	for _, r := range s.spooled {
+		rec, err := decodeSpooled(r.Record)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rec)
+	}
+	return out
 }
 
 // Spooled answers the spool flusher, which runs no sooner than an hour

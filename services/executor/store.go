@@ -83,14 +83,23 @@ type Store interface {
 	// p.Now and the events committed at or before p.Now-p.KeepEvents that
 	// were delivered (or, with p.Undelivered, also those that were not).
 	Purge(ctx context.Context, p PurgePolicy) (Purged, error)
-	// Spool keeps an audit row the executor could not hand to the audit
-	// trail (the trail was unavailable longer than the executor waits), to
-	// be appended once the trail is back (see Spooled, Unspool).
+	// Spool keeps an audit row in the executor's outbox of audit rows, to
+	// be appended to the trail by the relay (FlushSpool; see Spooled,
+	// Unspool): every intent and the outcome of a dispatched call, written
+	// before dispatch and after the reply, and any row the trail would not
+	// take when it was sent there directly.
 	Spool(ctx context.Context, row SpooledRow) error
 	// Spooled returns up to limit spooled rows, oldest first.
 	Spooled(ctx context.Context, limit int) ([]SpooledRow, error)
-	// Unspool drops spooled rows once the trail holds them.
+	// Unspool drops spooled rows once the trail holds them. It need not
+	// survive a crash of the store's server: a row that comes back is
+	// appended again, and the trail stores it once.
 	Unspool(ctx context.Context, ids []int64) error
+	// Spooling returns those of tenant's invocations that still have a
+	// row in the spool (the trail does not hold it yet), in no particular
+	// order: the reconciler never takes an intent whose outcome is still
+	// on its way for a lost one.
+	Spooling(ctx context.Context, tenant string, invocationIDs []string) ([]string, error)
 	// Bury keeps a row the trail refuses outright in the dead letter, in
 	// one transaction with unspooling it (row.SpoolID; 0 for a row that
 	// was never spooled): a row is never dropped.
@@ -138,6 +147,21 @@ type ReserveSpender interface {
 	// or s.Force, and noted on the key's record). Otherwise, and when the claim was won without the
 	// spending (a later round), the balances are nil and nothing was spent.
 	ReserveSpending(ctx context.Context, key IdemKey, r Reservation, s Spending) (*Saved, []Balance, error)
+}
+
+// BatchSpooler is a Store that spools several audit rows in one
+// transaction and says where each went, so that the executor commits the
+// rows of concurrent calls together (group commit) and relays them
+// without reading them back. The executor uses it where the store offers
+// it, and Spool one row at a time otherwise.
+type BatchSpooler interface {
+	// SpoolRows spools rows, all or none, in their order, and returns
+	// their ids (as Spooled reports them), in the same order. With lazy,
+	// the store may answer before the rows would survive a crash of its
+	// own server (Postgres: synchronous_commit off): for rows whose loss
+	// the reconciler makes good (an outcome: its intent is then settled
+	// from the backend's receipt), never for an intent.
+	SpoolRows(ctx context.Context, rows []SpooledRow, lazy bool) ([]int64, error)
 }
 
 // Spending is one call's use of declared limits (Store.Spend).
@@ -390,7 +414,9 @@ type Saved struct {
 	// Status is the serialized google.rpc.Status of a failure (nil on
 	// success).
 	Status []byte
-	// AuditID of the original outcome row.
+	// AuditID is the intent row's "<tenant>/<seq>" in responses saved by
+	// earlier releases; empty since the intent is relayed to the trail
+	// after the call (find the rows by InvocationID).
 	AuditID string
 }
 

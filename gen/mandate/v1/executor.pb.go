@@ -1167,8 +1167,12 @@ type ExecuteResponse struct {
 	InvocationId string `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
 	// The command's result as a JSON object (protojson, proto field names).
 	Result *structpb.Struct `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
-	// The audit row of the call's intent, `<tenant>/<seq>`; the outcome row
-	// follows it in the same chain (see AuditService.Get by invocation id).
+	// Empty since the executor keeps a call's intent in its own store and
+	// relays it to the audit trail after the call (its place in the chain is
+	// not known when the call answers): the call's rows are found by its
+	// invocation_id (AuditService.Get). Responses saved by earlier releases
+	// and replayed for their idempotency key still carry the intent's row,
+	// `<tenant>/<seq>`.
 	AuditId string `protobuf:"bytes,3,opt,name=audit_id,json=auditId,proto3" json:"audit_id,omitempty"`
 	// True when this is the stored response of an earlier call with the
 	// same idempotency key.

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -412,13 +413,18 @@ func reason(err error) string {
 }
 
 // rows returns the audit rows of an invocation once there are want of
-// them: the outcome row of a dispatched call is written just after the
-// reply.
+// them: a dispatched call's rows reach the trail from the executor's
+// outbox, its intent right after it was made durable and its outcome just
+// after the reply.
 func (e *env) rows(t *testing.T, tenant, invocation string, want int) []audit.Stored {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		rows, err := e.audit.Get(context.Background(), tenant, invocation)
+		if errors.Is(err, audit.ErrNotFound) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			t.Fatalf("audit rows of %s: %v", invocation, err)
 		}

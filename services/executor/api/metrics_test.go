@@ -17,12 +17,12 @@ import (
 // meteredStart starts the topology with the executor's metrics going to a
 // manual reader, so the test reads them without touching the global
 // provider.
-func meteredStart(t *testing.T, st stores) (*env, *sdkmetric.ManualReader) {
+func meteredStart(t *testing.T, st stores, opts ...func(*executor.Config)) (*env, *sdkmetric.ManualReader) {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	e := start(t, st, func(c *executor.Config) { c.MeterProvider = mp })
+	e := start(t, st, append([]func(*executor.Config){func(c *executor.Config) { c.MeterProvider = mp }}, opts...)...)
 	return e, reader
 }
 
@@ -105,7 +105,11 @@ func key(set attribute.Set, keys ...string) string {
 func TestExecutorCountsEveryCallOnce(t *testing.T) { eachStore(t, testExecutorCountsEveryCallOnce) }
 
 func testExecutorCountsEveryCallOnce(t *testing.T, st stores) {
-	e, reader := meteredStart(t, st)
+	outbox := &spoolDown{}
+	e, reader := meteredStart(t, st, func(c *executor.Config) {
+		outbox.Store = c.Store
+		c.Store = outbox
+	})
 	alice := as(token(t, "acme", "alice", ""))
 
 	// executed, over gRPC and over REST.
@@ -144,15 +148,16 @@ func testExecutorCountsEveryCallOnce(t *testing.T, st stores) {
 		t.Fatalf("replay: %v %v", replay, err)
 	}
 	// Outcome rows of dispatched and replayed calls are written after the
-	// reply: let all 9 rows above land before the trail goes away, so that
-	// only the next call's row is spooled.
+	// reply: let all 9 rows above land before the store goes away, so that
+	// only the next call's row is held.
 	for deadline := time.Now().Add(10 * time.Second); e.rowCount(t, "acme") < 9 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	// failed: the audit trail goes away, so nothing is dispatched.
-	e.takeAuditAway()
+	// failed: the executor's store takes no intent, so nothing is
+	// dispatched.
+	outbox.down.Store(true)
 	if _, err = e.execute(t, alice, "ticket.search", `{}`); refusal(err).GetCode() != "audit.unavailable" {
-		t.Fatalf("search without an audit trail: %v", err)
+		t.Fatalf("search without a durable intent: %v", err)
 	}
 
 	calls, durations := collect(t, reader)
@@ -164,7 +169,7 @@ func testExecutorCountsEveryCallOnce(t *testing.T, st stores) {
 		"expense.report.create grpc executed - -":                                     1,
 		"expense.report.create grpc replayed idempotency_check idempotency.replayed":  1,
 		"ticket.search grpc failed audit audit.unavailable":                           1,
-		// That attempt's row waits in the spool for the trail to come back.
+		// That attempt's row is held for the trail (the store takes none).
 		"spooled": 1,
 	}
 	for k, n := range wantCalls {

@@ -18,6 +18,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/confirm"
+	"github.com/mandate-dev/mandate/services/executor"
 )
 
 const (
@@ -305,26 +306,38 @@ func testConcurrentSameKey(t *testing.T, st stores) {
 	}
 }
 
-// TestAuditUnavailableFailsClosed: without an intent row nothing is
-// dispatched.
+// TestAuditUnavailableFailsClosed: without a durable intent row nothing is
+// dispatched. The intent is made durable in the executor's own store (its
+// outbox of audit rows), so it is that store refusing the row that refuses
+// the call — audit.unavailable, retriable — and the grant is not spent.
 func TestAuditUnavailableFailsClosed(t *testing.T) { eachStore(t, testAuditUnavailableFailsClosed) }
 
 func testAuditUnavailableFailsClosed(t *testing.T, st stores) {
-	e := start(t, st)
+	outbox := &spoolDown{}
+	e := start(t, st, func(c *executor.Config) {
+		outbox.Store = c.Store
+		c.Store = outbox
+	})
 	bot := as(token(t, "acme", "carol", "finance-bot"))
 	_, err := e.execute(t, bot, "ticket.refund", refundInput)
 	challenge := refusal(err).GetChallengeId()
 	if _, err := e.confirm.Decide(context.Background(), carol, challenge, true, "api"); err != nil {
 		t.Fatal(err)
 	}
-	e.takeAuditAway() // the audit database goes away
+	outbox.down.Store(true) // the executor's store takes no audit row
 	_, err = e.execute(t, bot, "ticket.refund", refundInput, withGrant(challenge))
 	ce := refusal(err)
 	if ce.GetStage() != "audit" || ce.GetCode() != "audit.unavailable" || !ce.GetRetriable() || status.Code(err) != codes.Unavailable {
 		t.Fatalf("err = %v %v", err, ce)
 	}
 	if n := e.gateway.Refunds(); n != 0 {
-		t.Fatalf("the payment gateway counted %d refunds with the audit trail down, want 0", n)
+		t.Fatalf("the payment gateway counted %d refunds without a durable intent, want 0", n)
+	}
+	// The refusal's own row reaches the trail (held in memory, since the
+	// store will not take it, and appended by the relay).
+	rows := e.rows(t, "acme", ce.GetInvocationId(), 1)
+	if len(rows) != 1 || rows[0].Phase != audit.PhaseOutcome || rows[0].Code != "audit.unavailable" {
+		t.Fatalf("rows of the refused call: %+v, want its one outcome row", rows)
 	}
 	// The call never ran, so carol's approval is not spent: the grant is
 	// approved again, for the same invocation digest, once.
@@ -339,6 +352,76 @@ func testAuditUnavailableFailsClosed(t *testing.T, st stores) {
 	}
 	if _, err := e.confirm.Redeem(context.Background(), relay, challenge, ch.InvocationDigest, ""); !errors.Is(err, confirm.ErrAlreadyRedeemed) {
 		t.Fatalf("a released grant redeemed twice: %v", err)
+	}
+}
+
+// TestAnAuditOutageDoesNotStopTheCall: the call's path never waits for the
+// audit service — its intent is durable in the executor's outbox — so with
+// the audit trail down an approved refund still runs, and its rows, intent
+// then outcome, reach the trail once it is back (in memory, where the
+// trail can be plugged back in; on Postgres, whose trail's pool is closed
+// for good, they wait in the executor's outbox).
+func TestAnAuditOutageDoesNotStopTheCall(t *testing.T) {
+	eachStore(t, testAnAuditOutageDoesNotStopTheCall)
+}
+
+func testAnAuditOutageDoesNotStopTheCall(t *testing.T, st stores) {
+	e := start(t, st)
+	bot := as(token(t, "acme", "carol", "finance-bot"))
+	_, err := e.execute(t, bot, "ticket.refund", refundInput)
+	challenge := refusal(err).GetChallengeId()
+	if _, err := e.confirm.Decide(context.Background(), carol, challenge, true, "api"); err != nil {
+		t.Fatal(err)
+	}
+	e.takeAuditAway()
+	resp, err := e.execute(t, bot, "ticket.refund", refundInput, withGrant(challenge))
+	if err != nil {
+		t.Fatalf("an approved refund with the audit trail down: %v", err)
+	}
+	if n := e.gateway.Refunds(); n != 1 {
+		t.Fatalf("the payment gateway counted %d refunds, want 1", n)
+	}
+	inv := resp.GetInvocationId()
+	if resp.GetAuditId() != "" {
+		t.Errorf("audit id %q: the intent's place in the chain is not known when the call answers", resp.GetAuditId())
+	}
+	// Both rows wait in the executor's outbox for the trail.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		waiting, err := e.execStore.Spooling(context.Background(), "acme", []string{inv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := e.execStore.Spooled(context.Background(), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, r := range rows {
+			if r.InvocationID == inv {
+				n++
+			}
+		}
+		if len(waiting) == 1 && n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows of %s in the outbox, want its intent and its outcome", n, inv)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	u, ok := e.audit.(*unplugged)
+	if !ok {
+		return // Postgres: the trail's pool is closed for good
+	}
+	u.down.Store(false)
+	rows := e.rows(t, "acme", inv, 2)
+	if len(rows) != 2 || rows[0].Phase != audit.PhaseIntent || rows[1].Phase != audit.PhaseOutcome || rows[1].Outcome != audit.OutcomeExecuted ||
+		rows[0].Seq >= rows[1].Seq {
+		t.Fatalf("rows once the trail is back: %+v, want the intent, then the executed outcome", rows)
+	}
+	if v, err := e.audit.Verify(context.Background(), "acme"); err != nil || !v.OK {
+		t.Fatalf("verify: %+v %v", v, err)
 	}
 }
 

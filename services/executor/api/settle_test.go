@@ -138,7 +138,14 @@ func (s *settleEnv) submitAndDie(t *testing.T, report, key string) string {
 		t.Fatal("the submit was never dispatched")
 	}
 	store.dead.Store(true)
-	return dying.invocation.Load().(string)
+	inv := dying.invocation.Load().(string)
+	// Its intent was durable in the executor's outbox before the dispatch;
+	// the relay (here the dead executor's own, in a deployment any
+	// replica's on the same database) appends it to the trail.
+	if rows := s.rows(t, "acme", inv, 1); len(rows) != 1 || rows[0].Phase != audit.PhaseIntent {
+		t.Fatalf("rows of the dead invocation: %+v, want its intent", rows)
+	}
+	return inv
 }
 
 // reconciler is a second executor that settles what the trail leaves
@@ -335,4 +342,66 @@ func testASubmitAnOperatorResolvesAsExecutedForbidsTheApprove(t *testing.T, st s
 		t.Fatalf("resolve: %v %v", resp, err)
 	}
 	s.approveRefused(t, report, inv)
+}
+
+// TestTheReconcilerWaitsForTheOutbox: an intent the trail holds without an
+// outcome is not a lost call while the invocation still has a row in the
+// executor's outbox — its outcome, on its way behind it (the trail came
+// back after an outage longer than the reconciler's wait, and the rows
+// keep the time they were made durable). The reconciler leaves it, and
+// asks no receipt; once the outbox is empty, the intent is open for real
+// and is settled from the receipt.
+func TestTheReconcilerWaitsForTheOutbox(t *testing.T) {
+	eachStore(t, testTheReconcilerWaitsForTheOutbox)
+}
+
+func testTheReconcilerWaitsForTheOutbox(t *testing.T, st stores) {
+	s := startSettle(t, st)
+	report := s.lenasReport(t)
+	dead := s.submitAndDie(t, report, "")
+	// The store says the invocation still has a row in the outbox (its
+	// outcome, on its way); the conformance suite holds the stores to
+	// saying so (Spooling).
+	outboxed := &heldOutbox{Store: s.base.Store, invocation: dead}
+	outboxed.held.Store(true)
+	cfg := s.base
+	cfg.Store = outboxed
+	cfg.Intents = cfg.Audit.(executor.IntentSource)
+	cfg.ReconcileAfter, cfg.ReconcileInterval = time.Nanosecond, time.Hour
+	r, err := executor.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	if n, err := r.Reconcile(context.Background()); err != nil || n != 0 {
+		t.Fatalf("Reconcile with the outcome in the outbox settled %d (%v), want none", n, err)
+	}
+	if rows := s.rows(t, "acme", dead, 1); len(rows) != 1 {
+		t.Fatalf("rows of %s: %+v, want its intent alone", dead, rows)
+	}
+	// The outbox holds nothing of it any more: the intent is open for
+	// real, and the receipt settles it.
+	outboxed.held.Store(false)
+	if n, err := r.Reconcile(context.Background()); err != nil || n != 1 {
+		t.Fatalf("Reconcile once the outbox is empty settled %d (%v), want the intent", n, err)
+	}
+	if out := s.row(t, dead, audit.PhaseOutcome); out.Outcome != audit.OutcomeExecuted || !strings.Contains(out.Message, "receipt") {
+		t.Fatalf("the reconciled outcome: %+v", out)
+	}
+}
+
+// heldOutbox is an executor store that, while held is set, says that one
+// invocation still has a row in the outbox (Spooling).
+type heldOutbox struct {
+	executor.Store
+	invocation string
+	held       atomic.Bool
+}
+
+func (h *heldOutbox) Spooling(ctx context.Context, tenant string, ids []string) ([]string, error) {
+	got, err := h.Store.Spooling(ctx, tenant, ids)
+	if h.held.Load() && slices.Contains(ids, h.invocation) && !slices.Contains(got, h.invocation) {
+		got = append(got, h.invocation)
+	}
+	return got, err
 }

@@ -47,6 +47,8 @@ func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
 		{"Reclaim", s.testReclaim},
 		{"Settle", s.testSettle},
 		{"Spool", s.testSpool},
+		{"Spooling", s.testSpooling},
+		{"SpoolRows", s.testSpoolRows},
 		{"DeadLetter", s.testDeadLetter},
 		{"Resolve", s.testResolve},
 		{"Canceled", s.testCanceled},
@@ -1131,6 +1133,91 @@ func (s *suite) testSpool(t *testing.T) {
 	}
 	if rows, err := st.Spooled(ctx, 10); err != nil || len(rows) != 0 {
 		t.Fatalf("after unspooling all: %+v, %v", rows, err)
+	}
+}
+
+// testSpooling: Spooling names, of the tenant's invocations asked about,
+// those with a row still in the spool — each once, whatever how many rows
+// it has there — and none of another tenant's, nor one unspooled.
+func (s *suite) testSpooling(t *testing.T) {
+	ctx := testCtx(t)
+	st := s.newStore(t)
+	for _, r := range []struct{ tenant, inv string }{
+		{"acme", "inv-intent"}, {"acme", "inv-both"}, {"acme", "inv-both"}, {"globex", "inv-other"}, {"acme", "inv-gone"},
+	} {
+		if err := st.Spool(ctx, executor.SpooledRow{Tenant: r.tenant, InvocationID: r.inv, Record: []byte(r.inv), Time: Base}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := st.Spooled(ctx, 10)
+	if err != nil || len(rows) != 5 {
+		t.Fatalf("Spooled = %+v, %v", rows, err)
+	}
+	if err := st.Unspool(ctx, []int64{rows[4].ID}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Spooling(ctx, "acme", []string{"inv-both", "inv-intent", "inv-other", "inv-gone", "inv-never"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if want := []string{"inv-both", "inv-intent"}; !slices.Equal(got, want) {
+		t.Fatalf("Spooling = %v, want %v", got, want)
+	}
+	if got, err := st.Spooling(ctx, "acme", nil); err != nil || len(got) != 0 {
+		t.Fatalf("Spooling of nothing = %v, %v", got, err)
+	}
+	if got, err := st.Spooling(ctx, "globex", []string{"inv-other", "inv-both"}); err != nil || !slices.Equal(got, []string{"inv-other"}) {
+		t.Fatalf("Spooling(globex) = %v, %v", got, err)
+	}
+}
+
+// testSpoolRows: a store that spools rows in batches (BatchSpooler)
+// returns each row's id in the rows' order, as Spooled then reports them,
+// after what was spooled before; a batch with an invalid row spools
+// nothing.
+func (s *suite) testSpoolRows(t *testing.T) {
+	ctx := testCtx(t)
+	st := s.newStore(t)
+	bs, ok := st.(executor.BatchSpooler)
+	if !ok {
+		t.Skip("the store spools one row at a time")
+	}
+	if err := st.Spool(ctx, executor.SpooledRow{Tenant: "acme", InvocationID: "inv-first", Record: []byte("first"), Time: Base}); err != nil {
+		t.Fatal(err)
+	}
+	var batch []executor.SpooledRow
+	for i := range 40 {
+		batch = append(batch, executor.SpooledRow{Tenant: []string{"acme", "globex"}[i%2], InvocationID: fmt.Sprintf("inv-%02d", i),
+			Record: []byte(fmt.Sprintf("row %02d", i)), Time: Base.Add(time.Duration(i) * time.Second)})
+	}
+	// Lazy or not, the rows are spooled alike.
+	ids, err := bs.SpoolRows(ctx, batch[:25], false)
+	if err != nil || len(ids) != 25 {
+		t.Fatalf("SpoolRows = %v, %v", ids, err)
+	}
+	more, err := bs.SpoolRows(ctx, batch[25:], true)
+	if err != nil || len(more) != len(batch)-25 {
+		t.Fatalf("SpoolRows(lazy) = %v, %v", more, err)
+	}
+	ids = append(ids, more...)
+	rows, err := st.Spooled(ctx, 100)
+	if err != nil || len(rows) != 1+len(batch) || rows[0].InvocationID != "inv-first" {
+		t.Fatalf("Spooled = %+v, %v", rows, err)
+	}
+	for i, r := range rows[1:] {
+		if r.ID != ids[i] || r.InvocationID != batch[i].InvocationID || r.Tenant != batch[i].Tenant || string(r.Record) != string(batch[i].Record) ||
+			!r.Time.Equal(batch[i].Time) || r.ID <= rows[0].ID {
+			t.Fatalf("row %d: %+v, id %d; want %+v", i, r, ids[i], batch[i])
+		}
+	}
+	for _, lazy := range []bool{false, true} {
+		if _, err := bs.SpoolRows(ctx, []executor.SpooledRow{{Tenant: "acme", InvocationID: "inv-ok", Record: []byte("ok")}, {Tenant: "acme"}}, lazy); err == nil {
+			t.Fatal("a batch with a row without a record was spooled")
+		}
+	}
+	if rows, err := st.Spooled(ctx, 100); err != nil || len(rows) != 1+len(batch) {
+		t.Fatalf("after the refused batch: %d rows, %v", len(rows), err)
 	}
 }
 

@@ -500,6 +500,32 @@ func (s *Store) Spool(ctx context.Context, row executor.SpooledRow) error {
 	return nil
 }
 
+// SpoolRows implements executor.BatchSpooler; lazy changes nothing in memory.
+func (s *Store) SpoolRows(ctx context.Context, rows []executor.SpooledRow, _ bool) ([]int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for _, row := range rows {
+		if len(row.Record) == 0 || row.Tenant == "" {
+			return nil, fail("spool", errors.New("a spooled row needs a tenant and a record"))
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]int64, len(rows))
+	for i, row := range rows {
+		s.spoolN++
+		row.ID = s.spoolN
+		if row.Time.IsZero() {
+			row.Time = s.opts.Now()
+		}
+		row.Record = bytes.Clone(row.Record)
+		s.spool = append(s.spool, row)
+		ids[i] = row.ID
+	}
+	return ids, nil
+}
+
 // Spooled implements executor.Store.
 func (s *Store) Spooled(ctx context.Context, limit int) ([]executor.SpooledRow, error) {
 	if err := ctx.Err(); err != nil {
@@ -531,6 +557,22 @@ func (s *Store) Unspool(ctx context.Context, ids []int64) error {
 	defer s.mu.Unlock()
 	s.spool = slices.DeleteFunc(s.spool, func(r executor.SpooledRow) bool { return drop[r.ID] })
 	return nil
+}
+
+// Spooling implements executor.Store.
+func (s *Store) Spooling(ctx context.Context, tenant string, invocationIDs []string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, r := range s.spool {
+		if r.Tenant == tenant && slices.Contains(invocationIDs, r.InvocationID) && !slices.Contains(out, r.InvocationID) {
+			out = append(out, r.InvocationID)
+		}
+	}
+	return out, nil
 }
 
 // Bury implements executor.Store.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -554,6 +555,52 @@ func (s *Store) Spool(ctx context.Context, row executor.SpooledRow) error {
 	return mapErr(ctx, "executor: spool", err)
 }
 
+// SpoolRows implements executor.BatchSpooler: one INSERT of every row, from arrays, in their
+// order. The ids come from one sequence, taken row after row in that order within the
+// statement, so sorted they are the rows' ids in order, whatever order RETURNING lists them in.
+// A lazy batch is committed with synchronous_commit off, in the same round trip.
+func (s *Store) SpoolRows(ctx context.Context, rows []executor.SpooledRow, lazy bool) ([]int64, error) {
+	if len(rows) == 0 {
+		return nil, ctx.Err()
+	}
+	now := s.now()
+	tenants, invocations := make([]string, len(rows)), make([]string, len(rows))
+	records, times := make([][]byte, len(rows)), make([]time.Time, len(rows))
+	for i, row := range rows {
+		if len(row.Record) == 0 || row.Tenant == "" {
+			return nil, invalid("executor: spool", errors.New("a spooled row needs a tenant and a record"))
+		}
+		tenants[i], invocations[i], records[i], times[i] = row.Tenant, row.InvocationID, row.Record, orNow(row.Time, now)
+	}
+	var ids []int64
+	if lazy {
+		// One implicit transaction: the batch's statements go behind a single Sync.
+		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+		b.Queue(sqlAsyncCommit)
+		b.Queue(sqlSpoolRows, tenants, invocations, records, times).Query(func(res pgx.Rows) error {
+			var err error
+			ids, err = pgx.CollectRows(res, pgx.RowTo[int64])
+			return err
+		})
+		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+			return nil, mapErr(ctx, "executor: spool", err)
+		}
+	} else {
+		res, err := s.pool.Query(ctx, sqlSpoolRows, tenants, invocations, records, times)
+		if err != nil {
+			return nil, mapErr(ctx, "executor: spool", err)
+		}
+		if ids, err = pgx.CollectRows(res, pgx.RowTo[int64]); err != nil {
+			return nil, mapErr(ctx, "executor: spool", err)
+		}
+	}
+	if len(ids) != len(rows) {
+		return nil, fmt.Errorf("executor: spool: %d ids for %d rows", len(ids), len(rows))
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
 // Spooled implements executor.Store.
 func (s *Store) Spooled(ctx context.Context, limit int) ([]executor.SpooledRow, error) {
 	if limit <= 0 {
@@ -576,8 +623,25 @@ func (s *Store) Unspool(ctx context.Context, ids []int64) error {
 	if len(ids) == 0 {
 		return ctx.Err()
 	}
-	_, err := s.pool.Exec(ctx, sqlUnspool, ids)
-	return mapErr(ctx, "executor: unspool", err)
+	// A delete lost with the server's last moments brings rows back, which the relay appends
+	// again and the trail stores once: it need not wait for the WAL flush.
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+	b.Queue(sqlAsyncCommit)
+	b.Queue(sqlUnspool, ids)
+	return mapErr(ctx, "executor: unspool", s.pool.SendBatch(ctx, b).Close())
+}
+
+// Spooling implements executor.Store.
+func (s *Store) Spooling(ctx context.Context, tenant string, invocationIDs []string) ([]string, error) {
+	if len(invocationIDs) == 0 {
+		return nil, ctx.Err()
+	}
+	rows, err := s.pool.Query(ctx, sqlSpooling, tenant, invocationIDs)
+	if err != nil {
+		return nil, mapErr(ctx, "executor: spooling", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return out, mapErr(ctx, "executor: spooling", err)
 }
 
 // Bury implements executor.Store.

@@ -110,11 +110,26 @@ const (
 	// sqlSpool keeps an audit row for later. $1 tenant, $2 invocation, $3 record, $4 time.
 	sqlSpool = `INSERT INTO executor.audit_spool (tenant, invocation_id, record, spooled_at) VALUES ($1, $2, $3, $4)`
 
+	// sqlAsyncCommit lets the transaction it opens commit without waiting for its WAL flush
+	// (SpoolRows of a lazy batch, Unspool).
+	sqlAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
+
+	// sqlSpoolRows keeps several audit rows, in their order: $1 tenants, $2 invocations,
+	// $3 records, $4 times, one element per row.
+	sqlSpoolRows = `INSERT INTO executor.audit_spool (tenant, invocation_id, record, spooled_at)
+	SELECT t, i, r, at FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[]) WITH ORDINALITY AS u(t, i, r, at, n)
+	ORDER BY n
+	RETURNING id`
+
 	// sqlSpooled reads the oldest spooled rows.
 	sqlSpooled = `SELECT id, tenant, invocation_id, record, spooled_at FROM executor.audit_spool ORDER BY id LIMIT $1`
 
 	// sqlUnspool drops delivered spooled rows.
 	sqlUnspool = `DELETE FROM executor.audit_spool WHERE id = ANY($1::bigint[])`
+
+	// sqlSpooling lists which of tenant $1's invocations $2 have a row in the spool
+	// (audit_spool_invocation).
+	sqlSpooling = `SELECT DISTINCT invocation_id FROM executor.audit_spool WHERE tenant = $1 AND invocation_id = ANY($2::text[])`
 
 	// sqlBury keeps a row in the dead letter and unspools $7 (0: none) in one statement.
 	sqlBury = `WITH gone AS (DELETE FROM executor.audit_spool WHERE id = $7)
