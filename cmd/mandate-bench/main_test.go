@@ -48,7 +48,7 @@ func TestBenchPrintsTheRatios(t *testing.T) {
 			"against the same backend ungoverned", "| ungoverned over the service / in-memory reference",
 			"ungoverned over the service, 2026-07-28, callers 16 — CPU/allocs per call by process: reference-over-service ",
 			"One call at a time, traced", "median of 5 calls", "| mcpbridge server tools/call ticket.search | 0.00 ms |",
-			"| executor server mandate.v1.ExecutorService/Execute |", "| audit server mandate.v1.AuditService/AppendStream.Append |",
+			"| executor server mandate.v1.ExecutorService/Execute |", "| executor internal audit |",
 			"| helpdesk server examples.helpdesk.v1.HelpdeskService/SearchTickets |")
 		if _, err := exec.LookPath("pgbench"); err == nil {
 			want = append(want, "Audit appends vs pgbench", "same database, 2 rounds", "| group commit (")

@@ -17,6 +17,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/mcpbridge"
 )
 
@@ -173,6 +174,9 @@ func waitRows(e *env, tenant, inv string) (int, error) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		rows, err := e.audit.Get(context.Background(), tenant, inv)
+		if errors.Is(err, audit.ErrNotFound) && time.Now().Before(deadline) {
+			err = nil // not relayed yet
+		}
 		if err != nil || len(rows) > 0 || time.Now().After(deadline) {
 			return len(rows), err
 		}
