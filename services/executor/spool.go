@@ -68,15 +68,8 @@ func (e *Executor) spool(ctx context.Context, inv *invocation, rec *mandatev1.Au
 // database or trail does not hold the shutdown.
 func (e *Executor) every(stop <-chan struct{}, interval time.Duration, what string, fn func(context.Context) (int, error)) {
 	defer e.spoolWG.Done()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := untilStopped(stop)
 	defer cancel()
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -97,6 +90,20 @@ func (e *Executor) every(stop <-chan struct{}, interval time.Duration, what stri
 	}
 }
 
+// untilStopped is a context that ends when stop is closed (or cancel is
+// called): a round in flight of a background loop ends with the loop.
+func untilStopped(stop <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 // wakeRelay has the relay flush now rather than at its next tick; a
 // wake-up already pending covers this row too.
 func (e *Executor) wakeRelay() {
@@ -115,15 +122,8 @@ func (e *Executor) wakeRelay() {
 // other.
 func (e *Executor) relay(stop <-chan struct{}, interval time.Duration) {
 	defer e.spoolWG.Done()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := untilStopped(stop)
 	defer cancel()
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var (

@@ -480,24 +480,10 @@ func cloneEvent(e executor.Event) executor.Event {
 	return e
 }
 
-// Spool implements executor.Store.
+// Spool implements executor.Store: SpoolRows of one row.
 func (s *Store) Spool(ctx context.Context, row executor.SpooledRow) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if len(row.Record) == 0 || row.Tenant == "" {
-		return fail("spool", errors.New("a spooled row needs a tenant and a record"))
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.spoolN++
-	row.ID = s.spoolN
-	if row.Time.IsZero() {
-		row.Time = s.opts.Now()
-	}
-	row.Record = bytes.Clone(row.Record)
-	s.spool = append(s.spool, row)
-	return nil
+	_, err := s.SpoolRows(ctx, []executor.SpooledRow{row}, false)
+	return err
 }
 
 // SpoolRows implements executor.BatchSpooler; lazy changes nothing in memory.
