@@ -24,6 +24,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/tooldesc"
+	"github.com/mandate-dev/mandate/services/mcpbridge/internal/sealed"
 )
 
 // Config wires a Bridge.
@@ -135,6 +136,9 @@ type Bridge struct {
 	// for other replicas' sessions (nil: forwarding is off).
 	advertise string
 	proxy     *httputil.ReverseProxy
+	// sealer seals and opens the session and task ids that name their
+	// replica (Config.StateKey, advertise).
+	sealer *sealed.Sealer
 
 	// callSpans are the tools/call span names by command (trace.go).
 	callSpans map[string]string
@@ -235,6 +239,7 @@ func New(cfg Config) (*Bridge, error) {
 		metadataPth: pth,
 		metadataURL: u.Scheme + "://" + u.Host + pth,
 		advertise:   advertise,
+		sealer:      sealed.New(cfg.StateKey, advertise),
 		callSpans:   callSpanNames(cfg.Manifest),
 		servers:     map[string]*entry{},
 		opening:     opening{n: map[string]int{}},

@@ -3,7 +3,6 @@ package mcpbridge
 import (
 	"context"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -15,6 +14,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/mandate-dev/mandate/services/mcpbridge/internal/sealed"
 )
 
 // Sessions of the 2024–2025 revisions live in the memory of the replica
@@ -37,9 +38,8 @@ const ForwardDialTimeout = 2 * time.Second
 
 const (
 	sessionIDHeader = "Mcp-Session-Id"
-	// sessionLabel and forwardLabel separate these MACs from each other and
-	// from the requestState's.
-	sessionLabel = "mandate.dev/mcp-session/v1\x00"
+	// forwardLabel separates these MACs from the sealed ids' (package
+	// sealed) and from the requestState's.
 	forwardLabel = "mandate.dev/mcp-forwarded/v1\x00"
 )
 
@@ -70,48 +70,13 @@ func advertiseURL(s string) (string, error) {
 }
 
 // newSessionID is the servers' ServerOptions.GetSessionID when forwarding
-// is on: an id sealed to this replica (sealID).
-func (b *Bridge) newSessionID() string { return b.sealID(sessionLabel) }
+// is on: an id sealed to this replica (package sealed).
+func (b *Bridge) newSessionID() string { return b.sealer.Seal(sealed.SessionLabel) }
 
 // sessionOwner opens a session id the bridge issued and returns its owner's
 // advertised URL; ok is false for any id not sealed with this state key.
-func (b *Bridge) sessionOwner(id string) (owner string, ok bool) { return b.openID(sessionLabel, id) }
-
-// sealID is a random id that names this replica: a nonce, this replica's
-// advertised URL and an HMAC of both under the state key and label,
-// "nonce.base64url(owner).base64url(mac)". The owner is readable by the
-// client but cannot be changed without the state key; the label keeps the
-// ids of one kind (a session, a task) from passing for another's.
-func (b *Bridge) sealID(label string) string {
-	nonce := rand.Text()
-	enc := base64.RawURLEncoding
-	return nonce + "." + enc.EncodeToString([]byte(b.advertise)) + "." + enc.EncodeToString(b.idMAC(label, nonce, b.advertise))
-}
-
-// openID opens an id sealID made under label and returns the replica it
-// names; ok is false for any other string.
-func (b *Bridge) openID(label, id string) (owner string, ok bool) {
-	nonce, rest, ok1 := strings.Cut(id, ".")
-	owner64, mac64, ok2 := strings.Cut(rest, ".")
-	if !ok1 || !ok2 || nonce == "" {
-		return "", false
-	}
-	enc := base64.RawURLEncoding
-	o, err1 := enc.DecodeString(owner64)
-	mac, err2 := enc.DecodeString(mac64)
-	if err1 != nil || err2 != nil || !hmac.Equal(mac, b.idMAC(label, nonce, string(o))) {
-		return "", false
-	}
-	return string(o), true
-}
-
-func (b *Bridge) idMAC(label, nonce, owner string) []byte {
-	h := hmac.New(sha256.New, b.cfg.StateKey)
-	h.Write([]byte(label))
-	h.Write([]byte(nonce))
-	h.Write([]byte{0})
-	h.Write([]byte(owner))
-	return h.Sum(nil)
+func (b *Bridge) sessionOwner(id string) (owner string, ok bool) {
+	return b.sealer.Open(sealed.SessionLabel, id)
 }
 
 // forwardMark is the ForwardedHeader value for a session id.

@@ -21,6 +21,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/contract"
 	"github.com/mandate-dev/mandate/internal/edgelimit"
 	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/services/mcpbridge/internal/sealed"
 )
 
 // The 2026 tasks extension (SEP-2663, io.modelcontextprotocol/tasks) on
@@ -38,28 +39,25 @@ import (
 //
 // There are no sessions on this revision, so a tasks/get may reach any
 // replica. A task id names the replica that holds the task, sealed with the
-// state key as session ids are (forward.go); a replica that receives a
+// state key as session ids are (package sealed); a replica that receives a
 // request for another's task forwards it there, and answers "task not
 // found" for an id it cannot open — never forwarding it.
 
 // ExtensionTasks identifies the 2026 tasks extension.
 const ExtensionTasks = "io.modelcontextprotocol/tasks"
 
-// taskLabel separates task id MACs from the bridge's other MACs.
-const taskLabel = "mandate.dev/mcp-task/v1\x00"
-
 // newTaskID is a random task id; with forwarding on it is sealed to this
-// replica as session ids are (sealID).
+// replica as session ids are (package sealed).
 func (b *Bridge) newTaskID() string {
 	if b.proxy == nil {
 		return rand.Text()
 	}
-	return b.sealID(taskLabel)
+	return b.sealer.Seal(sealed.TaskLabel)
 }
 
 // taskOwner opens a task id this bridge's replicas issued and returns the
 // replica that holds it.
-func (b *Bridge) taskOwner(id string) (string, bool) { return b.openID(taskLabel, id) }
+func (b *Bridge) taskOwner(id string) (string, bool) { return b.sealer.Open(sealed.TaskLabel, id) }
 
 // declaresTasks reports whether a 2026 request's capabilities name the
 // tasks extension.
