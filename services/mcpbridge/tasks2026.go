@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -49,7 +48,7 @@ const ExtensionTasks = "io.modelcontextprotocol/tasks"
 // newTaskID is a random task id; with forwarding on it is sealed to this
 // replica as session ids are (package sealed).
 func (b *Bridge) newTaskID() string {
-	if b.proxy == nil {
+	if b.fwd == nil {
 		return rand.Text()
 	}
 	return b.sealer.Seal(sealed.TaskLabel)
@@ -159,14 +158,14 @@ func (b *Bridge) answerTask2026(w http.ResponseWriter, r *http.Request, c *calle
 		writeRPC(w, id, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "invalid params: taskId is required"})
 		return
 	}
-	if b.proxy != nil {
+	if b.fwd != nil {
 		owner, ok := b.taskOwner(p.TaskID)
 		if !ok {
 			writeRPC(w, id, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "task not found"})
 			return
 		}
 		if owner != b.advertise {
-			b.forwardTask(w, r, owner)
+			b.fwd.ForwardTask(w, r, owner)
 			return
 		}
 	}
@@ -203,22 +202,6 @@ func (b *Bridge) answerTask2026(w http.ResponseWriter, r *http.Request, c *calle
 	}
 }
 
-// forwardTask sends a request for a task of another replica there, as it
-// came (the owner authenticates it again).
-func (b *Bridge) forwardTask(w http.ResponseWriter, r *http.Request, owner string) {
-	u, err := url.Parse(owner)
-	if err != nil {
-		http.Error(w, "task not found", http.StatusNotFound)
-		return
-	}
-	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), ownerKey{}, u))
-	defer cancel()
-	stop := context.AfterFunc(b.ctx, cancel)
-	defer stop()
-	b.log.DebugContext(ctx, "mcpbridge: forwarding to the task's owner", "owner", owner)
-	b.proxy.ServeHTTP(w, r.WithContext(ctx))
-}
-
 // TaskForwardedHeader marks a 2025-11-25 tasks/* request one replica
 // forwarded to the replica that holds the task, from a session of its own:
 // "mac:taskId", the mac an HMAC of the task id under the state key, so
@@ -243,7 +226,7 @@ func (b *Bridge) taskForwardMark(id string) string {
 func (b *Bridge) taskPeer(r *http.Request) (id string, ok bool) {
 	mark := r.Header.Get(TaskForwardedHeader)
 	_, id, found := strings.Cut(mark, ":")
-	if b.proxy == nil || !found || id == "" || !hmac.Equal([]byte(mark), []byte(b.taskForwardMark(id))) {
+	if b.fwd == nil || !found || id == "" || !hmac.Equal([]byte(mark), []byte(b.taskForwardMark(id))) {
 		return "", false
 	}
 	return id, true
@@ -259,7 +242,7 @@ func (b *Bridge) fromTaskPeer(r *http.Request, id string) bool {
 // another replica there, without its session id, and reports whether it
 // did. A task id no replica sealed stays here (and is not found).
 func (b *Bridge) forwardToTaskOwner(w http.ResponseWriter, r *http.Request, id string) bool {
-	if b.proxy == nil || id == "" {
+	if b.fwd == nil || id == "" {
 		return false
 	}
 	owner, ok := b.taskOwner(id)
@@ -278,7 +261,7 @@ func (b *Bridge) forwardToTaskOwner(w http.ResponseWriter, r *http.Request, id s
 	}
 	r.Header.Del(sessionHeader)
 	r.Header.Set(TaskForwardedHeader, b.taskForwardMark(id))
-	b.forwardTask(w, r, owner)
+	b.fwd.ForwardTask(w, r, owner)
 	return true
 }
 
