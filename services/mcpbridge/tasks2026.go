@@ -3,15 +3,11 @@ package mcpbridge
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -20,6 +16,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/contract"
 	"github.com/mandate-dev/mandate/internal/edgelimit"
 	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/services/mcpbridge/internal/replica"
 	"github.com/mandate-dev/mandate/services/mcpbridge/internal/sealed"
 )
 
@@ -209,27 +206,15 @@ func (b *Bridge) answerTask2026(w http.ResponseWriter, r *http.Request, c *calle
 // The request travels without its session id (the session is not the
 // owner's), is authenticated again there, and is answered for the task's
 // principal alone.
-const TaskForwardedHeader = "Mandate-Forwarded-Task"
-
-// taskForwardLabel separates these MACs from the bridge's others.
-const taskForwardLabel = "mandate.dev/mcp-task-forwarded/v1\x00"
-
-func (b *Bridge) taskForwardMark(id string) string {
-	h := hmac.New(sha256.New, b.cfg.StateKey)
-	h.Write([]byte(taskForwardLabel))
-	h.Write([]byte(id))
-	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)) + ":" + id
-}
+const TaskForwardedHeader = replica.TaskForwardedHeader
 
 // taskPeer returns the task id of a request a replica forwarded to this
 // one for that task (TaskForwardedHeader); ok is false for any other.
 func (b *Bridge) taskPeer(r *http.Request) (id string, ok bool) {
-	mark := r.Header.Get(TaskForwardedHeader)
-	_, id, found := strings.Cut(mark, ":")
-	if b.fwd == nil || !found || id == "" || !hmac.Equal([]byte(mark), []byte(b.taskForwardMark(id))) {
+	if b.fwd == nil {
 		return "", false
 	}
-	return id, true
+	return b.fwd.TaskPeer(r)
 }
 
 // fromTaskPeer reports whether r was forwarded by a replica for task id.
@@ -260,7 +245,7 @@ func (b *Bridge) forwardToTaskOwner(w http.ResponseWriter, r *http.Request, id s
 		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	r.Header.Del(sessionHeader)
-	r.Header.Set(TaskForwardedHeader, b.taskForwardMark(id))
+	r.Header.Set(TaskForwardedHeader, b.fwd.TaskMark(id))
 	b.fwd.ForwardTask(w, r, owner)
 	return true
 }

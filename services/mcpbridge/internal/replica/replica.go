@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/mandate-dev/mandate/services/mcpbridge/internal/sealed"
@@ -32,6 +33,12 @@ import (
 // a valid one (no loops), and ignores and drops any other.
 const ForwardedHeader = "Mandate-Forwarded-Session"
 
+// TaskForwardedHeader marks a 2025-11-25 tasks/* request one replica
+// forwarded to the replica that holds the task, from a session of its own:
+// "mac:taskId", the mac an HMAC of the task id under the state key, so
+// only replicas can set it.
+const TaskForwardedHeader = "Mandate-Forwarded-Task"
+
 // DialTimeout bounds connecting to a session's owner. An owner that
 // cannot be reached in time is taken as lost: the session is answered 404
 // (session not found), on which clients initialise a new one.
@@ -42,6 +49,8 @@ const (
 	// forwardLabel separates these MACs from the sealed ids' (package
 	// sealed) and from the bridge's other MACs under the state key.
 	forwardLabel = "mandate.dev/mcp-forwarded/v1\x00"
+	// taskForwardLabel separates the TaskForwardedHeader's MACs likewise.
+	taskForwardLabel = "mandate.dev/mcp-task-forwarded/v1\x00"
 )
 
 // errSessionNotFound is the text the SDK answers an unknown session with.
@@ -79,6 +88,25 @@ func (f *Forwarder) mark(id string) string {
 	h.Write([]byte(forwardLabel))
 	h.Write([]byte(id))
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
+}
+
+// TaskMark is the TaskForwardedHeader value for a task id.
+func (f *Forwarder) TaskMark(id string) string {
+	h := hmac.New(sha256.New, f.key)
+	h.Write([]byte(taskForwardLabel))
+	h.Write([]byte(id))
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)) + ":" + id
+}
+
+// TaskPeer returns the task id of a request a replica forwarded to this
+// one for that task (TaskForwardedHeader); ok is false for any other.
+func (f *Forwarder) TaskPeer(r *http.Request) (id string, ok bool) {
+	mark := r.Header.Get(TaskForwardedHeader)
+	_, id, found := strings.Cut(mark, ":")
+	if !found || id == "" || !hmac.Equal([]byte(mark), []byte(f.TaskMark(id))) {
+		return "", false
+	}
+	return id, true
 }
 
 // fromReplica reports whether r was forwarded by another replica: it

@@ -159,3 +159,30 @@ func TestForwardTask(t *testing.T) {
 		t.Errorf("ForwardTask to a bad URL: %d, want 404", w.Code)
 	}
 }
+
+func TestTaskMark(t *testing.T) {
+	f := forwarder(t, t.Context())
+	peer := func(mark string) (string, bool) {
+		r := httptest.NewRequest(http.MethodPost, "http://self.test/mcp", nil)
+		if mark != "" {
+			r.Header.Set(replica.TaskForwardedHeader, mark)
+		}
+		return f.TaskPeer(r)
+	}
+	if id, ok := peer(f.TaskMark("T1")); !ok || id != "T1" {
+		t.Errorf("TaskPeer(TaskMark(T1)) = %q, %v", id, ok)
+	}
+	other := replica.New(t.Context(), bytes.Repeat([]byte{8}, 32), sealed.New(key, self), slog.New(slog.DiscardHandler))
+	mac, _, _ := strings.Cut(f.TaskMark("T1"), ":")
+	for name, mark := range map[string]string{
+		"none":        "",
+		"no id":       mac + ":",
+		"another id":  mac + ":T2",
+		"forged":      "AAAA:T1",
+		"another key": other.TaskMark("T1"),
+	} {
+		if id, ok := peer(mark); ok {
+			t.Errorf("%s: TaskPeer = %q, true; want refused", name, id)
+		}
+	}
+}
