@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync"
@@ -24,6 +23,8 @@ import (
 	"github.com/mandate-dev/mandate/internal/identity"
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/tooldesc"
+	"github.com/mandate-dev/mandate/services/mcpbridge/internal/replica"
+	"github.com/mandate-dev/mandate/services/mcpbridge/internal/sealed"
 )
 
 // Config wires a Bridge.
@@ -74,7 +75,7 @@ type Config struct {
 	// reach this one: scheme://host:port of its own HTTP listener, such as
 	// a pod's address, not the balancer's. Each session id the bridge
 	// issues names it, sealed with StateKey, and a request for a session of
-	// another replica is forwarded to that replica (forward.go), so that
+	// another replica is forwarded to that replica, so that
 	// the replicas work behind a round-robin balancer without sticky
 	// sessions. Empty: session ids are random and a request for a session
 	// held elsewhere is answered 404.
@@ -131,10 +132,13 @@ type Bridge struct {
 	metadataURL string
 	metadataPth string
 
-	// advertise is Config.AdvertiseURL normalised; proxy forwards requests
-	// for other replicas' sessions (nil: forwarding is off).
+	// advertise is Config.AdvertiseURL normalised; fwd forwards requests
+	// for other replicas' sessions and tasks (nil: forwarding is off).
 	advertise string
-	proxy     *httputil.ReverseProxy
+	fwd       *replica.Forwarder
+	// sealer seals and opens the session and task ids that name their
+	// replica (Config.StateKey, advertise).
+	sealer *sealed.Sealer
 
 	// callSpans are the tools/call span names by command (trace.go).
 	callSpans map[string]string
@@ -235,6 +239,7 @@ func New(cfg Config) (*Bridge, error) {
 		metadataPth: pth,
 		metadataURL: u.Scheme + "://" + u.Host + pth,
 		advertise:   advertise,
+		sealer:      sealed.New(cfg.StateKey, advertise),
 		callSpans:   callSpanNames(cfg.Manifest),
 		servers:     map[string]*entry{},
 		opening:     opening{n: map[string]int{}},
@@ -243,9 +248,7 @@ func New(cfg Config) (*Bridge, error) {
 		cancel:      cancel,
 	}
 	if advertise != "" {
-		var tr *http.Transport
-		b.proxy, tr = b.newProxy()
-		context.AfterFunc(ctx, tr.CloseIdleConnections)
+		b.fwd = replica.New(ctx, cfg.StateKey, b.sealer, b.log)
 	}
 	return b, nil
 }
@@ -257,7 +260,7 @@ func New(cfg Config) (*Bridge, error) {
 // 2026-07-28 or later go to a stateless transport over the same
 // per-principal servers instead; older clients keep their sessions. With
 // Config.AdvertiseURL set, a request for another replica's session is
-// forwarded to it (forward.go).
+// forwarded to it (package replica).
 func (b *Bridge) Handler() http.Handler {
 	var h http.Handler = mcp.NewStreamableHTTPHandler(b.server, &mcp.StreamableHTTPOptions{Logger: b.log, SessionTimeout: b.cfg.SessionTimeout})
 	if len(b.cfg.StateKey) > 0 {
@@ -278,18 +281,18 @@ func (b *Bridge) Handler() http.Handler {
 	// body is read; a replica limits the requests it serves itself, so a
 	// forwarded one is counted where its session lives.
 	h = b.limitEdge(h)
-	if b.proxy != nil {
+	if b.fwd != nil {
 		// Authenticated before it is forwarded, body untouched.
-		h = b.routeSessions(h)
+		h = b.fwd.RouteSessions(h, statelessRequest)
 	}
 	protected := auth.RequireBearerToken(b.verifyToken, &auth.RequireBearerTokenOptions{
 		ResourceMetadataURL: b.metadataURL,
 	})(h)
 	checked := http.NewCrossOriginProtection().Handler(protected)
-	if b.proxy == nil {
+	if b.fwd == nil {
 		return checked
 	}
-	return b.acceptForwarded(checked, protected)
+	return b.fwd.AcceptForwarded(checked, protected)
 }
 
 // MetadataPath is where MetadataHandler belongs: the RFC 9728 well-known

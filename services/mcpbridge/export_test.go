@@ -1,6 +1,10 @@
 package mcpbridge
 
-import "time"
+import (
+	"time"
+
+	"github.com/mandate-dev/mandate/services/mcpbridge/internal/sealed"
+)
 
 // Principals is the number of principals whose server the Bridge keeps.
 func (b *Bridge) Principals() int {
@@ -15,6 +19,6 @@ func (b *Bridge) Sweep(now time.Time) { b.dropIdle(now) }
 // SealSessionID is a session id as a bridge with state key key and
 // advertised URL owner issues it.
 func SealSessionID(key []byte, owner string) string {
-	b := &Bridge{cfg: Config{StateKey: key}, advertise: owner}
+	b := &Bridge{sealer: sealed.New(key, owner)}
 	return b.newSessionID()
 }

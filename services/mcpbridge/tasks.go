@@ -56,7 +56,7 @@ import (
 //
 // Tasks live in the memory of the replica whose session created them, as
 // a session and a pending elicitation do: every request of that session
-// reaches that replica (forward.go). A task belongs to the principal that
+// reaches that replica (internal/replica). A task belongs to the principal that
 // created it; any other principal is answered "task not found", and the
 // attempt is recorded (task.not_found). A principal holds at most
 // Config.MaxTasks tasks waiting for a human on a bridge (task.too_many,

@@ -3,16 +3,11 @@ package mcpbridge
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -21,6 +16,8 @@ import (
 	"github.com/mandate-dev/mandate/internal/contract"
 	"github.com/mandate-dev/mandate/internal/edgelimit"
 	"github.com/mandate-dev/mandate/internal/failure"
+	"github.com/mandate-dev/mandate/services/mcpbridge/internal/replica"
+	"github.com/mandate-dev/mandate/services/mcpbridge/internal/sealed"
 )
 
 // The 2026 tasks extension (SEP-2663, io.modelcontextprotocol/tasks) on
@@ -38,28 +35,25 @@ import (
 //
 // There are no sessions on this revision, so a tasks/get may reach any
 // replica. A task id names the replica that holds the task, sealed with the
-// state key as session ids are (forward.go); a replica that receives a
+// state key as session ids are (package sealed); a replica that receives a
 // request for another's task forwards it there, and answers "task not
 // found" for an id it cannot open — never forwarding it.
 
 // ExtensionTasks identifies the 2026 tasks extension.
 const ExtensionTasks = "io.modelcontextprotocol/tasks"
 
-// taskLabel separates task id MACs from the bridge's other MACs.
-const taskLabel = "mandate.dev/mcp-task/v1\x00"
-
 // newTaskID is a random task id; with forwarding on it is sealed to this
-// replica as session ids are (sealID).
+// replica as session ids are (package sealed).
 func (b *Bridge) newTaskID() string {
-	if b.proxy == nil {
+	if b.fwd == nil {
 		return rand.Text()
 	}
-	return b.sealID(taskLabel)
+	return b.sealer.Seal(sealed.TaskLabel)
 }
 
 // taskOwner opens a task id this bridge's replicas issued and returns the
 // replica that holds it.
-func (b *Bridge) taskOwner(id string) (string, bool) { return b.openID(taskLabel, id) }
+func (b *Bridge) taskOwner(id string) (string, bool) { return b.sealer.Open(sealed.TaskLabel, id) }
 
 // declaresTasks reports whether a 2026 request's capabilities name the
 // tasks extension.
@@ -161,14 +155,14 @@ func (b *Bridge) answerTask2026(w http.ResponseWriter, r *http.Request, c *calle
 		writeRPC(w, id, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "invalid params: taskId is required"})
 		return
 	}
-	if b.proxy != nil {
+	if b.fwd != nil {
 		owner, ok := b.taskOwner(p.TaskID)
 		if !ok {
 			writeRPC(w, id, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "task not found"})
 			return
 		}
 		if owner != b.advertise {
-			b.forwardTask(w, r, owner)
+			b.fwd.ForwardTask(w, r, owner)
 			return
 		}
 	}
@@ -205,22 +199,6 @@ func (b *Bridge) answerTask2026(w http.ResponseWriter, r *http.Request, c *calle
 	}
 }
 
-// forwardTask sends a request for a task of another replica there, as it
-// came (the owner authenticates it again).
-func (b *Bridge) forwardTask(w http.ResponseWriter, r *http.Request, owner string) {
-	u, err := url.Parse(owner)
-	if err != nil {
-		http.Error(w, "task not found", http.StatusNotFound)
-		return
-	}
-	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), ownerKey{}, u))
-	defer cancel()
-	stop := context.AfterFunc(b.ctx, cancel)
-	defer stop()
-	b.log.DebugContext(ctx, "mcpbridge: forwarding to the task's owner", "owner", owner)
-	b.proxy.ServeHTTP(w, r.WithContext(ctx))
-}
-
 // TaskForwardedHeader marks a 2025-11-25 tasks/* request one replica
 // forwarded to the replica that holds the task, from a session of its own:
 // "mac:taskId", the mac an HMAC of the task id under the state key, so
@@ -228,27 +206,15 @@ func (b *Bridge) forwardTask(w http.ResponseWriter, r *http.Request, owner strin
 // The request travels without its session id (the session is not the
 // owner's), is authenticated again there, and is answered for the task's
 // principal alone.
-const TaskForwardedHeader = "Mandate-Forwarded-Task"
-
-// taskForwardLabel separates these MACs from the bridge's others.
-const taskForwardLabel = "mandate.dev/mcp-task-forwarded/v1\x00"
-
-func (b *Bridge) taskForwardMark(id string) string {
-	h := hmac.New(sha256.New, b.cfg.StateKey)
-	h.Write([]byte(taskForwardLabel))
-	h.Write([]byte(id))
-	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)) + ":" + id
-}
+const TaskForwardedHeader = replica.TaskForwardedHeader
 
 // taskPeer returns the task id of a request a replica forwarded to this
 // one for that task (TaskForwardedHeader); ok is false for any other.
 func (b *Bridge) taskPeer(r *http.Request) (id string, ok bool) {
-	mark := r.Header.Get(TaskForwardedHeader)
-	_, id, found := strings.Cut(mark, ":")
-	if b.proxy == nil || !found || id == "" || !hmac.Equal([]byte(mark), []byte(b.taskForwardMark(id))) {
+	if b.fwd == nil {
 		return "", false
 	}
-	return id, true
+	return b.fwd.TaskPeer(r)
 }
 
 // fromTaskPeer reports whether r was forwarded by a replica for task id.
@@ -261,7 +227,7 @@ func (b *Bridge) fromTaskPeer(r *http.Request, id string) bool {
 // another replica there, without its session id, and reports whether it
 // did. A task id no replica sealed stays here (and is not found).
 func (b *Bridge) forwardToTaskOwner(w http.ResponseWriter, r *http.Request, id string) bool {
-	if b.proxy == nil || id == "" {
+	if b.fwd == nil || id == "" {
 		return false
 	}
 	owner, ok := b.taskOwner(id)
@@ -279,8 +245,8 @@ func (b *Bridge) forwardToTaskOwner(w http.ResponseWriter, r *http.Request, id s
 		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	r.Header.Del(sessionHeader)
-	r.Header.Set(TaskForwardedHeader, b.taskForwardMark(id))
-	b.forwardTask(w, r, owner)
+	r.Header.Set(TaskForwardedHeader, b.fwd.TaskMark(id))
+	b.fwd.ForwardTask(w, r, owner)
 	return true
 }
 
