@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"go/ast"
@@ -652,6 +653,10 @@ type fakeStore struct {
 	refunded [][]Spent
 	// spentUnder are the keys recorded spendings named.
 	spentUnder []IdemKey
+	// parked are the parked calls by tenant and challenge; parkErr fails
+	// Park.
+	parked  map[[2]string]Parked
+	parkErr error
 }
 
 // Spend keeps the limits' spends in a map, as the contract says, on the
@@ -948,3 +953,59 @@ func (s *fakeStore) outbox(t *testing.T) []*mandatev1.AuditRecord {
 // Spooled answers the spool flusher, which runs no sooner than an hour
 // into a test: nothing to flush.
 func (s *fakeStore) Spooled(context.Context, int) ([]SpooledRow, error) { return nil, nil }
+
+// Park keeps a parked call in a map, as the contract says.
+func (s *fakeStore) Park(_ context.Context, p Parked) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := cmp.Or(s.down, s.parkErr); err != nil {
+		return err
+	}
+	if err := ValidParked(p, time.Now()); err != nil {
+		return err
+	}
+	if s.parked == nil {
+		s.parked = map[[2]string]Parked{}
+	}
+	p.Expires = ParkedUntil(p.Expires, time.Now())
+	s.parked[[2]string{p.Tenant, p.ChallengeID}] = p
+	return nil
+}
+
+// Parked answers a copy of the record, nil when there is none or it
+// expired.
+func (s *fakeStore) Parked(_ context.Context, tenant, challenge string) (*Parked, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down != nil {
+		return nil, s.down
+	}
+	p, ok := s.parked[[2]string{tenant, challenge}]
+	if !ok || !time.Now().Before(p.Expires) {
+		return nil, nil
+	}
+	p.Canonical, p.Withheld = slices.Clone(p.Canonical), slices.Clone(p.Withheld)
+	return &p, nil
+}
+
+// Unpark drops the record.
+func (s *fakeStore) Unpark(_ context.Context, tenant, challenge string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down != nil {
+		return s.down
+	}
+	delete(s.parked, [2]string{tenant, challenge})
+	return nil
+}
+
+// parkedCall is a copy of the record of tenant's challenge, expired or
+// not, nil when there is none.
+func (s *fakeStore) parkedCall(tenant, challenge string) *Parked {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.parked[[2]string{tenant, challenge}]; ok {
+		return &p
+	}
+	return nil
+}
