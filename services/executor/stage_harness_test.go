@@ -149,7 +149,7 @@ func testPrincipal(tenant, user, agent string) identity.Principal {
 }
 
 // callAs is the context of a call made by p, as the transport leaves it.
-func callAs(t *testing.T, p identity.Principal) context.Context {
+func callAs(t testing.TB, p identity.Principal) context.Context {
 	return identity.WithPrincipal(t.Context(), p)
 }
 
@@ -165,7 +165,7 @@ type stageHarness struct {
 }
 
 // newStageHarness builds the Executor; opts adjust its configuration.
-func newStageHarness(t *testing.T, opts ...func(*Config)) *stageHarness {
+func newStageHarness(t testing.TB, opts ...func(*Config)) *stageHarness {
 	t.Helper()
 	set, err := manifest.Embedded()
 	if err != nil {
@@ -203,7 +203,7 @@ func (h *stageHarness) invocation(call Call) *invocation {
 }
 
 // stageNamed is the pipeline's entry for the stage name.
-func stageNamed(t *testing.T, name string) *stage {
+func stageNamed(t testing.TB, name string) *stage {
 	t.Helper()
 	for i := range pipeline {
 		if pipeline[i].name == name {
@@ -224,14 +224,14 @@ func stageBody(s *stage, inv *invocation) func(*Executor, context.Context, *invo
 }
 
 // run runs the one stage name on inv, in inv's mode, as the chain would.
-func (h *stageHarness) run(t *testing.T, ctx context.Context, inv *invocation, name string) (*Result, error) {
+func (h *stageHarness) run(t testing.TB, ctx context.Context, inv *invocation, name string) (*Result, error) {
 	t.Helper()
 	return stageBody(stageNamed(t, name), inv)(h.e, ctx, inv)
 }
 
 // through runs every stage before name on inv, in inv's mode, each of
 // which must hand the call on: inv is then what stage name gets.
-func (h *stageHarness) through(t *testing.T, ctx context.Context, inv *invocation, name string) {
+func (h *stageHarness) through(t testing.TB, ctx context.Context, inv *invocation, name string) {
 	t.Helper()
 	stageNamed(t, name)
 	for i := range pipeline {
@@ -247,7 +247,7 @@ func (h *stageHarness) through(t *testing.T, ctx context.Context, inv *invocatio
 
 // prepared is a fresh invocation of call made by p, in check mode when
 // checking, through the stages before name.
-func (h *stageHarness) prepared(t *testing.T, p identity.Principal, call Call, name string, checking bool) (context.Context, *invocation) {
+func (h *stageHarness) prepared(t testing.TB, p identity.Principal, call Call, name string, checking bool) (context.Context, *invocation) {
 	t.Helper()
 	ctx := callAs(t, p)
 	inv := h.invocation(call)
