@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/mandate-dev/mandate/internal/failure"
@@ -15,7 +16,7 @@ func BenchmarkApprovedCallSchema(b *testing.B) {
 	h := newStageHarness(b)
 	ctx, asked := h.prepared(b, bot, Call{Code: "ticket.refund", Input: []byte(refundArgs), Channel: "mcp"}, StageConfirmation, false)
 	res, err := h.run(b, ctx, asked, StageConfirmation)
-	if fe, ok := err.(*failure.Error); res != nil || !ok || fe.Code != failure.CodeConfirmationRequired {
+	if res != nil || !errors.Is(err, &failure.Error{Code: failure.CodeConfirmationRequired}) {
 		b.Fatalf("the asked call: %v, %v", res, err)
 	}
 	for _, bc := range []struct {

@@ -33,7 +33,9 @@ func TestStageSchemaResumes(t *testing.T) {
 	h := newStageHarness(t)
 	ctx, asked := h.prepared(t, bot, refund(""), StageConfirmation, false)
 	res, err := h.run(t, ctx, asked, StageConfirmation)
-	wantRefusal(t, res, err, asked, StageConfirmation, failure.CodeConfirmationRequired)
+	if fe := wantRefusal(t, res, err, asked, StageConfirmation, failure.CodeConfirmationRequired); fe.ChallengeID != "ch-1" {
+		t.Fatalf("refusal %+v, want the challenge ch-1", fe)
+	}
 	p := h.store.parkedCall("acme", "ch-1")
 	if p == nil || p.Command != "ticket.refund" || p.DeclarationDigest != h.set.DeclarationDigest("ticket.refund") ||
 		p.InputDigest != inputDigest([]byte(refundArgs)) || string(p.Canonical) != string(asked.canon) ||
@@ -67,8 +69,7 @@ func TestStageSchemaResumes(t *testing.T) {
 		c.InputError = &schema.InvalidError{Violations: []schema.Violation{{Pointer: "/7", Rule: "schema.unknown_field", Message: "unknown field number 7"}}}
 		ctx, inv := h.prepared(t, bot, c, StageSchema, false)
 		res, err := h.run(t, ctx, inv, StageSchema)
-		wantRefusal(t, res, err, inv, StageSchema, failure.CodeSchemaInvalid)
-		if inv.resumed {
+		if fe := wantRefusal(t, res, err, inv, StageSchema, failure.CodeSchemaInvalid); len(fe.Violations) != 1 || inv.resumed {
 			t.Error("a call with the channel's violation resumed")
 		}
 	})
