@@ -454,6 +454,9 @@ type invocation struct {
 	// prespent is the spending decided with the key's reservation, on a
 	// store that does both in one transaction; nil otherwise.
 	prespent *prespent
+	// resumed: schema_validate restored the arguments from the call's
+	// parked state (resume) rather than decoding them.
+	resumed bool
 }
 
 // Execute runs one call through the pipeline. Errors are *failure.Error
@@ -655,6 +658,7 @@ func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) e
 		if err != nil {
 			return e.confirmFailure(ctx, inv, err)
 		}
+		e.park(ctx, inv, ch, d)
 		fe := failure.New(StageConfirmation, failure.CodeConfirmationRequired, confirmationMessage(inv))
 		fe.ChallengeID, fe.ApprovalURL = ch.GetChallengeId(), ch.GetApprovalUrl()
 		fe.Retriable = true
@@ -685,6 +689,8 @@ func (e *Executor) confirm(ctx context.Context, inv *invocation, canon []byte) e
 	if err != nil {
 		return e.confirmFailure(ctx, inv, err)
 	}
+	// The parked call is of no more use: the grant is spent.
+	e.unpark(ctx, inv)
 	// Until the call is dispatched, the approval is not spent: a stage that
 	// ends the call before (the audit intent failing) gives it back.
 	inv.redeemedDigest = d

@@ -30,6 +30,11 @@ const (
 	// kept in the executor's dead letter until an operator re-drives them
 	// (`mandate audit dead-letters`). Anything above zero needs a look.
 	MetricDeadLettered = "mandate.executor.audit.dead_lettered"
+	// MetricResumed counts approved calls (and checks) that resumed from
+	// their parked arguments instead of decoding them again
+	// (docs/architecture/confirmation.md, "An approved call resumes"), by
+	// command.
+	MetricResumed = "mandate.executor.resumed"
 )
 
 // Attribute keys of the executor's metrics.
@@ -82,6 +87,7 @@ type metrics struct {
 	duration metric.Float64Histogram
 	spooled  metric.Int64Counter
 	dead     metric.Int64Counter
+	resumed  metric.Int64Counter
 	commands map[string]bool
 
 	mu     sync.RWMutex
@@ -111,7 +117,12 @@ func newMetrics(mp metric.MeterProvider, set *manifest.Set) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &metrics{calls: calls, duration: duration, spooled: spooled, dead: dead, commands: map[string]bool{}, series: map[seriesKey]series{}}
+	resumed, err := meter.Int64Counter(MetricResumed, metric.WithUnit("{call}"),
+		metric.WithDescription("Approved calls that resumed from their parked arguments instead of decoding them again, by command."))
+	if err != nil {
+		return nil, err
+	}
+	m := &metrics{calls: calls, duration: duration, spooled: spooled, dead: dead, resumed: resumed, commands: map[string]bool{}, series: map[seriesKey]series{}}
 	for _, c := range set.Commands() {
 		m.commands[c.Code] = true
 		for _, ch := range channels {
@@ -202,4 +213,12 @@ func endingOf(inv *invocation, err error) ending {
 		end.stage, end.code = fe.Stage, fe.Code
 	}
 	return end
+}
+
+// resumedAttrs are the attributes of MetricResumed for command.
+func (m *metrics) resumedAttrs(command string) metric.AddOption {
+	if !m.commands[command] {
+		command = unknown
+	}
+	return metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrCommand, command)))
 }

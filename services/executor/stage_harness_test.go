@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"go/ast"
@@ -148,7 +149,7 @@ func testPrincipal(tenant, user, agent string) identity.Principal {
 }
 
 // callAs is the context of a call made by p, as the transport leaves it.
-func callAs(t *testing.T, p identity.Principal) context.Context {
+func callAs(t testing.TB, p identity.Principal) context.Context {
 	return identity.WithPrincipal(t.Context(), p)
 }
 
@@ -164,7 +165,7 @@ type stageHarness struct {
 }
 
 // newStageHarness builds the Executor; opts adjust its configuration.
-func newStageHarness(t *testing.T, opts ...func(*Config)) *stageHarness {
+func newStageHarness(t testing.TB, opts ...func(*Config)) *stageHarness {
 	t.Helper()
 	set, err := manifest.Embedded()
 	if err != nil {
@@ -202,7 +203,7 @@ func (h *stageHarness) invocation(call Call) *invocation {
 }
 
 // stageNamed is the pipeline's entry for the stage name.
-func stageNamed(t *testing.T, name string) *stage {
+func stageNamed(t testing.TB, name string) *stage {
 	t.Helper()
 	for i := range pipeline {
 		if pipeline[i].name == name {
@@ -223,14 +224,14 @@ func stageBody(s *stage, inv *invocation) func(*Executor, context.Context, *invo
 }
 
 // run runs the one stage name on inv, in inv's mode, as the chain would.
-func (h *stageHarness) run(t *testing.T, ctx context.Context, inv *invocation, name string) (*Result, error) {
+func (h *stageHarness) run(t testing.TB, ctx context.Context, inv *invocation, name string) (*Result, error) {
 	t.Helper()
 	return stageBody(stageNamed(t, name), inv)(h.e, ctx, inv)
 }
 
 // through runs every stage before name on inv, in inv's mode, each of
 // which must hand the call on: inv is then what stage name gets.
-func (h *stageHarness) through(t *testing.T, ctx context.Context, inv *invocation, name string) {
+func (h *stageHarness) through(t testing.TB, ctx context.Context, inv *invocation, name string) {
 	t.Helper()
 	stageNamed(t, name)
 	for i := range pipeline {
@@ -246,7 +247,7 @@ func (h *stageHarness) through(t *testing.T, ctx context.Context, inv *invocatio
 
 // prepared is a fresh invocation of call made by p, in check mode when
 // checking, through the stages before name.
-func (h *stageHarness) prepared(t *testing.T, p identity.Principal, call Call, name string, checking bool) (context.Context, *invocation) {
+func (h *stageHarness) prepared(t testing.TB, p identity.Principal, call Call, name string, checking bool) (context.Context, *invocation) {
 	t.Helper()
 	ctx := callAs(t, p)
 	inv := h.invocation(call)
@@ -652,6 +653,10 @@ type fakeStore struct {
 	refunded [][]Spent
 	// spentUnder are the keys recorded spendings named.
 	spentUnder []IdemKey
+	// parked are the parked calls by tenant and challenge; parkErr fails
+	// Park.
+	parked  map[[2]string]Parked
+	parkErr error
 }
 
 // Spend keeps the limits' spends in a map, as the contract says, on the
@@ -948,3 +953,59 @@ func (s *fakeStore) outbox(t *testing.T) []*mandatev1.AuditRecord {
 // Spooled answers the spool flusher, which runs no sooner than an hour
 // into a test: nothing to flush.
 func (s *fakeStore) Spooled(context.Context, int) ([]SpooledRow, error) { return nil, nil }
+
+// Park keeps a parked call in a map, as the contract says.
+func (s *fakeStore) Park(_ context.Context, p Parked) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := cmp.Or(s.down, s.parkErr); err != nil {
+		return err
+	}
+	if err := ValidParked(p, time.Now()); err != nil {
+		return err
+	}
+	if s.parked == nil {
+		s.parked = map[[2]string]Parked{}
+	}
+	p.Expires = ParkedUntil(p.Expires, time.Now())
+	s.parked[[2]string{p.Tenant, p.ChallengeID}] = p
+	return nil
+}
+
+// Parked answers a copy of the record, nil when there is none or it
+// expired.
+func (s *fakeStore) Parked(_ context.Context, tenant, challenge string) (*Parked, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down != nil {
+		return nil, s.down
+	}
+	p, ok := s.parked[[2]string{tenant, challenge}]
+	if !ok || !time.Now().Before(p.Expires) {
+		return nil, nil
+	}
+	p.Canonical, p.Withheld = slices.Clone(p.Canonical), slices.Clone(p.Withheld)
+	return &p, nil
+}
+
+// Unpark drops the record.
+func (s *fakeStore) Unpark(_ context.Context, tenant, challenge string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down != nil {
+		return s.down
+	}
+	delete(s.parked, [2]string{tenant, challenge})
+	return nil
+}
+
+// parkedCall is a copy of the record of tenant's challenge, expired or
+// not, nil when there is none.
+func (s *fakeStore) parkedCall(tenant, challenge string) *Parked {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.parked[[2]string{tenant, challenge}]; ok {
+		return &p
+	}
+	return nil
+}

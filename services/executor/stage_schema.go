@@ -14,7 +14,14 @@ import (
 // fields refused) and validates them, then derives what later stages and
 // the audit rows carry: the canonical bytes and their digest, the redacted
 // arguments, the subject.
+//
+// A call that carries a grant resumes instead where its call was parked
+// when the challenge was opened (resume): the arguments are restored from
+// the parked canonical bytes, neither decoded nor validated again.
 func (e *Executor) schemaValidate(ctx context.Context, inv *invocation) (*Result, error) {
+	if inv.call.GrantID != "" && inv.call.InputError == nil && e.resume(ctx, inv) {
+		return nil, nil
+	}
 	var err error
 	if inv.call.InputError != nil {
 		err = inv.call.InputError

@@ -79,9 +79,10 @@ type Store interface {
 	// were delivered. The cursor never moves back: a lower seq (a slower
 	// replica's report) changes nothing.
 	MarkDelivered(ctx context.Context, tenant string, seq int64) error
-	// Purge bounds the tables: it deletes the idempotency records expired at
-	// p.Now and the events committed at or before p.Now-p.KeepEvents that
-	// were delivered (or, with p.Undelivered, also those that were not).
+	// Purge bounds the tables: it deletes the idempotency records and the
+	// parked calls expired at p.Now, the limit spends lapsed, and the
+	// events committed at or before p.Now-p.KeepEvents that were
+	// delivered (or, with p.Undelivered, also those that were not).
 	Purge(ctx context.Context, p PurgePolicy) (Purged, error)
 	// Spool keeps an audit row in the executor's outbox of audit rows, to
 	// be appended to the trail by the relay (FlushSpool; see Spooled,
@@ -134,7 +135,101 @@ type Store interface {
 	// an empty receipt is no error. Each receipt is refunded at most once
 	// by the executor; the store never takes a bucket below zero.
 	Refund(ctx context.Context, tenant string, receipt []Spent) error
+	// Park keeps what the arguments' stages decided for a call refused
+	// with confirmation.required, under (p.Tenant, p.ChallengeID), for the
+	// approved call to resume from (Parked): it replaces a record under
+	// the same pair. It is kept until p.Expires, at most MaxParkedFor
+	// after now; a record whose bytes exceed MaxParkedBytes is refused
+	// (ErrParkedTooLarge), and so is one without tenant, challenge,
+	// command or expiry in the future.
+	Park(ctx context.Context, p Parked) error
+	// Parked returns tenant's record for challenge, or nil (no error)
+	// when there is none or it expired. The record is a copy.
+	Parked(ctx context.Context, tenant, challenge string) (*Parked, error)
+	// Unpark drops tenant's record for challenge, if any.
+	Unpark(ctx context.Context, tenant, challenge string) error
 }
+
+// Parked is what the argument stages (schema_validate) decided for a call
+// that confirmation_check refused with confirmation.required, kept for its
+// approved call to resume from (docs/architecture/confirmation.md, "An
+// approved call resumes"). It is bound to the challenge, and restored only
+// for a call of the same command and declaration whose input is the same
+// bytes.
+type Parked struct {
+	Tenant      string
+	ChallengeID string
+	// Command and DeclarationDigest are the command's code and the digest
+	// of its declaration when the call was parked.
+	Command           string
+	DeclarationDigest string
+	// InputDigest fingerprints the input exactly as received (Call.Input).
+	InputDigest string
+	// Canonical is the request's canonical wire bytes.
+	Canonical []byte
+	// Arguments is the redacted JSON of the arguments, Withheld the
+	// sensitive paths that held a value, ArgumentsDigest the digest of
+	// Canonical.
+	Arguments       string
+	Withheld        []string
+	ArgumentsDigest string
+	// InvocationDigest binds the challenge to the parked call (its
+	// principal and idempotency key): a call whose own digest differs is
+	// not resumed.
+	InvocationDigest string
+	// Expires is when the record stops counting: the challenge's expiry.
+	Expires time.Time
+}
+
+// Size is what a parked record weighs against MaxParkedBytes.
+func (p *Parked) Size() int {
+	n := len(p.Canonical) + len(p.Arguments)
+	for _, w := range p.Withheld {
+		n += len(w)
+	}
+	return n
+}
+
+// ValidParked checks p as every Store does before Park, at now.
+func ValidParked(p Parked, now time.Time) error {
+	switch {
+	case p.Tenant == "" || p.ChallengeID == "" || p.Command == "":
+		return fmt.Errorf("%w: a tenant, a challenge and a command are required", ErrParkedInvalid)
+	case !p.Expires.After(now):
+		return fmt.Errorf("%w: it expires at %s, not after now", ErrParkedInvalid, p.Expires)
+	case p.Size() > MaxParkedBytes:
+		return fmt.Errorf("%w: %d bytes", ErrParkedTooLarge, p.Size())
+	}
+	return nil
+}
+
+// ParkedUntil is when a record parked at now to expire at expires stops
+// counting: expires, at most MaxParkedFor after now.
+func ParkedUntil(expires, now time.Time) time.Time {
+	if limit := now.Add(MaxParkedFor); expires.After(limit) {
+		return limit
+	}
+	return expires
+}
+
+// Bounds of a parked record.
+const (
+	// MaxParkedBytes bounds a parked record's canonical bytes and
+	// arguments together: the decoder's default bound of an input.
+	MaxParkedBytes = 1 << 20
+	// MaxParkedFor bounds how long a record is kept, whatever its
+	// challenge's expiry.
+	MaxParkedFor = 24 * time.Hour
+)
+
+// Parking errors.
+var (
+	// ErrParkedTooLarge: the record exceeds MaxParkedBytes; the approved
+	// call runs in full.
+	ErrParkedTooLarge = errors.New("executor: parked call too large")
+	// ErrParkedInvalid: a record the store refuses.
+	ErrParkedInvalid = errors.New("executor: invalid parked call")
+)
 
 // ReserveSpender is a Store that can claim an idempotency key and count a
 // spending in one transaction, so that a keyed call of a command that
@@ -358,6 +453,8 @@ type Purged struct {
 	IdempotencyKeys int64
 	// Spends are limit spends whose window had passed.
 	Spends int64
+	// Parked are parked calls that had expired.
+	Parked int64
 }
 
 // Store errors.

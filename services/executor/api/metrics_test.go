@@ -70,6 +70,10 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) (calls map[string]int
 				for _, dp := range sum.DataPoints {
 					calls["spooled"] += dp.Value
 				}
+			case executor.MetricResumed:
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					calls["resumed"] += dp.Value
+				}
 			default:
 				t.Errorf("unexpected metric %q", m.Name)
 			}

@@ -67,6 +67,9 @@ func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
 		{"SpendInvalid", s.testSpendInvalid},
 		{"PurgeSpends", s.testPurgeSpends},
 		{"SpendConcurrent", s.testSpendConcurrent},
+		{"Park", s.testPark},
+		{"ParkExpiry", s.testParkExpiry},
+		{"ParkInvalid", s.testParkInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

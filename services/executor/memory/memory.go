@@ -46,7 +46,10 @@ type Store struct {
 	dead   []executor.DeadLetter
 	deadN  int64
 	spends map[string]map[string][]executor.Lapse // limit spends by tenant and bucket, summed per lapse instant, by lapse
+	parked map[parkKey]executor.Parked
 }
+
+type parkKey struct{ tenant, challenge string }
 
 type record struct {
 	digest     string
@@ -77,6 +80,7 @@ func New(opts Options) *Store {
 		runs:   map[runKey]struct{}{},
 		events: map[string]*outbox{},
 		spends: map[string]map[string][]executor.Lapse{},
+		parked: map[parkKey]executor.Parked{},
 	}
 }
 
@@ -393,7 +397,59 @@ func (s *Store) Purge(ctx context.Context, p executor.PurgePolicy) (executor.Pur
 			delete(s.spends, tenant)
 		}
 	}
+	for k, pk := range s.parked {
+		if !p.Now.Before(pk.Expires) {
+			delete(s.parked, k)
+			n.Parked++
+		}
+	}
 	return n, nil
+}
+
+// Park implements executor.Store.
+func (s *Store) Park(ctx context.Context, p executor.Parked) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.opts.Now()
+	if err := executor.ValidParked(p, now); err != nil {
+		return fail("park", err)
+	}
+	p.Expires = executor.ParkedUntil(p.Expires, now)
+	p.Canonical = bytes.Clone(p.Canonical)
+	p.Withheld = slices.Clone(p.Withheld)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.parked[parkKey{p.Tenant, p.ChallengeID}] = p
+	return nil
+}
+
+// Parked implements executor.Store.
+func (s *Store) Parked(ctx context.Context, tenant, challenge string) (*executor.Parked, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := s.opts.Now()
+	s.mu.Lock()
+	p, ok := s.parked[parkKey{tenant, challenge}]
+	s.mu.Unlock()
+	if !ok || !now.Before(p.Expires) {
+		return nil, nil
+	}
+	p.Canonical = bytes.Clone(p.Canonical)
+	p.Withheld = slices.Clone(p.Withheld)
+	return &p, nil
+}
+
+// Unpark implements executor.Store.
+func (s *Store) Unpark(ctx context.Context, tenant, challenge string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.parked, parkKey{tenant, challenge})
+	return nil
 }
 
 // PurgeExpired deletes the idempotency records that have expired (and, with them, the limit

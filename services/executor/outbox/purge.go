@@ -8,8 +8,8 @@ import (
 	"github.com/mandate-dev/mandate/services/executor"
 )
 
-// Purger bounds the executor's tables on a ticker: expired idempotency keys and delivered
-// events older than KeepEvents (with Undelivered, undelivered ones too: for an executor without
+// Purger bounds the executor's tables on a ticker: expired idempotency keys, lapsed limit
+// spends, expired parked calls and delivered events older than KeepEvents (with Undelivered, undelivered ones too: for an executor without
 // a relay, whose outbox nobody drains).
 type Purger struct {
 	Store executor.Store
@@ -49,8 +49,9 @@ func (p Purger) Run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			p.Logger.Warn("purging the executor's tables", "error", err)
-		case n.Events > 0 || n.IdempotencyKeys > 0 || n.Spends > 0:
-			p.Logger.Info("purged the executor's tables", "events", n.Events, "idempotency_keys", n.IdempotencyKeys, "limit_spends", n.Spends)
+		case n.Events > 0 || n.IdempotencyKeys > 0 || n.Spends > 0 || n.Parked > 0:
+			p.Logger.Info("purged the executor's tables", "events", n.Events, "idempotency_keys", n.IdempotencyKeys, "limit_spends", n.Spends,
+				"parked_calls", n.Parked)
 		}
 		select {
 		case <-ctx.Done():

@@ -390,7 +390,7 @@ func (s *Store) MarkDelivered(ctx context.Context, tenant string, seq int64) err
 }
 
 // Purge implements executor.Store, in one transaction: expired idempotency records, old
-// events and lapsed limit spends. Run it from one replica now and then; concurrent purges are
+// events, lapsed limit spends and expired parked calls. Run it from one replica now and then; concurrent purges are
 // harmless.
 func (s *Store) Purge(ctx context.Context, p executor.PurgePolicy) (executor.Purged, error) {
 	const op = "executor: purge"
@@ -412,7 +412,11 @@ func (s *Store) Purge(ctx context.Context, p executor.PurgePolicy) (executor.Pur
 			return err
 		}
 		n.Events = tag.RowsAffected()
-		n.Spends, err = purgeSpends(ctx, tx, now)
+		if n.Spends, err = purgeSpends(ctx, tx, now); err != nil {
+			return err
+		}
+		tag, err = tx.Exec(ctx, sqlPurgeParked, now)
+		n.Parked = tag.RowsAffected()
 		return err
 	}, pg.WithRetry(s.opts.TxAttempts))
 	if err != nil {
@@ -900,4 +904,53 @@ func micros(d time.Duration) int64 {
 		us++
 	}
 	return us
+}
+
+// Park implements executor.Store in one statement.
+func (s *Store) Park(ctx context.Context, p executor.Parked) error {
+	const op = "executor: park"
+	now := s.now()
+	if err := executor.ValidParked(p, now); err != nil {
+		return invalid(op, err)
+	}
+	expires := executor.ParkedUntil(p.Expires, now).UTC().Truncate(time.Microsecond)
+	if !expires.After(now) {
+		return invalid(op, executor.ErrParkedInvalid)
+	}
+	if p.Canonical == nil {
+		p.Canonical = []byte{} // the empty request: NOT NULL
+	}
+	withheld := p.Withheld
+	if withheld == nil {
+		withheld = []string{}
+	}
+	_, err := s.pool.Exec(ctx, sqlPark, p.Tenant, p.ChallengeID, p.Command, p.DeclarationDigest, p.InputDigest,
+		p.Canonical, p.Arguments, withheld, p.ArgumentsDigest, p.InvocationDigest, now, expires)
+	return mapErr(ctx, op, err)
+}
+
+// Parked implements executor.Store in one read.
+func (s *Store) Parked(ctx context.Context, tenant, challenge string) (*executor.Parked, error) {
+	p := executor.Parked{Tenant: tenant, ChallengeID: challenge}
+	err := s.pool.QueryRow(ctx, sqlParked, tenant, challenge, s.now()).Scan(&p.Command, &p.DeclarationDigest, &p.InputDigest,
+		&p.Canonical, &p.Arguments, &p.Withheld, &p.ArgumentsDigest, &p.InvocationDigest, &p.Expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, mapErr(ctx, "executor: parked", err)
+	}
+	if p.Canonical == nil {
+		p.Canonical = []byte{}
+	}
+	if len(p.Withheld) == 0 {
+		p.Withheld = nil
+	}
+	return &p, nil
+}
+
+// Unpark implements executor.Store in one statement.
+func (s *Store) Unpark(ctx context.Context, tenant, challenge string) error {
+	_, err := s.pool.Exec(ctx, sqlUnpark, tenant, challenge)
+	return mapErr(ctx, "executor: unpark", err)
 }

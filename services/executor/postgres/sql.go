@@ -226,4 +226,29 @@ const (
 	sqlPurgeEvents = `DELETE FROM executor.events e
 	WHERE e.time <= $1 AND ($2 OR e.seq <= coalesce(
 		(SELECT c.seq FROM executor.event_cursors c WHERE c.tenant = e.tenant), 0))`
+
+	// sqlPark parks a call, replacing the challenge's row. $1 tenant, $2 challenge, $3 command,
+	// $4 declaration digest, $5 input digest, $6 canonical bytes, $7 arguments, $8 withheld,
+	// $9 arguments digest, $10 invocation digest, $11 now, $12 expiry.
+	sqlPark = `INSERT INTO executor.parked_call AS p
+		(tenant, challenge_id, command, declaration_digest, input_digest, canonical, arguments, withheld,
+		 arguments_digest, invocation_digest, parked_at, expires_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+	ON CONFLICT (tenant, challenge_id) DO UPDATE SET
+		command = EXCLUDED.command, declaration_digest = EXCLUDED.declaration_digest,
+		input_digest = EXCLUDED.input_digest, canonical = EXCLUDED.canonical,
+		arguments = EXCLUDED.arguments, withheld = EXCLUDED.withheld,
+		arguments_digest = EXCLUDED.arguments_digest, invocation_digest = EXCLUDED.invocation_digest,
+		parked_at = EXCLUDED.parked_at, expires_at = EXCLUDED.expires_at`
+
+	// sqlParked reads the challenge's row, unexpired at $3.
+	sqlParked = `SELECT command, declaration_digest, input_digest, canonical, arguments, withheld,
+		arguments_digest, invocation_digest, expires_at
+	FROM executor.parked_call WHERE tenant = $1 AND challenge_id = $2 AND expires_at > $3`
+
+	// sqlUnpark drops the challenge's row.
+	sqlUnpark = `DELETE FROM executor.parked_call WHERE tenant = $1 AND challenge_id = $2`
+
+	// sqlPurgeParked deletes the rows expired at $1.
+	sqlPurgeParked = `DELETE FROM executor.parked_call WHERE expires_at <= $1`
 )
