@@ -72,11 +72,12 @@ test-short:
 bench:
 	go test -run '^$$' -bench . -benchmem ./internal/...
 
-## bench-governed: governed vs ungoverned MCP calls (ticket.search) side by side —
-## `mandate dev`, the services as processes over Postgres (when one answers)
-## and a plain go-sdk server — as one table of ratios, latency, CPU and allocs,
-## then one call's spans through the separate services (-timeline) and audit
-## appends against pgbench
+## bench-governed: governed vs ungoverned MCP calls (ticket.search, and
+## expense.report.create with a key) side by side — `mandate dev`, the services
+## as processes over Postgres (when one answers) and a plain go-sdk server — as
+## tables of ratios, latency, CPU and allocs per command, then one call's spans
+## through the separate services (-timeline), audit appends against pgbench,
+## and issue #28's targets table per command
 .PHONY: bench-governed
 bench-governed:
 	go run ./cmd/mandate-bench

@@ -2,20 +2,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
-
-// searchArgs are the arguments of every call; T-1001 matches them.
-const searchArgs = `{"query":"charged twice"}`
 
 // warmupCalls run before the counters are read, after one call per caller.
 const warmupCalls = 50
@@ -81,10 +76,10 @@ type target struct {
 }
 
 // drive opens one MCP session per caller, warms up, and makes n calls of
-// ticket.search spread over the callers, reading the servers' counters
+// cmd spread over the callers, reading the servers' counters
 // around the measured calls. With profile set (-profile), each server writes
 // a CPU profile of the measured calls.
-func drive(ctx context.Context, t target, protocol string, callers, n int, profile bool) (measurement, error) {
+func drive(ctx context.Context, t target, cmd command, protocol string, callers, n int, profile bool) (measurement, error) {
 	client, done := t.httpClient(callers)
 	defer done()
 
@@ -102,11 +97,11 @@ func drive(ctx context.Context, t target, protocol string, callers, n int, profi
 			return measurement{}, err
 		}
 		sessions[i] = cs
-		if err := search(ctx, cs, nil); err != nil {
+		if err := cmd.call(ctx, cs, nil); err != nil {
 			return measurement{}, fmt.Errorf("warm-up call to %s: %w", t.endpoint, err)
 		}
 	}
-	if _, err := spread(ctx, sessions, warmupCalls); err != nil {
+	if _, err := spread(ctx, sessions, cmd, warmupCalls); err != nil {
 		return measurement{}, err
 	}
 
@@ -120,13 +115,13 @@ func drive(ctx context.Context, t target, protocol string, callers, n int, profi
 	}
 	if profile {
 		for _, p := range t.procs {
-			if err := p.profile(ctx, fmt.Sprintf("%s-%s-c%d-%s.pprof", t.name, protocol, callers, p.name)); err != nil {
+			if err := p.profile(ctx, fmt.Sprintf("%s-%s-%s-c%d-%s.pprof", t.name, cmd.name, protocol, callers, p.name)); err != nil {
 				return measurement{}, err
 			}
 		}
 	}
 	began := time.Now()
-	latencies, err := spread(ctx, sessions, n)
+	latencies, err := spread(ctx, sessions, cmd, n)
 	elapsed := time.Since(began)
 	if err != nil {
 		return measurement{}, fmt.Errorf("%s: %w", t.endpoint, err)
@@ -178,9 +173,9 @@ func (t target) connect(ctx context.Context, client *http.Client, protocol strin
 	return cs, nil
 }
 
-// spread makes n calls over the sessions, one goroutine each, and returns
-// every call's latency.
-func spread(ctx context.Context, sessions []*mcp.ClientSession, n int) ([]time.Duration, error) {
+// spread makes n calls of cmd over the sessions, one goroutine each, and
+// returns every call's latency.
+func spread(ctx context.Context, sessions []*mcp.ClientSession, cmd command, n int) ([]time.Duration, error) {
 	var (
 		next   atomic.Int64
 		wg     sync.WaitGroup
@@ -192,7 +187,7 @@ func spread(ctx context.Context, sessions []*mcp.ClientSession, n int) ([]time.D
 			own := make([]time.Duration, 0, n/len(sessions)+1)
 			for next.Add(1) <= int64(n) {
 				t0 := time.Now()
-				if err := search(ctx, cs, nil); err != nil {
+				if err := cmd.call(ctx, cs, nil); err != nil {
 					failed.CompareAndSwap(nil, &err)
 					return
 				}
@@ -206,23 +201,6 @@ func spread(ctx context.Context, sessions []*mcp.ClientSession, n int) ([]time.D
 		return nil, *err
 	}
 	return slices.Concat(per...), nil
-}
-
-// search calls ticket.search, with meta as the request's _meta (nil: none),
-// and accepts only a result that found T-1001, so a refusal can never pass
-// for a fast call.
-func search(ctx context.Context, cs *mcp.ClientSession, meta mcp.Meta) error {
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "ticket.search", Arguments: json.RawMessage(searchArgs), Meta: meta})
-	if err != nil {
-		return err
-	}
-	if res.IsError || len(res.Content) == 0 {
-		return fmt.Errorf("tool error: %+v", res.Content)
-	}
-	if text, ok := res.Content[0].(*mcp.TextContent); !ok || !strings.Contains(text.Text, "T-1001") {
-		return fmt.Errorf("unexpected result: %+v", res.Content)
-	}
-	return nil
 }
 
 // bearer adds a bearer token to every request sent through base.

@@ -1,15 +1,18 @@
-// Command mandate-bench measures what governance costs: it drives the
-// ticket.search tool over MCP (the go-sdk client, loopback) through
-// `mandate dev`, through the services as separate processes over Postgres
-// (when a server answers), and through an ungoverned reference — a plain
-// go-sdk MCP server whose tool calls the same helpdesk backend in process —
-// side by side in one run, and prints one table: throughput ratio, p50
-// latencies, server CPU and allocations per call. With the database, the
-// separate processes are also set against their own ungoverned reference —
-// a plain go-sdk server calling the topology's helpdesk service over gRPC,
-// on the same Postgres — in a second table, and the audit Writer's
-// acknowledged appends are compared with pgbench's single-row commits at 16
-// clients.
+// Command mandate-bench measures what governance costs: it drives a read,
+// ticket.search, and a write, expense.report.create with a fresh
+// idempotency key per call (-commands), over MCP (the go-sdk client,
+// loopback) through `mandate dev`, through the services as separate
+// processes over Postgres (when a server answers), and through an
+// ungoverned reference — a plain go-sdk MCP server whose tools call the
+// same helpdesk backend in process — side by side in one run, and prints,
+// one section per command, a table of throughput ratio, p50 latencies,
+// server CPU and allocations per call. With the database, the separate
+// processes are also set against their own ungoverned reference — a plain
+// go-sdk server calling the topology's helpdesk service over gRPC, on the
+// same Postgres — in a second table, one call of each command is traced
+// span by span, and the audit Writer's acknowledged appends are compared
+// with pgbench's single-row commits at 16 clients. It ends with issue #28's
+// targets, per command, read from the run's own numbers.
 //
 //	make bench-governed            # or: go run ./cmd/mandate-bench
 //

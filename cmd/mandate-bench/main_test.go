@@ -42,14 +42,23 @@ func TestBenchPrintsTheRatios(t *testing.T) {
 	}
 	got := out.String()
 	t.Log(got)
-	want := []string{"| mandate dev ", "governed / ungoverned", "allocs per call", "the median of 2 rounds"}
+	want := []string{"| mandate dev ", "governed / ungoverned", "allocs per call", "the median of 2 rounds",
+		"### ticket.search\n", "### expense.report.create\n", "a fresh idempotency key per call",
+		"Targets of issue #28, ticket.search (MCP 2026-07-28", "Targets of issue #28, expense.report.create (MCP 2026-07-28",
+		"| `mandate dev` vs the in-memory reference, calls/s, c=16 | ≥ 0.95× | "}
 	if postgresAnswers(ctx, cfg.databaseURL) {
 		want = append(want, "| separate processes + Postgres ", "CPU/allocs per call by process",
 			"against the same backend ungoverned", "| ungoverned over the service / in-memory reference",
 			"ungoverned over the service, 2026-07-28, callers 16 — CPU/allocs per call by process: reference-over-service ",
 			"One call at a time, traced", "median of 5 calls", "| mcpbridge server tools/call ticket.search | 0.00 ms |",
 			"| executor server mandate.v1.ExecutorService/Execute |", "| executor internal audit |",
-			"| helpdesk server examples.helpdesk.v1.HelpdeskService/SearchTickets |")
+			"| helpdesk server examples.helpdesk.v1.HelpdeskService/SearchTickets |",
+			"expense.report.create, separate processes + Postgres against the same backend ungoverned",
+			"| mcpbridge server tools/call expense.report.create | 0.00 ms |",
+			"| helpdesk server examples.helpdesk.v1.HelpdeskService/CreateExpenseReport |",
+			"| separate processes + Postgres vs the reference over the service, calls/s, c=16 | ≥ 0.75× | ",
+			"| Postgres CPU per governed call, c=16 | ≤ 0.35 ms | ",
+			"| separate processes + Postgres, one caller, p50 | ≤ ref + one commit (")
 		if _, err := exec.LookPath("pgbench"); err == nil {
 			want = append(want, "Audit appends vs pgbench", "same database, 2 rounds", "| group commit (")
 		}
@@ -58,6 +67,61 @@ func TestBenchPrintsTheRatios(t *testing.T) {
 		if !strings.Contains(got, w) {
 			t.Errorf("output lacks %q", w)
 		}
+	}
+}
+
+// TestBenchWrites: a short run of the write alone completes — every call
+// of it, on every target, created a report under a key of its own — and
+// prints the write's section and targets, not the search's. Without the
+// topology, its targets are n/a and say why.
+func TestBenchWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a dozen servers")
+	}
+	for _, c := range []struct {
+		name  string
+		flags []string
+	}{
+		{"topology auto", nil},
+		{"topology off", []string{"-topology", "off"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := parseFlags(append([]string{"-commands", "write", "-calls-1", "3", "-calls-16", "32", "-rounds", "1",
+				"-protocols", "2026-07-28", "-audit", "0", "-timeline", "5"}, c.flags...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var out bytes.Buffer
+			if err := run(ctx, cfg, &out); err != nil {
+				t.Fatalf("run: %v\n%s", err, out.String())
+			}
+			got := out.String()
+			t.Log(got)
+			want := []string{"### expense.report.create\n", "| mandate dev ", "Targets of issue #28, expense.report.create (MCP 2026-07-28",
+				"| `mandate dev` vs the in-memory reference, calls/s, c=16 | ≥ 0.95× | "}
+			switch {
+			case c.flags != nil:
+				want = append(want, "| Postgres CPU per governed call, c=16 | ≤ 0.35 ms | n/a (-topology off) | n/a |",
+					"| separate processes + Postgres, one caller, p50 | ≤ ref + one commit + 0.50 ms | n/a (-topology off) | n/a |")
+			case postgresAnswers(ctx, cfg.databaseURL):
+				want = append(want, "| separate processes + Postgres ",
+					"expense.report.create, separate processes + Postgres against the same backend ungoverned",
+					"| helpdesk server examples.helpdesk.v1.HelpdeskService/CreateExpenseReport |",
+					"| separate processes + Postgres, one caller, p50 | ≤ ref + one commit (")
+			}
+			for _, w := range want {
+				if !strings.Contains(got, w) {
+					t.Errorf("output lacks %q", w)
+				}
+			}
+			for _, not := range []string{"ticket.search", "n/a (not measured)"} {
+				if strings.Contains(got, not) {
+					t.Errorf("output has %q", not)
+				}
+			}
+		})
 	}
 }
 

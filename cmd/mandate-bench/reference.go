@@ -16,7 +16,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/mandate-dev/mandate/examples/helpdesk"
 	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
@@ -26,6 +28,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/internal/tooldesc"
 	"github.com/mandate-dev/mandate/services/executor"
+	"github.com/mandate-dev/mandate/services/mcpbridge"
 )
 
 // statelessRevision is the first MCP revision without sessions.
@@ -39,10 +42,10 @@ var referencePrincipal = identity.Principal{
 }
 
 // runReference serves the ungoverned reference on mcpAddr: a plain go-sdk
-// MCP server with the one tool ticket.search — the manifest's descriptor,
-// so the client sees the same schemas — whose handler decodes the
-// arguments, calls the helpdesk backend and returns its JSON. No pipeline,
-// no audit, no catalog.
+// MCP server with the tools the benchmark calls, ticket.search and
+// expense.report.create — the manifest's descriptors, so the client sees
+// the same schemas — whose handlers decode the arguments, call the
+// helpdesk backend and return its JSON. No pipeline, no audit, no catalog.
 //
 // With backendAddr empty, the backend is the seeded in-memory helpdesk,
 // called as a Go method in this process: no token, no gRPC hop. With
@@ -52,48 +55,32 @@ var referencePrincipal = identity.Principal{
 // executor's and, on behalf of the caller, the bearer token of the MCP
 // request. That is the ungoverned version of the separate topology: what
 // its backend costs before any governance.
+//
+// A write carries what the executor would send with it, since the backend
+// refuses an effectful call without it: a fresh invocation id and the
+// caller's idempotency key (read from _meta as the bridge reads it).
 func runReference(ctx context.Context, statsAddr, mcpAddr, backendAddr string) error {
 	stop, err := serveStats(ctx, statsAddr)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	searchTickets, closeBackend, err := referenceBackend(ctx, backendAddr)
+	b, err := referenceBackend(ctx, backendAddr)
 	if err != nil {
 		return err
 	}
-	defer closeBackend()
+	defer b.close()
 	set, err := manifest.Embedded()
 	if err != nil {
 		return err
 	}
-	cmd, ok := set.ByCode("ticket.search")
-	if !ok {
-		return errors.New("the embedded manifest has no ticket.search")
-	}
-	d := tooldesc.FromCommand(cmd, tooldesc.Options{})
 	s := mcp.NewServer(&mcp.Implementation{Name: "plain-helpdesk", Version: "1"}, &mcp.ServerOptions{Logger: slog.New(slog.DiscardHandler)})
-	s.AddTool(&mcp.Tool{Name: d.Name, Title: d.Title, Description: d.Description, InputSchema: d.InputSchema, OutputSchema: d.OutputSchema},
-		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			var in helpdeskv1.SearchTicketsRequest
-			if err := protojson.Unmarshal(req.Params.Arguments, &in); err != nil {
-				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
-			}
-			resp, err := searchTickets(ctx, req, &in)
-			if err != nil {
-				res := &mcp.CallToolResult{}
-				res.SetError(err)
-				return res, nil
-			}
-			out, err := protojson.Marshal(resp)
-			if err != nil {
-				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
-			}
-			return &mcp.CallToolResult{
-				Content:           []mcp.Content{&mcp.TextContent{Text: string(out)}},
-				StructuredContent: json.RawMessage(out),
-			}, nil
-		})
+	if err := addTool(s, set, searchCommand.tool, b.search); err != nil {
+		return err
+	}
+	if err := addTool(s, set, writeCommand.tool, b.create); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", mcpAddr)
 	if err != nil {
 		return err
@@ -125,50 +112,132 @@ func runReference(ctx context.Context, statsAddr, mcpAddr, backendAddr string) e
 	return nil
 }
 
-// searchFunc calls the backend's SearchTickets for one MCP tool call.
-type searchFunc func(ctx context.Context, call *mcp.CallToolRequest, in *helpdeskv1.SearchTicketsRequest) (*helpdeskv1.SearchTicketsResponse, error)
+// addTool adds the manifest's command code to s as a plain tool: its
+// handler decodes the arguments into In, calls the backend and returns
+// its reply as JSON.
+func addTool[In, Out proto.Message](s *mcp.Server, set *manifest.Set, code string, call func(context.Context, *mcp.CallToolRequest, In) (Out, error)) error {
+	cmd, ok := set.ByCode(code)
+	if !ok {
+		return fmt.Errorf("the embedded manifest has no %s", code)
+	}
+	d := tooldesc.FromCommand(cmd, tooldesc.Options{})
+	var zero In
+	s.AddTool(&mcp.Tool{Name: d.Name, Title: d.Title, Description: d.Description, InputSchema: d.InputSchema, OutputSchema: d.OutputSchema},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			in := zero.ProtoReflect().New().Interface().(In)
+			if err := protojson.Unmarshal(req.Params.Arguments, in); err != nil {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+			}
+			resp, err := call(ctx, req, in)
+			if err != nil {
+				res := &mcp.CallToolResult{}
+				res.SetError(err)
+				return res, nil
+			}
+			out, err := protojson.Marshal(resp)
+			if err != nil {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+			}
+			return &mcp.CallToolResult{
+				Content:           []mcp.Content{&mcp.TextContent{Text: string(out)}},
+				StructuredContent: json.RawMessage(out),
+			}, nil
+		})
+	return nil
+}
+
+// refBackend calls the helpdesk backend for the reference's tools.
+type refBackend struct {
+	search func(context.Context, *mcp.CallToolRequest, *helpdeskv1.SearchTicketsRequest) (*helpdeskv1.SearchTicketsResponse, error)
+	create func(context.Context, *mcp.CallToolRequest, *helpdeskv1.CreateExpenseReportRequest) (*helpdeskv1.ExpenseReport, error)
+	close  func()
+}
+
+// idempotencyKey is the key of a tool call, from _meta as the bridge
+// reads it; "" when there is none.
+func idempotencyKey(call *mcp.CallToolRequest) string {
+	k, _ := call.Params.Meta[mcpbridge.MetaIdempotencyKey].(string)
+	return k
+}
 
 // referenceBackend is the reference's backend: the in-memory helpdesk in
 // this process (addr empty), or the helpdesk service at addr.
-func referenceBackend(ctx context.Context, addr string) (searchFunc, func(), error) {
+func referenceBackend(ctx context.Context, addr string) (refBackend, error) {
 	if addr == "" {
 		store := helpmem.New()
 		if err := helpdesk.Seed(ctx, store); err != nil {
-			return nil, nil, err
+			return refBackend{}, err
 		}
 		backend, err := helpdesk.New(helpdesk.Config{Store: store, Gateway: helpdesk.NewGateway(), Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
-			return nil, nil, err
+			return refBackend{}, err
 		}
-		return func(ctx context.Context, _ *mcp.CallToolRequest, in *helpdeskv1.SearchTicketsRequest) (*helpdeskv1.SearchTicketsResponse, error) {
-			return backend.SearchTickets(identity.WithPrincipal(ctx, referencePrincipal), in)
-		}, func() {}, nil
+		return refBackend{
+			search: func(ctx context.Context, _ *mcp.CallToolRequest, in *helpdeskv1.SearchTicketsRequest) (*helpdeskv1.SearchTicketsResponse, error) {
+				return backend.SearchTickets(identity.WithPrincipal(ctx, referencePrincipal), in)
+			},
+			create: func(ctx context.Context, call *mcp.CallToolRequest, in *helpdeskv1.CreateExpenseReportRequest) (*helpdeskv1.ExpenseReport, error) {
+				// The executor's metadata, as the backend's server would
+				// find it on an incoming call.
+				md := metadata.Pairs(executor.MetadataInvocationID, executor.NewInvocationID())
+				if k := idempotencyKey(call); k != "" {
+					md.Set(executor.MetadataIdempotencyKey, k)
+				}
+				ctx = metadata.NewIncomingContext(identity.WithPrincipal(ctx, referencePrincipal), md)
+				return backend.CreateExpenseReport(ctx, in)
+			},
+			close: func() {},
+		}, nil
 	}
 	secret := os.Getenv("MANDATE_SERVICE_SECRET")
 	if secret == "" {
-		return nil, nil, errors.New("a reference over a backend service needs MANDATE_SERVICE_SECRET")
+		return refBackend{}, errors.New("a reference over a backend service needs MANDATE_SERVICE_SECRET")
 	}
 	src, err := identity.NewServiceTokenSource([]byte(secret), app.DefaultIssuer, app.DefaultAudience, executor.ServiceName, time.Hour)
 	if err != nil {
-		return nil, nil, err
+		return refBackend{}, err
 	}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)))
 	if err != nil {
-		return nil, nil, err
+		return refBackend{}, err
 	}
 	client := helpdeskv1.NewHelpdeskServiceClient(conn)
-	return func(ctx context.Context, call *mcp.CallToolRequest, in *helpdeskv1.SearchTicketsRequest) (*helpdeskv1.SearchTicketsResponse, error) {
-		// The caller's token, forwarded as the executor forwards it; the
-		// backend verifies it (and the service token) itself.
-		var h http.Header
-		if call.Extra != nil {
-			h = call.Extra.Header
-		}
-		raw, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
-		if !ok {
-			return nil, errors.New("no bearer token to call the backend on behalf of")
-		}
-		return client.SearchTickets(identity.WithRawToken(ctx, raw), in)
-	}, func() { _ = conn.Close() }, nil
+	return refBackend{
+		search: func(ctx context.Context, call *mcp.CallToolRequest, in *helpdeskv1.SearchTicketsRequest) (*helpdeskv1.SearchTicketsResponse, error) {
+			ctx, err := onBehalf(ctx, call)
+			if err != nil {
+				return nil, err
+			}
+			return client.SearchTickets(ctx, in)
+		},
+		create: func(ctx context.Context, call *mcp.CallToolRequest, in *helpdeskv1.CreateExpenseReportRequest) (*helpdeskv1.ExpenseReport, error) {
+			ctx, err := onBehalf(ctx, call)
+			if err != nil {
+				return nil, err
+			}
+			// The executor's metadata, as its dispatch sends it.
+			ctx = metadata.AppendToOutgoingContext(ctx, executor.MetadataInvocationID, executor.NewInvocationID())
+			if k := idempotencyKey(call); k != "" {
+				ctx = metadata.AppendToOutgoingContext(ctx, executor.MetadataIdempotencyKey, k)
+			}
+			return client.CreateExpenseReport(ctx, in)
+		},
+		close: func() { _ = conn.Close() },
+	}, nil
+}
+
+// onBehalf returns ctx carrying the bearer token of the MCP request, which
+// the backend's call forwards as the executor forwards the caller's; the
+// backend verifies it (and the service token) itself.
+func onBehalf(ctx context.Context, call *mcp.CallToolRequest) (context.Context, error) {
+	var h http.Header
+	if call.Extra != nil {
+		h = call.Extra.Header
+	}
+	raw, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+	if !ok {
+		return nil, errors.New("no bearer token to call the backend on behalf of")
+	}
+	return identity.WithRawToken(ctx, raw), nil
 }

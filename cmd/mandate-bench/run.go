@@ -33,6 +33,7 @@ const (
 type config struct {
 	calls1, calls16 int
 	rounds          int
+	commands        []command
 	protocols       []string
 	topology        string // auto, on, off
 	databaseURL     string
@@ -45,8 +46,9 @@ type config struct {
 
 func parseFlags(args []string) (config, error) {
 	var c config
-	var protocols string
+	var protocols, commands string
 	fs := flag.NewFlagSet("mandate-bench", flag.ContinueOnError)
+	fs.StringVar(&commands, "commands", "search,write", "what the calls do, comma-separated: search (ticket.search) and write (expense.report.create, a fresh idempotency key per call)")
 	fs.IntVar(&c.calls1, "calls-1", 500, "calls measured with 1 caller")
 	fs.IntVar(&c.calls16, "calls-16", 2000, "calls measured with 16 callers")
 	fs.IntVar(&c.rounds, "rounds", 3, "measure each load shape this many times, the reference and every governed shape in turn; the ratio printed is the median round's")
@@ -84,6 +86,10 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("-topology %q: want auto, on or off", c.topology)
 	}
 	c.protocols = strings.Split(protocols, ",")
+	var err error
+	if c.commands, err = parseCommands(commands); err != nil {
+		return c, err
+	}
 	if c.databaseURL == "" {
 		c.databaseURL = os.Getenv("MANDATE_TEST_DATABASE_URL")
 	}
@@ -119,10 +125,7 @@ func medianRange(vs []float64) string {
 	if len(rs) == 0 {
 		return "–"
 	}
-	med := rs[len(rs)/2]
-	if len(rs)%2 == 0 {
-		med = (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
-	}
+	med := median(rs)
 	if len(rs) == 1 {
 		return fmt.Sprintf("%.2f", med)
 	}
@@ -183,6 +186,89 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 		return err
 	}
 
+	// One section per command: every load shape of it, then its tables.
+	rowsOf := make([][]row, len(cfg.commands))
+	for c, cmd := range cfg.commands {
+		if rowsOf[c], err = measure(ctx, cfg, cmd, reference, targets, shapes, overService); err != nil {
+			return err
+		}
+		printTable(out, cmd, shapes, rowsOf[c])
+		printOverService(out, cmd, rowsOf[c])
+	}
+	fmt.Fprintf(out, "\nIdle, before the load: %s.\n", idle)
+	if err := printMemory(ctx, out, f); err != nil {
+		return err
+	}
+	// What the targets are read from, command by command.
+	inputs := make([]targetInputs, len(cfg.commands))
+	for c := range cfg.commands {
+		inputs[c] = targetInputs{rows: rowsOf[c], protocol: cfg.protocols[0], noTopology: noTopology(cfg, store), noCommit: "-timeline 0"}
+		if store.url == "" {
+			inputs[c].noCommit = "no separate topology to trace"
+		}
+	}
+	if store.url != "" {
+		if err := afterLoad(ctx, cfg, f, store, inputs, out); err != nil {
+			return err
+		}
+	}
+	for c, cmd := range cfg.commands {
+		printTargets(out, cmd, inputs[c])
+	}
+	return nil
+}
+
+// afterLoad runs what follows the load on the database: the timeline of
+// each command, whose audit stage is one commit for the targets (it sets
+// inputs' commit), and the audit comparison.
+func afterLoad(ctx context.Context, cfg config, f *fleet, store benchDB, inputs []targetInputs, out io.Writer) error {
+	// The servers are stopped first: idle, they still take CPU and
+	// connections from whichever contender they share the machine with.
+	if err := f.stopProcs(); err != nil {
+		return err
+	}
+	if cfg.timeline > 0 {
+		for c, cmd := range cfg.commands {
+			rows, p50, err := traceTimeline(ctx, f, store, cmd, cfg.protocols[0], cfg.timeline)
+			if err != nil {
+				fmt.Fprintf(out, "\ntimeline of %s: skipped (%v)\n", cmd.tool, err)
+				inputs[c].noCommit = "the timeline was skipped"
+				continue
+			}
+			printTimeline(out, cmd, rows, cfg.timeline, p50, cfg.protocols[0])
+			if commit, ok := commitOf(rows); ok {
+				inputs[c].commit, inputs[c].noCommit = commit, ""
+			} else {
+				inputs[c].noCommit = "the timeline has no " + auditStageSpan + " span"
+			}
+		}
+	}
+	if cfg.auditWindow > 0 {
+		r, err := compareAudit(ctx, store.url, f.dir, cfg.auditWindow, cfg.rounds)
+		if err != nil {
+			fmt.Fprintf(out, "\naudit vs pgbench: skipped (%v)\n", err)
+			return nil
+		}
+		printAudit(out, r, cfg.auditWindow)
+	}
+	return nil
+}
+
+// noTopology says why a run has no separate topology, "" when it has one.
+func noTopology(cfg config, store benchDB) string {
+	switch {
+	case store.url != "":
+		return ""
+	case cfg.topology == "off":
+		return "-topology off"
+	default:
+		return "no Postgres answered"
+	}
+}
+
+// measure drives cmd through every load shape — each protocol, at 1 and
+// 16 callers — cfg.rounds times, and returns one row per shape.
+func measure(ctx context.Context, cfg config, cmd command, reference target, targets map[string]target, shapes []string, overService *target) ([]row, error) {
 	var rows []row
 	for _, protocol := range cfg.protocols {
 		for _, callers := range []int{1, 16} {
@@ -197,23 +283,23 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 				// them, so that a slow spell of the machine falls on one
 				// round, not on one side. Only the first round is profiled.
 				profile := cfg.profileDir != "" && round == 0
-				ref, err := drive(ctx, reference, protocol, callers, n, profile)
+				ref, err := drive(ctx, reference, cmd, protocol, callers, n, profile)
 				if err != nil {
-					return fmt.Errorf("reference: %w", err)
+					return nil, fmt.Errorf("reference, %s: %w", cmd.tool, err)
 				}
 				r.ref = r.ref.merge(ref)
 				for _, s := range shapes {
 					var over measurement
 					if s == shapeTopo && overService != nil {
-						if over, err = drive(ctx, *overService, protocol, callers, n, profile); err != nil {
-							return fmt.Errorf("reference over the helpdesk service: %w", err)
+						if over, err = drive(ctx, *overService, cmd, protocol, callers, n, profile); err != nil {
+							return nil, fmt.Errorf("reference over the helpdesk service, %s: %w", cmd.tool, err)
 						}
 						r.overService = r.overService.merge(over)
 						r.overOfInMemory = append(r.overOfInMemory, over.rate()/ref.rate())
 					}
-					m, err := drive(ctx, targets[s], protocol, callers, n, profile)
+					m, err := drive(ctx, targets[s], cmd, protocol, callers, n, profile)
 					if err != nil {
-						return fmt.Errorf("%s: %w", s, err)
+						return nil, fmt.Errorf("%s, %s: %w", s, cmd.tool, err)
 					}
 					r.governed[s] = r.governed[s].merge(m)
 					r.ratios[s] = append(r.ratios[s], m.rate()/ref.rate())
@@ -225,37 +311,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 			rows = append(rows, r)
 		}
 	}
-	printTable(out, shapes, rows)
-	printOverService(out, rows)
-	fmt.Fprintf(out, "Idle, before the load: %s.\n", idle)
-	if err := printMemory(ctx, out, f); err != nil {
-		return err
-	}
-	if store.url == "" {
-		return nil
-	}
-	// The servers are stopped first: idle, they still take CPU and
-	// connections from whichever contender they share the machine with.
-	if err := f.stopProcs(); err != nil {
-		return err
-	}
-	if cfg.timeline > 0 {
-		rows, p50, err := traceTimeline(ctx, f, store, cfg.protocols[0], cfg.timeline)
-		if err != nil {
-			fmt.Fprintf(out, "\ntimeline: skipped (%v)\n", err)
-		} else {
-			printTimeline(out, rows, cfg.timeline, p50, cfg.protocols[0])
-		}
-	}
-	if cfg.auditWindow > 0 {
-		r, err := compareAudit(ctx, store.url, f.dir, cfg.auditWindow, cfg.rounds)
-		if err != nil {
-			fmt.Fprintf(out, "\naudit vs pgbench: skipped (%v)\n", err)
-			return nil
-		}
-		printAudit(out, r, cfg.auditWindow)
-	}
-	return nil
+	return rows, nil
 }
 
 // runAuditOnly runs the audit comparison alone, on a fresh database.
@@ -470,10 +526,16 @@ func freshDatabase(ctx context.Context, adminURL, name string) (string, func(), 
 	return u.String(), drop, nil
 }
 
-// printTable writes one markdown table: a line per governed shape and load.
-func printTable(out io.Writer, shapes []string, rows []row) {
-	fmt.Fprintf(out, "\nticket.search over MCP (go-sdk client, loopback), %s/%s, %d CPUs, %s\n\n",
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format(time.DateTime+" UTC"))
+// printTable starts cmd's section and writes its first markdown table: a
+// line per governed shape and load.
+func printTable(out io.Writer, cmd command, shapes []string, rows []row) {
+	fmt.Fprintf(out, "\n### %s\n", cmd.tool)
+	how := ""
+	if cmd.keyed {
+		how = "; a fresh idempotency key per call, so every call writes"
+	}
+	fmt.Fprintf(out, "\n%s over MCP (go-sdk client, loopback%s), %s/%s, %d CPUs, %s\n\n",
+		cmd.tool, how, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format(time.DateTime+" UTC"))
 	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', tabwriter.Debug)
 	fmt.Fprintln(tw, "| shape\t protocol\t callers\t calls\t governed / ungoverned\t calls/s gov vs ref\t p50 gov vs ref\t CPU per call gov vs ref\t allocs per call gov vs ref\t")
 	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t---\t---\t")
@@ -515,11 +577,11 @@ func printTable(out io.Writer, shapes []string, rows []row) {
 // gRPC on the same Postgres. Its last column but one is that reference
 // against the in-memory one: what the backend path alone reaches, before
 // any governance.
-func printOverService(out io.Writer, rows []row) {
+func printOverService(out io.Writer, cmd command, rows []row) {
 	if !slices.ContainsFunc(rows, func(r row) bool { return r.overService.calls > 0 }) {
 		return
 	}
-	fmt.Fprintf(out, "\n%s against the same backend ungoverned: a plain go-sdk server whose tool calls the topology's helpdesk\n", shapeTopo)
+	fmt.Fprintf(out, "\n%s, %s against the same backend ungoverned: a plain go-sdk server whose tool calls the topology's helpdesk\n", cmd.tool, shapeTopo)
 	fmt.Fprintln(out, "service over gRPC as the executor does (its service token, the caller's token on behalf of), on the same Postgres.")
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', tabwriter.Debug)

@@ -189,16 +189,16 @@ func medianDuration(ds []time.Duration) time.Duration {
 }
 
 // traceTimeline starts the separate topology again on d with its spans
-// exported to a sink, makes n calls one at a time, each in a trace of its
+// exported to a sink, makes n calls of cmd one at a time, each in a trace of its
 // own, stops the services (which flushes their spans) and returns the
 // timeline with the calls' median latency as the client saw it.
-func traceTimeline(ctx context.Context, parent *fleet, d benchDB, protocol string, n int) ([]timelineRow, time.Duration, error) {
+func traceTimeline(ctx context.Context, parent *fleet, d benchDB, cmd command, protocol string, n int) ([]timelineRow, time.Duration, error) {
 	sink, err := startSpanSink()
 	if err != nil {
 		return nil, 0, err
 	}
 	defer sink.close()
-	dir := filepath.Join(parent.dir, "timeline")
+	dir := filepath.Join(parent.dir, "timeline-"+cmd.name)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, 0, err
 	}
@@ -221,17 +221,18 @@ func traceTimeline(ctx context.Context, parent *fleet, d benchDB, protocol strin
 	}
 	defer func() { _ = cs.Close() }()
 	for range warmupCalls {
-		if err := search(ctx, cs, nil); err != nil {
+		if err := cmd.call(ctx, cs, nil); err != nil {
 			return nil, 0, fmt.Errorf("warm-up call: %w", err)
 		}
 	}
 	ids := make([]string, n)
 	latencies := make([]time.Duration, n)
 	for i := range ids {
-		// Trace ids of this run's own: the pid and the call's number.
-		ids[i] = fmt.Sprintf("%016x%016x", os.Getpid(), i+1)
+		// Trace ids of this run's own: the pid, the command and the call's
+		// number.
+		ids[i] = fmt.Sprintf("%016x%08x%08x", os.Getpid(), slices.IndexFunc(allCommands, func(c command) bool { return c.name == cmd.name }), i+1)
 		t0 := time.Now()
-		if err := search(ctx, cs, mcp.Meta{"traceparent": "00-" + ids[i] + "-00000000000000a1-01"}); err != nil {
+		if err := cmd.call(ctx, cs, mcp.Meta{"traceparent": "00-" + ids[i] + "-00000000000000a1-01"}); err != nil {
 			return nil, 0, err
 		}
 		latencies[i] = time.Since(t0)
@@ -255,10 +256,10 @@ func traceTimeline(ctx context.Context, parent *fleet, d benchDB, protocol strin
 	return timelineOf(calls), medianDuration(latencies), nil
 }
 
-// printTimeline writes the timeline as a table.
-func printTimeline(out io.Writer, rows []timelineRow, calls int, p50 time.Duration, protocol string) {
-	fmt.Fprintf(out, "\nOne call at a time, traced: where a call's time goes (%s, separate processes + Postgres; median of %d calls, client p50 %s):\n\n",
-		protocol, calls, ms(p50))
+// printTimeline writes cmd's timeline as a table.
+func printTimeline(out io.Writer, cmd command, rows []timelineRow, calls int, p50 time.Duration, protocol string) {
+	fmt.Fprintf(out, "\nOne call at a time, traced: where a call of %s's time goes (%s, separate processes + Postgres; median of %d calls, client p50 %s):\n\n",
+		cmd.tool, protocol, calls, ms(p50))
 	fmt.Fprintln(out, "| span (service kind name) | starts at | lasts |")
 	fmt.Fprintln(out, "|---|---|---|")
 	for _, r := range rows {
@@ -266,4 +267,18 @@ func printTimeline(out io.Writer, rows []timelineRow, calls int, p50 time.Durati
 	}
 	fmt.Fprintln(out, "\nOffsets are from the bridge's first span of the call; a hop between processes is the gap between a client span's start and its server span's.")
 	fmt.Fprintln(out, "The outcome row (audit_outcome) is appended after the reply: it starts after the call has returned to the client.")
+}
+
+// auditStageSpan is the executor's audit stage in the timeline: the intent
+// made durable in the executor's own store, one local commit.
+const auditStageSpan = "executor internal audit"
+
+// commitOf is the median duration of the audit stage over the traced
+// calls: what "one commit" is in the targets (see targetsOf).
+func commitOf(rows []timelineRow) (time.Duration, bool) {
+	i := slices.IndexFunc(rows, func(r timelineRow) bool { return r.label == auditStageSpan })
+	if i < 0 {
+		return 0, false
+	}
+	return rows[i].lasts, true
 }
