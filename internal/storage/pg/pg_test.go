@@ -203,6 +203,80 @@ func TestClassifyLive(t *testing.T) {
 	})
 }
 
+func TestInBatch(t *testing.T) {
+	pool := pgtest.New(t)
+	ctx := context.Background()
+	mustExec(t, pool, "CREATE TABLE t (id int PRIMARY KEY)")
+	count := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const fail40001 = `DO $$ BEGIN RAISE EXCEPTION 'try again' USING ERRCODE = '40001'; END $$`
+
+	t.Run("all statements take effect", func(t *testing.T) {
+		if err := pg.InBatch(ctx, pool, func(b *pgx.Batch) {
+			b.Queue("INSERT INTO t VALUES (1)")
+			b.Queue("INSERT INTO t VALUES (2)")
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(); n != 2 {
+			t.Fatalf("rows = %d, want 2", n)
+		}
+	})
+	t.Run("one fails, none takes effect", func(t *testing.T) {
+		err := pg.InBatch(ctx, pool, func(b *pgx.Batch) {
+			b.Queue("INSERT INTO t VALUES (3)")
+			b.Queue("INSERT INTO t VALUES (1)") // duplicate key
+			b.Queue("INSERT INTO t VALUES (4)")
+		})
+		if pg.Classify(err) != pg.KindUniqueViolation {
+			t.Fatalf("err = %v, want the unique violation unchanged", err)
+		}
+		if n := count(); n != 2 {
+			t.Fatalf("rows = %d, want 2: the batch is one transaction", n)
+		}
+	})
+	t.Run("a batch that fails after a lock holds none", func(t *testing.T) {
+		// The lock the first statement took goes with the implicit transaction.
+		_ = pg.InBatch(ctx, pool, func(b *pgx.Batch) {
+			b.Queue("SELECT * FROM t WHERE id = 1 FOR UPDATE")
+			b.Queue(fail40001)
+		})
+		var locked bool
+		err := pool.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM t WHERE id = 1 FOR UPDATE NOWAIT)").Scan(&locked)
+		if err != nil || locked {
+			t.Fatalf("row still locked after the batch failed: %v", err)
+		}
+	})
+	t.Run("retry on serialization failure", func(t *testing.T) {
+		var calls int
+		err := pg.InBatch(ctx, pool, func(b *pgx.Batch) {
+			calls++
+			b.Queue("INSERT INTO t VALUES (5)")
+			if calls < 3 {
+				b.Queue(fail40001)
+			}
+		}, pg.WithRetry(5))
+		if err != nil || calls != 3 {
+			t.Fatalf("err = %v after %d attempts, want success on the third", err, calls)
+		}
+		if n := count(); n != 3 {
+			t.Fatalf("rows = %d, want 3 (one insert, the failed attempts rolled back)", n)
+		}
+	})
+	t.Run("no retry by default", func(t *testing.T) {
+		calls := 0
+		err := pg.InBatch(ctx, pool, func(b *pgx.Batch) { calls++; b.Queue(fail40001) })
+		if calls != 1 || pg.Classify(err) != pg.KindSerializationFailure {
+			t.Fatalf("calls = %d, err = %v", calls, err)
+		}
+	})
+}
+
 func TestInTx(t *testing.T) {
 	pool := pgtest.New(t)
 	ctx := context.Background()

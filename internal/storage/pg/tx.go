@@ -59,17 +59,48 @@ func InTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error, opts ...TxOpt
 	for _, o := range opts {
 		o(&cfg)
 	}
+	return retry(ctx, cfg, func() error { return runTx(ctx, db, cfg.opts, fn) })
+}
+
+// Batcher sends batches; *pgxpool.Pool, *pgxpool.Conn and *pgx.Conn satisfy it.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// InBatch runs the statements queue puts in a batch as one transaction, in one round trip:
+// the batch ends in a single Sync, so the server runs its statements in one implicit
+// transaction — all take effect or none does — and commits it as soon as the last one ran.
+// A transaction [InTx] runs costs three round trips (BEGIN, the work, COMMIT), and holds its
+// locks across the last two; a batch holds them only while the server runs it. Only
+// [WithRetry] applies: the batch runs at the server's default isolation, read-write. queue is
+// called once per attempt, with an empty batch. The first error of the batch comes back
+// unchanged.
+func InBatch(ctx context.Context, db Batcher, queue func(*pgx.Batch), opts ...TxOption) error {
+	cfg := txConfig{attempts: 1, backoff: 5 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return retry(ctx, cfg, func() error {
+		b := &pgx.Batch{}
+		queue(b)
+		return db.SendBatch(ctx, b).Close()
+	})
+}
+
+// retry runs attempt until it succeeds, fails with an error that is not retryable, or has run
+// cfg.attempts times, with a jittered exponential backoff between attempts.
+func retry(ctx context.Context, cfg txConfig, attempt func() error) error {
 	var err error
-	for attempt := 1; ; attempt++ {
-		err = runTx(ctx, db, cfg.opts, fn)
+	for n := 1; ; n++ {
+		err = attempt()
 		if err == nil || !Classify(err).Retryable() {
 			return err
 		}
-		if attempt >= cfg.attempts {
+		if n >= cfg.attempts {
 			break
 		}
 		// Exponential backoff with full jitter keeps competing retries from colliding again.
-		d := cfg.backoff << (attempt - 1)
+		d := cfg.backoff << (n - 1)
 		t := time.NewTimer(rand.N(d) + time.Millisecond) //nolint:gosec // jitter needs no cryptographic randomness
 		select {
 		case <-ctx.Done():

@@ -306,20 +306,21 @@ func (s *Store) Finish(ctx context.Context, f executor.Finish) error {
 		return ctx.Err()
 	}
 	now := s.now()
-	b := &pgx.Batch{}
-	if k := f.Key; k != nil {
-		b.Queue(sqlComplete, k.Tenant, k.User, k.Command, k.Key, now,
-			f.Saved.InvocationID, f.Saved.Output, f.Saved.Status, f.Saved.AuditID)
-	}
-	if e := f.Execution; e != nil {
-		b.Queue(sqlInsertExecution, e.Tenant, e.InvocationID, e.User, e.Command, e.Subject, orNow(e.Time, now))
-	}
-	if e := f.Event; e != nil {
-		b.Queue(sqlLockHead, e.Tenant)
-		b.Queue(sqlAppendEvent, e.Tenant, e.InvocationID, e.Command, e.Subject, e.UserID, e.AgentID, e.Result, orNow(e.Time, now))
-	}
-	err := pg.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-		return tx.SendBatch(ctx, b).Close()
+	// One round trip, one implicit transaction (pg.InBatch): the tenant's event head is
+	// locked only while the server runs the batch and commits it, not across round trips,
+	// so concurrent writers of a tenant queue behind one commit each, not three exchanges.
+	err := pg.InBatch(ctx, s.pool, func(b *pgx.Batch) {
+		if k := f.Key; k != nil {
+			b.Queue(sqlComplete, k.Tenant, k.User, k.Command, k.Key, now,
+				f.Saved.InvocationID, f.Saved.Output, f.Saved.Status, f.Saved.AuditID)
+		}
+		if e := f.Execution; e != nil {
+			b.Queue(sqlInsertExecution, e.Tenant, e.InvocationID, e.User, e.Command, e.Subject, orNow(e.Time, now))
+		}
+		if e := f.Event; e != nil {
+			b.Queue(sqlLockHead, e.Tenant)
+			b.Queue(sqlAppendEvent, e.Tenant, e.InvocationID, e.Command, e.Subject, e.UserID, e.AgentID, e.Result, orNow(e.Time, now))
+		}
 	}, pg.WithRetry(s.opts.TxAttempts))
 	return mapErr(ctx, op, err)
 }
