@@ -82,6 +82,13 @@ func (o *auditOutbox) inOrder() bool {
 	return o.spooler != nil && !o.behind
 }
 
+// pending is how many rows own holds.
+func (o *auditOutbox) pending() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.own)
+}
+
 // committed records rows this executor committed (ids set), in order.
 func (o *auditOutbox) committed(rows []SpooledRow) {
 	o.mu.Lock()
@@ -260,6 +267,27 @@ func (e *Executor) relayOwn(ctx context.Context) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
 	}
+	// Another relay may have sent some of them while it held the store's
+	// relay lease (a round that read the store): those are forgotten.
+	kept, err := e.stillOwn(ctx, rows)
+	if err != nil {
+		return 0, err
+	}
+	if len(kept) < len(rows) {
+		gone := make(map[int64]bool, len(rows)-len(kept))
+		for _, r := range rows {
+			gone[r.ID] = true
+		}
+		for _, r := range kept {
+			delete(gone, r.ID)
+		}
+		o.mu.Lock()
+		o.own = slices.DeleteFunc(o.own, func(r SpooledRow) bool { return gone[r.ID] })
+		o.mu.Unlock()
+		if rows = kept; len(rows) == 0 {
+			return 0, nil
+		}
+	}
 	recs := make([]*mandatev1.AuditRecord, 0, len(rows))
 	ids := make([]int64, len(rows))
 	for i, r := range rows {
@@ -272,7 +300,7 @@ func (e *Executor) relayOwn(ctx context.Context) (int, error) {
 		ids[i] = r.ID
 	}
 	actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
-	_, err := e.append(actx, recs...)
+	_, err = e.append(actx, recs...)
 	cancel()
 	if err != nil {
 		o.fellBehind()

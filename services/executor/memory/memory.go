@@ -46,6 +46,8 @@ type Store struct {
 	dead   []executor.DeadLetter
 	deadN  int64
 	spends map[string]map[string][]executor.Lapse // limit spends by tenant and bucket, summed per lapse instant, by lapse
+
+	relay sync.Mutex // the relay lease (relaylease.go); not mu, which a round's calls take
 }
 
 type record struct {
