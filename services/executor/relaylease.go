@@ -28,10 +28,14 @@ type RelayLeaser interface {
 	// released when its session ends).
 	TryRelayLease(ctx context.Context) (release func(), ok bool, err error)
 	// StillSpooled returns those of ids that are still spooled, in
-	// increasing order: a relay that holds the lease and sends rows it
-	// committed itself without reading them back leaves out those another
-	// relay sent (and unspooled) meanwhile.
-	StillSpooled(ctx context.Context, ids []int64) ([]int64, error)
+	// increasing order, and the id of the oldest row spooled (0: none). A
+	// relay that holds the lease and sends rows it committed itself,
+	// without reading them back, leaves out those another relay sent (and
+	// unspooled) meanwhile; and when an older row waits before them
+	// (another executor's), it reads and sends the store's oldest rows
+	// instead, so that a busy executor's relay, which takes the lease
+	// round after round, sends the others' rows too.
+	StillSpooled(ctx context.Context, ids []int64) (left []int64, oldest int64, err error)
 }
 
 // errRelayBusy: another relay holds the store's relay lease; this round
@@ -74,31 +78,37 @@ func (e *Executor) relayLease(ctx context.Context) (release func(), err error) {
 
 // stillOwn keeps those of rows (this executor's, in id order) that are
 // still spooled: another relay may have sent the others while it held
-// the lease. A store without a lease keeps them all.
-func (e *Executor) stillOwn(ctx context.Context, rows []SpooledRow) ([]SpooledRow, error) {
+// the lease. It says whether a row older than those kept waits in the
+// store (another executor's, or one the trail refused). A store without a
+// lease keeps them all, and says no.
+func (e *Executor) stillOwn(ctx context.Context, rows []SpooledRow) (kept []SpooledRow, older bool, err error) {
 	l, ok := e.cfg.Store.(RelayLeaser)
 	if !ok {
-		return rows, nil
+		return rows, false, nil
 	}
 	ids := make([]int64, len(rows))
 	for i, r := range rows {
 		ids[i] = r.ID
 	}
-	left, err := l.StillSpooled(ctx, ids)
-	if err != nil || len(left) == len(rows) {
-		return rows, err
+	left, oldest, err := l.StillSpooled(ctx, ids)
+	if err != nil {
+		return nil, false, err
+	}
+	older = oldest != 0 && (len(left) == 0 || oldest < left[0])
+	if len(left) == len(rows) {
+		return rows, older, nil
 	}
 	spooled := make(map[int64]bool, len(left))
 	for _, id := range left {
 		spooled[id] = true
 	}
-	kept := make([]SpooledRow, 0, len(left))
+	kept = make([]SpooledRow, 0, len(left))
 	for _, r := range rows {
 		if spooled[r.ID] {
 			kept = append(kept, r)
 		}
 	}
-	return kept, nil
+	return kept, older, nil
 }
 
 // flushLeased runs flushRound until a round gets the lease (or ctx ends),

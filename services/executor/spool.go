@@ -234,8 +234,12 @@ func (e *Executor) flushRound(ctx context.Context, counts, full bool) (int, erro
 	}
 	defer release()
 	if own {
-		n, err := e.relayOwn(ctx)
-		return held + n, err
+		n, older, err := e.relayOwn(ctx)
+		if !older {
+			return held + n, err
+		}
+		// Rows of other executors wait before this one's: this round
+		// sends the store's oldest rows, theirs and its own, in order.
 	}
 	mark := e.outbox.mark()
 	relayed, read, err := e.flushStoredRows(ctx, counts)

@@ -250,3 +250,26 @@ func testTheRelayLeaseIsReleased(t *testing.T, st stores) {
 		t.Fatalf("FlushSpool = %d, %v; want the row", n, err)
 	}
 }
+
+// TestARelaySendsTheOlderRowsOfOthers: a row another executor spooled
+// (here, straight into the store: that executor's relay is gone, or
+// starved of the lease by a busier one) waits before this executor's
+// rows; the round woken by this executor's call sends it first, then the
+// call's rows, without waiting for a tick (an hour away).
+func TestARelaySendsTheOlderRowsOfOthers(t *testing.T) {
+	eachStore(t, testARelaySendsTheOlderRowsOfOthers)
+}
+
+func testARelaySendsTheOlderRowsOfOthers(t *testing.T, st stores) {
+	e := start(t, st, func(c *executor.Config) { c.SpoolInterval = time.Hour })
+	spoolOne(t, e.execStore, "inv-of-another")
+	inv, err := searchAs(t, e.pipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := waitRows(t, e.audit, "acme", inv, 2)
+	others := waitRows(t, e.audit, "acme", "inv-of-another", 1)
+	if len(others) != 1 || others[0].Seq >= rows[0].Seq {
+		t.Fatalf("the other executor's row %+v, the call's %+v: want the other's first", others, rows)
+	}
+}

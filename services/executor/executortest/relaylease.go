@@ -36,7 +36,7 @@ func wantRelayLeaseBusy(t *testing.T, l executor.RelayLeaser, who string) {
 // testRelayLease: a second holder is refused the relay lease while the first holds it, and
 // gets it once the first releases it; releasing twice gives back nothing of the next
 // holder's; a holder whose context was cancelled mid-round still gives it back. StillSpooled
-// names those of the ids asked about still spooled, in order.
+// names those of the ids asked about still spooled, in order, and the oldest spooled id.
 func (s *suite) testRelayLease(t *testing.T) {
 	st := s.newStore(t)
 	l, ok := st.(executor.RelayLeaser)
@@ -78,10 +78,19 @@ func (s *suite) testRelayLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	asked := []int64{ids[2], ids[1], ids[0], ids[2] + 1000}
-	if got, err := l.StillSpooled(ctx, asked); err != nil || !slices.Equal(got, []int64{ids[0], ids[2]}) {
-		t.Fatalf("StillSpooled(%v) = %v, %v; want %v", asked, got, err, []int64{ids[0], ids[2]})
+	if got, oldest, err := l.StillSpooled(ctx, asked); err != nil || !slices.Equal(got, []int64{ids[0], ids[2]}) || oldest != ids[0] {
+		t.Fatalf("StillSpooled(%v) = %v, oldest %d, %v; want %v, oldest %d", asked, got, oldest, err, []int64{ids[0], ids[2]}, ids[0])
 	}
-	if got, err := l.StillSpooled(ctx, nil); err != nil || len(got) != 0 {
-		t.Fatalf("StillSpooled(none) = %v, %v", got, err)
+	if err := st.Unspool(ctx, ids[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if got, oldest, err := l.StillSpooled(ctx, nil); err != nil || len(got) != 0 || oldest != ids[2] {
+		t.Fatalf("StillSpooled(none) = %v, oldest %d, %v; want none, oldest %d", got, oldest, err, ids[2])
+	}
+	if err := st.Unspool(ctx, ids[2:]); err != nil {
+		t.Fatal(err)
+	}
+	if got, oldest, err := l.StillSpooled(ctx, ids); err != nil || len(got) != 0 || oldest != 0 {
+		t.Fatalf("StillSpooled of an empty spool = %v, oldest %d, %v; want none, oldest 0", got, oldest, err)
 	}
 }

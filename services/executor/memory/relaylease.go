@@ -26,9 +26,9 @@ func (s *Store) TryRelayLease(ctx context.Context) (release func(), ok bool, err
 }
 
 // StillSpooled implements executor.RelayLeaser.
-func (s *Store) StillSpooled(ctx context.Context, ids []int64) ([]int64, error) {
+func (s *Store) StillSpooled(ctx context.Context, ids []int64) (left []int64, oldest int64, err error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	want := make(map[int64]bool, len(ids))
 	for _, id := range ids {
@@ -36,12 +36,14 @@ func (s *Store) StillSpooled(ctx context.Context, ids []int64) ([]int64, error) 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []int64
 	for _, r := range s.spool {
 		if want[r.ID] {
-			out = append(out, r.ID)
+			left = append(left, r.ID)
 		}
 	}
-	slices.Sort(out)
-	return out, nil
+	if len(s.spool) > 0 {
+		oldest = s.spool[0].ID // the spool is in id order
+	}
+	slices.Sort(left)
+	return left, oldest, nil
 }

@@ -36,8 +36,10 @@ const relayUnlockTimeout = 2 * time.Second
 const (
 	sqlTryRelayLease = `SELECT pg_try_advisory_lock($1)`
 	sqlRelayUnlock   = `SELECT pg_advisory_unlock($1)`
-	// sqlStillSpooled lists those of $1 still spooled, in id order (the primary key).
-	sqlStillSpooled = `SELECT id FROM executor.audit_spool WHERE id = ANY($1::bigint[]) ORDER BY id`
+	// sqlStillSpooled lists those of $1 still spooled, in id order, and the oldest spooled id
+	// (0: none), both from the primary key's index.
+	sqlStillSpooled = `SELECT ARRAY(SELECT id FROM executor.audit_spool WHERE id = ANY($1::bigint[]) ORDER BY id),
+		COALESCE((SELECT min(id) FROM executor.audit_spool), 0)`
 )
 
 var _ executor.RelayLeaser = (*Store)(nil)
@@ -86,14 +88,9 @@ func closeConn(c *pgx.Conn) {
 }
 
 // StillSpooled implements executor.RelayLeaser.
-func (s *Store) StillSpooled(ctx context.Context, ids []int64) ([]int64, error) {
-	if len(ids) == 0 {
-		return nil, ctx.Err()
+func (s *Store) StillSpooled(ctx context.Context, ids []int64) (left []int64, oldest int64, err error) {
+	if err := s.pool.QueryRow(ctx, sqlStillSpooled, ids).Scan(&left, &oldest); err != nil {
+		return nil, 0, mapErr(ctx, "executor: still spooled", err)
 	}
-	rows, err := s.pool.Query(ctx, sqlStillSpooled, ids)
-	if err != nil {
-		return nil, mapErr(ctx, "executor: still spooled", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	return out, mapErr(ctx, "executor: still spooled", err)
+	return left, oldest, nil
 }
