@@ -230,13 +230,21 @@ func testTheRelayLeaseIsReleased(t *testing.T, st stores) {
 	flaky.down.Store(false)
 	hanging.hung.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // before the executor closes, should the test fail
 	done := make(chan error, 1)
 	go func() {
 		_, err := e.pipeline.FlushSpool(ctx)
 		done <- err
 	}()
-	<-hanging.entered
-	if _, ok, err := l.TryRelayLease(context.Background()); ok || err != nil {
+	select {
+	case <-hanging.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("after 10s the round has not asked the trail")
+	}
+	if release, ok, err := l.TryRelayLease(context.Background()); ok || err != nil {
+		if ok {
+			release()
+		}
 		t.Fatalf("TryRelayLease while a round waits on the trail = %v, %v; want it refused", ok, err)
 	}
 	cancel()

@@ -61,7 +61,10 @@ func TestRelayLeaseGoesWithItsConnection(t *testing.T) {
 		}
 	}
 	dead() // the unlock fails on the dead connection, which is dropped from the pool
-	if _, ok, err := st.TryRelayLease(ctx); err != nil || ok {
+	if r, ok, err := st.TryRelayLease(ctx); err != nil || ok {
+		if ok {
+			r()
+		}
 		t.Fatalf("TryRelayLease after the dead holder's release = %v, %v; want it refused, the new holder holding it", ok, err)
 	}
 	next()
