@@ -82,6 +82,13 @@ func (o *auditOutbox) inOrder() bool {
 	return o.spooler != nil && !o.behind
 }
 
+// pending is how many rows own holds.
+func (o *auditOutbox) pending() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.own)
+}
+
 // committed records rows this executor committed (ids set), in order.
 func (o *auditOutbox) committed(rows []SpooledRow) {
 	o.mu.Lock()
@@ -251,14 +258,42 @@ func (e *Executor) commitOutbox(batch []*outboxReq) {
 // relayOwn appends the rows this executor committed, oldest first, up to
 // a batch, and drops them from the store. A round that fails leaves them
 // in the store, and the relay reads the store from then on until it has
-// caught up, so that no row overtakes one before it.
-func (e *Executor) relayOwn(ctx context.Context) (int, error) {
+// caught up, so that no row overtakes one before it. On a store whose
+// relay rounds are leased (RelayLeaser), it sends none and says older
+// when a row older than these waits in the store: the round reads the
+// store instead.
+func (e *Executor) relayOwn(ctx context.Context) (n int, older bool, err error) {
 	o := e.outbox
 	o.mu.Lock()
 	rows := slices.Clone(o.own[:min(len(o.own), spoolBatch)])
 	o.mu.Unlock()
 	if len(rows) == 0 {
-		return 0, nil
+		return 0, false, nil
+	}
+	// Another relay may have sent some of them while it held the store's
+	// relay lease (a round that read the store): those are forgotten.
+	kept, older, err := e.stillOwn(ctx, rows)
+	if err != nil {
+		return 0, false, err
+	}
+	if len(kept) < len(rows) {
+		gone := make(map[int64]bool, len(rows)-len(kept))
+		for _, r := range rows {
+			gone[r.ID] = true
+		}
+		for _, r := range kept {
+			delete(gone, r.ID)
+		}
+		o.mu.Lock()
+		o.own = slices.DeleteFunc(o.own, func(r SpooledRow) bool { return gone[r.ID] })
+		o.mu.Unlock()
+		rows = kept
+	}
+	if older {
+		return 0, true, nil
+	}
+	if len(rows) == 0 {
+		return 0, false, nil
 	}
 	recs := make([]*mandatev1.AuditRecord, 0, len(rows))
 	ids := make([]int64, len(rows))
@@ -266,22 +301,22 @@ func (e *Executor) relayOwn(ctx context.Context) (int, error) {
 		rec, err := decodeSpooled(r.Record)
 		if err != nil {
 			o.fellBehind()
-			return 0, err
+			return 0, false, err
 		}
 		recs = append(recs, rec)
 		ids[i] = r.ID
 	}
 	actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
-	_, err := e.append(actx, recs...)
+	_, err = e.append(actx, recs...)
 	cancel()
 	if err != nil {
 		o.fellBehind()
-		return 0, err
+		return 0, false, err
 	}
 	o.mu.Lock()
 	o.own = o.own[min(len(o.own), len(rows)):]
 	o.mu.Unlock()
 	// A row left in the store after all (its delete failed) is appended
 	// again by a round that reads the store, and stored once.
-	return len(rows), e.cfg.Store.Unspool(ctx, ids)
+	return len(rows), false, e.cfg.Store.Unspool(ctx, ids)
 }

@@ -919,7 +919,7 @@ func (e *Executor) lastFlush() {
 	ctx, cancel := context.WithTimeout(context.Background(), min(closeFlushTimeout, e.cfg.OutcomeAttemptTimeout))
 	defer cancel()
 	for ctx.Err() == nil {
-		n, err := e.flushRound(ctx, false, true)
+		n, err := e.flushLeased(ctx, false, true)
 		if err != nil || n == 0 {
 			if err != nil && ctx.Err() == nil {
 				e.log.Warn("audit spool: the last relay round before shutdown failed; the rows stay in the outbox for the next relay", "error", err)

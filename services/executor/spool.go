@@ -131,6 +131,12 @@ func (e *Executor) relay(stop <-chan struct{}, interval time.Duration) {
 		// retry wakes the relay once relayRetryAfter has passed, for rows
 		// whose wake-up came too soon after a failed round.
 		retry <-chan time.Time
+		// busyWait is the last wait after a round that found the store's
+		// relay lease busy (0: the last round got it).
+		busyWait time.Duration
+		// retryTick: the round the retry starts is a tick's, which found
+		// the lease busy.
+		retryTick bool
 	)
 	for {
 		tick := false
@@ -141,7 +147,7 @@ func (e *Executor) relay(stop <-chan struct{}, interval time.Duration) {
 			tick = true
 		case <-e.relayWake:
 		case <-retry:
-			retry = nil
+			retry, tick, retryTick = nil, retryTick, false
 		}
 		select {
 		case <-stop:
@@ -159,6 +165,18 @@ func (e *Executor) relay(stop <-chan struct{}, interval time.Duration) {
 		}
 		for ctx.Err() == nil {
 			n, err := e.flushRound(ctx, tick, tick)
+			if errors.Is(err, errRelayBusy) {
+				// Another relay holds the store's lease, and may have read
+				// the store before this executor's rows committed: try
+				// again soon rather than at the next tick.
+				busyWait = nextBusyWait(busyWait)
+				retryTick = retryTick || tick
+				if retry == nil {
+					retry = time.After(busyWait)
+				}
+				break
+			}
+			busyWait = 0
 			if err != nil && ctx.Err() == nil {
 				failed = time.Now()
 				e.log.Debug("audit spool: flush failed; retrying", "error", err)
@@ -179,24 +197,25 @@ const relayRetryAfter = 100 * time.Millisecond
 // drops those it appended; it returns how many. A row the trail refuses for
 // a reason other than its unavailability is tried again at later flushes
 // and, after DeadLetterAfter of them, kept in the dead letter (bury).
+//
+// While another relay holds the store's relay lease (RelayLeaser), it
+// waits for it, as long as ctx lets it.
 func (e *Executor) FlushSpool(ctx context.Context) (int, error) {
-	return e.flush(ctx, true)
+	return e.flushLeased(ctx, true, true)
 }
 
-// flush is one round of the relay. Only a round that counts (a tick, or a
+// flushRound is one round of the relay. Only a round that counts (a tick, or a
 // FlushSpool) counts the trail's refusals towards DeadLetterAfter: rounds
 // woken by every spooled row would otherwise bury a refused row within a
 // busy second instead of after DeadLetterAfter ticks. A round that is not
 // full relays the rows this executor committed itself (relayOwn), without
 // reading them back, while nothing older waits before them; a full round
 // (a tick, Close, or any round once the outbox fell behind) reads the
-// oldest rows of the store, whoever spooled them. Rounds run one at a time.
-func (e *Executor) flush(ctx context.Context, counts bool) (int, error) {
-	return e.flushRound(ctx, counts, counts)
-}
-
-// flushRound is flush, with full saying whether the round reads the
-// store's oldest rows.
+// oldest rows of the store, whoever spooled them; full says which.
+// Rounds run one at a time, and, on a store that leases them
+// (RelayLeaser), one at a time across the executors that share it: a
+// round that does not get the lease sends only the rows held in memory,
+// and says errRelayBusy.
 func (e *Executor) flushRound(ctx context.Context, counts, full bool) (int, error) {
 	e.flushMu.Lock()
 	defer e.flushMu.Unlock()
@@ -204,9 +223,23 @@ func (e *Executor) flushRound(ctx context.Context, counts, full bool) (int, erro
 	if err != nil {
 		return held, err
 	}
-	if !full && e.outbox.inOrder() {
-		n, err := e.relayOwn(ctx)
-		return held + n, err
+	own := !full && e.outbox.inOrder()
+	if own && e.outbox.pending() == 0 {
+		return held, nil // nothing of its own to send: no need of the lease
+	}
+	// The store's rows are sent by one relay at a time (relaylease.go).
+	release, err := e.relayLease(ctx)
+	if err != nil {
+		return held, err
+	}
+	defer release()
+	if own {
+		n, older, err := e.relayOwn(ctx)
+		if !older {
+			return held + n, err
+		}
+		// Rows of other executors wait before this one's: this round
+		// sends the store's oldest rows, theirs and its own, in order.
 	}
 	mark := e.outbox.mark()
 	relayed, read, err := e.flushStoredRows(ctx, counts)

@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore func(t *testing.T) executor.Store) {
 		{"Spool", s.testSpool},
 		{"Spooling", s.testSpooling},
 		{"SpoolRows", s.testSpoolRows},
+		{"RelayLease", s.testRelayLease}, // relaylease.go
 		{"DeadLetter", s.testDeadLetter},
 		{"Resolve", s.testResolve},
 		{"Canceled", s.testCanceled},

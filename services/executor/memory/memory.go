@@ -47,6 +47,8 @@ type Store struct {
 	deadN  int64
 	spends map[string]map[string][]executor.Lapse // limit spends by tenant and bucket, summed per lapse instant, by lapse
 	parked map[parkKey]executor.Parked
+
+	relay sync.Mutex // the relay lease (relaylease.go); not mu, which a round's calls take
 }
 
 type parkKey struct{ tenant, challenge string }
