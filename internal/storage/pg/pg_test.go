@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
 	"github.com/mandate-dev/mandate/internal/storage/pg"
@@ -203,17 +204,21 @@ func TestClassifyLive(t *testing.T) {
 	})
 }
 
+// rows counts table's rows.
+func rows(t *testing.T, pool *pgxpool.Pool, table string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func TestInBatch(t *testing.T) {
 	pool := pgtest.New(t)
 	ctx := context.Background()
 	mustExec(t, pool, "CREATE TABLE t (id int PRIMARY KEY)")
-	count := func() int {
-		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	count := func() int { return rows(t, pool, "t") }
 	const fail40001 = `DO $$ BEGIN RAISE EXCEPTION 'try again' USING ERRCODE = '40001'; END $$`
 
 	t.Run("all statements take effect", func(t *testing.T) {
@@ -281,13 +286,7 @@ func TestInTx(t *testing.T) {
 	pool := pgtest.New(t)
 	ctx := context.Background()
 	mustExec(t, pool, "CREATE TABLE t (id int PRIMARY KEY)")
-	count := func() int {
-		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	count := func() int { return rows(t, pool, "t") }
 	insert := func(id int) func(pgx.Tx) error {
 		return func(tx pgx.Tx) error { _, err := tx.Exec(ctx, "INSERT INTO t VALUES ($1)", id); return err }
 	}

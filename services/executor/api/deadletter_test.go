@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -193,21 +192,5 @@ func testARefusedRowIsKeptInTheDeadLetter(t *testing.T, st stores) {
 
 // deadLettered is the executor's dead-letter counter.
 func deadLettered(t *testing.T, reader *metric.ManualReader) int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != executor.MetricDeadLettered {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				n += dp.Value
-			}
-		}
-	}
-	return n
+	return counted(t, reader, executor.MetricDeadLettered, "")
 }

@@ -143,18 +143,7 @@ func testTwoRelaysOnOneStore(t *testing.T, st stores) {
 	if v, err := e.audit.Verify(context.Background(), "acme"); err != nil || !v.OK {
 		t.Fatalf("verify: %+v %v", v, err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		left, err := e.execStore.Spooled(context.Background(), 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the outbox still holds %d rows", len(left))
-		}
-	}
+	e.outboxEmpties(t)
 }
 
 // gatedSpooler is an executor store whose batch spooling waits, while
@@ -348,4 +337,21 @@ func TestADownTrailIsNotAskedForEveryRow(t *testing.T) {
 		waitRows(t, e.audit, "acme", inv, 2)
 	}
 	t.Logf("the trail, down, was asked %d times over %d calls in %v", asked, calls, took.Round(time.Millisecond))
+}
+
+// outboxEmpties waits until the executor's outbox holds no row (within 10 s).
+func (e *env) outboxEmpties(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		left, err := e.execStore.Spooled(context.Background(), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the outbox still holds %d rows", len(left))
+		}
+	}
 }

@@ -138,18 +138,7 @@ func testTwoRelaysSendEachRowOnce(t *testing.T, st stores, tick time.Duration) {
 	if v, err := e.audit.Verify(context.Background(), "acme"); err != nil || !v.OK {
 		t.Fatalf("verify: %+v %v", v, err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		left, err := e.execStore.Spooled(context.Background(), 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the outbox still holds %d rows", len(left))
-		}
-	}
+	e.outboxEmpties(t)
 }
 
 // hangingAudit is a trail that, while hung, answers no append until the

@@ -28,6 +28,12 @@ func metered(t *testing.T) (func(*executor.Config), *sdkmetric.ManualReader) {
 // resumed is how many calls of ticket.refund resumed from their parked
 // arguments (executor.MetricResumed) by the executor reader reads.
 func resumed(t *testing.T, reader *sdkmetric.ManualReader) int64 {
+	return counted(t, reader, executor.MetricResumed, "ticket.refund")
+}
+
+// counted sums the counter name that reader reads, over the data points of
+// command (every data point when command is "").
+func counted(t *testing.T, reader *sdkmetric.ManualReader, name, command string) int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -36,11 +42,11 @@ func resumed(t *testing.T, reader *sdkmetric.ManualReader) int64 {
 	var n int64
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != executor.MetricResumed {
+			if m.Name != name {
 				continue
 			}
 			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				if v, _ := dp.Attributes.Value(executor.AttrCommand); v.AsString() == "ticket.refund" {
+				if v, _ := dp.Attributes.Value(executor.AttrCommand); command == "" || v.AsString() == command {
 					n += dp.Value
 				}
 			}

@@ -610,6 +610,18 @@ func TestReserveSpending(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// benchStore is a store on a database of its own, through a pool of its
+// own (pgtest's is sized for tests).
+func benchStore(b *testing.B) *postgres.Store {
+	_, dsn := pgtest.NewURL(b, postgres.Migrations)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return postgres.New(pool, postgres.Options{})
+}
+
 // BenchmarkSpend is what a declared limit costs the executor's store, side
 // by side in one run: Reserve alone (a keyed call of a command without
 // limits), ReserveSpending (a keyed call of one with a limit: one batch,
@@ -618,13 +630,7 @@ func ptr[T any](v T) *T { return &v }
 //
 //	go test ./services/executor/postgres -run '^$' -bench Spend
 func BenchmarkSpend(b *testing.B) {
-	_, dsn := pgtest.NewURL(b, postgres.Migrations)
-	pool, err := pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	st := postgres.New(pool, postgres.Options{})
+	st := benchStore(b)
 	ctx := context.Background()
 	for _, live := range []int{0, 1000} {
 		bucket := fmt.Sprint("bench-", live)
@@ -868,13 +874,7 @@ func TestMigrationCarriesLiveSpends(t *testing.T) {
 //
 //	go test ./services/executor/postgres -run '^$' -bench Finish -benchtime 2000x
 func BenchmarkFinish(b *testing.B) {
-	_, dsn := pgtest.NewURL(b, postgres.Migrations)
-	pool, err := pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	st := postgres.New(pool, postgres.Options{})
+	st := benchStore(b)
 	ctx := context.Background()
 	var n atomic.Int64
 	for _, callers := range []int{1, 16} {

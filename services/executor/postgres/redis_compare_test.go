@@ -11,11 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/mandate-dev/mandate/internal/storage/pgtest"
 	"github.com/mandate-dev/mandate/services/executor"
-	"github.com/mandate-dev/mandate/services/executor/postgres"
 )
 
 // BenchmarkSpendStores is the measurement behind keeping declared limits
@@ -56,13 +52,7 @@ func BenchmarkSpendStores(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	_, dsn := pgtest.NewURL(b, postgres.Migrations)
-	pool, err := pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	st := postgres.New(pool, postgres.Options{})
+	st := benchStore(b)
 	ctx := context.Background()
 	run := fmt.Sprint(time.Now().UnixNano())
 	n := 0
