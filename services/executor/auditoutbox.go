@@ -255,27 +255,28 @@ func (e *Executor) commitOutbox(batch []*outboxReq) {
 	}
 }
 
-// relayOwn appends the rows this executor committed, oldest first, up to
-// a batch, and drops them from the store. A round that fails leaves them
-// in the store, and the relay reads the store from then on until it has
-// caught up, so that no row overtakes one before it. On a store whose
-// relay rounds are leased (RelayLeaser), it sends none and says older
-// when a row older than these waits in the store: the round reads the
-// store instead.
-func (e *Executor) relayOwn(ctx context.Context) (n int, older bool, err error) {
-	o := e.outbox
+// head is the oldest rows this executor committed and has not relayed,
+// up to a batch.
+func (o *auditOutbox) head() []SpooledRow {
 	o.mu.Lock()
-	rows := slices.Clone(o.own[:min(len(o.own), spoolBatch)])
-	o.mu.Unlock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.own[:min(len(o.own), spoolBatch)])
+}
+
+// relayOwn appends rows, the oldest this executor committed (head), and
+// drops them from the store. A round that fails leaves them in the store,
+// and the relay reads the store from then on until it has caught up, so
+// that no row overtakes one before it. It sends none and says older when
+// the lease found a row older than these waiting in the store: the round
+// reads the store instead.
+func (e *Executor) relayOwn(ctx context.Context, rows []SpooledRow, lease *RelayLease) (n int, older bool, err error) {
+	o := e.outbox
 	if len(rows) == 0 {
 		return 0, false, nil
 	}
 	// Another relay may have sent some of them while it held the store's
 	// relay lease (a round that read the store): those are forgotten.
-	kept, older, err := e.stillOwn(ctx, rows)
-	if err != nil {
-		return 0, false, err
-	}
+	kept, older := stillOwn(rows, lease)
 	if len(kept) < len(rows) {
 		gone := make(map[int64]bool, len(rows)-len(kept))
 		for _, r := range rows {

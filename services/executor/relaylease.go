@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -20,23 +21,44 @@ import (
 // without it, several executors on one store may each send a row (the
 // trail stores it once).
 type RelayLeaser interface {
-	// TryRelayLease takes the store's relay lease without waiting: ok
-	// false (and release nil) when another holder has it. A holder calls
-	// release, once, when its round ends, whatever its context has become;
-	// the lease also goes with its holder's process or connection, so a
-	// holder that dies does not keep it (Postgres: a session advisory lock,
+	// TryRelayLease takes the store's relay lease without waiting: nil
+	// (and no error) when another holder has it. A holder calls Release,
+	// once, when its round ends, whatever its context has become; the
+	// lease also goes with its holder's process or connection, so a holder
+	// that dies does not keep it (Postgres: a session advisory lock,
 	// released when its session ends).
-	TryRelayLease(ctx context.Context) (release func(), ok bool, err error)
-	// StillSpooled returns those of ids that are still spooled, in
-	// increasing order, and the id of the oldest row spooled (0: none). A
-	// relay that holds the lease and sends rows it committed itself,
+	//
+	// With the lease, in the same exchange with the store and read after
+	// the lease was taken, it says which of own (ids of rows the holder
+	// spooled itself) are still spooled, and the id of the oldest row
+	// spooled (0: none). A relay that sends rows it committed itself,
 	// without reading them back, leaves out those another relay sent (and
 	// unspooled) meanwhile; and when an older row waits before them
 	// (another executor's), it reads and sends the store's oldest rows
-	// instead, so that a busy executor's relay, which takes the lease
-	// round after round, sends the others' rows too.
-	StillSpooled(ctx context.Context, ids []int64) (left []int64, oldest int64, err error)
+	// instead, so that a busy executor's relay, which takes the lease round
+	// after round, sends the others' rows too.
+	TryRelayLease(ctx context.Context, own []int64) (*RelayLease, error)
 }
+
+// RelayLease is a relay round's hold on the store's relay lease.
+type RelayLease struct {
+	release func()
+	// Left are those of the ids asked about still spooled, in increasing
+	// order; Oldest is the oldest spooled id (0: none).
+	Left   []int64
+	Oldest int64
+}
+
+// NewRelayLease is a lease that release gives back (once: later calls do
+// nothing), which found left of the ids asked about still spooled and
+// oldest the oldest spooled id.
+func NewRelayLease(release func(), left []int64, oldest int64) *RelayLease {
+	var once sync.Once
+	return &RelayLease{release: func() { once.Do(release) }, Left: left, Oldest: oldest}
+}
+
+// Release gives the lease back; only the first call does.
+func (l *RelayLease) Release() { l.release() }
 
 // errRelayBusy: another relay holds the store's relay lease; this round
 // read and sent nothing of the store.
@@ -59,44 +81,38 @@ func nextBusyWait(wait time.Duration) time.Duration {
 	return min(2*wait, relayBusyMost)
 }
 
-// relayLease takes the store's relay lease for one round; a store without
-// one (not a RelayLeaser) always grants it.
-func (e *Executor) relayLease(ctx context.Context) (release func(), err error) {
+// relayLease takes the store's relay lease for one round in which the
+// relay would send own, this executor's rows (none: a round that reads
+// the store). A store without one (not a RelayLeaser) always grants it,
+// with all of own still spooled and nothing older.
+func (e *Executor) relayLease(ctx context.Context, own []SpooledRow) (*RelayLease, error) {
+	ids := make([]int64, len(own))
+	for i, r := range own {
+		ids[i] = r.ID
+	}
 	l, ok := e.cfg.Store.(RelayLeaser)
 	if !ok {
-		return func() {}, nil
+		return NewRelayLease(func() {}, ids, 0), nil
 	}
-	release, ok, err = l.TryRelayLease(ctx)
+	lease, err := l.TryRelayLease(ctx, ids)
 	switch {
 	case err != nil:
 		return nil, err
-	case !ok:
+	case lease == nil:
 		return nil, errRelayBusy
 	}
-	return release, nil
+	return lease, nil
 }
 
-// stillOwn keeps those of rows (this executor's, in id order) that are
-// still spooled: another relay may have sent the others while it held
-// the lease. It says whether a row older than those kept waits in the
-// store (another executor's, or one the trail refused). A store without a
-// lease keeps them all, and says no.
-func (e *Executor) stillOwn(ctx context.Context, rows []SpooledRow) (kept []SpooledRow, older bool, err error) {
-	l, ok := e.cfg.Store.(RelayLeaser)
-	if !ok {
-		return rows, false, nil
-	}
-	ids := make([]int64, len(rows))
-	for i, r := range rows {
-		ids[i] = r.ID
-	}
-	left, oldest, err := l.StillSpooled(ctx, ids)
-	if err != nil {
-		return nil, false, err
-	}
+// stillOwn keeps those of rows (this executor's, in id order) that the
+// lease found still spooled: another relay may have sent the others while
+// it held the lease. It says whether a row older than those kept waits in
+// the store (another executor's, or one the trail refused).
+func stillOwn(rows []SpooledRow, lease *RelayLease) (kept []SpooledRow, older bool) {
+	left, oldest := lease.Left, lease.Oldest
 	older = oldest != 0 && (len(left) == 0 || oldest < left[0])
 	if len(left) == len(rows) {
-		return rows, older, nil
+		return rows, older
 	}
 	spooled := make(map[int64]bool, len(left))
 	for _, id := range left {
@@ -108,7 +124,7 @@ func (e *Executor) stillOwn(ctx context.Context, rows []SpooledRow) (kept []Spoo
 			kept = append(kept, r)
 		}
 	}
-	return kept, older, nil
+	return kept, older
 }
 
 // flushLeased runs flushRound until a round gets the lease (or ctx ends),

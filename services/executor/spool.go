@@ -228,13 +228,17 @@ func (e *Executor) flushRound(ctx context.Context, counts, full bool) (int, erro
 		return held, nil // nothing of its own to send: no need of the lease
 	}
 	// The store's rows are sent by one relay at a time (relaylease.go).
-	release, err := e.relayLease(ctx)
+	var rows []SpooledRow
+	if own {
+		rows = e.outbox.head()
+	}
+	lease, err := e.relayLease(ctx, rows)
 	if err != nil {
 		return held, err
 	}
-	defer release()
+	defer lease.Release()
 	if own {
-		n, older, err := e.relayOwn(ctx)
+		n, older, err := e.relayOwn(ctx, rows, lease)
 		if !older {
 			return held + n, err
 		}

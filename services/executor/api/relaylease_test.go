@@ -177,11 +177,11 @@ func spoolOne(t *testing.T, st executor.Store, inv string) {
 // wantLeaseFree asserts that the store's relay lease is free, and leaves it so.
 func wantLeaseFree(t *testing.T, l executor.RelayLeaser, when string) {
 	t.Helper()
-	release, ok, err := l.TryRelayLease(context.Background())
-	if err != nil || !ok {
-		t.Fatalf("%s: TryRelayLease = %v, %v; want the lease free", when, ok, err)
+	lease, err := l.TryRelayLease(context.Background(), nil)
+	if err != nil || lease == nil {
+		t.Fatalf("%s: TryRelayLease = %v, %v; want the lease free", when, lease, err)
 	}
-	release()
+	lease.Release()
 }
 
 // TestTheRelayLeaseIsReleased: a relay round gives the store's relay
@@ -230,11 +230,11 @@ func testTheRelayLeaseIsReleased(t *testing.T, st stores) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("after 10s the round has not asked the trail")
 	}
-	if release, ok, err := l.TryRelayLease(context.Background()); ok || err != nil {
-		if ok {
-			release()
+	if lease, err := l.TryRelayLease(context.Background(), nil); lease != nil || err != nil {
+		if lease != nil {
+			lease.Release()
 		}
-		t.Fatalf("TryRelayLease while a round waits on the trail = %v, %v; want it refused", ok, err)
+		t.Fatalf("TryRelayLease while a round waits on the trail = %v, %v; want it refused", lease, err)
 	}
 	cancel()
 	if err := <-done; err == nil {

@@ -14,28 +14,35 @@ import (
 // mustRelayLease takes the store's relay lease, which must be free.
 func mustRelayLease(t *testing.T, l executor.RelayLeaser, ctx context.Context, who string) func() {
 	t.Helper()
-	release, ok, err := l.TryRelayLease(ctx)
-	if err != nil || !ok || release == nil {
-		t.Fatalf("%s: TryRelayLease = %v, %v; want the lease", who, ok, err)
+	return mustRelayLeaseOf(t, l, ctx, who, nil).Release
+}
+
+// mustRelayLeaseOf takes the store's relay lease, which must be free, asking which of own are
+// still spooled.
+func mustRelayLeaseOf(t *testing.T, l executor.RelayLeaser, ctx context.Context, who string, own []int64) *executor.RelayLease {
+	t.Helper()
+	lease, err := l.TryRelayLease(ctx, own)
+	if err != nil || lease == nil {
+		t.Fatalf("%s: TryRelayLease = %v, %v; want the lease", who, lease, err)
 	}
-	return release
+	return lease
 }
 
 // wantRelayLeaseBusy asserts that the store's relay lease is held by another.
 func wantRelayLeaseBusy(t *testing.T, l executor.RelayLeaser, who string) {
 	t.Helper()
-	release, ok, err := l.TryRelayLease(testCtx(t))
-	if err != nil || ok {
-		if ok {
-			release()
+	lease, err := l.TryRelayLease(testCtx(t), nil)
+	if err != nil || lease != nil {
+		if lease != nil {
+			lease.Release()
 		}
-		t.Fatalf("%s: TryRelayLease = %v, %v; want it refused, the lease being held", who, ok, err)
+		t.Fatalf("%s: TryRelayLease = %v, %v; want it refused, the lease being held", who, lease, err)
 	}
 }
 
 // testRelayLease: a second holder is refused the relay lease while the first holds it, and
 // gets it once the first releases it; releasing twice gives back nothing of the next
-// holder's; a holder whose context was cancelled mid-round still gives it back. StillSpooled
+// holder's; a holder whose context was cancelled mid-round still gives it back. The lease
 // names those of the ids asked about still spooled, in order, and the oldest spooled id.
 func (s *suite) testRelayLease(t *testing.T) {
 	st := s.newStore(t)
@@ -77,20 +84,25 @@ func (s *suite) testRelayLease(t *testing.T) {
 	if err := st.Unspool(ctx, ids[1:2]); err != nil {
 		t.Fatal(err)
 	}
+	still := func(asked []int64) ([]int64, int64) {
+		lease := mustRelayLeaseOf(t, l, ctx, "a holder asking what is still spooled", asked)
+		lease.Release()
+		return lease.Left, lease.Oldest
+	}
 	asked := []int64{ids[2], ids[1], ids[0], ids[2] + 1000}
-	if got, oldest, err := l.StillSpooled(ctx, asked); err != nil || !slices.Equal(got, []int64{ids[0], ids[2]}) || oldest != ids[0] {
-		t.Fatalf("StillSpooled(%v) = %v, oldest %d, %v; want %v, oldest %d", asked, got, oldest, err, []int64{ids[0], ids[2]}, ids[0])
+	if got, oldest := still(asked); !slices.Equal(got, []int64{ids[0], ids[2]}) || oldest != ids[0] {
+		t.Fatalf("still spooled of %v = %v, oldest %d; want %v, oldest %d", asked, got, oldest, []int64{ids[0], ids[2]}, ids[0])
 	}
 	if err := st.Unspool(ctx, ids[:1]); err != nil {
 		t.Fatal(err)
 	}
-	if got, oldest, err := l.StillSpooled(ctx, nil); err != nil || len(got) != 0 || oldest != ids[2] {
-		t.Fatalf("StillSpooled(none) = %v, oldest %d, %v; want none, oldest %d", got, oldest, err, ids[2])
+	if got, oldest := still(nil); len(got) != 0 || oldest != ids[2] {
+		t.Fatalf("still spooled of none = %v, oldest %d; want none, oldest %d", got, oldest, ids[2])
 	}
 	if err := st.Unspool(ctx, ids[2:]); err != nil {
 		t.Fatal(err)
 	}
-	if got, oldest, err := l.StillSpooled(ctx, ids); err != nil || len(got) != 0 || oldest != 0 {
-		t.Fatalf("StillSpooled of an empty spool = %v, oldest %d, %v; want none, oldest 0", got, oldest, err)
+	if got, oldest := still(ids); len(got) != 0 || oldest != 0 {
+		t.Fatalf("still spooled of an empty spool = %v, oldest %d; want none, oldest 0", got, oldest)
 	}
 }

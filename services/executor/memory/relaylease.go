@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"slices"
-	"sync"
 
 	"github.com/mandate-dev/mandate/services/executor"
 )
@@ -12,24 +11,22 @@ var _ executor.RelayLeaser = (*Store)(nil)
 
 // TryRelayLease implements executor.RelayLeaser: the store is one
 // process's, so its lease is a mutex, taken without waiting. It is held
-// until release (idempotent); a holder whose context ends must still call
+// until Release (idempotent); a holder whose context ends must still call
 // it.
-func (s *Store) TryRelayLease(ctx context.Context) (release func(), ok bool, err error) {
+func (s *Store) TryRelayLease(ctx context.Context, own []int64) (*executor.RelayLease, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	if !s.relay.TryLock() {
-		return nil, false, nil
+		return nil, nil
 	}
-	var once sync.Once
-	return func() { once.Do(s.relay.Unlock) }, true, nil
+	left, oldest := s.stillSpooled(own)
+	return executor.NewRelayLease(s.relay.Unlock, left, oldest), nil
 }
 
-// StillSpooled implements executor.RelayLeaser.
-func (s *Store) StillSpooled(ctx context.Context, ids []int64) (left []int64, oldest int64, err error) {
-	if err := ctx.Err(); err != nil {
-		return nil, 0, err
-	}
+// stillSpooled is those of ids still spooled, in increasing order, and
+// the oldest spooled id (0: none).
+func (s *Store) stillSpooled(ids []int64) (left []int64, oldest int64) {
 	want := make(map[int64]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
@@ -45,5 +42,5 @@ func (s *Store) StillSpooled(ctx context.Context, ids []int64) (left []int64, ol
 		oldest = s.spool[0].ID // the spool is in id order
 	}
 	slices.Sort(left)
-	return left, oldest, nil
+	return left, oldest
 }

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"hash/fnv"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,40 +43,50 @@ const (
 
 var _ executor.RelayLeaser = (*Store)(nil)
 
-// TryRelayLease implements executor.RelayLeaser. The holder keeps one connection of the
-// pool until release. Release unlocks whatever the round's context has become (a cancelled
-// round gives the lease back too); when the unlock fails or does not say the lock was held,
-// the connection is closed rather than returned to the pool, so that no pooled connection
-// keeps the lock. Likewise when taking it fails midway (the context ended while the server
-// may have granted it).
-func (s *Store) TryRelayLease(ctx context.Context) (release func(), ok bool, err error) {
+// TryRelayLease implements executor.RelayLeaser, in one round trip: a batch that takes the
+// lock and then reads which of own are still spooled and the oldest spooled id. The batch is
+// one implicit transaction, which a session lock outlives; in it, the read runs after the lock
+// was taken, with a snapshot of its own (read committed), so it sees every unspooling that the
+// lease's previous holder committed before it gave the lease back. The holder keeps the
+// connection until Release, which unlocks whatever the round's context has become (a
+// cancelled round gives the lease back too); when the unlock fails or does not say the lock
+// was held, the connection is closed rather than returned to the pool, so that no pooled
+// connection keeps the lock. Likewise when taking it fails midway (the context ended while
+// the server may have granted it).
+func (s *Store) TryRelayLease(ctx context.Context, own []int64) (*executor.RelayLease, error) {
+	const op = "executor: relay lease"
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, false, mapErr(ctx, "executor: relay lease", err)
+		return nil, mapErr(ctx, op, err)
 	}
-	if err := conn.QueryRow(ctx, sqlTryRelayLease, relayLeaseKey).Scan(&ok); err != nil {
+	var (
+		ok     bool
+		left   []int64
+		oldest int64
+	)
+	b := &pgx.Batch{}
+	b.Queue(sqlTryRelayLease, relayLeaseKey).QueryRow(func(row pgx.Row) error { return row.Scan(&ok) })
+	b.Queue(sqlStillSpooled, own).QueryRow(func(row pgx.Row) error { return row.Scan(&left, &oldest) })
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		// The server may have granted the lock before the answer was lost: the session
 		// goes, and the lock with it.
 		closeConn(conn.Conn())
 		conn.Release()
-		return nil, false, mapErr(ctx, "executor: relay lease", err)
+		return nil, mapErr(ctx, op, err)
 	}
 	if !ok {
 		conn.Release()
-		return nil, false, nil
+		return nil, nil
 	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayUnlockTimeout)
-			defer cancel()
-			var unlocked bool
-			if err := conn.QueryRow(uctx, sqlRelayUnlock, relayLeaseKey).Scan(&unlocked); err != nil || !unlocked {
-				closeConn(conn.Conn())
-			}
-			conn.Release() // a closed connection is destroyed, not pooled
-		})
-	}, true, nil
+	return executor.NewRelayLease(func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayUnlockTimeout)
+		defer cancel()
+		var unlocked bool
+		if err := conn.QueryRow(uctx, sqlRelayUnlock, relayLeaseKey).Scan(&unlocked); err != nil || !unlocked {
+			closeConn(conn.Conn())
+		}
+		conn.Release() // a closed connection is destroyed, not pooled
+	}, left, oldest), nil
 }
 
 // closeConn closes c, within relayUnlockTimeout.
@@ -85,12 +94,4 @@ func closeConn(c *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), relayUnlockTimeout)
 	defer cancel()
 	_ = c.Close(ctx) // closed either way: Close gives up on the socket when ctx ends
-}
-
-// StillSpooled implements executor.RelayLeaser.
-func (s *Store) StillSpooled(ctx context.Context, ids []int64) (left []int64, oldest int64, err error) {
-	if err := s.pool.QueryRow(ctx, sqlStillSpooled, ids).Scan(&left, &oldest); err != nil {
-		return nil, 0, mapErr(ctx, "executor: still spooled", err)
-	}
-	return left, oldest, nil
 }

@@ -27,10 +27,11 @@ func TestRelayLeaseGoesWithItsConnection(t *testing.T) {
 		return n
 	}
 
-	release, ok, err := st.TryRelayLease(ctx)
-	if err != nil || !ok {
-		t.Fatalf("TryRelayLease = %v, %v", ok, err)
+	lease, err := st.TryRelayLease(ctx, nil)
+	if err != nil || lease == nil {
+		t.Fatalf("TryRelayLease = %v, %v", lease, err)
 	}
+	release := lease.Release
 	if n := granted(); n != 1 {
 		t.Fatalf("%d advisory locks held with the lease, want 1", n)
 	}
@@ -39,10 +40,11 @@ func TestRelayLeaseGoesWithItsConnection(t *testing.T) {
 		t.Fatalf("%d advisory locks held after the release, want none: a pooled connection kept the lease", n)
 	}
 
-	dead, ok, err := st.TryRelayLease(ctx)
-	if err != nil || !ok {
-		t.Fatalf("TryRelayLease = %v, %v", ok, err)
+	deadLease, err := st.TryRelayLease(ctx, nil)
+	if err != nil || deadLease == nil {
+		t.Fatalf("TryRelayLease = %v, %v", deadLease, err)
 	}
+	dead := deadLease.Release
 	var killed int
 	if err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
 		WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()`).Scan(&killed); err != nil || killed != 1 {
@@ -50,22 +52,22 @@ func TestRelayLeaseGoesWithItsConnection(t *testing.T) {
 	}
 	var next func()
 	for deadline := time.Now().Add(10 * time.Second); next == nil; time.Sleep(5 * time.Millisecond) {
-		r, ok, err := st.TryRelayLease(ctx)
+		r, err := st.TryRelayLease(ctx, nil)
 		switch {
 		case err != nil:
 			t.Fatal(err)
-		case ok:
-			next = r
+		case r != nil:
+			next = r.Release
 		case time.Now().After(deadline):
 			t.Fatal("after 10s the lease of a holder whose connection died is still held")
 		}
 	}
 	dead() // the unlock fails on the dead connection, which is dropped from the pool
-	if r, ok, err := st.TryRelayLease(ctx); err != nil || ok {
-		if ok {
-			r()
+	if r, err := st.TryRelayLease(ctx, nil); err != nil || r != nil {
+		if r != nil {
+			r.Release()
 		}
-		t.Fatalf("TryRelayLease after the dead holder's release = %v, %v; want it refused, the new holder holding it", ok, err)
+		t.Fatalf("TryRelayLease after the dead holder's release = %v, %v; want it refused, the new holder holding it", r, err)
 	}
 	next()
 	if n := granted(); n != 0 {
