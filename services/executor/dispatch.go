@@ -57,9 +57,10 @@ func (g *GRPCDispatcher) Dispatch(ctx context.Context, d Dispatch) (Reply, error
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.Deadline)
 	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, MetadataInvocationID, d.InvocationID)
 	if d.IdempotencyKey != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, MetadataIdempotencyKey, d.IdempotencyKey)
+		ctx = metadata.AppendToOutgoingContext(ctx, MetadataInvocationID, d.InvocationID, MetadataIdempotencyKey, d.IdempotencyKey)
+	} else {
+		ctx = metadata.AppendToOutgoingContext(ctx, MetadataInvocationID, d.InvocationID)
 	}
 	var reply wireReply
 	if err := conn.Invoke(ctx, d.Command.RPC.FullMethod, d.Request, &reply, undecodedReply); err != nil {
