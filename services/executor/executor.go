@@ -124,9 +124,13 @@ type Reply struct {
 
 // Dispatch is one backend call.
 type Dispatch struct {
-	Command        *manifest.Command
-	Method         protoreflect.MethodDescriptor
-	Request        proto.Message
+	Command *manifest.Command
+	Method  protoreflect.MethodDescriptor
+	Request proto.Message
+	// Wire, when set, is Request already encoded (its canonical bytes,
+	// schema_validate): a dispatcher that sends wire bytes sends these
+	// rather than encode Request again.
+	Wire           []byte
 	InvocationID   string
 	IdempotencyKey string
 	Deadline       time.Duration

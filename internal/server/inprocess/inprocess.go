@@ -51,7 +51,8 @@ func Conn(srv *server.Server, src identity.TokenSource) grpc.ClientConnInterface
 // channel. Messages of one type are cloned; a caller's message of another
 // Go type for the same proto message — the executor's dispatcher sends
 // dynamic messages (dynamicpb) to services serving their generated types —
-// goes through the wire format, as over a gRPC connection.
+// goes through the wire format, as over a gRPC connection, and so does a
+// caller's message that is already wire bytes (encoding.BinaryMarshaler).
 type wireCloner struct{}
 
 func (wireCloner) Copy(out, in any) error {
@@ -66,6 +67,16 @@ func (wireCloner) Copy(out, in any) error {
 			return err
 		}
 		return u.UnmarshalBinary(b)
+	}
+	if m, ok := in.(encoding.BinaryMarshaler); ok && oOK && !iOK {
+		// A request the caller sends already encoded (the executor's
+		// dispatcher sends the arguments' canonical bytes): decoded as a
+		// gRPC connection would bring it.
+		b, err := m.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		return schema.Unmarshal(proto.UnmarshalOptions{AllowPartial: !schema.CanLackRequired(o.ProtoReflect().Descriptor())}, b, o)
 	}
 	if !oOK || !iOK {
 		return inprocgrpc.ProtoCloner{}.Copy(out, in)
