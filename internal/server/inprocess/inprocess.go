@@ -26,9 +26,11 @@ import (
 // network. src supplies the calling service's credential, as
 // identity.UnaryClientInterceptor does for a gRPC connection; nil sends
 // none (the caller's own bearer, if any, still travels in its outgoing
-// metadata). Each call attaches a channel of its own to srv: call it once
-// per caller, before srv runs.
-func Conn(srv *server.Server, src identity.TokenSource) grpc.ClientConnInterface {
+// metadata). The headers in set (the manifest digest) travel with the
+// credential, set as identity.UnaryClientInterceptor sets them; without a
+// src, none do. Each call attaches a channel of its own to srv: call it
+// once per caller, before srv runs.
+func Conn(srv *server.Server, src identity.TokenSource, set ...identity.Header) grpc.ClientConnInterface {
 	ch := new(inprocgrpc.Channel)
 	chain := srv.Attach(ch)
 	// The client side carries the caller's trace context to the service,
@@ -44,7 +46,7 @@ func Conn(srv *server.Server, src identity.TokenSource) grpc.ClientConnInterface
 	if src == nil {
 		return ch
 	}
-	return grpchan.InterceptClientConn(ch, identity.UnaryClientInterceptor(src), identity.StreamClientInterceptor(src))
+	return grpchan.InterceptClientConn(ch, identity.UnaryClientInterceptor(src, set...), identity.StreamClientInterceptor(src, set...))
 }
 
 // wireCloner copies messages between the two ends of the in-process

@@ -2,6 +2,7 @@ package inprocess_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +87,35 @@ func TestInProcessRunsTheServerInterceptors(t *testing.T) {
 	_, err = mandatev1.NewConfirmServiceClient(inprocess.Conn(srv, nil)).Get(authed, &mandatev1.ConfirmServiceGetRequest{ChallengeId: "x"})
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("unregistered service: %v, want Unimplemented", err)
+	}
+}
+
+// digestAudit answers Verify with the x-digest header it was sent.
+type digestAudit struct {
+	mandatev1.UnimplementedAuditServiceServer
+}
+
+func (digestAudit) Verify(ctx context.Context, _ *mandatev1.VerifyRequest) (*mandatev1.VerifyResponse, error) {
+	p, _ := identity.FromContext(ctx)
+	return nil, status.Error(codes.FailedPrecondition, p.UserID+" "+strings.Join(metadata.ValueFromIncomingContext(ctx, "x-digest"), ","))
+}
+
+// tokenOf is a TokenSource of one token.
+type tokenOf string
+
+func (t tokenOf) Token(context.Context) (string, error) { return string(t), nil }
+
+// TestConnSendsHeadersWithTheCredential: the headers a connection is made
+// with reach the service with the caller's credential, replacing a value
+// the caller's context carries.
+func TestConnSendsHeadersWithTheCredential(t *testing.T) {
+	srv := newServer(t, "audit")
+	mandatev1.RegisterAuditServiceServer(srv, digestAudit{})
+	client := mandatev1.NewAuditServiceClient(inprocess.Conn(srv, tokenOf(mint(t)), identity.Header{Key: "x-digest", Value: "own"}))
+	relayed := metadata.AppendToOutgoingContext(context.Background(), "x-digest", "relayed")
+	_, err := client.Verify(relayed, &mandatev1.VerifyRequest{})
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || st.Message() != "olive own" {
+		t.Fatalf("%v, want the handler to see olive and the digest own", err)
 	}
 }
 
