@@ -108,17 +108,13 @@ func (d *Decoder) decode(md protoreflect.MessageDescriptor, input []byte) (*dyna
 	if len(input) == 0 {
 		input = []byte("{}")
 	}
-	dec := json.NewDecoder(bytes.NewReader(input))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
+	obj, err := parseObject(input)
+	switch {
+	case errors.Is(err, errSyntax):
 		return nil, nil, invalid("", "schema.syntax", "input is not valid JSON")
-	}
-	if dec.More() {
+	case errors.Is(err, errTrailing):
 		return nil, nil, invalid("", "schema.syntax", "input has data after the JSON value")
-	}
-	obj, ok := doc.(map[string]any)
-	if !ok {
+	case err != nil:
 		return nil, nil, invalid("", "schema.type", "input must be a JSON object")
 	}
 	c := checker{depthLimit: d.limits.MaxDepth}

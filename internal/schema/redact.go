@@ -1,7 +1,6 @@
 package schema
 
 import (
-	"bytes"
 	"encoding/json"
 	"slices"
 	"sort"
@@ -21,10 +20,8 @@ const Withheld = "[withheld]"
 // (json.Marshal of the decoded document: compact, keys sorted, HTML
 // characters escaped).
 func Redact(input []byte, pointers []string) ([]byte, []string) {
-	dec := json.NewDecoder(bytes.NewReader(input))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
+	doc, ok := parseFirst(input)
+	if !ok {
 		return []byte("{}"), nil
 	}
 	obj, ok := doc.(map[string]any)
