@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fullstorydev/grpchan"
 	"google.golang.org/grpc"
 
 	helpmem "github.com/mandate-dev/mandate/examples/helpdesk/memory"
@@ -263,7 +262,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	}
 	confirmSvc, err := confirmcmd.Build(confirmcmd.Deps{Store: confirmStore, Sessions: confirmStore, Directory: dir, Manifest: set,
 		BaseURL: base, LoginSecret: []byte(devSecret.Reveal()), Issuers: []string{DefaultIssuer},
-		Audit: manifestConn(inprocess.Conn(internalSrv, confirmSrc), set.Digest()), TokenAudience: DefaultAudience, Webhook: webhook, Logger: log})
+		Audit: manifestConn(internalSrv, confirmSrc, set.Digest()), TokenAudience: DefaultAudience, Webhook: webhook, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -299,8 +298,8 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	}
 	// Every connection states the manifest, as the separate services'
 	// do (manifestcheck).
-	internalConn := manifestConn(inprocess.Conn(internalSrv, src), set.Digest())
-	backendConn := manifestConn(inprocess.Conn(backendSrv, src), set.Digest())
+	internalConn := manifestConn(internalSrv, src, set.Digest())
+	backendConn := manifestConn(backendSrv, src, set.Digest())
 	backends := map[string]grpc.ClientConnInterface{catalogService: backendConn}
 	if inProcessHelpdesk {
 		backends[helpdeskService] = backendConn
@@ -357,7 +356,7 @@ func startDev(ctx context.Context, d devSettings, log *slog.Logger, io IO, cl *c
 	if err != nil {
 		return nil, err
 	}
-	local := manifestConn(inprocess.Conn(srv, bridgeSrc), set.Digest())
+	local := manifestConn(srv, bridgeSrc, set.Digest())
 	bridgeSvc, err := mcpbridgecmd.Build(mcpbridgecmd.Deps{
 		Catalog: local, Executor: local, Confirm: local,
 		Manifest: set, Verifier: users,
@@ -480,12 +479,12 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// manifestConn wraps an in-process channel of `mandate dev` so that every
-// call on it sends the manifest digest, as the services' dialers do. It
-// lives here, not in internal/manifestcheck, so that the per-service
-// binaries do not link grpchan.
-func manifestConn(cc grpc.ClientConnInterface, digest string) grpc.ClientConnInterface {
-	return grpchan.InterceptClientConn(cc, manifestcheck.UnaryClientInterceptor(digest), manifestcheck.StreamClientInterceptor(digest))
+// manifestConn is an in-process channel of `mandate dev` to srv, on src's
+// credential, on which every call sends the manifest digest, as the
+// services' dialers do: set with the credential, in one copy of the
+// outgoing metadata.
+func manifestConn(srv *server.Server, src identity.TokenSource, digest string) grpc.ClientConnInterface {
+	return inprocess.Conn(srv, src, identity.Header{Key: manifestcheck.Header, Value: digest})
 }
 
 // loopbackListen reports whether addr (host:port) listens on this machine

@@ -86,7 +86,9 @@ func (s *authenticatedStream) Context() context.Context { return s.ctx }
 // while serving an end user, that user's original token. Existing values of
 // both keys are replaced, never appended, so metadata copied from an
 // incoming call cannot smuggle the caller's credentials through.
-func outgoingContext(ctx context.Context, src *bearerSource) (context.Context, error) {
+// The headers in set are set too, replacing any value ctx carries, in the
+// same copy of the outgoing metadata.
+func outgoingContext(ctx context.Context, src *bearerSource, set []Header) (context.Context, error) {
 	header, err := src.header(ctx)
 	if err != nil {
 		return ctx, err
@@ -101,6 +103,9 @@ func outgoingContext(ctx context.Context, src *bearerSource) (context.Context, e
 	md.Delete(OnBehalfOfHeader)
 	if raw, ok := RawTokenFromContext(ctx); ok {
 		md.Set(OnBehalfOfHeader, "Bearer "+raw)
+	}
+	for _, h := range set {
+		md.Set(h.Key, h.Value)
 	}
 	return metadata.NewOutgoingContext(ctx, md), nil
 }
@@ -125,13 +130,22 @@ func (b *bearerSource) header(ctx context.Context) (string, error) {
 	return h, nil
 }
 
+// Header is a metadata key and the value a service's every outgoing call
+// sets it to (replacing any the context carries), with its credentials.
+type Header struct {
+	Key, Value string
+}
+
 // UnaryClientInterceptor makes a service's outgoing unary calls carry its
 // own service token and forward the end user's token from ctx (see
-// WithRawToken), so the callee authorises the end user, not the service.
-func UnaryClientInterceptor(src TokenSource) grpc.UnaryClientInterceptor {
+// WithRawToken), so the callee authorises the end user, not the service;
+// and the headers in set (the manifest digest, say), in the one copy of the
+// outgoing metadata the credentials take — an interceptor of their own
+// would copy it again.
+func UnaryClientInterceptor(src TokenSource, set ...Header) grpc.UnaryClientInterceptor {
 	bs := &bearerSource{src: src}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		ctx, err := outgoingContext(ctx, bs)
+		ctx, err := outgoingContext(ctx, bs, set)
 		if err != nil {
 			return err
 		}
@@ -140,10 +154,10 @@ func UnaryClientInterceptor(src TokenSource) grpc.UnaryClientInterceptor {
 }
 
 // StreamClientInterceptor is UnaryClientInterceptor for streams.
-func StreamClientInterceptor(src TokenSource) grpc.StreamClientInterceptor {
+func StreamClientInterceptor(src TokenSource, set ...Header) grpc.StreamClientInterceptor {
 	bs := &bearerSource{src: src}
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		ctx, err := outgoingContext(ctx, bs)
+		ctx, err := outgoingContext(ctx, bs, set)
 		if err != nil {
 			return nil, err
 		}

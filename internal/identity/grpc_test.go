@@ -481,3 +481,37 @@ func TestClientInterceptorReplacesCredentials(t *testing.T) {
 		t.Errorf("the caller's metadata became %v", callerMD)
 	}
 }
+
+// TestClientInterceptorSetsHeaders: the headers an interceptor is made
+// with are set on every outgoing call, unary or stream, replacing a value
+// the context carries (a relayed call's), with the credentials; the
+// caller's metadata is left as it was.
+func TestClientInterceptorSetsHeaders(t *testing.T) {
+	set := Header{Key: "x-digest", Value: "own"}
+	callerMD := metadata.MD{"x-digest": {"relayed"}, "x-keep": {"1"}}
+	ctx := WithRawToken(metadata.NewOutgoingContext(context.Background(), callerMD), "user")
+	want := metadata.MD{"authorization": {"Bearer svc"}, OnBehalfOfHeader: {"Bearer user"}, "x-keep": {"1"}, "x-digest": {"own"}}
+	var unary, stream metadata.MD
+	err := UnaryClientInterceptor(&rotatingSource{tok: "svc"}, set)(ctx, "/x.Y/Z", nil, nil, nil,
+		func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+			unary, _ = metadata.FromOutgoingContext(ctx)
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = StreamClientInterceptor(&rotatingSource{tok: "svc"}, set)(ctx, nil, nil, "/x.Y/W",
+		func(ctx context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+			stream, _ = metadata.FromOutgoingContext(ctx)
+			return nil, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(unary, want) || !reflect.DeepEqual(stream, want) {
+		t.Errorf("sent %v (unary) and %v (stream), want %v", unary, stream, want)
+	}
+	if !reflect.DeepEqual(callerMD, metadata.MD{"x-digest": {"relayed"}, "x-keep": {"1"}}) {
+		t.Errorf("the caller's metadata became %v", callerMD)
+	}
+}

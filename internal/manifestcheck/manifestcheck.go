@@ -65,11 +65,15 @@ func StreamClientInterceptor(digest string) grpc.StreamClientInterceptor {
 // one (the executor's dispatch of a call it received), which is replaced
 // by this process's own.
 func withDigest(ctx context.Context, digest string) context.Context {
-	md, _ := metadata.FromOutgoingContext(ctx)
+	md, ok := metadata.FromOutgoingContext(ctx)
+	if !ok {
+		md = make(metadata.MD, 1)
+	}
 	if v := md.Get(Header); len(v) == 1 && v[0] == digest {
 		return ctx
 	}
-	md = md.Copy()
+	// FromOutgoingContext made md for this call: it is set without
+	// another copy.
 	md.Set(Header, digest)
 	return metadata.NewOutgoingContext(ctx, md)
 }

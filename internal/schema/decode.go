@@ -86,27 +86,39 @@ func NewDecoder(types *protoregistry.Types, limits Limits) (*Decoder, error) {
 // returns *InvalidError when the input breaks the contract; any other error
 // is a fault of the decoder's own setup.
 func (d *Decoder) Decode(md protoreflect.MessageDescriptor, input []byte) (*dynamicpb.Message, error) {
+	msg, _, err := d.DecodeArguments(md, input)
+	return msg, err
+}
+
+// DecodeArguments is Decode, and returns as well the input as it parsed
+// it, for Arguments.Redact: the input is read as JSON once for both.
+func (d *Decoder) DecodeArguments(md protoreflect.MessageDescriptor, input []byte) (*dynamicpb.Message, Arguments, error) {
+	msg, doc, err := d.decode(md, input)
+	if err != nil {
+		return nil, Arguments{}, err
+	}
+	return msg, Arguments{doc: doc, size: len(input)}, nil
+}
+
+func (d *Decoder) decode(md protoreflect.MessageDescriptor, input []byte) (*dynamicpb.Message, map[string]any, error) {
 	if len(input) > d.limits.MaxBytes {
-		return nil, invalid("", "schema.too_large", fmt.Sprintf("input is larger than %d bytes", d.limits.MaxBytes))
+		return nil, nil, invalid("", "schema.too_large", fmt.Sprintf("input is larger than %d bytes", d.limits.MaxBytes))
 	}
 	input = bytes.TrimSpace(input)
 	if len(input) == 0 {
 		input = []byte("{}")
 	}
-	dec := json.NewDecoder(bytes.NewReader(input))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
-		return nil, invalid("", "schema.syntax", "input is not valid JSON")
-	}
-	if dec.More() {
-		return nil, invalid("", "schema.syntax", "input has data after the JSON value")
-	}
-	if _, ok := doc.(map[string]any); !ok {
-		return nil, invalid("", "schema.type", "input must be a JSON object")
+	obj, err := parseObject(input)
+	switch {
+	case errors.Is(err, errSyntax):
+		return nil, nil, invalid("", "schema.syntax", "input is not valid JSON")
+	case errors.Is(err, errTrailing):
+		return nil, nil, invalid("", "schema.syntax", "input has data after the JSON value")
+	case err != nil:
+		return nil, nil, invalid("", "schema.type", "input must be a JSON object")
 	}
 	c := checker{depthLimit: d.limits.MaxDepth}
-	c.message(doc, md, "", 0)
+	c.message(obj, md, "", 0)
 	// A missing field_behavior=REQUIRED field does not stop decoding, so the
 	// caller hears about every rule the input breaks at once; any other
 	// structural violation does.
@@ -119,7 +131,7 @@ func (d *Decoder) Decode(md protoreflect.MessageDescriptor, input []byte) (*dyna
 		}
 	}
 	if len(structural) > 0 {
-		return nil, invalidSorted(c.violations)
+		return nil, nil, invalidSorted(c.violations)
 	}
 	msg := dynamicpb.NewMessage(md)
 	// AllowPartial only skips a required-field check that cannot fail.
@@ -131,13 +143,13 @@ func (d *Decoder) Decode(md protoreflect.MessageDescriptor, input []byte) (*dyna
 		// The structural check accepts only what protojson accepts, so this
 		// is a gap in the check; refuse without echoing protojson's text,
 		// which can quote the input.
-		return nil, invalid("", "schema.decode", "input does not decode as "+string(md.FullName()))
+		return nil, nil, invalid("", "schema.decode", "input does not decode as "+string(md.FullName()))
 	}
 	out := missing
 	if err := d.validator.Validate(msg); err != nil {
 		var verr *protovalidate.ValidationError
 		if !errors.As(err, &verr) {
-			return nil, fmt.Errorf("schema: validating %s: %w", md.FullName(), err)
+			return nil, nil, fmt.Errorf("schema: validating %s: %w", md.FullName(), err)
 		}
 		for _, v := range verr.Violations {
 			out = append(out, Violation{
@@ -148,9 +160,9 @@ func (d *Decoder) Decode(md protoreflect.MessageDescriptor, input []byte) (*dyna
 		}
 	}
 	if len(out) > 0 {
-		return nil, invalidSorted(out)
+		return nil, nil, invalidSorted(out)
 	}
-	return msg, nil
+	return msg, obj, nil
 }
 
 // invalidSorted orders violations by pointer and rule: map iteration

@@ -57,12 +57,17 @@ func (g *GRPCDispatcher) Dispatch(ctx context.Context, d Dispatch) (Reply, error
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.Deadline)
 	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, MetadataInvocationID, d.InvocationID)
 	if d.IdempotencyKey != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, MetadataIdempotencyKey, d.IdempotencyKey)
+		ctx = metadata.AppendToOutgoingContext(ctx, MetadataInvocationID, d.InvocationID, MetadataIdempotencyKey, d.IdempotencyKey)
+	} else {
+		ctx = metadata.AppendToOutgoingContext(ctx, MetadataInvocationID, d.InvocationID)
+	}
+	var req any = d.Request
+	if d.Wire != nil {
+		req = &wireRequest{b: d.Wire}
 	}
 	var reply wireReply
-	if err := conn.Invoke(ctx, d.Command.RPC.FullMethod, d.Request, &reply, undecodedReply); err != nil {
+	if err := conn.Invoke(ctx, d.Command.RPC.FullMethod, req, &reply, undecodedReply); err != nil {
 		return Reply{}, err
 	}
 	return decodeReply(d.Method.Output(), reply.b)
@@ -109,8 +114,21 @@ type wireCodec struct{}
 func (wireCodec) Name() string { return grpcproto.Name }
 
 func (wireCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(*wireRequest); ok {
+		return mem.BufferSlice{mem.SliceBuffer(r.b)}, nil
+	}
 	return encoding.GetCodecV2(grpcproto.Name).Marshal(v)
 }
+
+// wireRequest is a request sent as the wire bytes it is already encoded
+// to (Dispatch.Wire): through wireCodec over a gRPC connection, through
+// MarshalBinary over the in-process channel, where gRPC's codec would
+// encode the message again.
+type wireRequest struct{ b []byte }
+
+// MarshalBinary returns the request's wire bytes, which are not to be
+// written to.
+func (r *wireRequest) MarshalBinary() ([]byte, error) { return r.b, nil }
 
 func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*wireReply); ok {

@@ -124,9 +124,13 @@ type Reply struct {
 
 // Dispatch is one backend call.
 type Dispatch struct {
-	Command        *manifest.Command
-	Method         protoreflect.MethodDescriptor
-	Request        proto.Message
+	Command *manifest.Command
+	Method  protoreflect.MethodDescriptor
+	Request proto.Message
+	// Wire, when set, is Request already encoded (its canonical bytes,
+	// schema_validate): a dispatcher that sends wire bytes sends these
+	// rather than encode Request again.
+	Wire           []byte
 	InvocationID   string
 	IdempotencyKey string
 	Deadline       time.Duration
@@ -542,11 +546,15 @@ func compileFacts(set *manifest.Set, def time.Duration) map[string]commandFacts 
 // withheld, and the pointers withheld: the facts the approver's prompt
 // withholds by too (confirm.RenderPrompt).
 func (e *Executor) redactArguments(cmd *manifest.Command, input []byte) ([]byte, []string) {
-	sensitive := cmd.SensitiveFields
+	return schema.Redact(input, e.sensitiveInput(cmd))
+}
+
+// sensitiveInput is the pointers of cmd's input that redaction withholds.
+func (e *Executor) sensitiveInput(cmd *manifest.Command) []string {
 	if f, ok := e.facts[cmd.Code]; ok {
-		sensitive = f.inputSensitive
+		return f.inputSensitive
 	}
-	return schema.Redact(input, sensitive)
+	return cmd.SensitiveFields
 }
 
 // declaredDeadline is cmd's declared deadline, or def when it declares

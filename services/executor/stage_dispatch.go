@@ -22,7 +22,7 @@ func (e *Executor) dispatch(ctx context.Context, inv *invocation) (*Result, erro
 	deadline := e.deadline(cmd)
 	var out Reply
 	disp := Dispatch{
-		Command: cmd, Method: inv.method, Request: msg, InvocationID: inv.id,
+		Command: cmd, Method: inv.method, Request: msg, Wire: inv.canon, InvocationID: inv.id,
 		IdempotencyKey: inv.call.IdempotencyKey, Deadline: deadline,
 	}
 	dispatchErr := e.stage(ctx, StageDispatch, func(ctx context.Context) error {

@@ -22,11 +22,16 @@ func (e *Executor) schemaValidate(ctx context.Context, inv *invocation) (*Result
 	if inv.call.GrantID != "" && inv.call.InputError == nil && e.resume(ctx, inv) {
 		return nil, nil
 	}
-	var err error
+	var (
+		err  error
+		args schema.Arguments
+	)
 	if inv.call.InputError != nil {
 		err = inv.call.InputError
 	} else {
-		inv.req, err = e.decoder.Decode(inv.method.Input(), inv.call.Input)
+		// The input is read as JSON once: the arguments it decodes to are
+		// what is redacted below.
+		inv.req, args, err = e.decoder.DecodeArguments(inv.method.Input(), inv.call.Input)
 	}
 	if err != nil {
 		var bad *schema.InvalidError
@@ -48,7 +53,7 @@ func (e *Executor) schemaValidate(ctx context.Context, inv *invocation) (*Result
 		return nil, e.fault(ctx, inv, StageSchema, failure.CodeInternalError, err)
 	}
 	inv.argDigest = digest(inv.cmd.Code, inv.canon)
-	redacted, withheld := e.redactArguments(inv.cmd, inv.call.Input)
+	redacted, withheld := args.Redact(e.sensitiveInput(inv.cmd))
 	inv.args, inv.withheld = string(redacted), withheld
 	inv.subject = subjectOf(msg, inv.cmd.SubjectField)
 	return nil, nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -58,12 +59,46 @@ func (b *Bridge) taskOwner(id string) (string, bool) { return b.sealer.Open(seal
 // declaresTasks reports whether a 2026 request's capabilities name the
 // tasks extension.
 func declaresTasks(req *mcp.CallToolRequest) bool {
+	if !mayDeclareTasks(req) {
+		return false
+	}
 	caps := req.ClientCapabilities()
 	if caps == nil || caps.Extensions == nil {
 		return false
 	}
 	_, ok := caps.Extensions[ExtensionTasks]
 	return ok
+}
+
+// mayDeclareTasks is false when req's capabilities cannot name the tasks
+// extension, told without decoding them: the SDK's ClientCapabilities
+// re-encodes the `_meta` capabilities to JSON and decodes that, on every
+// call. They cannot when the `_meta` capabilities, the JSON object they
+// arrive as, have no member that decodes as extensions (encoding/json
+// matches names without regard to case) and the session's capabilities,
+// which ClientCapabilities falls back on when the `_meta` ones do not
+// decode, do not name it either.
+func mayDeclareTasks(req *mcp.CallToolRequest) bool {
+	if req.Params == nil {
+		return true
+	}
+	caps, ok := req.Params.Meta[mcp.MetaKeyClientCapabilities].(map[string]any)
+	if !ok {
+		return true // absent, or not as decoded from JSON: the SDK decides
+	}
+	for k := range caps {
+		if strings.EqualFold(k, "extensions") {
+			return true
+		}
+	}
+	if req.Session != nil {
+		if p := req.Session.InitializeParams(); p != nil && p.Capabilities != nil {
+			if _, ok := p.Capabilities.Extensions[ExtensionTasks]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // callMaybeTask runs a 2026 tools/call of a client of the extension: as

@@ -26,9 +26,11 @@ import (
 // network. src supplies the calling service's credential, as
 // identity.UnaryClientInterceptor does for a gRPC connection; nil sends
 // none (the caller's own bearer, if any, still travels in its outgoing
-// metadata). Each call attaches a channel of its own to srv: call it once
-// per caller, before srv runs.
-func Conn(srv *server.Server, src identity.TokenSource) grpc.ClientConnInterface {
+// metadata). The headers in set (the manifest digest) travel with the
+// credential, set as identity.UnaryClientInterceptor sets them; without a
+// src, none do. Each call attaches a channel of its own to srv: call it
+// once per caller, before srv runs.
+func Conn(srv *server.Server, src identity.TokenSource, set ...identity.Header) grpc.ClientConnInterface {
 	ch := new(inprocgrpc.Channel)
 	chain := srv.Attach(ch)
 	// The client side carries the caller's trace context to the service,
@@ -44,14 +46,15 @@ func Conn(srv *server.Server, src identity.TokenSource) grpc.ClientConnInterface
 	if src == nil {
 		return ch
 	}
-	return grpchan.InterceptClientConn(ch, identity.UnaryClientInterceptor(src), identity.StreamClientInterceptor(src))
+	return grpchan.InterceptClientConn(ch, identity.UnaryClientInterceptor(src, set...), identity.StreamClientInterceptor(src, set...))
 }
 
 // wireCloner copies messages between the two ends of the in-process
 // channel. Messages of one type are cloned; a caller's message of another
 // Go type for the same proto message — the executor's dispatcher sends
 // dynamic messages (dynamicpb) to services serving their generated types —
-// goes through the wire format, as over a gRPC connection.
+// goes through the wire format, as over a gRPC connection, and so does a
+// caller's message that is already wire bytes (encoding.BinaryMarshaler).
 type wireCloner struct{}
 
 func (wireCloner) Copy(out, in any) error {
@@ -66,6 +69,16 @@ func (wireCloner) Copy(out, in any) error {
 			return err
 		}
 		return u.UnmarshalBinary(b)
+	}
+	if m, ok := in.(encoding.BinaryMarshaler); ok && oOK && !iOK {
+		// A request the caller sends already encoded (the executor's
+		// dispatcher sends the arguments' canonical bytes): decoded as a
+		// gRPC connection would bring it.
+		b, err := m.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		return schema.Unmarshal(proto.UnmarshalOptions{AllowPartial: !schema.CanLackRequired(o.ProtoReflect().Descriptor())}, b, o)
 	}
 	if !oOK || !iOK {
 		return inprocgrpc.ProtoCloner{}.Copy(out, in)

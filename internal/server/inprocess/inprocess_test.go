@@ -2,12 +2,14 @@ package inprocess_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -88,6 +90,35 @@ func TestInProcessRunsTheServerInterceptors(t *testing.T) {
 	}
 }
 
+// digestAudit answers Verify with the x-digest header it was sent.
+type digestAudit struct {
+	mandatev1.UnimplementedAuditServiceServer
+}
+
+func (digestAudit) Verify(ctx context.Context, _ *mandatev1.VerifyRequest) (*mandatev1.VerifyResponse, error) {
+	p, _ := identity.FromContext(ctx)
+	return nil, status.Error(codes.FailedPrecondition, p.UserID+" "+strings.Join(metadata.ValueFromIncomingContext(ctx, "x-digest"), ","))
+}
+
+// tokenOf is a TokenSource of one token.
+type tokenOf string
+
+func (t tokenOf) Token(context.Context) (string, error) { return string(t), nil }
+
+// TestConnSendsHeadersWithTheCredential: the headers a connection is made
+// with reach the service with the caller's credential, replacing a value
+// the caller's context carries.
+func TestConnSendsHeadersWithTheCredential(t *testing.T) {
+	srv := newServer(t, "audit")
+	mandatev1.RegisterAuditServiceServer(srv, digestAudit{})
+	client := mandatev1.NewAuditServiceClient(inprocess.Conn(srv, tokenOf(mint(t)), identity.Header{Key: "x-digest", Value: "own"}))
+	relayed := metadata.AppendToOutgoingContext(context.Background(), "x-digest", "relayed")
+	_, err := client.Verify(relayed, &mandatev1.VerifyRequest{})
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || st.Message() != "olive own" {
+		t.Fatalf("%v, want the handler to see olive and the digest own", err)
+	}
+}
+
 // echoConfirm answers Get with a challenge of the id it was asked for.
 type echoConfirm struct {
 	mandatev1.UnimplementedConfirmServiceServer
@@ -130,6 +161,32 @@ func TestInProcessCarriesDynamicMessages(t *testing.T) {
 	other := dynamicpb.NewMessage(respDesc)
 	if err := inprocess.Conn(srv, nil).Invoke(authed, mandatev1.ConfirmService_Get_FullMethodName, other, resp); err == nil {
 		t.Fatal("a Challenge was accepted as a ConfirmServiceGetRequest")
+	}
+}
+
+// wireBytes is a request its caller already encoded, as the executor's
+// dispatcher sends the arguments' canonical bytes.
+type wireBytes []byte
+
+func (b wireBytes) MarshalBinary() ([]byte, error) { return b, nil }
+
+// TestInProcessCarriesWireBytes: a request that is wire bytes
+// (encoding.BinaryMarshaler) reaches the service decoded from them, as
+// over a gRPC connection.
+func TestInProcessCarriesWireBytes(t *testing.T) {
+	srv := newServer(t, "confirm")
+	mandatev1.RegisterConfirmServiceServer(srv, echoConfirm{})
+	b, err := proto.Marshal(&mandatev1.ConfirmServiceGetRequest{ChallengeId: "ch-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp mandatev1.Challenge
+	authed := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+mint(t))
+	if err := inprocess.Conn(srv, nil).Invoke(authed, mandatev1.ConfirmService_Get_FullMethodName, wireBytes(b), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetChallengeId() != "ch-2" {
+		t.Fatalf("challenge_id %q, want ch-2", resp.GetChallengeId())
 	}
 }
 
