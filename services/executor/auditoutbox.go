@@ -319,5 +319,5 @@ func (e *Executor) relayOwn(ctx context.Context, rows []SpooledRow, lease *Relay
 	o.mu.Unlock()
 	// A row left in the store after all (its delete failed) is appended
 	// again by a round that reads the store, and stored once.
-	return len(rows), false, e.cfg.Store.Unspool(ctx, ids)
+	return len(rows), false, lease.UnspoolAndRelease(ctx, e.cfg.Store, ids)
 }

@@ -42,23 +42,59 @@ type RelayLeaser interface {
 
 // RelayLease is a relay round's hold on the store's relay lease.
 type RelayLease struct {
+	mu   sync.Mutex
+	done bool // given back (Release, or unspool)
+	// release gives the lease back; unspool, when the store sets it
+	// (WithUnspool), drops rows and gives the lease back in one exchange.
 	release func()
+	unspool func(ctx context.Context, ids []int64) error
 	// Left are those of the ids asked about still spooled, in increasing
 	// order; Oldest is the oldest spooled id (0: none).
 	Left   []int64
 	Oldest int64
 }
 
-// NewRelayLease is a lease that release gives back (once: later calls do
-// nothing), which found left of the ids asked about still spooled and
-// oldest the oldest spooled id.
+// NewRelayLease is a lease that release gives back, which found left of
+// the ids asked about still spooled and oldest the oldest spooled id.
 func NewRelayLease(release func(), left []int64, oldest int64) *RelayLease {
-	var once sync.Once
-	return &RelayLease{release: func() { once.Do(release) }, Left: left, Oldest: oldest}
+	return &RelayLease{release: release, Left: left, Oldest: oldest}
 }
 
-// Release gives the lease back; only the first call does.
-func (l *RelayLease) Release() { l.release() }
+// WithUnspool lets the lease drop a round's rows and give itself back in
+// one exchange with the store (unspool), and returns it. unspool must
+// give the lease back whatever it returns.
+func (l *RelayLease) WithUnspool(unspool func(ctx context.Context, ids []int64) error) *RelayLease {
+	l.unspool = unspool
+	return l
+}
+
+// giveBack marks the lease given back, and says whether it was held.
+func (l *RelayLease) giveBack() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	held := !l.done
+	l.done = true
+	return held
+}
+
+// Release gives the lease back; only the first call (or unspool) does.
+func (l *RelayLease) Release() {
+	if l.giveBack() {
+		l.release()
+	}
+}
+
+// UnspoolAndRelease drops ids from st, the rows the trail now holds, and
+// gives the lease back: in one exchange where the store offers it
+// (WithUnspool), otherwise with st.Unspool and then Release.
+func (l *RelayLease) UnspoolAndRelease(ctx context.Context, st Store, ids []int64) error {
+	if l.unspool != nil && len(ids) > 0 && l.giveBack() {
+		return l.unspool(ctx, ids)
+	}
+	err := st.Unspool(ctx, ids)
+	l.Release()
+	return err
+}
 
 // errRelayBusy: another relay holds the store's relay lease; this round
 // read and sent nothing of the store.

@@ -78,15 +78,35 @@ func (s *Store) TryRelayLease(ctx context.Context, own []int64) (*executor.Relay
 		conn.Release()
 		return nil, nil
 	}
-	return executor.NewRelayLease(func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayUnlockTimeout)
-		defer cancel()
-		var unlocked bool
-		if err := conn.QueryRow(uctx, sqlRelayUnlock, relayLeaseKey).Scan(&unlocked); err != nil || !unlocked {
+	unlocked := func(ok bool, err error) {
+		if err != nil || !ok {
 			closeConn(conn.Conn())
 		}
 		conn.Release() // a closed connection is destroyed, not pooled
-	}, left, oldest), nil
+	}
+	release := func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayUnlockTimeout)
+		defer cancel()
+		var ok bool
+		err := conn.QueryRow(uctx, sqlRelayUnlock, relayLeaseKey).Scan(&ok)
+		unlocked(ok, err)
+	}
+	// The round's rows are dropped and the lock given back in one batch: an implicit
+	// transaction, its commit not waiting for the WAL flush (as Unspool's); a batch that fails
+	// leaves the rows (appended again, stored once) and closes the connection, which unlocks.
+	unspool := func(ctx context.Context, ids []int64) error {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), relayUnlockTimeout)
+		defer cancel()
+		var ok bool
+		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3)}
+		b.Queue(sqlAsyncCommit)
+		b.Queue(sqlUnspool, ids)
+		b.Queue(sqlRelayUnlock, relayLeaseKey).QueryRow(func(row pgx.Row) error { return row.Scan(&ok) })
+		err := conn.SendBatch(uctx, b).Close()
+		unlocked(ok, err)
+		return mapErr(ctx, "executor: unspool", err)
+	}
+	return executor.NewRelayLease(release, left, oldest).WithUnspool(unspool), nil
 }
 
 // closeConn closes c, within relayUnlockTimeout.

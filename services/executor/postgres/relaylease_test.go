@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/mandate-dev/mandate/internal/storage/pgtest"
+	"github.com/mandate-dev/mandate/services/executor"
+	"github.com/mandate-dev/mandate/services/executor/executortest"
 	"github.com/mandate-dev/mandate/services/executor/postgres"
 )
 
@@ -73,4 +75,44 @@ func TestRelayLeaseGoesWithItsConnection(t *testing.T) {
 	if n := granted(); n != 0 {
 		t.Fatalf("%d advisory locks held after the release, want none", n)
 	}
+}
+
+// TestRelayLeaseUnspoolsAndUnlocksAtOnce: a round's rows are dropped and its lease given back
+// in one exchange (RelayLease.UnspoolAndRelease); no advisory lock stays, the connection goes
+// back to the pool, the rows are gone, and the next holder gets the lease at once.
+func TestRelayLeaseUnspoolsAndUnlocksAtOnce(t *testing.T) {
+	ctx := ctxFor(t)
+	pool := pgtest.New(t, postgres.Migrations)
+	st := postgres.New(pool, postgres.Options{})
+	for _, inv := range []string{"inv-1", "inv-2"} {
+		if err := st.Spool(ctx, executor.SpooledRow{Tenant: "acme", InvocationID: inv, Record: []byte(`{}`), Time: executortest.Base}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := st.Spooled(ctx, 10)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("Spooled = %v, %v", rows, err)
+	}
+	ids := []int64{rows[0].ID, rows[1].ID}
+	lease, err := st.TryRelayLease(ctx, ids)
+	if err != nil || lease == nil || len(lease.Left) != 2 || lease.Oldest != ids[0] {
+		t.Fatalf("TryRelayLease = %+v, %v; want the lease, both rows still spooled", lease, err)
+	}
+	if err := lease.UnspoolAndRelease(ctx, st, ids); err != nil {
+		t.Fatal(err)
+	}
+	lease.Release() // already given back: a no-op
+	var locks int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+		WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()`).Scan(&locks); err != nil || locks != 0 {
+		t.Fatalf("%d advisory locks held after UnspoolAndRelease (%v), want none", locks, err)
+	}
+	if left, err := st.Spooled(ctx, 10); err != nil || len(left) != 0 {
+		t.Fatalf("still spooled: %v, %v", left, err)
+	}
+	next, err := st.TryRelayLease(ctx, nil)
+	if err != nil || next == nil {
+		t.Fatalf("the next holder: %v, %v", next, err)
+	}
+	next.Release()
 }
