@@ -211,12 +211,18 @@ func previewDigest(method string, a *mandatev1.PreviewAllowed) string {
 // its backend (confirmationVerdict): before a challenge, and at dispatch
 // of a call that needs no confirmation or carries an approved grant —
 // except a call the idempotency key would answer with its first response,
-// which never reaches the backend.
+// which never reaches the backend: the verdict is that response, allowed
+// when it was a result and the refusal it was otherwise (a backend that
+// refused the first call refuses its replays with the same stage and code).
 func (e *Executor) checkPreflight(ctx context.Context, inv *invocation) error {
 	if key := inv.call.IdempotencyKey; key != "" {
 		k := IdemKey{Tenant: inv.p.Tenant, User: inv.p.UserID, Command: inv.cmd.Code, Key: key}
 		if saved, err := e.cfg.Store.Peek(ctx, k, inv.argDigest); err == nil && saved != nil {
-			return nil
+			_, err := replay(saved)
+			if fe, ok := failure.FromStatus(status.Convert(err)); ok {
+				return fe
+			}
+			return err
 		}
 	}
 	return e.preflight(ctx, inv)

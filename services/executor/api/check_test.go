@@ -190,6 +190,34 @@ func testCheckAgreesWithTheCall(t *testing.T, st stores) {
 	}
 }
 
+// TestCheckOfAReplayedRefusal: a keyed call whose first response was the
+// backend's refusal is answered with that refusal again (a replay), so
+// its check is refused with the same stage and code — not allowed because
+// the key would answer it without reaching the backend.
+func TestCheckOfAReplayedRefusal(t *testing.T) { eachStore(t, testCheckOfAReplayedRefusal) }
+
+func testCheckOfAReplayedRefusal(t *testing.T, st stores) {
+	e := start(t, st)
+	ctx := as(token(t, "acme", "alice", ""))
+	const input = `{"report_id": "ER-2001"}`
+	// The first submission (if ER-2001 is still a draft) makes the second one
+	// refused by the backend: not a draft any more.
+	_, _ = e.execute(t, ctx, "expense.report.submit", input, withKey("submit-1"))
+	_, err := e.execute(t, ctx, "expense.report.submit", input, withKey("submit-2"))
+	first := refusal(err)
+	if first.GetStage() != "state_check" || first.GetCode() != "state.not_draft" {
+		t.Fatalf("the second submission: %v (%s/%s); want the backend's state_check/state.not_draft", err, first.GetStage(), first.GetCode())
+	}
+	v := e.check(t, ctx, "expense.report.submit", input, withKey("submit-2"))
+	if v.GetVerdict() != mandatev1.Verdict_VERDICT_REFUSED || v.GetReason().GetStage() != "state_check" || v.GetReason().GetCode() != "state.not_draft" {
+		t.Fatalf("check of the replay = %v %s/%s; want refused state_check/state.not_draft", v.GetVerdict(), v.GetReason().GetStage(), v.GetReason().GetCode())
+	}
+	_, err = e.execute(t, ctx, "expense.report.submit", input, withKey("submit-2"))
+	if again := refusal(err); again.GetStage() != "state_check" || again.GetCode() != "state.not_draft" {
+		t.Fatalf("the replay: %v (%s/%s); want the first refusal again", err, again.GetStage(), again.GetCode())
+	}
+}
+
 // TestCheckReadsTheGrant: a check of a call that carries a grant reads
 // the challenge and redeems nothing — pending still needs the approval,
 // approved lets the call through (twice: the check spent nothing), the
