@@ -30,23 +30,12 @@ func TestBenchPrintsTheRatios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a dozen servers")
 	}
-	cfg, err := parseFlags([]string{"-calls-1", "3", "-calls-16", "32", "-rounds", "2", "-protocols", "2026-07-28", "-audit", "1s", "-timeline", "5"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	if err := run(ctx, cfg, &out); err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
-	}
-	got := out.String()
-	t.Log(got)
+	got, cfg := runBench(t, 3*time.Minute, "-calls-1", "3", "-calls-16", "32", "-rounds", "2", "-protocols", "2026-07-28", "-audit", "1s", "-timeline", "5")
 	want := []string{"| mandate dev ", "governed / ungoverned", "allocs per call", "the median of 2 rounds",
 		"### ticket.search\n", "### expense.report.create\n", "a fresh idempotency key per call",
 		"Targets of issue #28, ticket.search (MCP 2026-07-28", "Targets of issue #28, expense.report.create (MCP 2026-07-28",
 		"| `mandate dev` vs the in-memory reference, calls/s, c=16 | ≥ 0.95× | "}
-	if postgresAnswers(ctx, cfg.databaseURL) {
+	if postgresAnswers(context.Background(), cfg.databaseURL) {
 		want = append(want, "| separate processes + Postgres ", "CPU/allocs per call by process",
 			"against the same backend ungoverned", "| ungoverned over the service / in-memory reference",
 			"ungoverned over the service, 2026-07-28, callers 16 — CPU/allocs per call by process: reference-over-service ",
@@ -86,26 +75,15 @@ func TestBenchWrites(t *testing.T) {
 		{"topology off", []string{"-topology", "off"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := parseFlags(append([]string{"-commands", "write", "-calls-1", "3", "-calls-16", "32", "-rounds", "1",
-				"-protocols", "2026-07-28", "-audit", "0", "-timeline", "5"}, c.flags...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			var out bytes.Buffer
-			if err := run(ctx, cfg, &out); err != nil {
-				t.Fatalf("run: %v\n%s", err, out.String())
-			}
-			got := out.String()
-			t.Log(got)
+			got, cfg := runBench(t, 2*time.Minute, append([]string{"-commands", "write", "-calls-1", "3", "-calls-16", "32", "-rounds", "1",
+				"-protocols", "2026-07-28", "-audit", "0", "-timeline", "5"}, c.flags...)...)
 			want := []string{"### expense.report.create\n", "| mandate dev ", "Targets of issue #28, expense.report.create (MCP 2026-07-28",
 				"| `mandate dev` vs the in-memory reference, calls/s, c=16 | ≥ 0.95× | "}
 			switch {
 			case c.flags != nil:
 				want = append(want, "| Postgres CPU per governed call, c=16 | ≤ 0.35 ms | n/a (-topology off) | n/a |",
 					"| separate processes + Postgres, one caller, p50 | ≤ ref + one commit + 0.50 ms | n/a (-topology off) | n/a |")
-			case postgresAnswers(ctx, cfg.databaseURL):
+			case postgresAnswers(context.Background(), cfg.databaseURL):
 				want = append(want, "| separate processes + Postgres ",
 					"expense.report.create, separate processes + Postgres against the same backend ungoverned",
 					"| helpdesk server examples.helpdesk.v1.HelpdeskService/CreateExpenseReport |",
@@ -213,4 +191,22 @@ func TestTimelineOf(t *testing.T) {
 	if !slices.Equal(rows, want) {
 		t.Fatalf("timeline:\n got %+v\nwant %+v", rows, want)
 	}
+}
+
+// runBench runs the benchmark with args within timeout and returns what it
+// printed, and its configuration.
+func runBench(t *testing.T, timeout time.Duration, args ...string) (string, config) {
+	t.Helper()
+	cfg, err := parseFlags(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out bytes.Buffer
+	if err := run(ctx, cfg, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	t.Log(out.String())
+	return out.String(), cfg
 }
