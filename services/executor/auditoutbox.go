@@ -157,7 +157,8 @@ func (e *Executor) enqueue(ctx context.Context, rec *mandatev1.AuditRecord, time
 	if err != nil {
 		return err
 	}
-	req := &outboxReq{row: SpooledRow{Tenant: rec.GetTenant(), InvocationID: rec.GetInvocationId(), Record: b, Time: rec.GetTime().AsTime()},
+	// rec is not changed once queued: the relay may send it as it is.
+	req := &outboxReq{row: SpooledRow{Tenant: rec.GetTenant(), InvocationID: rec.GetInvocationId(), Record: b, Time: rec.GetTime().AsTime(), rec: rec},
 		lazy: rec.GetPhase() != contract.PhaseIntent, done: make(chan error, 1)}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -299,10 +300,13 @@ func (e *Executor) relayOwn(ctx context.Context, rows []SpooledRow, lease *Relay
 	recs := make([]*mandatev1.AuditRecord, 0, len(rows))
 	ids := make([]int64, len(rows))
 	for i, r := range rows {
-		rec, err := decodeSpooled(r.Record)
-		if err != nil {
-			o.fellBehind()
-			return 0, false, err
+		rec := r.rec
+		if rec == nil {
+			var err error
+			if rec, err = decodeSpooled(r.Record); err != nil {
+				o.fellBehind()
+				return 0, false, err
+			}
 		}
 		recs = append(recs, rec)
 		ids[i] = r.ID

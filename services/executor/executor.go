@@ -170,6 +170,14 @@ type Config struct {
 	// (the spool) whoever spooled them, besides the rounds every spooled
 	// row wakes (default 1s).
 	SpoolInterval time.Duration
+	// RelayLinger is how long a relay round woken by a spooled row waits
+	// for the rows of other calls, and for the outcome of the same call,
+	// before it reads the outbox (default 10ms; negative: none). The
+	// intent is durable in the store before dispatch either way; the
+	// linger only delays the row's append to the trail, so that one
+	// append (one transaction of the audit service, one relay lease)
+	// takes the rows of many calls and an intent goes with its outcome.
+	RelayLinger time.Duration
 	// Intents, when set, lists intents without outcome, which the
 	// executor settles from its backends' receipts every
 	// ReconcileInterval (default 30s) once they are older than
@@ -262,6 +270,12 @@ func New(cfg Config) (*Executor, error) {
 	}
 	if cfg.SpoolInterval <= 0 {
 		cfg.SpoolInterval = defaultSpoolInterval
+	}
+	switch {
+	case cfg.RelayLinger == 0:
+		cfg.RelayLinger = defaultRelayLinger
+	case cfg.RelayLinger < 0:
+		cfg.RelayLinger = 0
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = defaultLease

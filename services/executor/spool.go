@@ -15,7 +15,12 @@ import (
 // Defaults of the audit spool.
 const (
 	defaultSpoolInterval = time.Second
-	spoolBatch           = 256
+	// defaultRelayLinger (Config.RelayLinger) covers the dispatch of a
+	// typical call, so that its intent and outcome reach the trail in one
+	// append, and is far inside the second within which a row must be
+	// queryable.
+	defaultRelayLinger = 10 * time.Millisecond
+	spoolBatch         = 256
 	// DeadLetterAfter is how many flushes a spooled row may fail with an
 	// error other than unavailability (the trail refuses the row itself)
 	// before it is moved to the dead letter (Store.Bury), logged and
@@ -146,6 +151,9 @@ func (e *Executor) relay(stop <-chan struct{}, interval time.Duration) {
 		case <-t.C:
 			tick = true
 		case <-e.relayWake:
+			if !e.linger(stop) {
+				return
+			}
 		case <-retry:
 			retry, tick, retryTick = nil, retryTick, false
 		}
@@ -186,6 +194,27 @@ func (e *Executor) relay(stop <-chan struct{}, interval time.Duration) {
 			}
 		}
 	}
+}
+
+// linger waits Config.RelayLinger after a wake-up, so that the round it
+// starts takes the rows spooled meanwhile too; the wake-ups they sent are
+// covered by it. It reports false if stop closed meanwhile.
+func (e *Executor) linger(stop <-chan struct{}) bool {
+	if e.cfg.RelayLinger <= 0 {
+		return true
+	}
+	t := time.NewTimer(e.cfg.RelayLinger)
+	defer t.Stop()
+	select {
+	case <-stop:
+		return false
+	case <-t.C:
+	}
+	select {
+	case <-e.relayWake:
+	default:
+	}
+	return true
 }
 
 // relayRetryAfter is how long after a failed round the relay puts off the
@@ -239,11 +268,14 @@ func (e *Executor) flushRound(ctx context.Context, counts, full bool) (int, erro
 	defer lease.Release()
 	if own {
 		n, older, err := e.relayOwn(ctx, rows, lease)
-		if !older {
+		if !older && (err == nil || unavailable(err) || ctx.Err() != nil) {
 			return held + n, err
 		}
-		// Rows of other executors wait before this one's: this round
-		// sends the store's oldest rows, theirs and its own, in order.
+		// Rows of other executors wait before this one's, or the trail
+		// refused a row of the batch (not for being down): this round
+		// sends the store's oldest rows, theirs and its own, in order —
+		// one at a time if the batch is refused, so that the rows the
+		// trail takes are not held back by the one it refuses.
 	}
 	mark := e.outbox.mark()
 	relayed, read, err := e.flushStoredRows(ctx, counts)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 )
 
 // Store keeps the executor's own state: idempotency records, the history of
@@ -560,8 +562,14 @@ type SpooledRow struct {
 	// Tenant and InvocationID say whose row it is.
 	Tenant       string
 	InvocationID string
-	// Record is the audit record, encoded as JSON.
+	// Record is the audit record, in the spool's encoding (spoolcodec.go:
+	// the protobuf binary encoding of mandatev1.AuditRecord).
 	Record []byte
 	// Time is when it was spooled.
 	Time time.Time
+
+	// rec is the record Record encodes, kept by the executor that spooled
+	// it for its relay (relayOwn), which then sends it without decoding
+	// Record again; nil in rows read from the store.
+	rec *mandatev1.AuditRecord
 }

@@ -154,18 +154,22 @@ func (c *chained) queueMoveHeads(b *pgx.Batch, typed bool) {
 
 // queuePending queues the pending bookkeeping: new intents are pending; outcomes clear their
 // intent's entry, also when the outcome was already stored (that is how a reconciliation that
-// lost to the real outcome cleans up). typed as for queueInsert.
+// lost to the real outcome cleans up). An intent whose outcome is new in the same batch is never
+// pending, so neither is written: no entry added, none cleared (the executor's relay sends a
+// call's intent and outcome together whenever the outcome is spooled within its linger). typed
+// as for queueInsert.
 func (c *chained) queuePending(b *pgx.Batch, typed bool) {
+	settled := c.settledInBatch()
 	// Sized up front, the four text columns in one allocation: appending to empty slices
 	// would reallocate each of them as it grows.
 	intents, outcomes := 0, 0
 	for _, r := range c.fresh {
-		if r.Phase == audit.PhaseIntent {
+		if r.Phase == audit.PhaseIntent && !settled[pendingKey{r.Tenant, r.InvocationID}] {
 			intents++
 		}
 	}
 	for i := range c.plan.recs {
-		if c.plan.recs[i].Phase == audit.PhaseOutcome {
+		if r := &c.plan.recs[i]; r.Phase == audit.PhaseOutcome && !settled[pendingKey{r.Tenant, r.InvocationID}] {
 			outcomes++
 		}
 	}
@@ -174,7 +178,7 @@ func (c *chained) queuePending(b *pgx.Batch, typed bool) {
 	cT, cInv := texts[2*intents:2*intents:2*intents+outcomes], texts[2*intents+outcomes:2*intents+outcomes]
 	pSeq, pTime := make([]int64, 0, intents), make([]time.Time, 0, intents)
 	for _, r := range c.fresh {
-		if r.Phase == audit.PhaseIntent {
+		if r.Phase == audit.PhaseIntent && !settled[pendingKey{r.Tenant, r.InvocationID}] {
 			pT, pInv, pSeq, pTime = append(pT, r.Tenant), append(pInv, r.InvocationID), append(pSeq, r.Seq), append(pTime, r.Time)
 		}
 	}
@@ -182,13 +186,51 @@ func (c *chained) queuePending(b *pgx.Batch, typed bool) {
 		b.Queue(sqlAddPending, textParam(typed, pT), textParam(typed, pInv), int8Param(typed, pSeq), timeParam(typed, pTime))
 	}
 	for i := range c.plan.recs {
-		if r := &c.plan.recs[i]; r.Phase == audit.PhaseOutcome {
+		if r := &c.plan.recs[i]; r.Phase == audit.PhaseOutcome && !settled[pendingKey{r.Tenant, r.InvocationID}] {
 			cT, cInv = append(cT, r.Tenant), append(cInv, r.InvocationID)
 		}
 	}
 	if len(cT) > 0 {
 		b.Queue(sqlClearPending, textParam(typed, cT), textParam(typed, cInv))
 	}
+}
+
+// pendingKey is an invocation of a tenant, as audit.pending keys it.
+type pendingKey struct{ tenant, invocation string }
+
+// settledInBatch is the invocations whose intent and outcome are both new rows of this batch
+// (nil when there are none): no earlier batch can have left their intent pending, since the
+// intent was not stored before.
+func (c *chained) settledInBatch() map[pendingKey]bool {
+	var intents, outcomes int
+	for _, r := range c.fresh {
+		switch r.Phase {
+		case audit.PhaseIntent:
+			intents++
+		case audit.PhaseOutcome:
+			outcomes++
+		}
+	}
+	if intents == 0 || outcomes == 0 {
+		return nil
+	}
+	fresh := make(map[pendingKey]bool, intents)
+	for _, r := range c.fresh {
+		if r.Phase == audit.PhaseIntent {
+			fresh[pendingKey{r.Tenant, r.InvocationID}] = false
+		}
+	}
+	settled := false
+	for _, r := range c.fresh {
+		k := pendingKey{r.Tenant, r.InvocationID}
+		if _, ok := fresh[k]; ok && r.Phase == audit.PhaseOutcome {
+			fresh[k], settled = true, true
+		}
+	}
+	if !settled {
+		return nil
+	}
+	return fresh
 }
 
 func (c *chained) touched() []string {

@@ -13,6 +13,7 @@ import (
 
 	mandatev1 "github.com/mandate-dev/mandate/gen/mandate/v1"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/executor"
 )
@@ -352,6 +353,59 @@ func (e *env) outboxEmpties(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the outbox still holds %d rows", len(left))
+		}
+	}
+}
+
+// batchCounting is an audit store that records the invocations and phases
+// of every batch appended to it.
+type batchCounting struct {
+	audit.Store
+	mu      sync.Mutex
+	batches [][]audit.Key
+}
+
+func (b *batchCounting) AppendBatch(ctx context.Context, recs []audit.Record) ([]audit.Stored, error) {
+	keys := make([]audit.Key, len(recs))
+	for i := range recs {
+		keys[i] = recs[i].Key()
+	}
+	b.mu.Lock()
+	b.batches = append(b.batches, keys)
+	b.mu.Unlock()
+	return b.Store.AppendBatch(ctx, recs)
+}
+
+// TestACallsRowsReachTheTrailTogether: the relay woken by a call's intent
+// lingers (Config.RelayLinger) before it reads the outbox, so the outcome
+// spooled meanwhile goes in the same append — one transaction of the audit
+// service for the call, not two, and no pending entry for its intent.
+func TestACallsRowsReachTheTrailTogether(t *testing.T) {
+	b := memoryBacking(t)
+	counting := &batchCounting{Store: b.auditStore}
+	b.auditStore = counting
+	set, err := manifest.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startOn(t, b, set, func(c *executor.Config) {
+		c.SpoolInterval = time.Hour
+		// Far longer than a call takes, even under the race detector on a
+		// loaded machine: the test is about what one append carries.
+		c.RelayLinger = time.Second
+	})
+	for range 3 {
+		inv, err := searchAs(t, e.pipeline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitRows(t, e.audit, "acme", inv, 2)
+		counting.mu.Lock()
+		last := counting.batches[len(counting.batches)-1]
+		counting.mu.Unlock()
+		want := []audit.Key{{Tenant: "acme", InvocationID: inv, Phase: audit.PhaseIntent}, {Tenant: "acme", InvocationID: inv, Phase: audit.PhaseOutcome}}
+		if !slices.Equal(last, want) {
+			t.Fatalf("the append that took %s's rows carried %v, want its intent and outcome together", inv, last)
 		}
 	}
 }
