@@ -172,11 +172,12 @@ type Config struct {
 	SpoolInterval time.Duration
 	// RelayLinger is how long a relay round woken by a spooled row waits
 	// for the rows of other calls, and for the outcome of the same call,
-	// before it reads the outbox (default 10ms; negative: none). The
-	// intent is durable in the store before dispatch either way; the
-	// linger only delays the row's append to the trail, so that one
-	// append (one transaction of the audit service, one relay lease)
-	// takes the rows of many calls and an intent goes with its outcome.
+	// before it reads the outbox (0, the default: none; StoreRelayLinger
+	// suits a store over a database). The intent is durable in the store
+	// before dispatch either way; the linger only delays the row's append
+	// to the trail, so that one append (one transaction of the audit
+	// service, one relay lease, one delete) takes the rows of many calls
+	// and an intent goes with its outcome.
 	RelayLinger time.Duration
 	// Intents, when set, lists intents without outcome, which the
 	// executor settles from its backends' receipts every
@@ -271,12 +272,7 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.SpoolInterval <= 0 {
 		cfg.SpoolInterval = defaultSpoolInterval
 	}
-	switch {
-	case cfg.RelayLinger == 0:
-		cfg.RelayLinger = defaultRelayLinger
-	case cfg.RelayLinger < 0:
-		cfg.RelayLinger = 0
-	}
+	cfg.RelayLinger = max(cfg.RelayLinger, 0)
 	if cfg.Lease <= 0 {
 		cfg.Lease = defaultLease
 	}

@@ -15,12 +15,7 @@ import (
 // Defaults of the audit spool.
 const (
 	defaultSpoolInterval = time.Second
-	// defaultRelayLinger (Config.RelayLinger) covers the dispatch of a
-	// typical call, so that its intent and outcome reach the trail in one
-	// append, and is far inside the second within which a row must be
-	// queryable.
-	defaultRelayLinger = 10 * time.Millisecond
-	spoolBatch         = 256
+	spoolBatch           = 256
 	// DeadLetterAfter is how many flushes a spooled row may fail with an
 	// error other than unavailability (the trail refuses the row itself)
 	// before it is moved to the dead letter (Store.Bury), logged and
@@ -195,6 +190,14 @@ func (e *Executor) relay(stop <-chan struct{}, interval time.Duration) {
 		}
 	}
 }
+
+// StoreRelayLinger is the relay's linger (Config.RelayLinger) that suits
+// an executor over a database, where each append of the trail is a
+// transaction of its own: it covers the dispatch of a typical call, so
+// that its intent and outcome reach the trail in one append, and is far
+// inside the second within which a row must be queryable. In memory
+// (`mandate dev`) an append costs little, and a row is readable at once.
+const StoreRelayLinger = 10 * time.Millisecond
 
 // linger waits Config.RelayLinger after a wake-up, so that the round it
 // starts takes the rows spooled meanwhile too; the wake-ups they sent are

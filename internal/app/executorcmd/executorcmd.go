@@ -58,6 +58,9 @@ type Deps struct {
 	// HeldFile is where audit rows held in memory at shutdown are kept
 	// (executor.Config.HeldFile; "" keeps none, and says how many).
 	HeldFile string
+	// RelayLinger is how long the audit relay waits after a wake-up for
+	// more rows (executor.Config.RelayLinger; zero: none).
+	RelayLinger time.Duration
 	// Events configure the relay and purger of the event outbox.
 	Events EventsFlags
 	// RESTServices are the other proto services whose REST routes share
@@ -108,6 +111,7 @@ func Build(d Deps, cl *clicore.Closers) (*Service, error) {
 		Confirm: mandatev1.NewConfirmServiceClient(d.Confirm), Dispatcher: executor.NewGRPCDispatcher(d.Backends),
 		Store: d.Store, ConfirmSideEffects: d.ConfirmSideEffects, IdempotencyTTL: d.IdempotencyTTL,
 		DefaultDeadline: d.DefaultDeadline, Lease: d.Lease, Logger: d.Logger, HeldFile: d.HeldFile,
+		RelayLinger: d.RelayLinger,
 	}
 	if d.SettleIntents {
 		cfg.Intents = auditClient
@@ -287,9 +291,12 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	if err != nil {
 		return err
 	}
-	var store executor.Store
+	var (
+		store  executor.Store
+		linger time.Duration
+	)
 	if pool != nil {
-		store = execpg.New(pool, execpg.Options{})
+		store, linger = execpg.New(pool, execpg.Options{}), executor.StoreRelayLinger
 	} else {
 		store = execmem.New(execmem.Options{})
 	}
@@ -298,7 +305,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		Audit: auditConn, Confirm: confirmConn, Backends: conns,
 		SettleIntents: true, ReconcileAfter: reconcileAfter, ReconcileInterval: reconcileEvery,
 		ConfirmSideEffects: confirmSideEffects, IdempotencyTTL: idemTTL, DefaultDeadline: deadline, Lease: lease, AuditStreamMaxAge: streamMaxAge, HeldFile: heldFile,
-		Events: ef, Edge: edge, Logger: log,
+		RelayLinger: linger, Events: ef, Edge: edge, Logger: log,
 	}, &cl)
 	if err != nil {
 		return err
