@@ -81,8 +81,26 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 // in Go and what it stored compare the same way.
 func (s *Store) now() time.Time { return s.opts.Now().UTC().Truncate(time.Microsecond) }
 
+// lazily runs queue's statements in one implicit transaction (one round trip, the batch's
+// statements behind a single Sync) that commits without waiting for its WAL flush.
+//
+// A claim on a key (Reserve, ReserveSpending) and its release are committed this way. The
+// claim need not survive a crash of the database server until its call is dispatched, and the
+// executor dispatches a call only once its intent has committed durably in this same
+// database: that commit flushes the WAL up to its own record, which comes after the claim's,
+// so a dispatched call's claim is as durable as its intent. A claim lost with the server
+// belongs to a call that never left — its retry finds the key free, as after a refusal. A
+// release lost brings back a claim whose call did not run; its lease lapses and a retry takes
+// the key over from the backend's receipt (Reclaim), which says so.
+func (s *Store) lazily(ctx context.Context, queue func(*pgx.Batch)) error {
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+	b.Queue(sqlAsyncCommit)
+	queue(b)
+	return s.pool.SendBatch(ctx, b).Close()
+}
+
 // Reserve implements executor.Store. A record whose expiry is at or before now is treated as
-// absent and replaced.
+// absent and replaced. The claim commits without waiting for its WAL flush (lazily says why).
 func (s *Store) Reserve(ctx context.Context, key executor.IdemKey, r executor.Reservation) (*executor.Saved, error) {
 	const op = "executor: reserve"
 	if err := validKey(key); err != nil {
@@ -97,8 +115,10 @@ func (s *Store) Reserve(ctx context.Context, key executor.IdemKey, r executor.Re
 		now := s.now()
 		expires := now.Add(ttl).Truncate(time.Microsecond)
 		var won bool
-		err := s.pool.QueryRow(ctx, sqlReserve, key.Tenant, key.User, key.Command, key.Key, r.Digest, now, expires,
-			nullString(r.InvocationID), leaseEnd(now, r.Lease)).Scan(&won)
+		err := s.lazily(ctx, func(b *pgx.Batch) {
+			b.Queue(sqlReserve, key.Tenant, key.User, key.Command, key.Key, r.Digest, now, expires,
+				nullString(r.InvocationID), leaseEnd(now, r.Lease)).QueryRow(func(row pgx.Row) error { return row.Scan(&won) })
+		})
 		if err == nil {
 			return nil, nil
 		}
@@ -159,23 +179,21 @@ func (s *Store) ReserveSpending(ctx context.Context, key executor.IdemKey, r exe
 	err := s.retry(ctx, func() error {
 		now := s.now()
 		expires := now.Add(ttl).Truncate(time.Microsecond)
-		if len(sp.Items) == 1 {
-			it := sp.Items[0]
-			rows, err := s.pool.Query(ctx, sqlSpendOne, key.Tenant, it.Bucket, it.Amount, it.Max, micros(it.Window), sp.Force, false,
-				true, key.User, key.Command, key.Key, r.Digest, now, expires, r.InvocationID, leaseEnd(now, r.Lease))
-			if err != nil {
-				return err
-			}
+		collect := func(rows pgx.Rows) (err error) {
 			won, out, err = collectReserveSpend(rows, sp.Items)
 			return err
 		}
-		rows, err := s.pool.Query(ctx, sqlReserveSpend, key.Tenant, key.User, key.Command, key.Key, r.Digest,
-			now, expires, r.InvocationID, leaseEnd(now, r.Lease), buckets, amounts, maxes, windows, sp.Force)
-		if err != nil {
-			return err
-		}
-		won, out, err = collectReserveSpend(rows, sp.Items)
-		return err
+		// Lazily, as Reserve: the spend is given back with the claim if the call never leaves.
+		return s.lazily(ctx, func(b *pgx.Batch) {
+			if len(sp.Items) == 1 {
+				it := sp.Items[0]
+				b.Queue(sqlSpendOne, key.Tenant, it.Bucket, it.Amount, it.Max, micros(it.Window), sp.Force, false,
+					true, key.User, key.Command, key.Key, r.Digest, now, expires, r.InvocationID, leaseEnd(now, r.Lease)).Query(collect)
+				return
+			}
+			b.Queue(sqlReserveSpend, key.Tenant, key.User, key.Command, key.Key, r.Digest,
+				now, expires, r.InvocationID, leaseEnd(now, r.Lease), buckets, amounts, maxes, windows, sp.Force).Query(collect)
+		})
 	})
 	if err != nil {
 		return nil, nil, mapErr(ctx, op, err)
@@ -287,7 +305,8 @@ func nullString(s string) any {
 // Release implements executor.Store. It drops the key only while it is in flight: a finished
 // record keeps its response, and releasing an unknown key does nothing.
 func (s *Store) Release(ctx context.Context, key executor.IdemKey) error {
-	if _, err := s.pool.Exec(ctx, sqlRelease, key.Tenant, key.User, key.Command, key.Key); err != nil {
+	// Lazily: a release lost with the server is a claim whose call did not run (lazily).
+	if err := s.lazily(ctx, func(b *pgx.Batch) { b.Queue(sqlRelease, key.Tenant, key.User, key.Command, key.Key) }); err != nil {
 		return mapErr(ctx, "executor: release", err)
 	}
 	return nil
@@ -579,15 +598,14 @@ func (s *Store) SpoolRows(ctx context.Context, rows []executor.SpooledRow, lazy 
 	}
 	var ids []int64
 	if lazy {
-		// One implicit transaction: the batch's statements go behind a single Sync.
-		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
-		b.Queue(sqlAsyncCommit)
-		b.Queue(sqlSpoolRows, tenants, invocations, records, times).Query(func(res pgx.Rows) error {
-			var err error
-			ids, err = pgx.CollectRows(res, pgx.RowTo[int64])
-			return err
+		err := s.lazily(ctx, func(b *pgx.Batch) {
+			b.Queue(sqlSpoolRows, tenants, invocations, records, times).Query(func(res pgx.Rows) error {
+				var err error
+				ids, err = pgx.CollectRows(res, pgx.RowTo[int64])
+				return err
+			})
 		})
-		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		if err != nil {
 			return nil, mapErr(ctx, "executor: spool", err)
 		}
 	} else {
@@ -630,10 +648,7 @@ func (s *Store) Unspool(ctx context.Context, ids []int64) error {
 	}
 	// A delete lost with the server's last moments brings rows back, which the relay appends
 	// again and the trail stores once: it need not wait for the WAL flush.
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
-	b.Queue(sqlAsyncCommit)
-	b.Queue(sqlUnspool, ids)
-	return mapErr(ctx, "executor: unspool", s.pool.SendBatch(ctx, b).Close())
+	return mapErr(ctx, "executor: unspool", s.lazily(ctx, func(b *pgx.Batch) { b.Queue(sqlUnspool, ids) }))
 }
 
 // Spooling implements executor.Store.

@@ -111,7 +111,7 @@ const (
 	sqlSpool = `INSERT INTO executor.audit_spool (tenant, invocation_id, record, spooled_at) VALUES ($1, $2, $3, $4)`
 
 	// sqlAsyncCommit lets the transaction it opens commit without waiting for its WAL flush
-	// (SpoolRows of a lazy batch, Unspool).
+	// (Store.lazily: a key's claim and release, SpoolRows of a lazy batch, Unspool).
 	sqlAsyncCommit = `SELECT set_config('synchronous_commit', 'off', true)`
 
 	// sqlSpoolRows keeps several audit rows, in their order: $1 tenants, $2 invocations,
