@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -252,4 +253,20 @@ func do(t *testing.T, method, url, tok, body string) (int, map[string]any) {
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
 	return resp.StatusCode, m
+}
+
+// getUntil GETs url as tok until ready holds of the answer, for up to 10s,
+// and returns the last answer: a call's outcome row, and a replay's row,
+// are written after its reply, so a read right after the call may come
+// before them.
+func getUntil(t *testing.T, url, tok string, ready func(code int, body map[string]any) bool) (int, map[string]any) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := do(t, http.MethodGet, url, tok, "")
+		if ready(code, body) || time.Now().After(deadline) {
+			return code, body
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

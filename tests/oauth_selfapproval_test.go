@@ -185,7 +185,9 @@ func TestOAuthAppCannotApproveItself(t *testing.T) {
 		t.Fatalf("the opted-in app under the ceiling: %d forms, %s", acc.forms, jsonOf(res))
 	}
 	inv, _ := res.Meta["mandate.dev/invocation_id"].(string)
-	code, body := do(t, http.MethodGet, dev.base+"/v1/audit/invocations/"+inv, dev.tokens["olive"], "")
+	code, body := getUntil(t, dev.base+"/v1/audit/invocations/"+inv, dev.tokens["olive"], func(code int, body map[string]any) bool {
+		return code == http.StatusOK && strings.Contains(jsonOf(body), `"phase":"outcome"`)
+	})
 	if code != http.StatusOK || !strings.Contains(jsonOf(body), `"assurance":"client_attested"`) || !strings.Contains(jsonOf(body), `"trust_ceiling":"L3"`) {
 		t.Fatalf("the executed refund's rows: %d %s", code, jsonOf(body))
 	}
