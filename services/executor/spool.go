@@ -193,11 +193,14 @@ func (e *Executor) relay(stop <-chan struct{}, interval time.Duration) {
 
 // StoreRelayLinger is the relay's linger (Config.RelayLinger) that suits
 // an executor over a database, where each append of the trail is a
-// transaction of its own: it covers the dispatch of a typical call, so
-// that its intent and outcome reach the trail in one append, and is far
-// inside the second within which a row must be queryable. In memory
-// (`mandate dev`) an append costs little, and a row is readable at once.
-const StoreRelayLinger = 10 * time.Millisecond
+// transaction of the audit service: it covers the dispatch of a typical
+// call, so that its intent and outcome reach the trail in one append,
+// and lets one append take the rows of many concurrent calls, far inside
+// the second within which a row must be queryable. Side by side with 10ms
+// and 25ms (mandate-bench, ticket.search, 16 callers), 50ms cost Postgres
+// 0.31 ms of CPU per call against 0.41 and 0.37 ms. In memory (`mandate
+// dev`) an append costs little, and a row is readable at once.
+const StoreRelayLinger = 50 * time.Millisecond
 
 // linger waits Config.RelayLinger after a wake-up, so that the round it
 // starts takes the rows spooled meanwhile too; the wake-ups they sent are

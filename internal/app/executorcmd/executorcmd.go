@@ -220,6 +220,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		heldFile               string
 		reconcileAfter         time.Duration
 		reconcileEvery         time.Duration
+		relayLinger            time.Duration
 	)
 	s := config.New("executor", io.Env)
 	s.FlagSet().SetOutput(io.Stderr)
@@ -237,6 +238,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 	s.Duration(&reconcileAfter, "reconcile-after", executor.DefaultReconcileAfter, "age after which an intent without outcome (its executor died) is settled from the backend's receipt; must exceed the longest call, and stay below the audit service's --reconcile-after (15m), after which it records the intent unknown (a retry with the call's idempotency key settles it at once)")
 	s.Duration(&reconcileEvery, "reconcile-interval", executor.DefaultReconcileInterval, "how often intents without outcome are settled from receipts")
 	s.Duration(&streamMaxAge, "audit-stream-max-age", executor.DefaultAuditStreamMaxAge, "how long the executor appends on one stream to the audit service before it opens the next, so that a balancer spreads the streams over the audit replicas")
+	s.Duration(&relayLinger, "audit-relay-linger", executor.StoreRelayLinger, "over Postgres (--database-url), how long the relay of the executor's outbox of audit rows waits, once a row is spooled, for more rows before it appends them to the audit trail: longer puts more calls' rows, and each call's intent with its outcome, in one append (less work for Postgres), and delays their arrival in the trail by as much; 0 appends at once; at most 1s. A call's intent is durable before dispatch either way. In memory rows are appended at once")
 	s.String(&heldFile, "held-file", "", "file where the audit rows that neither the audit trail nor the executor's store would take (both down) are written at shutdown, fsynced, and read back at the next start; one per executor, on a volume that outlives the process (empty: they are lost at shutdown, and the log says how many)")
 	s.Duration(&lease, "lease", 6*time.Second, "how long an idempotency key stays claimed by a call whose executor stopped renewing it (it died) before a retry asks the backend's receipt; a live executor renews its calls' claims every third of it, however long they run")
 	var backendMap map[string]string
@@ -247,6 +249,9 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		}
 		if len(backendMap) == 0 {
 			return s.Errorf("backend", "is required: name the address of every command's service")
+		}
+		if relayLinger < 0 || relayLinger > time.Second {
+			return s.Errorf("audit-relay-linger", "%s is out of range: from 0 to 1s (a row must reach the trail within a second of its call)", relayLinger)
 		}
 		return nil
 	})
@@ -296,7 +301,7 @@ func Run(ctx context.Context, args []string, io clicore.IO) error {
 		linger time.Duration
 	)
 	if pool != nil {
-		store, linger = execpg.New(pool, execpg.Options{}), executor.StoreRelayLinger
+		store, linger = execpg.New(pool, execpg.Options{}), relayLinger
 	} else {
 		store = execmem.New(execmem.Options{})
 	}

@@ -409,3 +409,32 @@ func TestACallsRowsReachTheTrailTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestARowReachesTheTrailAfterTheLinger: over Postgres with the linger an
+// executor over a database uses (StoreRelayLinger), the test logs how long
+// after each call returned its outcome row could be read from the trail —
+// the linger plus one append, far inside the second a row has to be
+// queryable (no assertion on time: the machine is shared).
+func TestARowReachesTheTrailAfterTheLinger(t *testing.T) {
+	e := start(t, postgresStores, func(c *executor.Config) {
+		c.SpoolInterval = time.Hour
+		c.RelayLinger = executor.StoreRelayLinger
+	})
+	const calls = 40
+	lags := make([]time.Duration, 0, calls)
+	for range calls {
+		inv, err := searchAs(t, e.pipeline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		returned := time.Now()
+		rows := waitRows(t, e.audit, "acme", inv, 2)
+		lags = append(lags, time.Since(returned))
+		if len(rows) != 2 || rows[0].Phase != audit.PhaseIntent || rows[1].Phase != audit.PhaseOutcome {
+			t.Fatalf("rows of %s: %+v, want the intent, then the outcome", inv, rows)
+		}
+	}
+	slices.Sort(lags)
+	t.Logf("linger %v: a call's outcome row readable in the trail after it returned: p50 %v, p99 %v, max %v (%d calls, one at a time)",
+		executor.StoreRelayLinger, lags[len(lags)/2], lags[len(lags)*99/100], lags[len(lags)-1], calls)
+}
