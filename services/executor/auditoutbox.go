@@ -218,18 +218,62 @@ func (e *Executor) writeOutbox() {
 				}
 			}
 		}
-		batch = append(batch[:0], first)
-	fill:
-		for len(batch) < outboxBatch {
-			select {
-			case r := <-o.queue:
-				batch = append(batch, r)
-			default:
-				break fill
-			}
+		batch = o.fill(append(batch[:0], first))
+		if e.cfg.RelayLinger > 0 && lazyOnly(batch) {
+			batch = e.awaitDurable(batch)
 		}
 		e.commitOutbox(batch)
 	}
+}
+
+// fill adds to batch what is queued, up to outboxBatch rows.
+func (o *auditOutbox) fill(batch []*outboxReq) []*outboxReq {
+	for len(batch) < outboxBatch {
+		select {
+		case r := <-o.queue:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// lazyOnly reports whether no row of batch needs a durable commit.
+func lazyOnly(batch []*outboxReq) bool {
+	for _, r := range batch {
+		if !r.lazy {
+			return false
+		}
+	}
+	return true
+}
+
+// awaitDurable holds a batch of lazy rows — outcomes, written after their
+// call's reply, whose callers no client waits for — for up to half the
+// relay's linger, until a row that must be durable comes (another call's
+// intent), the batch is full, or the writer stops: the two then commit as
+// one, and an outcome costs no commit of its own. The relay, which lingers
+// the whole linger after the intent woke it, still finds the outcome
+// committed and sends the two together.
+func (e *Executor) awaitDurable(batch []*outboxReq) []*outboxReq {
+	o := e.outbox
+	t := time.NewTimer(e.cfg.RelayLinger / 2)
+	defer t.Stop()
+	for len(batch) < outboxBatch {
+		select {
+		case r := <-o.queue:
+			batch = append(batch, r)
+			if !r.lazy {
+				return o.fill(batch)
+			}
+		case <-t.C:
+			return batch
+		case <-o.stop:
+			return batch
+		}
+	}
+	return batch
 }
 
 // commitOutbox spools batch in one transaction and answers its callers.

@@ -16,6 +16,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/manifest"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/executor"
+	execmem "github.com/mandate-dev/mandate/services/executor/memory"
 )
 
 // Issue 28 §6: a call's intent is made durable in the executor's own store
@@ -437,4 +438,59 @@ func TestARowReachesTheTrailAfterTheLinger(t *testing.T) {
 	slices.Sort(lags)
 	t.Logf("linger %v: a call's outcome row readable in the trail after it returned: p50 %v, p99 %v, max %v (%d calls, one at a time)",
 		executor.StoreRelayLinger, lags[len(lags)/2], lags[len(lags)*99/100], lags[len(lags)-1], calls)
+}
+
+// commitCounting is the memory store, counting the batches of audit rows
+// it commits (BatchSpooler.SpoolRows) and whether each was lazy.
+type commitCounting struct {
+	*execmem.Store
+	mu    sync.Mutex
+	lazys []bool
+}
+
+func (c *commitCounting) SpoolRows(ctx context.Context, rows []executor.SpooledRow, lazy bool) ([]int64, error) {
+	c.mu.Lock()
+	c.lazys = append(c.lazys, lazy)
+	c.mu.Unlock()
+	return c.Store.SpoolRows(ctx, rows, lazy)
+}
+
+// TestAnOutcomeSharesTheNextIntentsCommit: with a relay linger, the
+// outbox's writer holds an outcome (written after the reply, lazy) until
+// the next call's intent needs a durable commit, and commits the two
+// together: calls one after another cost one commit each, not two — the
+// first call's intent alone, then each outcome with the next intent, and
+// the last outcome alone once half the linger has passed.
+func TestAnOutcomeSharesTheNextIntentsCommit(t *testing.T) {
+	b := memoryBacking(t)
+	counting := &commitCounting{Store: b.execStore.(*execmem.Store)}
+	b.execStore = counting
+	set, err := manifest.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startOn(t, b, set, func(c *executor.Config) {
+		c.SpoolInterval = time.Hour
+		// Half of it is far longer than a call takes, even under the race
+		// detector on a loaded machine: each outcome waits for the next
+		// call's intent.
+		c.RelayLinger = time.Second
+	})
+	const calls = 4
+	var last string
+	for range calls {
+		inv, err := searchAs(t, e.pipeline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = inv
+	}
+	waitRows(t, e.audit, "acme", last, 2)
+	counting.mu.Lock()
+	defer counting.mu.Unlock()
+	// The first intent; each outcome with the next intent; the last outcome.
+	want := []bool{false, false, false, false, true}
+	if !slices.Equal(counting.lazys, want) {
+		t.Fatalf("commits of the outbox (lazy or not): %v, want %v", counting.lazys, want)
+	}
 }
