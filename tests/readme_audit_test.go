@@ -49,7 +49,10 @@ func TestREADMEAuditClaims(t *testing.T) {
 		}
 	}
 	code, body := getUntil(t, dev.base+"/v1/audit/records?command=expense.report.create&conversation_id=conv-claims", dev.tokens["olive"],
-		func(code int, body map[string]any) bool { recs, _ := body["records"].([]any); return code != http.StatusOK || len(recs) >= 3 })
+		func(code int, body map[string]any) bool {
+			recs, _ := body["records"].([]any)
+			return code != http.StatusOK || len(recs) >= 3
+		})
 	recs, _ := body["records"].([]any)
 	if code != http.StatusOK || len(recs) != 3 { // intent and outcome of the call, and the replay's row
 		t.Fatalf("audit rows of the conversation: %d, %d rows: %v", code, len(recs), body)

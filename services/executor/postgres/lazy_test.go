@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -96,7 +97,7 @@ func TestAClaimDoesNotWaitForTheFlush(t *testing.T) {
 		}
 	}), true)
 	// The claim is there for any other caller at once (visibility does not wait for a flush).
-	if _, err := st.Reserve(ctx, key, executor.Reservation{Digest: "d1", InvocationID: "inv-2", TTL: time.Hour, Lease: time.Minute}); err != executor.ErrInFlight {
+	if _, err := st.Reserve(ctx, key, executor.Reservation{Digest: "d1", InvocationID: "inv-2", TTL: time.Hour, Lease: time.Minute}); !errors.Is(err, executor.ErrInFlight) {
 		t.Fatalf("a second claim of the key: %v, want in flight", err)
 	}
 	one("a release", tracer.since(func() {
