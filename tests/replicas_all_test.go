@@ -687,8 +687,17 @@ func TestReplicasLoseOneUnderLoad(t *testing.T) {
 	}
 	reports := rt.count(`SELECT count(*) FROM helpdesk.expense_reports WHERE title LIKE 'chaos-%'`)
 	receipts := rt.count(`SELECT count(*) FROM helpdesk.receipts WHERE state = 'executed' AND method LIKE '%/CreateExpenseReport'`)
-	withIntent := rt.count(`SELECT count(*) FROM helpdesk.receipts r WHERE r.state = 'executed' AND r.method LIKE '%/CreateExpenseReport'
+	// Every executed call's intent was durable in its executor's outbox
+	// before dispatch; the killed executor's last rows reach the trail with
+	// the survivor's relay, at its next tick (every second).
+	withIntent := 0
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		withIntent = rt.count(`SELECT count(*) FROM helpdesk.receipts r WHERE r.state = 'executed' AND r.method LIKE '%/CreateExpenseReport'
 		AND EXISTS (SELECT FROM audit.records i WHERE i.invocation_id = r.invocation_id AND i.phase = 'intent')`)
+		if withIntent == receipts || time.Now().After(deadline) {
+			break
+		}
+	}
 	if reports != receipts || withIntent != receipts {
 		t.Errorf("%d reports, %d executed receipts, %d of them with an intent row", reports, receipts, withIntent)
 	}
