@@ -365,6 +365,7 @@ func (e *Executor) relayOwn(ctx context.Context, rows []SpooledRow, lease *Relay
 	o.mu.Lock()
 	o.own = o.own[min(len(o.own), len(rows)):]
 	o.mu.Unlock()
+	e.recordLag(ctx, rows)
 	// A row left in the store after all (its delete failed) is appended
 	// again by a round that reads the store, and stored once.
 	return len(rows), false, lease.UnspoolAndRelease(ctx, e.cfg.Store, ids)

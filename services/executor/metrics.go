@@ -35,6 +35,12 @@ const (
 	// (docs/architecture/confirmation.md, "An approved call resumes"), by
 	// command.
 	MetricResumed = "mandate.executor.resumed"
+	// MetricRelayLag is, for every audit row the relay appends to the
+	// trail, the time from when it was made durable in the executor's
+	// outbox to when the trail took it, in seconds: a row is queryable
+	// within it of being written (its p99 is the answer to "within a
+	// second of its call"; --audit-relay-linger is part of it).
+	MetricRelayLag = "mandate.executor.audit.relay_lag"
 )
 
 // Attribute keys of the executor's metrics.
@@ -88,6 +94,7 @@ type metrics struct {
 	spooled  metric.Int64Counter
 	dead     metric.Int64Counter
 	resumed  metric.Int64Counter
+	lag      metric.Float64Histogram
 	commands map[string]bool
 
 	mu     sync.RWMutex
@@ -122,7 +129,13 @@ func newMetrics(mp metric.MeterProvider, set *manifest.Set) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &metrics{calls: calls, duration: duration, spooled: spooled, dead: dead, resumed: resumed, commands: map[string]bool{}, series: map[seriesKey]series{}}
+	lag, err := meter.Float64Histogram(MetricRelayLag, metric.WithUnit("s"),
+		metric.WithDescription("Time from an audit row's commit in the executor's outbox to its append to the audit trail."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	if err != nil {
+		return nil, err
+	}
+	m := &metrics{calls: calls, duration: duration, spooled: spooled, dead: dead, resumed: resumed, lag: lag, commands: map[string]bool{}, series: map[seriesKey]series{}}
 	for _, c := range set.Commands() {
 		m.commands[c.Code] = true
 		for _, ch := range channels {
@@ -147,6 +160,16 @@ func (m *metrics) record(ctx context.Context, call Call, end ending, elapsed tim
 	s := m.lookup(k)
 	m.calls.Add(ctx, 1, s.calls)
 	m.duration.Record(ctx, elapsed.Seconds(), s.duration)
+}
+
+// relayed records the lag of rows spooled at times, appended to the trail
+// now.
+func (m *metrics) relayed(ctx context.Context, now time.Time, times ...time.Time) {
+	for _, at := range times {
+		if !at.IsZero() {
+			m.lag.Record(ctx, max(now.Sub(at), 0).Seconds())
+		}
+	}
 }
 
 // lookup returns the series of k, building it on first use; once maxSeries

@@ -390,6 +390,7 @@ func (e *Executor) flushStoredRows(ctx context.Context, counts bool) (relayed []
 	}
 	recs := make([]*mandatev1.AuditRecord, 0, len(rows))
 	ids := make([]int64, 0, len(rows))
+	times := make([]time.Time, 0, len(rows))
 	for _, r := range rows {
 		rec, err := decodeSpooled(r.Record)
 		if err != nil {
@@ -398,11 +399,13 @@ func (e *Executor) flushStoredRows(ctx context.Context, counts bool) (relayed []
 		}
 		recs = append(recs, rec)
 		ids = append(ids, r.ID)
+		times = append(times, r.Time)
 	}
 	actx, cancel := context.WithTimeout(ctx, e.cfg.OutcomeAttemptTimeout)
 	_, err = e.append(actx, recs...)
 	cancel()
 	if err == nil {
+		e.metrics.relayed(ctx, e.cfg.Now(), times...)
 		return ids, len(rows), e.cfg.Store.Unspool(ctx, ids)
 	}
 	if unavailable(err) || ctx.Err() != nil {
@@ -421,6 +424,7 @@ func (e *Executor) flushStoredRows(ctx context.Context, counts bool) (relayed []
 		switch {
 		case err == nil:
 			ids = append(ids, r.ID)
+			e.metrics.relayed(ctx, e.cfg.Now(), r.Time)
 		case unavailable(err) || ctx.Err() != nil:
 		case !counts:
 		default:
@@ -431,6 +435,15 @@ func (e *Executor) flushStoredRows(ctx context.Context, counts bool) (relayed []
 		}
 	}
 	return ids, len(rows), e.cfg.Store.Unspool(ctx, ids)
+}
+
+// recordLag records how long rows, appended to the trail just now, waited
+// in the outbox (MetricRelayLag).
+func (e *Executor) recordLag(ctx context.Context, rows []SpooledRow) {
+	now := e.cfg.Now()
+	for _, r := range rows {
+		e.metrics.relayed(ctx, now, r.Time)
+	}
 }
 
 // append appends recs to the trail in one request.

@@ -74,6 +74,17 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) (calls map[string]int
 				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
 					calls["resumed"] += dp.Value
 				}
+			case executor.MetricRelayLag:
+				// One series, no attributes (TestTheRelayRecordsHowLongRowsWaited).
+				h, ok := m.Data.(metricdata.Histogram[float64])
+				if !ok || m.Unit != "s" {
+					t.Fatalf("%s is %T in %q, want a float64 histogram in seconds", m.Name, m.Data, m.Unit)
+				}
+				for _, dp := range h.DataPoints {
+					if dp.Attributes.Len() != 0 {
+						t.Errorf("%s has attributes %v, want none", m.Name, dp.Attributes.ToSlice())
+					}
+				}
 			default:
 				t.Errorf("unexpected metric %q", m.Name)
 			}
@@ -201,5 +212,46 @@ func testExecutorCountsEveryCallOnce(t *testing.T, st stores) {
 	}
 	if len(durations) != len(wantDurations) {
 		t.Errorf("duration series %v, want %v", durations, wantDurations)
+	}
+}
+
+// TestTheRelayRecordsHowLongRowsWaited: every row the relay appends to the
+// trail is one observation of mandate.executor.audit.relay_lag, from its
+// commit in the outbox to the trail's answer — here each search's intent
+// and outcome, with a linger of 100ms, which the intent waits out in full.
+func TestTheRelayRecordsHowLongRowsWaited(t *testing.T) {
+	const linger = 100 * time.Millisecond
+	e, reader := meteredStart(t, memoryStores, func(c *executor.Config) {
+		c.SpoolInterval = time.Hour
+		c.RelayLinger = linger
+	})
+	const calls = 3
+	for range calls {
+		inv, err := searchAs(t, e.pipeline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitRows(t, e.audit, "acme", inv, 2)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var lag *metricdata.HistogramDataPoint[float64]
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == executor.MetricRelayLag {
+				if h, ok := m.Data.(metricdata.Histogram[float64]); ok && len(h.DataPoints) == 1 {
+					lag = &h.DataPoints[0]
+				}
+			}
+		}
+	}
+	if lag == nil {
+		t.Fatalf("no %s", executor.MetricRelayLag)
+	}
+	maxLag, _ := lag.Max.Value()
+	if lag.Count != 2*calls || maxLag < linger.Seconds() {
+		t.Fatalf("%s: %d rows, longest %.3fs; want %d rows, the longest at least the linger", executor.MetricRelayLag, lag.Count, maxLag, 2*calls)
 	}
 }
