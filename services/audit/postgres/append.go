@@ -202,21 +202,12 @@ type pendingKey struct{ tenant, invocation string }
 // (nil when there are none): no earlier batch can have left their intent pending, since the
 // intent was not stored before.
 func (c *chained) settledInBatch() map[pendingKey]bool {
-	var intents, outcomes int
-	for _, r := range c.fresh {
-		switch r.Phase {
-		case audit.PhaseIntent:
-			intents++
-		case audit.PhaseOutcome:
-			outcomes++
-		}
-	}
-	if intents == 0 || outcomes == 0 {
-		return nil
-	}
-	fresh := make(map[pendingKey]bool, intents)
+	var fresh map[pendingKey]bool // the batch's new intents: true once their outcome is new too
 	for _, r := range c.fresh {
 		if r.Phase == audit.PhaseIntent {
+			if fresh == nil {
+				fresh = make(map[pendingKey]bool, len(c.fresh))
+			}
 			fresh[pendingKey{r.Tenant, r.InvocationID}] = false
 		}
 	}

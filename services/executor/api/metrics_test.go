@@ -52,11 +52,7 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) (calls map[string]int
 					calls[key(dp.Attributes, executor.AttrCommand, executor.AttrChannel, executor.AttrOutcome, executor.AttrStage, executor.AttrCode)] += dp.Value
 				}
 			case executor.MetricDuration:
-				h, ok := m.Data.(metricdata.Histogram[float64])
-				if !ok || m.Unit != "s" {
-					t.Fatalf("%s is %T in %q, want a float64 histogram in seconds", m.Name, m.Data, m.Unit)
-				}
-				for _, dp := range h.DataPoints {
+				for _, dp := range seconds(t, m).DataPoints {
 					if dp.Attributes.Len() != 2 {
 						t.Errorf("%s has attributes %v, want command and outcome only", m.Name, dp.Attributes.ToSlice())
 					}
@@ -76,11 +72,7 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) (calls map[string]int
 				}
 			case executor.MetricRelayLag:
 				// One series, no attributes (TestTheRelayRecordsHowLongRowsWaited).
-				h, ok := m.Data.(metricdata.Histogram[float64])
-				if !ok || m.Unit != "s" {
-					t.Fatalf("%s is %T in %q, want a float64 histogram in seconds", m.Name, m.Data, m.Unit)
-				}
-				for _, dp := range h.DataPoints {
+				for _, dp := range seconds(t, m).DataPoints {
 					if dp.Attributes.Len() != 0 {
 						t.Errorf("%s has attributes %v, want none", m.Name, dp.Attributes.ToSlice())
 					}
@@ -111,6 +103,16 @@ func key(set attribute.Set, keys ...string) string {
 		b.WriteString(" +extra")
 	}
 	return b.String()
+}
+
+// seconds is m, which must be a float64 histogram in seconds.
+func seconds(t *testing.T, m metricdata.Metrics) metricdata.Histogram[float64] {
+	t.Helper()
+	h, ok := m.Data.(metricdata.Histogram[float64])
+	if !ok || m.Unit != "s" {
+		t.Fatalf("%s is %T in %q, want a float64 histogram in seconds", m.Name, m.Data, m.Unit)
+	}
+	return h
 }
 
 // TestExecutorCountsEveryCallOnce: each Execute moves

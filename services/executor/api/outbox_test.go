@@ -377,6 +377,22 @@ func (b *batchCounting) AppendBatch(ctx context.Context, recs []audit.Record) ([
 	return b.Store.AppendBatch(ctx, recs)
 }
 
+// startLingering starts the sample's topology on b with a relay that
+// lingers a second (and no tick): far longer than a call takes, even under
+// the race detector on a loaded machine, so the tests below see what one
+// append, and one commit of the outbox, carries — not how fast a call is.
+func startLingering(t *testing.T, b backing) *env {
+	t.Helper()
+	set, err := manifest.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startOn(t, b, set, func(c *executor.Config) {
+		c.SpoolInterval = time.Hour
+		c.RelayLinger = time.Second
+	})
+}
+
 // TestACallsRowsReachTheTrailTogether: the relay woken by a call's intent
 // lingers (Config.RelayLinger) before it reads the outbox, so the outcome
 // spooled meanwhile goes in the same append — one transaction of the audit
@@ -385,16 +401,7 @@ func TestACallsRowsReachTheTrailTogether(t *testing.T) {
 	b := memoryBacking(t)
 	counting := &batchCounting{Store: b.auditStore}
 	b.auditStore = counting
-	set, err := manifest.Embedded()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := startOn(t, b, set, func(c *executor.Config) {
-		c.SpoolInterval = time.Hour
-		// Far longer than a call takes, even under the race detector on a
-		// loaded machine: the test is about what one append carries.
-		c.RelayLinger = time.Second
-	})
+	e := startLingering(t, b)
 	for range 3 {
 		inv, err := searchAs(t, e.pipeline)
 		if err != nil {
@@ -465,17 +472,7 @@ func TestAnOutcomeSharesTheNextIntentsCommit(t *testing.T) {
 	b := memoryBacking(t)
 	counting := &commitCounting{Store: b.execStore.(*execmem.Store)}
 	b.execStore = counting
-	set, err := manifest.Embedded()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := startOn(t, b, set, func(c *executor.Config) {
-		c.SpoolInterval = time.Hour
-		// Half of it is far longer than a call takes, even under the race
-		// detector on a loaded machine: each outcome waits for the next
-		// call's intent.
-		c.RelayLinger = time.Second
-	})
+	e := startLingering(t, b)
 	const calls = 4
 	var last string
 	for range calls {
