@@ -1,32 +1,26 @@
 package server
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
-	"google.golang.org/grpc/stats"
 )
 
 // The request metrics of a server (otelhttp's on the HTTP listener,
-// otelgrpc's on the gRPC one) are served unauthenticated at /metrics, so
+// telemetry.GRPCServer's on the gRPC one) are served unauthenticated at /metrics, so
 // no label may take a value a caller makes up: each new value is a new
 // series, kept for the life of the process. The HTTP metrics name the
 // route by the pattern that matched (a template registered here, or "/"
 // for everything the gateway did not route), never the path; the
 // attributes otelhttp takes from the Host header and the request line
 // are dropped by the view telemetry.Install sets. The gRPC metrics name
-// a method only when the server serves it.
+// a method only when the server serves it (knownMethod), any other
+// telemetry.OtherMethod.
 
 // routeKey is the semantic-convention key of the route attribute.
 const routeKey = attribute.Key("http.route")
-
-// otherMethod stands, on the RPC metrics, for a method the server does
-// not serve (the semantic conventions' _OTHER; otelgrpc drops the leading
-// slash).
-const otherMethod = "/_OTHER"
 
 // labelRoute adds to the request's metrics the route that serves it: the
 // pattern of the mux's handler, stripped of its method ("GET /healthz" is
@@ -65,24 +59,6 @@ func patternRoute(pattern string) string {
 		}
 	}
 	return pattern
-}
-
-// boundedStats is the gRPC stats handler with the method of an RPC the
-// server does not serve renamed otherMethod before the handler sees it:
-// grpc-go tags every RPC with the name the caller sent, served or not,
-// and otelgrpc would make it a label.
-type boundedStats struct {
-	stats.Handler
-	known func(string) bool
-}
-
-func (b boundedStats) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
-	if !b.known(info.FullMethodName) {
-		renamed := *info
-		renamed.FullMethodName = otherMethod
-		info = &renamed
-	}
-	return b.Handler.TagRPC(ctx, info)
 }
 
 // listMethods records the methods registered on the gRPC server, before

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -32,13 +31,13 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/mandate-dev/mandate/internal/edgelimit"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/telemetry"
 )
 
 // Config configures a service's listeners.
@@ -185,15 +184,17 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.nonce = newNonce()
 	s.stopping = make(chan struct{})
+	// Tracing first, so the span holds every interceptor's refusal, and a
+	// panic's Internal once recovered.
+	tel := telemetry.NewGRPCServer(s.knownMethod, func(fullMethod string) bool {
+		// Health probes are not traffic worth a trace.
+		return strings.HasPrefix(fullMethod, "/grpc.health.v1.Health/")
+	})
 	s.chain = Interceptors{
-		Unary:  []grpc.UnaryServerInterceptor{s.recoverUnary, s.gatewayUnary, cfg.Auth.UnaryServerInterceptor(), s.inputUnary, v.unary},
-		Stream: []grpc.StreamServerInterceptor{s.recoverStream, s.stopStream, s.gatewayStream, cfg.Auth.StreamServerInterceptor(), s.inputStream, v.stream},
+		Unary:  []grpc.UnaryServerInterceptor{tel.Unary, s.recoverUnary, s.gatewayUnary, cfg.Auth.UnaryServerInterceptor(), s.inputUnary, v.unary},
+		Stream: []grpc.StreamServerInterceptor{tel.Stream, s.recoverStream, s.stopStream, s.gatewayStream, cfg.Auth.StreamServerInterceptor(), s.inputStream, v.stream},
 	}
 	opts := append([]grpc.ServerOption{
-		grpc.StatsHandler(boundedStats{Handler: otelgrpc.NewServerHandler(otelgrpc.WithFilter(func(ri *stats.RPCTagInfo) bool {
-			// Health probes are not traffic worth a trace.
-			return !strings.HasPrefix(ri.FullMethodName, "/grpc.health.v1.Health/")
-		})), known: s.knownMethod}),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: cfg.MaxConnectionAge, MaxConnectionAgeGrace: cfg.MaxConnectionAgeGrace}),
@@ -276,11 +277,10 @@ func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
 func (s *Server) Run(ctx context.Context) error {
 	// The gateway calls this service's own gRPC port, so REST calls run
 	// through the same interceptors as gRPC calls.
-	conn, err := grpc.NewClient(s.GRPCAddr(),
+	conn, err := grpc.NewClient(s.GRPCAddr(), append(telemetry.GRPCClientOptions(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithChainUnaryInterceptor(gatewayInputUnary),
-		grpc.WithChainStreamInterceptor(gatewayInputStream))
+		grpc.WithChainStreamInterceptor(gatewayInputStream))...)
 	if err != nil {
 		return fmt.Errorf("server: gateway connection: %w", err)
 	}

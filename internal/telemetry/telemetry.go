@@ -4,7 +4,8 @@
 // same protocol through a periodic reader, and the W3C tracecontext +
 // baggage propagator, so one trace id crosses every service a call touches.
 // The gRPC and HTTP instrumentation every server and client carries
-// (otelgrpc, otelhttp) records its RPC metrics with the global provider;
+// (GRPCServer and GRPCClient here, otelhttp) records its RPC metrics with
+// the global provider;
 // packages such as the executor add their own.
 //
 // Export is configured by the --otlp-endpoint flag or the standard
@@ -43,7 +44,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
@@ -57,7 +57,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-	"google.golang.org/grpc"
 )
 
 // Protocols an OTLP exporter speaks.
@@ -124,13 +123,6 @@ type Installed struct {
 // Propagator is the W3C tracecontext + baggage propagator Setup installs.
 func Propagator() propagation.TextMapPropagator {
 	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-}
-
-// GRPCClientOption instruments an outgoing gRPC connection: a client span
-// per call and the trace context sent along. Every connection one Mandate
-// service opens to another needs it, or the trace stops there.
-func GRPCClientOption() grpc.DialOption {
-	return grpc.WithStatsHandler(otelgrpc.NewClientHandler())
 }
 
 // Enabled reports whether cfg names an endpoint (flag or variable) for

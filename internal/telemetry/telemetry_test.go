@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -398,10 +397,10 @@ func TestInvalidSettingsAreNamed(t *testing.T) {
 	}
 }
 
-// TestTraceCrossesAGRPCHop: a client connection with GRPCClientOption and
-// a server with the otelgrpc server handler (as internal/server installs
-// it) put both sides of a call in one trace, the server span a child of the
-// client span.
+// TestTraceCrossesAGRPCHop: a client connection with GRPCClientOptions
+// and a server with GRPCServer's interceptors (as internal/server installs
+// them) put both sides of a call in one trace, the server span a child of
+// the client span.
 func TestTraceCrossesAGRPCHop(t *testing.T) {
 	var col telemetrytest.Collector
 	endpoint := col.Start(t)
@@ -413,13 +412,14 @@ func TestTraceCrossesAGRPCHop(t *testing.T) {
 	}
 	// The server ends its span after the reply is sent; stopping it with
 	// WaitForHandlers waits for that before the provider is shut down.
-	srv := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()), grpc.WaitForHandlers(true))
+	tel := telemetry.NewGRPCServer(nil, nil)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tel.Unary), grpc.ChainStreamInterceptor(tel.Stream), grpc.WaitForHandlers(true))
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()
 	stopServer := sync.OnceFunc(func() { srv.GracefulStop(); <-done })
 	defer stopServer()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), telemetry.GRPCClientOption())
+	conn, err := grpc.NewClient(lis.Addr().String(), append(telemetry.GRPCClientOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}

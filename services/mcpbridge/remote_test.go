@@ -13,7 +13,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
@@ -23,6 +22,7 @@ import (
 	"github.com/mandate-dev/mandate/internal/directory"
 	"github.com/mandate-dev/mandate/internal/failure"
 	"github.com/mandate-dev/mandate/internal/identity"
+	"github.com/mandate-dev/mandate/internal/telemetry"
 	"github.com/mandate-dev/mandate/services/audit"
 	"github.com/mandate-dev/mandate/services/confirm"
 	"github.com/mandate-dev/mandate/services/mcpbridge"
@@ -32,7 +32,7 @@ import (
 // second bridge that reaches the catalog, the executor and the confirm
 // service only through their generated gRPC clients, over a network
 // connection carrying the service token of "mcpbridge" (which relays each
-// caller's token) and the OpenTelemetry client handler. The returned env
+// caller's token) and the OpenTelemetry client interceptors. The returned env
 // is start's with url pointing at that bridge; conn is the bridge's
 // connection, for tests that call a service directly as the bridge.
 func startRemote(t testing.TB) (e *env, conn *grpc.ClientConn) {
@@ -42,10 +42,9 @@ func startRemote(t testing.TB) (e *env, conn *grpc.ClientConn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err = grpc.NewClient(local.services.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+	conn, err = grpc.NewClient(local.services.GRPCAddr(), append(telemetry.GRPCClientOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(src)),
-		grpc.WithStreamInterceptor(identity.StreamClientInterceptor(src)))
+		grpc.WithStreamInterceptor(identity.StreamClientInterceptor(src)))...)
 	if err != nil {
 		t.Fatal(err)
 	}

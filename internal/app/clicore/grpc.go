@@ -161,14 +161,14 @@ func (d *Dialer) Backends(addrs map[string]string) (map[string]grpc.ClientConnIn
 }
 
 func (d *Dialer) dial(target string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
-	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()), telemetry.GRPCClientOption(),
+	opts := append(append(telemetry.GRPCClientOptions(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(ServiceConfig), grpc.WithDisableServiceConfig(),
 		// The manifest digest (manifestcheck) is set with the credentials:
 		// one copy of the outgoing metadata per call instead of two.
 		grpc.WithUnaryInterceptor(identity.UnaryClientInterceptor(d.src, identity.Header{Key: manifestcheck.Header, Value: d.digest})),
-		grpc.WithStreamInterceptor(identity.StreamClientInterceptor(d.src, identity.Header{Key: manifestcheck.Header, Value: d.digest})),
-	}, extra...)
+		grpc.WithStreamInterceptor(identity.StreamClientInterceptor(d.src, identity.Header{Key: manifestcheck.Header, Value: d.digest}))),
+		extra...)
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dialing %s: %w", target, err)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/fullstorydev/grpchan"
 	"github.com/fullstorydev/grpchan/inprocgrpc"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
@@ -34,19 +33,18 @@ func Conn(srv *server.Server, src identity.TokenSource, set ...identity.Header) 
 	ch := new(inprocgrpc.Channel)
 	chain := srv.Attach(ch)
 	// The client side carries the caller's trace context to the service,
-	// as the OpenTelemetry handler of a gRPC connection does
-	// (telemetry.GRPCClientOption), with Mandate's propagator whichever
-	// one the process installed: both ends are in this process.
-	prop := otelgrpc.WithPropagators(telemetry.Propagator())
-	ch.WithClientStatsHandler(otelgrpc.NewClientHandler(prop)).
-		WithServerStatsHandler(otelgrpc.NewServerHandler(prop)).
-		WithServerUnaryInterceptor(chainUnary(chain.Unary)).
+	// as a gRPC connection of a Mandate service does
+	// (telemetry.GRPCClientOptions); the server side is traced by the
+	// first interceptor of the server's chain.
+	ch.WithServerUnaryInterceptor(chainUnary(chain.Unary)).
 		WithServerStreamInterceptor(chainStream(chain.Stream)).
 		WithCloner(wireCloner{})
+	tc := telemetry.NewGRPCClient()
+	traced := grpchan.InterceptClientConn(ch, tc.Unary, tc.Stream)
 	if src == nil {
-		return ch
+		return traced
 	}
-	return grpchan.InterceptClientConn(ch, identity.UnaryClientInterceptor(src, set...), identity.StreamClientInterceptor(src, set...))
+	return grpchan.InterceptClientConn(traced, identity.UnaryClientInterceptor(src, set...), identity.StreamClientInterceptor(src, set...))
 }
 
 // wireCloner copies messages between the two ends of the in-process
