@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
@@ -384,4 +385,55 @@ func BenchmarkGRPCHop(b *testing.B) {
 			return []grpc.DialOption{grpc.WithStatsHandler(otelgrpc.NewClientHandler())}
 		})
 	})
+}
+
+// TestGRPCHostileTraceContext: the trace context is whatever the caller
+// put in its metadata. A malformed traceparent, one of another version's
+// shape, two of them, an oversized baggage: each call is served, and its
+// server span starts a trace of its own unless the context is valid —
+// never a panic, never the caller's made-up ids.
+func TestGRPCHostileTraceContext(t *testing.T) {
+	r := withProviders(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel := telemetry.NewGRPCServer(nil, nil)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tel.Unary), grpc.WaitForHandlers(true))
+	srv.RegisterService(&testService, struct{}{})
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.GracefulStop()
+	// A plain connection: the metadata is the test's, as a hostile
+	// client's would be.
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	const valid = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	cases := []struct {
+		name string
+		md   []string
+		keep bool // the server span continues the caller's trace
+	}{
+		{"valid", []string{"traceparent", valid}, true},
+		{"garbage", []string{"traceparent", "not-a-trace"}, false},
+		{"zero trace id", []string{"traceparent", "00-00000000000000000000000000000000-b7ad6b7169203331-01"}, false},
+		{"version ff", []string{"traceparent", "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, false},
+		{"two of them", []string{"traceparent", valid, "traceparent", "00-1af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, true},
+		{"huge baggage", []string{"traceparent", valid, "baggage", strings.Repeat("k=v,", 4000)}, true},
+		{"huge tracestate", []string{"traceparent", valid, "tracestate", strings.Repeat("a=b,", 4000)}, true},
+	}
+	for _, c := range cases {
+		ctx := metadata.AppendToOutgoingContext(t.Context(), c.md...)
+		if err := conn.Invoke(ctx, "/t.T/OK", &emptypb.Empty{}, &emptypb.Empty{}); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		spans := r.spans.Ended()
+		last := spans[len(spans)-1]
+		kept := last.SpanContext().TraceID().String() == "0af7651916cd43dd8448eb211c80319c"
+		if kept != c.keep || !last.SpanContext().IsValid() {
+			t.Errorf("%s: server span in trace %s (kept %v, want %v)", c.name, last.SpanContext().TraceID(), kept, c.keep)
+		}
+	}
 }
