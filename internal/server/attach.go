@@ -25,6 +25,7 @@ type Interceptors struct {
 // Register services before Run.
 func (s *Server) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	s.grpc.RegisterService(desc, impl)
+	s.listMethods()
 	s.registered = append(s.registered, registration{desc: desc, impl: impl})
 	for _, r := range s.attached {
 		r.RegisterService(desc, impl)

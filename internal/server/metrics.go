@@ -61,24 +61,25 @@ func patternRoute(pattern string) string {
 	return pattern
 }
 
-// listMethods records the methods registered on the gRPC server, before
-// it serves: every service is registered by then (gRPC refuses a
-// registration once it serves), so the set is final.
+// listMethods records the methods registered on the gRPC server. It runs
+// on every registration (RegisterService), and once more when Run starts
+// serving (gRPC refuses a registration once it serves, so the set is then
+// final).
 func (s *Server) listMethods() {
-	s.methods = map[string]bool{}
+	m := map[string]bool{}
 	for svc, info := range s.grpc.GetServiceInfo() {
-		for _, m := range info.Methods {
-			s.methods["/"+svc+"/"+m.Name] = true
+		for _, method := range info.Methods {
+			m["/"+svc+"/"+method.Name] = true
 		}
 	}
+	s.methods.Store(&m)
 }
 
 // knownMethod reports whether the server serves a full method name:
 // registered on it, or served by its unknown-service handler
-// (Config.ProxiedMethod). Before Run has listed the registered methods,
-// nothing is served.
+// (Config.ProxiedMethod).
 func (s *Server) knownMethod(fullMethod string) bool {
-	if s.methods[fullMethod] {
+	if m := s.methods.Load(); m != nil && (*m)[fullMethod] {
 		return true
 	}
 	return s.cfg.ProxiedMethod != nil && s.cfg.ProxiedMethod(fullMethod)

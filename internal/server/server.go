@@ -19,6 +19,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -152,8 +153,9 @@ type Server struct {
 	// (Watch, Await) so GracefulStop does not wait for its timeout.
 	stopping chan struct{}
 	// methods are the full names of the methods registered on the gRPC
-	// server, set by Run before it serves (boundedStats reads them).
-	methods map[string]bool
+	// server (listMethods), read by the RPC instrumentation (knownMethod)
+	// on calls that may come in process while services still register.
+	methods atomic.Pointer[map[string]bool]
 }
 
 // New builds the servers and binds the listeners, so the addresses are
@@ -207,6 +209,7 @@ func New(cfg Config) (*Server, error) {
 	// (identity exempts both), so grpcurl and Postman can list and
 	// describe the services.
 	reflection.Register(s.grpc)
+	s.listMethods()
 	s.gateway = runtime.NewServeMux(
 		runtime.WithErrorHandler(problemHandler),
 		runtime.WithRoutingErrorHandler(routingErrorHandler),
